@@ -1,0 +1,12 @@
+#pragma once
+/// @file
+/// Umbrella header of the tensor notation: `#include <einshard/einshard.hpp>`.
+
+#include "einshard/error.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/notation.hpp"
+#include "einshard/notation/families.hpp"
+#include "einshard/ops/einshard.hpp"
+#include "einshard/options.hpp"
+#include "einshard/shapes.hpp"
+#include "einshard/version.hpp"

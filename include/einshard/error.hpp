@@ -1,0 +1,50 @@
+#pragma once
+/// @file
+/// The exception types of einshard. Torch-free, so the notation layer can use them.
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace einshard {
+
+/// Base of every einshard error other than a malformed notation. The message says what was expected
+/// and what was found; a distributed failure carries the same message on every rank involved.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A malformed notation given as a run-time string. `what()` quotes the expression with a caret under
+/// the fault; `message()` and `column()` (1-based) give the parts.
+class NotationError : public std::invalid_argument {
+ public:
+  NotationError(std::string_view expression, std::size_t column, std::string message)
+      : std::invalid_argument(format(expression, column, message)),
+        expression_(expression),
+        message_(std::move(message)),
+        column_(column) {}
+
+  [[nodiscard]] const std::string& expression() const noexcept { return expression_; }
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+  [[nodiscard]] std::size_t column() const noexcept { return column_; }
+
+ private:
+  static std::string format(std::string_view expression, std::size_t column,
+                            const std::string& message) {
+    std::string out = "invalid einshard notation: " + message + " (column " +
+                      std::to_string(column) + ")\n  " + std::string(expression) + "\n  ";
+    // Keep tabs as tabs so the caret lines up under any whitespace the expression uses.
+    for (std::size_t i = 0; i + 1 < column && i < expression.size(); ++i)
+      out += expression[i] == '\t' ? '\t' : ' ';
+    out += '^';
+    return out;
+  }
+
+  std::string expression_;
+  std::string message_;
+  std::size_t column_;
+};
+
+}  // namespace einshard

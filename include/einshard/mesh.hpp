@@ -1,0 +1,193 @@
+#pragma once
+/// @file
+/// `Mesh`: an MPI communicator laid out as a named Cartesian grid, the C++ counterpart of a PyTorch
+/// DeviceMesh. One sub-communicator per dimension, and compound groups (`dp-sp`) on demand.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "einshard/error.hpp"
+
+namespace einshard {
+
+namespace detail {
+
+struct MeshState {
+  MPI_Comm cart = MPI_COMM_NULL;
+  std::vector<int> sizes;
+  std::vector<std::string> names;
+  std::vector<int> coords;
+  std::mutex mutex;
+  // Keyed by the sorted component dimension indices, so "dp-sp" and "sp-dp" share one communicator.
+  std::map<std::vector<int>, MPI_Comm> groups;
+
+  MeshState() = default;
+  MeshState(const MeshState&) = delete;
+  MeshState& operator=(const MeshState&) = delete;
+  ~MeshState() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;  // a Mesh that outlives MPI_Finalize has nothing left to free
+    for (auto& [key, comm] : groups) MPI_Comm_free(&comm);
+    if (cart != MPI_COMM_NULL) MPI_Comm_free(&cart);
+  }
+};
+
+inline void check_mpi(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw Error(std::string(what) + " failed: " + std::string(text, static_cast<std::size_t>(length)));
+}
+
+}  // namespace detail
+
+/// A named Cartesian grid over an MPI communicator. Copies are cheap and share the communicators.
+/// Ranks are laid out row-major (`MPI_Cart_create` without reordering), so group ranks follow mesh
+/// order exactly as in a PyTorch DeviceMesh.
+///
+/// Creating a compound group is collective over the mesh: every rank must ask for the same groups in
+/// the same order (which SPMD code does naturally).
+class Mesh {
+ public:
+  Mesh() = default;
+
+  Mesh(MPI_Comm comm, std::vector<int> sizes, std::vector<std::string> names)
+      : state_(std::make_shared<detail::MeshState>()) {
+    if (sizes.size() != names.size())
+      throw Error("Mesh: " + std::to_string(sizes.size()) + " sizes but " +
+                  std::to_string(names.size()) + " names");
+    if (sizes.empty()) throw Error("Mesh: a mesh needs at least one dimension");
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const auto& n = names[i];
+      if (n.empty()) throw Error("Mesh: empty mesh dimension name");
+      if (!std::all_of(n.begin(), n.end(), [](char c) {
+            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '_';
+          }))
+        throw Error("Mesh: mesh dimension name '" + n +
+                    "' may contain only letters, digits and '_' ('-' joins compound groups)");
+      if (std::count(names.begin(), names.end(), n) > 1)
+        throw Error("Mesh: duplicate mesh dimension name '" + n + "'");
+      if (sizes[i] <= 0)
+        throw Error("Mesh: mesh dimension '" + n + "' has size " + std::to_string(sizes[i]));
+    }
+    int world = 0;
+    detail::check_mpi(MPI_Comm_size(comm, &world), "MPI_Comm_size");
+    const auto product = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{1},
+                                         std::multiplies<>());
+    if (product != world)
+      throw Error("Mesh: sizes multiply to " + std::to_string(product) +
+                  ", but the communicator has " + std::to_string(world) + " ranks");
+    std::vector<int> periods(sizes.size(), 0);
+    detail::check_mpi(MPI_Cart_create(comm, static_cast<int>(sizes.size()), sizes.data(),
+                                      periods.data(), 0, &state_->cart),
+                      "MPI_Cart_create");
+    int rank = 0;
+    MPI_Comm_rank(state_->cart, &rank);
+    state_->coords.resize(sizes.size());
+    MPI_Cart_coords(state_->cart, rank, static_cast<int>(sizes.size()), state_->coords.data());
+    state_->sizes = std::move(sizes);
+    state_->names = std::move(names);
+  }
+
+  [[nodiscard]] explicit operator bool() const noexcept { return state_ != nullptr; }
+  [[nodiscard]] int ndim() const { return static_cast<int>(state().sizes.size()); }
+  [[nodiscard]] const std::vector<std::string>& names() const { return state().names; }
+  [[nodiscard]] const std::vector<int>& sizes() const { return state().sizes; }
+  /// The whole mesh's communicator (row-major Cartesian).
+  [[nodiscard]] MPI_Comm comm() const { return state().cart; }
+  /// Number of ranks in the mesh.
+  [[nodiscard]] int size() const {
+    return std::accumulate(sizes().begin(), sizes().end(), 1, std::multiplies<>());
+  }
+  /// Number of ranks in a dimension or compound group (`"sp"`, `"dp-sp"`).
+  [[nodiscard]] int size(std::string_view group) const {
+    int n = 1;
+    for (int d : components(group)) n *= state().sizes[static_cast<std::size_t>(d)];
+    return n;
+  }
+  /// This rank's coordinate along a dimension or compound group (row-major within the group),
+  /// which is also its rank in `comm(group)`.
+  [[nodiscard]] int coordinate(std::string_view group) const {
+    int c = 0;
+    for (int d : components(group))
+      c = c * state().sizes[static_cast<std::size_t>(d)] + state().coords[static_cast<std::size_t>(d)];
+    return c;
+  }
+  [[nodiscard]] int rank(std::string_view group) const { return coordinate(group); }
+  [[nodiscard]] bool has(std::string_view group) const noexcept {
+    if (!state_) return false;
+    try {
+      (void)components(group);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
+  /// The communicator of a dimension or compound group, created on first use (collective).
+  [[nodiscard]] MPI_Comm comm(std::string_view group) const {
+    const auto dims = components(group);
+    auto& s = state();
+    std::lock_guard lock(s.mutex);
+    if (auto it = s.groups.find(dims); it != s.groups.end()) return it->second;
+    std::vector<int> remain(s.sizes.size(), 0);
+    for (int d : dims) remain[static_cast<std::size_t>(d)] = 1;
+    MPI_Comm sub = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Cart_sub(s.cart, remain.data(), &sub), "MPI_Cart_sub");
+    s.groups.emplace(dims, sub);
+    return sub;
+  }
+
+  /// Mesh dimension indices of a dimension or compound group, sorted in mesh order.
+  [[nodiscard]] std::vector<int> components(std::string_view group) const {
+    const auto& s = state();
+    std::vector<int> dims;
+    std::size_t begin = 0;
+    while (true) {
+      const auto end = group.find('-', begin);
+      const auto part = group.substr(begin, end == std::string_view::npos ? end : end - begin);
+      if (part.empty())
+        throw Error("Mesh: empty component in mesh group '" + std::string(group) + "'");
+      const auto it = std::find(s.names.begin(), s.names.end(), part);
+      if (it == s.names.end())
+        throw Error("Mesh: unknown mesh dimension '" + std::string(part) + "' (mesh has " +
+                    joined_names() + ")");
+      const int d = static_cast<int>(it - s.names.begin());
+      if (std::find(dims.begin(), dims.end(), d) != dims.end())
+        throw Error("Mesh: repeated component '" + std::string(part) + "' in mesh group '" +
+                    std::string(group) + "'");
+      dims.push_back(d);
+      if (end == std::string_view::npos) break;
+      begin = end + 1;
+    }
+    std::sort(dims.begin(), dims.end());
+    return dims;
+  }
+
+ private:
+  [[nodiscard]] detail::MeshState& state() const {
+    if (!state_) throw Error("Mesh: this mesh is empty (default-constructed)");
+    return *state_;
+  }
+  [[nodiscard]] std::string joined_names() const {
+    std::string out;
+    for (const auto& n : state_->names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  }
+
+  std::shared_ptr<detail::MeshState> state_;
+};
+
+}  // namespace einshard

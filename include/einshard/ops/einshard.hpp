@@ -1,0 +1,173 @@
+#pragma once
+/// @file
+/// The public `einshard` entry points: the notation as a template argument (checked at compile
+/// time) or as a run-time string (checked at run time, parse cached).
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "einshard/error.hpp"
+#include "einshard/notation/families.hpp"
+#include "einshard/notation/parser.hpp"
+#include "einshard/notation/static_expression.hpp"
+#include "einshard/ops/local.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/local.hpp"
+
+namespace einshard {
+
+namespace detail {
+
+inline void check_einshard_options(const Options& o) {
+  check_unused_options(o, "einshard", {"shapes", "sizes", "families", "policy"});
+}
+
+[[noreturn]] inline void distributed_unavailable(std::string_view source, const Options& o) {
+  if (!o.mesh)
+    throw Error("einshard: '" + std::string(source) +
+                "' moves data between ranks; distributed einshard operations require a mesh "
+                "(.mesh = ...)");
+  throw Error("einshard: '" + std::string(source) +
+              "' needs communication, which this version does not implement yet");
+}
+
+/// A run-time notation after family expansion and parsing, with its local plan when it has one.
+struct CompiledNotation {
+  std::string source;  // the expanded text the slices refer to
+  notation::Expression expression;
+  bool local = false;
+  plan::LocalPlan local_plan;
+
+  [[nodiscard]] notation::ExpressionView view() const { return expression.view(source); }
+};
+
+inline std::shared_ptr<const CompiledNotation> compile_runtime(std::string source) {
+  auto result = notation::parse(source);
+  if (!result.ok) {
+    std::string message;
+    notation::write_message(result.error, [&](char c) { message += c; });
+    throw NotationError(source, result.error.column + 1, std::move(message));
+  }
+  auto c = std::make_shared<CompiledNotation>();
+  c->source = std::move(source);
+  c->expression = std::move(result.expression);
+  c->local = plan::is_local(c->view());
+  if (c->local) c->local_plan = plan::make_local_plan(c->view());
+  return c;
+}
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
+};
+
+/// Process-wide cache of parsed run-time notations, keyed by the notation text and (when given) the
+/// families it expands with. Entries are immutable and shared.
+class NotationCache {
+ public:
+  static NotationCache& instance() {
+    static NotationCache cache;
+    return cache;
+  }
+
+  std::shared_ptr<const CompiledNotation> get(std::string_view text, const Families& families) {
+    std::string key_storage;
+    std::string_view key = text;
+    if (!families.empty()) {  // the families are part of the key: serialize them after the text
+      key_storage.assign(text);
+      for (const auto& [name, members] : families) {
+        key_storage += '\x1e';
+        key_storage += name;
+        for (const auto& m : members) (key_storage += '\x1f') += m;
+      }
+      key = key_storage;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = map_.find(key); it != map_.end()) return it->second;
+    }
+    const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
+    auto compiled = compile_runtime(expand ? notation::expand_families(text, families)
+                                           : std::string(text));
+    std::lock_guard lock(mutex_);
+    if (map_.size() >= capacity) map_.clear();  // bounded: user-built strings may be unbounded
+    return map_.emplace(std::string(key), std::move(compiled)).first->second;
+  }
+
+  static constexpr std::size_t capacity = 4096;
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const CompiledNotation>, StringHash,
+                     std::equal_to<>>
+      map_;
+};
+
+template <fixed_string S>
+at::Tensor run_static(at::TensorList xs, const Options& o) {
+  constexpr auto& E = notation::static_expression<S>;
+  static_assert(E.view().input_count() == 0 || true);
+  check_einshard_options(o);
+  if constexpr (plan::is_local(E.view())) {
+    // Built once per notation; every call after that does no string work at all.
+    static const plan::LocalPlan plan = plan::make_local_plan(E.view());
+    return ops::run_local(plan, S.view(), xs, o);
+  } else {
+    distributed_unavailable(S.view(), o);
+  }
+}
+
+template <fixed_string S, std::size_t Given>
+constexpr void check_arity() {
+  constexpr auto inputs = notation::static_expression<S>.view().input_count();
+  static_assert(inputs == Given,
+                "einshard: the number of tensors must equal the number of inputs of the notation");
+}
+
+}  // namespace detail
+
+/// `einshard<"a b, b c -> a c">(x, y, {.mesh = mesh})`: the notation is parsed and checked at
+/// compile time; a malformed one does not compile, and the diagnostic names the fault and column.
+template <fixed_string S>
+at::Tensor einshard(const at::Tensor& x, const Options& o = {}) {
+  detail::check_arity<S, 1>();
+  return detail::run_static<S>({x}, o);
+}
+template <fixed_string S>
+at::Tensor einshard(const at::Tensor& x, const at::Tensor& y, const Options& o = {}) {
+  detail::check_arity<S, 2>();
+  return detail::run_static<S>({x, y}, o);
+}
+template <fixed_string S>
+at::Tensor einshard(const at::Tensor& x, const at::Tensor& y, const at::Tensor& z,
+                    const Options& o = {}) {
+  detail::check_arity<S, 3>();
+  return detail::run_static<S>({x, y, z}, o);
+}
+/// Any number of operands, passed as a list.
+template <fixed_string S>
+at::Tensor einshard(at::TensorList xs, const Options& o = {}) {
+  if (xs.size() != notation::static_expression<S>.view().input_count())
+    throw Error("einshard: '" + std::string(S.view()) + "' has " +
+                std::to_string(notation::static_expression<S>.view().input_count()) +
+                " inputs, but " + std::to_string(xs.size()) + " tensors were given");
+  return detail::run_static<S>(xs, o);
+}
+
+/// `einshard("a b -> b a", {x})`: a notation built at run time (families, user input). A malformed
+/// one throws `NotationError`; parses are cached per (notation, families).
+inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o = {}) {
+  detail::check_einshard_options(o);
+  const auto compiled = detail::NotationCache::instance().get(notation, o.families);
+  if (!compiled->local) detail::distributed_unavailable(compiled->source, o);
+  return ops::run_local(compiled->local_plan, compiled->source, xs, o);
+}
+
+}  // namespace einshard

@@ -1,0 +1,177 @@
+#pragma once
+/// @file
+/// Runs a local plan: factored groups are reshaped apart, one `at::einsum` does the work (so values
+/// and gradients are torch's own), output groups are reshaped together.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/notation/families.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/local.hpp"
+
+namespace einshard::ops {
+
+namespace detail {
+
+inline std::string operand_label(std::size_t i, std::size_t inputs) {
+  return inputs == 1 ? std::string("the input") : "input " + std::to_string(i + 1);
+}
+
+inline bool takes_scalar(const plan::OperandLayout& l, const at::Tensor& x) {
+  return x.dim() == 0 && l.single_axis();
+}
+
+inline void check_rank(const plan::OperandLayout& l, const at::Tensor& x, std::size_t i,
+                       std::size_t inputs, std::string_view source) {
+  const auto ok = l.has_ellipsis ? x.dim() >= l.rank : x.dim() == l.rank;
+  if (ok || takes_scalar(l, x)) return;
+  throw Error("einshard: " + operand_label(i, inputs) + " of '" + std::string(source) + "' names " +
+              std::to_string(l.rank) + (l.has_ellipsis ? " or more" : "") +
+              " dimensions, but the tensor has " + std::to_string(x.dim()));
+}
+
+/// Sizes of every axis id: from plain dimensions of the inputs, the `sizes` option, and inference
+/// of one unknown factor per group.
+inline std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::TensorList xs,
+                                               const Options& o) {
+  std::vector<std::int64_t> size(p.axis_names.size(), -1);
+  const auto given = notation::expand_sizes(o.sizes, o.families);
+  for (std::size_t id = 0; id < size.size(); ++id)
+    if (auto it = given.find(p.axis_names[id]); it != given.end()) size[id] = it->second;
+  // Each group item with the tensor dimension it splits.
+  struct Pending {
+    const plan::LayoutItem* item;
+    std::int64_t dim;
+  };
+  std::vector<Pending> groups;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const auto& l = p.inputs[i];
+    if (takes_scalar(l, xs[i])) continue;
+    std::int64_t d = 0;
+    for (const auto& item : l.items) {
+      if (item.kind == notation::ItemKind::ellipsis) {
+        d += xs[i].dim() - l.rank;
+        continue;
+      }
+      const auto extent = xs[i].size(d++);
+      if (item.kind == notation::ItemKind::group) groups.push_back({&item, extent});
+      else if (size[item.ids[0]] <= 1) size[item.ids[0]] = extent;  // size 1 broadcasts
+    }
+  }
+  auto names = [&](const plan::LayoutItem& g, bool unknown_only) {
+    std::string s;
+    for (auto id : g.ids)
+      if (!unknown_only || size[id] < 0) s += (s.empty() ? "" : ", ") + p.axis_names[id];
+    return s;
+  };
+  // A factor inferred in one group may be what another group needs: repeat until nothing changes.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& g : groups) {
+      std::int64_t known = 1, unknown = 0, last = -1;
+      for (auto id : g.item->ids)
+        if (size[id] < 0) ++unknown, last = id;
+        else known *= size[id];
+      if (unknown == 1 && known != 0 && g.dim % known == 0) {
+        size[static_cast<std::size_t>(last)] = g.dim / known;
+        changed = true;
+      }
+    }
+  }
+  for (const auto& g : groups) {
+    std::int64_t known = 1, unknown = 0;
+    for (auto id : g.item->ids)
+      if (size[id] < 0) ++unknown;
+      else known *= size[id];
+    if (unknown > 1)
+      throw Error("Cannot infer multiple factor sizes for " + names(*g.item, true) +
+                  " (give all but one in .sizes)");
+    if (unknown == 1)
+      throw Error("Cannot infer factor size for '" + names(*g.item, true) + "' from dimension " +
+                  std::to_string(g.dim));
+    if (known != g.dim)
+      throw Error("Factor sizes of (" + names(*g.item, false) + ") multiply to " +
+                  std::to_string(known) + ", but tensor dimension is " + std::to_string(g.dim));
+  }
+  return size;
+}
+
+}  // namespace detail
+
+/// Runs a local plan on `xs` (one tensor per input of the notation `source`).
+inline at::Tensor run_local(const plan::LocalPlan& p, std::string_view source, at::TensorList xs,
+                            const Options& o) {
+  if (xs.size() != p.inputs.size())
+    throw Error("einshard: '" + std::string(source) + "' has " + std::to_string(p.inputs.size()) +
+                " inputs, but " + std::to_string(xs.size()) + " tensors were given");
+  bool scalars = false;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    detail::check_rank(p.inputs[i], xs[i], i, xs.size(), source);
+    scalars = scalars || detail::takes_scalar(p.inputs[i], xs[i]);
+  }
+  if (!p.has_groups && !scalars) return at::einsum(p.equation, xs);
+
+  std::vector<std::int64_t> size;
+  if (p.has_groups) size = detail::resolve_sizes(p, xs, o);
+  std::vector<at::Tensor> operands;
+  operands.reserve(xs.size());
+  bool scalar_output = p.output.single_axis();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const auto& l = p.inputs[i];
+    const auto& x = xs[i];
+    if (detail::takes_scalar(l, x)) {
+      operands.push_back(x.reshape({1}));
+      continue;
+    }
+    for (const auto& item : l.items)  // the output axis has a real extent somewhere
+      if (scalar_output && item.kind == notation::ItemKind::axis &&
+          item.ids[0] == p.output.items[0].ids[0])
+        scalar_output = false;
+    if (!l.has_groups) {
+      operands.push_back(x);
+      continue;
+    }
+    std::vector<std::int64_t> shape;
+    std::int64_t d = 0;
+    for (const auto& item : l.items) {
+      if (item.kind == notation::ItemKind::ellipsis) {
+        for (auto e = x.dim() - l.rank; e > 0; --e) shape.push_back(x.size(d++));
+      } else if (item.kind == notation::ItemKind::group) {
+        for (auto id : item.ids) shape.push_back(size[id]);
+        ++d;
+      } else {
+        shape.push_back(x.size(d++));
+      }
+    }
+    operands.push_back(x.reshape(shape));
+  }
+  auto out = at::einsum(p.equation, operands);
+  if (scalars && scalar_output) return out.reshape({});
+  if (!p.output.has_groups) return out;
+  const auto& l = p.output;
+  std::vector<std::int64_t> shape;
+  std::int64_t d = 0;
+  const std::int64_t flat_axes = [&] {
+    std::int64_t n = 0;
+    for (const auto& item : l.items) n += static_cast<std::int64_t>(item.ids.size());
+    return n;
+  }();
+  for (const auto& item : l.items) {
+    if (item.kind == notation::ItemKind::ellipsis) {
+      for (auto e = out.dim() - flat_axes; e > 0; --e) shape.push_back(out.size(d++));
+    } else {
+      std::int64_t extent = 1;
+      for (std::size_t k = 0; k < item.ids.size(); ++k) extent *= out.size(d++);
+      shape.push_back(extent);
+    }
+  }
+  return out.reshape(shape);
+}
+
+}  // namespace einshard::ops
