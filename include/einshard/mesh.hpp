@@ -11,11 +11,14 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "einshard/comm/check.hpp"
 #include "einshard/error.hpp"
+#include "einshard/mesh_shape.hpp"
 
 namespace einshard {
 
@@ -23,9 +26,9 @@ namespace detail {
 
 struct MeshState {
   MPI_Comm cart = MPI_COMM_NULL;
-  std::vector<int> sizes;
-  std::vector<std::string> names;
-  std::vector<int> coords;
+  MeshShape shape;
+  std::vector<int> coords;      // this rank's
+  std::vector<int> all_coords;  // rank-major: the coordinates of every rank of `cart`
   std::mutex mutex;
   // Keyed by the sorted component dimension indices, so "dp-sp" and "sp-dp" share one communicator.
   std::map<std::vector<int>, MPI_Comm> groups;
@@ -42,12 +45,10 @@ struct MeshState {
   }
 };
 
-inline void check_mpi(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  throw Error(std::string(what) + " failed: " + std::string(text, static_cast<std::size_t>(length)));
+inline bool valid_dimension_name(std::string_view n) {
+  return !n.empty() && std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
 }
 
 }  // namespace detail
@@ -57,7 +58,9 @@ inline void check_mpi(int code, const char* what) {
 /// order exactly as in a PyTorch DeviceMesh.
 ///
 /// Creating a compound group is collective over the mesh: every rank must ask for the same groups in
-/// the same order (which SPMD code does naturally).
+/// the same order (which SPMD code does naturally). Constructing a mesh is collective over `comm`;
+/// its arguments are checked before any communication, so bad arguments (which are the same on every
+/// rank in SPMD code) throw the same `Error` everywhere.
 class Mesh {
  public:
   Mesh() = default;
@@ -71,10 +74,7 @@ class Mesh {
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto& n = names[i];
       if (n.empty()) throw Error("Mesh: empty mesh dimension name");
-      if (!std::all_of(n.begin(), n.end(), [](char c) {
-            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                   c == '_';
-          }))
+      if (!detail::valid_dimension_name(n))
         throw Error("Mesh: mesh dimension name '" + n +
                     "' may contain only letters, digits and '_' ('-' joins compound groups)");
       if (std::count(names.begin(), names.end(), n) > 1)
@@ -83,28 +83,33 @@ class Mesh {
         throw Error("Mesh: mesh dimension '" + n + "' has size " + std::to_string(sizes[i]));
     }
     int world = 0;
-    detail::check_mpi(MPI_Comm_size(comm, &world), "MPI_Comm_size");
-    const auto product = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{1},
-                                         std::multiplies<>());
+    comm::check(MPI_Comm_size(comm, &world), "MPI_Comm_size");
+    const auto product =
+        std::accumulate(sizes.begin(), sizes.end(), std::int64_t{1}, std::multiplies<>());
     if (product != world)
       throw Error("Mesh: sizes multiply to " + std::to_string(product) +
                   ", but the communicator has " + std::to_string(world) + " ranks");
+    const int ndim = static_cast<int>(sizes.size());
     std::vector<int> periods(sizes.size(), 0);
-    detail::check_mpi(MPI_Cart_create(comm, static_cast<int>(sizes.size()), sizes.data(),
-                                      periods.data(), 0, &state_->cart),
+    comm::check(MPI_Cart_create(comm, ndim, sizes.data(), periods.data(), 0, &state_->cart),
                       "MPI_Cart_create");
     int rank = 0;
     MPI_Comm_rank(state_->cart, &rank);
     state_->coords.resize(sizes.size());
-    MPI_Cart_coords(state_->cart, rank, static_cast<int>(sizes.size()), state_->coords.data());
-    state_->sizes = std::move(sizes);
-    state_->names = std::move(names);
+    MPI_Cart_coords(state_->cart, rank, ndim, state_->coords.data());
+    state_->all_coords.resize(static_cast<std::size_t>(world) * sizes.size());
+    for (int r = 0; r < world; ++r)
+      MPI_Cart_coords(state_->cart, r, ndim,
+                      state_->all_coords.data() + static_cast<std::size_t>(r) * sizes.size());
+    state_->shape = {std::move(names), std::move(sizes)};
   }
 
   [[nodiscard]] explicit operator bool() const noexcept { return state_ != nullptr; }
-  [[nodiscard]] int ndim() const { return static_cast<int>(state().sizes.size()); }
-  [[nodiscard]] const std::vector<std::string>& names() const { return state().names; }
-  [[nodiscard]] const std::vector<int>& sizes() const { return state().sizes; }
+  /// Names and sizes, for planning without MPI.
+  [[nodiscard]] const MeshShape& shape() const { return state().shape; }
+  [[nodiscard]] int ndim() const { return static_cast<int>(shape().sizes.size()); }
+  [[nodiscard]] const std::vector<std::string>& names() const { return shape().names; }
+  [[nodiscard]] const std::vector<int>& sizes() const { return shape().sizes; }
   /// The whole mesh's communicator (row-major Cartesian).
   [[nodiscard]] MPI_Comm comm() const { return state().cart; }
   /// Number of ranks in the mesh.
@@ -112,20 +117,25 @@ class Mesh {
     return std::accumulate(sizes().begin(), sizes().end(), 1, std::multiplies<>());
   }
   /// Number of ranks in a dimension or compound group (`"sp"`, `"dp-sp"`).
-  [[nodiscard]] int size(std::string_view group) const {
-    int n = 1;
-    for (int d : components(group)) n *= state().sizes[static_cast<std::size_t>(d)];
-    return n;
-  }
+  [[nodiscard]] int size(std::string_view group) const { return shape().size(group); }
   /// This rank's coordinate along a dimension or compound group (row-major within the group),
   /// which is also its rank in `comm(group)`.
   [[nodiscard]] int coordinate(std::string_view group) const {
-    int c = 0;
-    for (int d : components(group))
-      c = c * state().sizes[static_cast<std::size_t>(d)] + state().coords[static_cast<std::size_t>(d)];
-    return c;
+    return shape().coordinate(group, state().coords);
   }
   [[nodiscard]] int rank(std::string_view group) const { return coordinate(group); }
+  /// This rank in `comm()`.
+  [[nodiscard]] int rank() const {
+    int r = 0;
+    MPI_Comm_rank(state().cart, &r);
+    return r;
+  }
+  /// The coordinates (one per dimension) of rank `r` of `comm()`.
+  [[nodiscard]] std::span<const int> coordinates_of(int r) const {
+    const auto& s = state();
+    const auto n = s.shape.sizes.size();
+    return {s.all_coords.data() + static_cast<std::size_t>(r) * n, n};
+  }
   [[nodiscard]] bool has(std::string_view group) const noexcept {
     if (!state_) return false;
     try {
@@ -135,6 +145,10 @@ class Mesh {
       return false;
     }
   }
+  /// Mesh dimension indices of a group, sorted in mesh order.
+  [[nodiscard]] std::vector<int> components(std::string_view group) const {
+    return shape().components(group);
+  }
 
   /// The communicator of a dimension or compound group, created on first use (collective).
   [[nodiscard]] MPI_Comm comm(std::string_view group) const {
@@ -142,49 +156,18 @@ class Mesh {
     auto& s = state();
     std::lock_guard lock(s.mutex);
     if (auto it = s.groups.find(dims); it != s.groups.end()) return it->second;
-    std::vector<int> remain(s.sizes.size(), 0);
+    std::vector<int> remain(s.shape.sizes.size(), 0);
     for (int d : dims) remain[static_cast<std::size_t>(d)] = 1;
     MPI_Comm sub = MPI_COMM_NULL;
-    detail::check_mpi(MPI_Cart_sub(s.cart, remain.data(), &sub), "MPI_Cart_sub");
+    comm::check(MPI_Cart_sub(s.cart, remain.data(), &sub), "MPI_Cart_sub");
     s.groups.emplace(dims, sub);
     return sub;
-  }
-
-  /// Mesh dimension indices of a dimension or compound group, sorted in mesh order.
-  [[nodiscard]] std::vector<int> components(std::string_view group) const {
-    const auto& s = state();
-    std::vector<int> dims;
-    std::size_t begin = 0;
-    while (true) {
-      const auto end = group.find('-', begin);
-      const auto part = group.substr(begin, end == std::string_view::npos ? end : end - begin);
-      if (part.empty())
-        throw Error("Mesh: empty component in mesh group '" + std::string(group) + "'");
-      const auto it = std::find(s.names.begin(), s.names.end(), part);
-      if (it == s.names.end())
-        throw Error("Mesh: unknown mesh dimension '" + std::string(part) + "' (mesh has " +
-                    joined_names() + ")");
-      const int d = static_cast<int>(it - s.names.begin());
-      if (std::find(dims.begin(), dims.end(), d) != dims.end())
-        throw Error("Mesh: repeated component '" + std::string(part) + "' in mesh group '" +
-                    std::string(group) + "'");
-      dims.push_back(d);
-      if (end == std::string_view::npos) break;
-      begin = end + 1;
-    }
-    std::sort(dims.begin(), dims.end());
-    return dims;
   }
 
  private:
   [[nodiscard]] detail::MeshState& state() const {
     if (!state_) throw Error("Mesh: this mesh is empty (default-constructed)");
     return *state_;
-  }
-  [[nodiscard]] std::string joined_names() const {
-    std::string out;
-    for (const auto& n : state_->names) out += (out.empty() ? "" : ", ") + n;
-    return out;
   }
 
   std::shared_ptr<detail::MeshState> state_;

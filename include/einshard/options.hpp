@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -56,23 +57,23 @@ enum class Policy { training, inference, memory, communication, latency };
 
 /// Options of every tensor operation. A field an operation does not use is an error if set.
 struct Options {
-  Mesh mesh;              ///< needed when data moves between ranks
-  Shapes shapes;          ///< split metadata for uneven shards
-  Sizes sizes;            ///< factor sizes of groups `(h p)`, by axis or family
-  Families families;      ///< axis families for run-time notations
-  AxisMap axes;           ///< FFT axes (input -> output names)
-  std::optional<bool> inverse;
-  std::optional<bool> real;
-  std::optional<std::string> norm;
-  std::map<std::string, std::int64_t, std::less<>> signal_sizes;
-  std::optional<Boundary> boundary;
-  std::optional<double> fill;
-  std::optional<at::Tensor> bias;
-  std::optional<PerAxis> stride;
-  std::optional<Padding> padding;
-  std::optional<PerAxis> dilation;
-  std::optional<std::int64_t> groups;
-  std::optional<Policy> policy;
+  Mesh mesh{};              ///< needed when data moves between ranks
+  Shapes shapes{};          ///< split metadata for uneven shards
+  Sizes sizes{};            ///< factor sizes of groups `(h p)`, by axis or family
+  Families families{};      ///< axis families for run-time notations
+  AxisMap axes{};           ///< FFT axes (input -> output names)
+  std::optional<bool> inverse{};
+  std::optional<bool> real{};
+  std::optional<std::string> norm{};
+  std::map<std::string, std::int64_t, std::less<>> signal_sizes{};
+  std::optional<Boundary> boundary{};
+  std::optional<double> fill{};
+  std::optional<at::Tensor> bias{};
+  std::optional<PerAxis> stride{};
+  std::optional<Padding> padding{};
+  std::optional<PerAxis> dilation{};
+  std::optional<std::int64_t> groups{};
+  std::optional<Policy> policy{};
 };
 
 namespace detail {

@@ -12,12 +12,14 @@
 #include <unordered_map>
 
 #include "einshard/error.hpp"
+#include "einshard/exec/unary.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
 #include "einshard/notation/static_expression.hpp"
 #include "einshard/ops/local.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/local.hpp"
+#include "einshard/plan/plan.hpp"
 
 namespace einshard {
 
@@ -27,13 +29,30 @@ inline void check_einshard_options(const Options& o) {
   check_unused_options(o, "einshard", {"shapes", "sizes", "families", "policy"});
 }
 
-[[noreturn]] inline void distributed_unavailable(std::string_view source, const Options& o) {
+/// A notation that moves data between ranks.
+inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
+                                  const Options& o) {
   if (!o.mesh)
-    throw Error("einshard: '" + std::string(source) +
+    throw Error("einshard: '" + std::string(e.source) +
                 "' moves data between ranks; distributed einshard operations require a mesh "
                 "(.mesh = ...)");
-  throw Error("einshard: '" + std::string(source) +
-              "' needs communication, which this version does not implement yet");
+  if (xs.size() != e.input_count())
+    throw Error("einshard: '" + std::string(e.source) + "' has " + std::to_string(e.input_count()) +
+                " inputs, but " + std::to_string(xs.size()) + " tensors were given");
+  if (e.input_count() != 1)
+    throw Error("einshard: '" + std::string(e.source) +
+                "' is a distributed contraction; this version distributes unary operations only");
+  const auto call = exec::prepare_unary(e, xs[0], o);
+  return exec::run_unary(e.source, call, xs[0], o.mesh);
+}
+
+/// The plan a distributed notation would run, with this rank's costs; collective, moves no data.
+inline Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
+                                const Options& o) {
+  if (e.input_count() != 1 || xs.size() != 1 || !o.mesh)
+    return {std::string(e.source), {}};
+  const auto call = exec::prepare_unary(e, xs[0], o);
+  return exec::describe_unary(e.source, call, o.mesh, xs[0].element_size());
 }
 
 /// A run-time notation after family expansion and parsing, with its local plan when it has one.
@@ -113,14 +132,13 @@ class NotationCache {
 template <fixed_string S>
 at::Tensor run_static(at::TensorList xs, const Options& o) {
   constexpr auto& E = notation::static_expression<S>;
-  static_assert(E.view().input_count() == 0 || true);
   check_einshard_options(o);
   if constexpr (plan::is_local(E.view())) {
     // Built once per notation; every call after that does no string work at all.
     static const plan::LocalPlan plan = plan::make_local_plan(E.view());
     return ops::run_local(plan, S.view(), xs, o);
   } else {
-    distributed_unavailable(S.view(), o);
+    return run_distributed(E.view(), xs, o);
   }
 }
 
@@ -166,8 +184,33 @@ at::Tensor einshard(at::TensorList xs, const Options& o = {}) {
 inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
-  if (!compiled->local) detail::distributed_unavailable(compiled->source, o);
+  if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o);
   return ops::run_local(compiled->local_plan, compiled->source, xs, o);
+}
+
+/// What `einshard<S>(xs..., o)` would run on these tensors: its steps and this rank's traffic and
+/// memory per step, forward and backward. Collective over the mesh for a distributed notation (the
+/// ranks agree on shapes first); an empty plan for a local one.
+template <fixed_string S>
+Plan explain(at::TensorList xs, const Options& o = {}) {
+  detail::check_einshard_options(o);
+  constexpr auto& E = notation::static_expression<S>;
+  if constexpr (plan::is_local(E.view())) {
+    return {std::string(S.view()), {}};
+  } else {
+    return detail::explain_distributed(E.view(), xs, o);
+  }
+}
+template <fixed_string S>
+Plan explain(const at::Tensor& x, const Options& o = {}) {
+  return explain<S>(at::TensorList{x}, o);
+}
+
+inline Plan explain(std::string_view notation, at::TensorList xs, const Options& o = {}) {
+  detail::check_einshard_options(o);
+  const auto compiled = detail::NotationCache::instance().get(notation, o.families);
+  if (compiled->local) return {compiled->source, {}};
+  return detail::explain_distributed(compiled->view(), xs, o);
 }
 
 }  // namespace einshard

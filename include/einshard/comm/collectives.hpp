@@ -1,0 +1,248 @@
+#pragma once
+/// @file
+/// Collectives and point-to-point transfers on CPU torch tensors of any dtype, contiguous or not.
+/// Uneven pieces move only their real bytes (no padding), and the one algorithm choice that depends
+/// on the machine (how to reduce-scatter) is a visible, switchable setting.
+///
+/// Every function here is collective over `comm` unless it says otherwise, and decides its control
+/// flow only from arguments every rank agrees on (the planner guarantees that), so no rank can skip
+/// a call another one makes.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "einshard/comm/mpi.hpp"
+#include "einshard/error.hpp"
+#include "einshard/plan/redistribute.hpp"
+
+namespace einshard::comm {
+
+/// How a reduce-scatter runs. `allreduce_slice` sums the whole tensor and keeps a slice: more bytes
+/// on the wire, but OpenMPI 4.1's MPI_Reduce_scatter was measured slower than its MPI_Allreduce on
+/// large messages here (docs/performance.md). `native` calls MPI_Reduce_scatter.
+enum class ReduceScatterAlgorithm { native, allreduce_slice };
+
+/// Process-wide algorithm choices (read by the planner's cost model and by explain()).
+struct Algorithms {
+  ReduceScatterAlgorithm reduce_scatter = ReduceScatterAlgorithm::native;
+};
+inline Algorithms& algorithms() {
+  static Algorithms a;
+  return a;
+}
+
+inline void require_cpu(const at::Tensor& x, const char* op) {
+  if (!x.device().is_cpu())
+    throw Error(std::string("einshard: ") + op + " supports CPU tensors only in this version (got " +
+                x.device().str() + ")");
+}
+
+/// Sum of `x` over `comm`; every rank gets the result (a new tensor).
+inline at::Tensor all_reduce(const at::Tensor& x, MPI_Comm comm) {
+  require_cpu(x, "all_reduce");
+  const auto in = x.contiguous();
+  auto out = at::empty_like(in, at::MemoryFormat::Contiguous);
+  if (in.numel() == 0) return out;
+  check(MPI_Allreduce(in.data_ptr(), out.data_ptr(), count(in.numel()), datatype(in.scalar_type()),
+                      sum_op(in.scalar_type()), comm),
+        "MPI_Allreduce");
+  return out;
+}
+
+namespace detail {
+
+struct Split3 {
+  std::int64_t outer = 1, inner = 1;
+};
+inline Split3 around(at::IntArrayRef shape, std::int64_t dim) {
+  Split3 s;
+  for (std::int64_t i = 0; i < dim; ++i) s.outer *= shape[static_cast<std::size_t>(i)];
+  for (auto i = static_cast<std::size_t>(dim) + 1; i < shape.size(); ++i) s.inner *= shape[i];
+  return s;
+}
+
+inline std::vector<std::int64_t> offsets(std::span<const std::int64_t> sizes) {
+  std::vector<std::int64_t> off(sizes.size() + 1, 0);
+  std::partial_sum(sizes.begin(), sizes.end(), off.begin() + 1);
+  return off;
+}
+
+}  // namespace detail
+
+/// Concatenation along `dim` of every rank's piece; `sizes[r]` is rank r's extent along `dim` (all
+/// other extents equal). Blocks land in place through a strided receive type: no padding, no
+/// transpose copies for inner dimensions.
+inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<const std::int64_t> sizes,
+                             MPI_Comm comm) {
+  require_cpu(x, "all_gather");
+  const auto in = x.contiguous();
+  const auto P = static_cast<std::size_t>(size_of(comm));
+  if (sizes.size() != P) throw Error("all_gather: one size per rank is needed");
+  const auto off = detail::offsets(sizes);
+  auto shape = in.sizes().vec();
+  shape[static_cast<std::size_t>(dim)] = off.back();
+  auto out = at::empty(shape, in.options());
+  const auto [outer, inner] = detail::around(shape, dim);
+  if (out.numel() == 0) return out;
+  const auto elem = datatype(in.scalar_type());
+  std::vector<int> counts(P), displs(P);
+  if (outer == 1) {
+    for (std::size_t r = 0; r < P; ++r) {
+      counts[r] = count(sizes[r] * inner);
+      displs[r] = count(off[r] * inner);
+    }
+    check(MPI_Allgatherv(in.data_ptr(), count(in.numel()), elem, out.data_ptr(), counts.data(),
+                         displs.data(), elem, comm),
+          "MPI_Allgatherv");
+    return out;
+  }
+  // One "slab" of the gathered dimension across all outer indices, resized so consecutive slabs
+  // interleave: rank r's n_r slabs start at slab off_r.
+  MPI_Datatype slab = MPI_DATATYPE_NULL, resized = MPI_DATATYPE_NULL;
+  MPI_Aint lb = 0, extent = 0;
+  MPI_Type_get_extent(elem, &lb, &extent);
+  check(MPI_Type_vector(count(outer), count(inner), count(off.back() * inner), elem, &slab),
+        "MPI_Type_vector");
+  MPI_Type_create_resized(slab, 0, static_cast<MPI_Aint>(inner) * extent, &resized);
+  MPI_Type_free(&slab);
+  const Datatype recv(resized);
+  for (std::size_t r = 0; r < P; ++r) {
+    counts[r] = count(sizes[r]);
+    displs[r] = count(off[r]);
+  }
+  check(MPI_Allgatherv(in.data_ptr(), count(in.numel()), elem, out.data_ptr(), counts.data(),
+                       displs.data(), recv.get(), comm),
+        "MPI_Allgatherv");
+  return out;
+}
+
+/// Sum over `comm` of every rank's full tensor, of which rank r keeps the piece `sizes[r]` long along
+/// `dim` (pieces in rank order).
+inline at::Tensor reduce_scatter(const at::Tensor& x, std::int64_t dim,
+                                 std::span<const std::int64_t> sizes, MPI_Comm comm) {
+  require_cpu(x, "reduce_scatter");
+  const auto P = static_cast<std::size_t>(size_of(comm));
+  const auto me = static_cast<std::size_t>(rank_of(comm));
+  if (sizes.size() != P) throw Error("reduce_scatter: one size per rank is needed");
+  const auto off = detail::offsets(sizes);
+  if (off.back() != x.size(dim))
+    throw Error("reduce_scatter: pieces sum to " + std::to_string(off.back()) +
+                " but the tensor has " + std::to_string(x.size(dim)) + " along the dimension");
+  const auto [outer, inner] = detail::around(x.sizes(), dim);
+  if (algorithms().reduce_scatter == ReduceScatterAlgorithm::allreduce_slice || outer != 1) {
+    // Inner-dimension pieces are not contiguous, which MPI's reductions require: sum all, slice.
+    return all_reduce(x, comm).narrow(dim, off[me], sizes[me]).clone();
+  }
+  const auto in = x.contiguous();
+  auto shape = in.sizes().vec();
+  shape[static_cast<std::size_t>(dim)] = sizes[me];
+  auto out = at::empty(shape, in.options());
+  if (in.numel() == 0) return out;
+  std::vector<int> counts(P);
+  for (std::size_t r = 0; r < P; ++r) counts[r] = count(sizes[r] * inner);
+  check(MPI_Reduce_scatter(in.data_ptr(), out.data_ptr(), counts.data(),
+                           datatype(in.scalar_type()), sum_op(in.scalar_type()), comm),
+        "MPI_Reduce_scatter");
+  return out;
+}
+
+/// `x` from group rank `root` to every rank (`x` must have the same shape and dtype everywhere).
+inline at::Tensor broadcast(const at::Tensor& x, int root, MPI_Comm comm) {
+  require_cpu(x, "broadcast");
+  auto out = rank_of(comm) == root ? x.contiguous().clone() : at::empty_like(x, at::MemoryFormat::Contiguous);
+  if (out.numel() == 0) return out;
+  check(MPI_Bcast(out.data_ptr(), count(out.numel()), datatype(out.scalar_type()), root, comm),
+        "MPI_Bcast");
+  return out;
+}
+
+using plan::Box;
+using plan::Transfer;
+
+namespace detail {
+
+inline Datatype subarray(at::IntArrayRef shape, const Box& box, MPI_Datatype elem) {
+  if (shape.empty()) {  // a 0-d tensor is one element
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    MPI_Type_contiguous(1, elem, &t);
+    return Datatype(t);
+  }
+  std::vector<int> sizes, subsizes, starts;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    sizes.push_back(count(shape[d]));
+    subsizes.push_back(count(box.size[d]));
+    starts.push_back(count(box.start[d]));
+  }
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  check(MPI_Type_create_subarray(static_cast<int>(shape.size()), sizes.data(), subsizes.data(),
+                                 starts.data(), MPI_ORDER_C, elem, &t),
+        "MPI_Type_create_subarray");
+  return Datatype(t);
+}
+
+inline at::Tensor view_box(const at::Tensor& t, const Box& box) {
+  auto v = t;
+  for (std::size_t d = 0; d < box.size.size(); ++d)
+    v = v.narrow(static_cast<std::int64_t>(d), box.start[d], box.size[d]);
+  return v;
+}
+
+}  // namespace detail
+
+/// Moves boxes between ranks: every `send` box of `x` goes to its peer, every `recv` box of the new
+/// tensor of shape `out_shape` comes from its peer; a transfer with this rank as peer is a local
+/// copy. Both sides describe each message identically (the planner derives them from the same
+/// layouts), so sends and receives match. Nonblocking point-to-point with derived datatypes: no
+/// packing copies, and only the pairs that exchange data post anything.
+inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
+                                 const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
+                                 MPI_Comm comm, int tag = 7101) {
+  require_cpu(x, "redistribute");
+  const auto in = x.contiguous();
+  auto out = at::empty(out_shape, in.options());
+  const int me = rank_of(comm);
+  const auto elem = datatype(in.scalar_type());
+  std::vector<Datatype> types;
+  std::vector<MPI_Request> requests;
+  types.reserve(sends.size() + recvs.size());
+  requests.reserve(sends.size() + recvs.size());
+  for (const auto& r : recvs) {
+    if (r.peer == me || r.box.numel() == 0) continue;
+    types.push_back(detail::subarray(out_shape, r.box, elem));
+    requests.emplace_back();
+    check(MPI_Irecv(out.data_ptr(), 1, types.back().get(), r.peer, tag, comm, &requests.back()),
+          "MPI_Irecv");
+  }
+  for (const auto& s : sends) {
+    if (s.peer == me || s.box.numel() == 0) continue;
+    types.push_back(detail::subarray(in.sizes(), s.box, elem));
+    requests.emplace_back();
+    check(MPI_Isend(in.data_ptr(), 1, types.back().get(), s.peer, tag, comm, &requests.back()),
+          "MPI_Isend");
+  }
+  // The local piece moves while the messages are in flight.
+  for (const auto& s : sends) {
+    if (s.peer != me || s.box.numel() == 0) continue;
+    for (const auto& r : recvs)
+      if (r.peer == me) detail::view_box(out, r.box).copy_(detail::view_box(in, s.box));
+  }
+  check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
+  return out;
+}
+
+/// Every rank's `values` (all of the same length), rank-major. Small metadata only.
+inline std::vector<std::int64_t> all_gather_values(std::span<const std::int64_t> values, MPI_Comm comm) {
+  std::vector<std::int64_t> out(values.size() * static_cast<std::size_t>(size_of(comm)));
+  check(MPI_Allgather(values.data(), count(static_cast<std::int64_t>(values.size())), MPI_INT64_T,
+                      out.data(), count(static_cast<std::int64_t>(values.size())), MPI_INT64_T, comm),
+        "MPI_Allgather");
+  return out;
+}
+
+}  // namespace einshard::comm

@@ -1,0 +1,87 @@
+#pragma once
+/// @file
+/// Where a tensor's data lives: each axis whole or sharded over a mesh group, plus the groups over
+/// which the tensor is a partial sum. Pure values, built from notation specs.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/mesh_shape.hpp"
+#include "einshard/notation/expression.hpp"
+
+namespace einshard::plan {
+
+/// One axis: its name and the (canonical) mesh group sharding it; "" when every rank holds it whole.
+struct Placement {
+  std::string axis;
+  std::string group;
+  friend bool operator==(const Placement&, const Placement&) = default;
+};
+
+struct Layout {
+  std::vector<Placement> axes;
+  std::vector<std::string> partials;  ///< canonical groups, in notation order
+
+  [[nodiscard]] std::ptrdiff_t find(std::string_view axis) const {
+    for (std::size_t i = 0; i < axes.size(); ++i)
+      if (axes[i].axis == axis) return static_cast<std::ptrdiff_t>(i);
+    return -1;
+  }
+  [[nodiscard]] const std::string& group(std::string_view axis) const {
+    return axes[static_cast<std::size_t>(find(axis))].group;
+  }
+  [[nodiscard]] bool has_partial(std::string_view g) const {
+    return std::find(partials.begin(), partials.end(), g) != partials.end();
+  }
+  friend bool operator==(const Layout&, const Layout&) = default;
+
+  /// "a/dp b // tp": the layout in notation form, for messages and plans.
+  [[nodiscard]] std::string str() const {
+    std::string out;
+    for (const auto& p : axes) {
+      if (!out.empty()) out += ' ';
+      out += p.axis;
+      if (!p.group.empty()) out += "/" + p.group;
+    }
+    if (partials.size() == 1) out += " // " + partials[0];
+    if (partials.size() > 1) {
+      out += " // (";
+      for (std::size_t i = 0; i < partials.size(); ++i) out += (i ? "," : "") + partials[i];
+      out += ')';
+    }
+    return out;
+  }
+};
+
+/// The name given to the i-th axis covered by an ellipsis.
+inline std::string ellipsis_axis(std::int64_t i) { return "...." + std::to_string(i); }
+
+/// The layout of an operand of a distributed operation, its ellipsis standing for `ellipsis_dims`
+/// whole axes. Groups are checked against the mesh and spelled canonically.
+inline Layout layout_of(const notation::ExpressionView& e, const notation::Spec& s,
+                        std::int64_t ellipsis_dims, const MeshShape& mesh) {
+  Layout l;
+  for (const auto& item : e.items_of(s)) {
+    if (item.kind == notation::ItemKind::group)
+      throw Error("einshard: factored groups such as '(h p)' are supported in local operations "
+                  "only; reshape before or after the distributed step");
+    if (item.kind == notation::ItemKind::ellipsis) {
+      for (std::int64_t i = 0; i < ellipsis_dims; ++i) l.axes.push_back({ellipsis_axis(i), ""});
+      continue;
+    }
+    const auto& a = e.axes_of(item)[0];
+    const auto name = std::string(e.name(a));
+    if (l.find(name) >= 0)
+      throw Error("einshard: axis '" + name +
+                  "' appears twice in one operand of a distributed operation");
+    l.axes.push_back({name, a.mesh.empty() ? std::string() : mesh.canonical(e.mesh(a))});
+  }
+  for (const auto& p : e.partials_of(s)) l.partials.push_back(mesh.canonical(e.text(p)));
+  return l;
+}
+
+}  // namespace einshard::plan

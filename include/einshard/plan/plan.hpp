@@ -1,0 +1,73 @@
+#pragma once
+/// @file
+/// `Plan`: what a distributed call runs (or would run), step by step, with the traffic and memory
+/// each step costs this rank, forward and backward. What `explain` returns and what a call records.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace einshard {
+
+/// Traffic and memory of one direction of a step, for this rank. Collectives are counted by their
+/// bandwidth-optimal algorithm's per-rank traffic (ring all-gather and reduce-scatter,
+/// reduce-scatter + all-gather all-reduce); point-to-point steps by their exact messages.
+struct StepCost {
+  std::int64_t bytes_sent = 0;
+  std::int64_t bytes_received = 0;
+  int collectives = 0;           ///< communication calls (a point-to-point batch counts once)
+  std::int64_t peak_bytes = 0;   ///< extra memory the step allocates beyond its input
+};
+
+struct PlanStep {
+  std::string name;    ///< e.g. "allgather_forward_split_backward", "alltoall_repartition"
+  std::string group;   ///< mesh group it communicates over ("" for local and all-to-all steps)
+  std::string axis;    ///< axis it splits, gathers or scatters into
+  std::string before;  ///< layout in notation form, e.g. "a/dp b"
+  std::string after;
+  StepCost forward, backward;
+};
+
+/// The plan of one call: its steps in order, with costs.
+struct Plan {
+  std::string notation;
+  std::vector<PlanStep> steps;
+
+  [[nodiscard]] std::vector<std::string> names() const {
+    std::vector<std::string> n;
+    for (const auto& s : steps) n.push_back(s.name);
+    return n;
+  }
+  [[nodiscard]] StepCost total_forward() const { return total(&PlanStep::forward); }
+  [[nodiscard]] StepCost total_backward() const { return total(&PlanStep::backward); }
+
+  /// One line per step: name, group/axis, layouts, forward and backward bytes.
+  [[nodiscard]] std::string str() const {
+    std::string out = notation + "\n";
+    for (const auto& s : steps) {
+      out += "  " + s.name;
+      if (!s.group.empty()) out += " [" + s.group + (s.axis.empty() ? "" : ", " + s.axis) + "]";
+      out += ": " + s.before + " -> " + s.after + "  (fwd sent " +
+             std::to_string(s.forward.bytes_sent) + " B, recv " +
+             std::to_string(s.forward.bytes_received) + " B; bwd sent " +
+             std::to_string(s.backward.bytes_sent) + " B, recv " +
+             std::to_string(s.backward.bytes_received) + " B)\n";
+    }
+    return out;
+  }
+
+ private:
+  [[nodiscard]] StepCost total(StepCost PlanStep::*dir) const {
+    StepCost t;
+    for (const auto& s : steps) {
+      const auto& c = s.*dir;
+      t.bytes_sent += c.bytes_sent;
+      t.bytes_received += c.bytes_received;
+      t.collectives += c.collectives;
+      t.peak_bytes = std::max(t.peak_bytes, c.peak_bytes);
+    }
+    return t;
+  }
+};
+
+}  // namespace einshard
