@@ -48,13 +48,47 @@ struct SizeTable {
   }
 };
 
-/// Everything a unary call needs once the ranks agree: layouts, sizes and steps.
+/// Everything a unary call needs once the ranks agree: layouts, sizes, steps, and the message
+/// schedules of its all-to-all steps (forward and backward, by step index).
 struct UnaryCall {
   plan::Layout in, out;
   SizeTable sizes;
   std::vector<plan::Step> steps;
+  std::map<std::size_t, std::pair<plan::Schedule, plan::Schedule>> schedules;
   bool scalar = false;  // a 0-d tensor standing for a one-axis spec
 };
+
+namespace detail {
+
+inline std::int64_t bytes_of(const plan::Layout& l, const SizeTable& t, const Mesh& mesh,
+                             std::int64_t element) {
+  std::int64_t n = element;
+  for (const auto& [axis, group] : l.axes)
+    n *= group.empty() ? t.global.at(axis)
+                       : t.of(axis, group)[static_cast<std::size_t>(mesh.coordinate(group))];
+  return n;
+}
+
+inline plan::Schedule schedule(const plan::Layout& from, const plan::Layout& to, const SizeTable& t,
+                               const Mesh& mesh) {
+  std::vector<std::int64_t> global;
+  for (const auto& p : from.axes) global.push_back(t.global.at(p.axis));
+  return plan::schedule_redistribute(
+      from, to, global,
+      [&](std::size_t i, const std::string& g) -> const std::vector<std::int64_t>& {
+        return t.of(from.axes[i].axis, g);
+      },
+      mesh.shape(), [&](int r) { return mesh.coordinates_of(r); }, mesh.rank(), mesh.size());
+}
+
+inline std::int64_t message_bytes(const std::vector<plan::Transfer>& ts, int me, std::int64_t element) {
+  std::int64_t n = 0;
+  for (const auto& t : ts)
+    if (t.peer != me) n += t.box.numel() * element;
+  return n;
+}
+
+}  // namespace detail
 
 inline std::int64_t fingerprint(std::string_view source, std::size_t operand) {
   return static_cast<std::int64_t>(std::hash<std::string_view>{}(source) ^ (operand * 0x9e3779b97f4a7c15ull));
@@ -127,47 +161,22 @@ inline UnaryCall prepare_unary(const notation::ExpressionView& e, const at::Tens
     call.sizes.shards[{axis, group}] = std::move(sizes);
   }
   call.steps = plan::plan_unary(call.in, call.out, mesh.shape());
+  for (std::size_t i = 0; i < call.steps.size(); ++i) {
+    const auto& step = call.steps[i];
+    if (step.kind == plan::StepKind::redistribute)
+      call.schedules[i] = {detail::schedule(step.before, step.after, call.sizes, mesh),
+                           detail::schedule(step.after, step.before, call.sizes, mesh)};
+  }
   return call;
 }
-
-namespace detail {
-
-inline std::int64_t bytes_of(const plan::Layout& l, const SizeTable& t, const Mesh& mesh,
-                             std::int64_t element) {
-  std::int64_t n = element;
-  for (const auto& [axis, group] : l.axes)
-    n *= group.empty() ? t.global.at(axis)
-                       : t.of(axis, group)[static_cast<std::size_t>(mesh.coordinate(group))];
-  return n;
-}
-
-inline plan::Schedule schedule(const plan::Layout& from, const plan::Layout& to, const SizeTable& t,
-                               const Mesh& mesh) {
-  std::vector<std::int64_t> global;
-  for (const auto& p : from.axes) global.push_back(t.global.at(p.axis));
-  return plan::schedule_redistribute(
-      from, to, global,
-      [&](std::size_t i, const std::string& g) -> const std::vector<std::int64_t>& {
-        return t.of(from.axes[i].axis, g);
-      },
-      mesh.shape(), [&](int r) { return mesh.coordinates_of(r); }, mesh.rank(), mesh.size());
-}
-
-inline std::int64_t message_bytes(const std::vector<plan::Transfer>& ts, int me, std::int64_t element) {
-  std::int64_t n = 0;
-  for (const auto& t : ts)
-    if (t.peer != me) n += t.box.numel() * element;
-  return n;
-}
-
-}  // namespace detail
 
 /// The plan with this rank's costs (no data moves).
 inline Plan describe_unary(std::string_view source, const UnaryCall& call, const Mesh& mesh,
                            std::int64_t element) {
   Plan p;
   p.notation = std::string(source);
-  for (const auto& s : call.steps) {
+  for (std::size_t i = 0; i < call.steps.size(); ++i) {
+    const auto& s = call.steps[i];
     PlanStep ps{plan::step_name(s.kind), s.group, s.axis, s.before.str(), s.after.str(), {}, {}};
     const auto in = detail::bytes_of(s.before, call.sizes, mesh, element);
     const auto out = detail::bytes_of(s.after, call.sizes, mesh, element);
@@ -189,7 +198,7 @@ inline Plan describe_unary(std::string_view source, const UnaryCall& call, const
       case plan::StepKind::split: ps.forward.peak_bytes = out; ps.backward = gather_from_out; break;
       case plan::StepKind::gather: ps.forward = gather_from_in; ps.backward.peak_bytes = in; break;
       case plan::StepKind::redistribute: {
-        const auto f = detail::schedule(s.before, s.after, call.sizes, mesh);
+        const auto& f = call.schedules.at(i).first;
         const int me = mesh.rank();
         ps.forward = {detail::message_bytes(f.sends, me, element), detail::message_bytes(f.recvs, me, element), 1, out};
         ps.backward = {ps.forward.bytes_received, ps.forward.bytes_sent, 1, in};
@@ -206,7 +215,8 @@ inline Plan describe_unary(std::string_view source, const UnaryCall& call, const
 inline at::Tensor run_unary(std::string_view source, const UnaryCall& call, const at::Tensor& x,
                             const Mesh& mesh) {
   auto y = call.scalar ? x.reshape({1}) : x;
-  for (const auto& s : call.steps) {
+  for (std::size_t i = 0; i < call.steps.size(); ++i) {
+    const auto& s = call.steps[i];
     auto pieces = [&] {
       return Pieces{mesh.comm(s.group), s.before.find(s.axis), call.sizes.of(s.axis, s.group),
                     mesh.coordinate(s.group)};
@@ -231,9 +241,8 @@ inline at::Tensor run_unary(std::string_view source, const UnaryCall& call, cons
         y = apply_op(y, c10::make_intrusive<GatherOp>(pieces(), false));
         break;
       case plan::StepKind::redistribute:
-        y = apply_op(y, c10::make_intrusive<RedistributeOp>(
-                         mesh.comm(), detail::schedule(s.before, s.after, call.sizes, mesh),
-                         detail::schedule(s.after, s.before, call.sizes, mesh)));
+        y = apply_op(y, c10::make_intrusive<RedistributeOp>(mesh.comm(), call.schedules.at(i).first,
+                                                            call.schedules.at(i).second));
         break;
       case plan::StepKind::permute:
         y = y.permute(s.permutation);
