@@ -26,6 +26,7 @@ struct PlanStep {
   std::string before;  ///< layout in notation form, e.g. "a/dp b"
   std::string after;
   StepCost forward, backward;
+  int operand = -1;    ///< the input it applies to (0-based), or -1 for the result
 };
 
 /// The plan of one call: its steps in order, with costs.
@@ -45,7 +46,9 @@ struct Plan {
   [[nodiscard]] std::string str() const {
     std::string out = notation + "\n";
     for (const auto& s : steps) {
-      out += "  " + s.name;
+      out += "  ";
+      if (s.operand >= 0) out += "input " + std::to_string(s.operand + 1) + ": ";
+      out += s.name;
       if (!s.group.empty()) out += " [" + s.group + (s.axis.empty() ? "" : ", " + s.axis) + "]";
       out += ": " + s.before + " -> " + s.after + "  (fwd sent " +
              std::to_string(s.forward.bytes_sent) + " B, recv " +

@@ -1,0 +1,160 @@
+#pragma once
+/// @file
+/// A list of plan steps made runnable: the message schedules of its all-to-all steps computed once,
+/// a runner that applies each step as a differentiable pair, and the cost report of each step.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "einshard/exec/sizes.hpp"
+#include "einshard/exec/steps.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/plan/plan.hpp"
+#include "einshard/plan/redistribute.hpp"
+#include "einshard/plan/step.hpp"
+
+namespace einshard::exec {
+
+struct Program {
+  std::vector<plan::Step> steps;
+  /// Forward and backward schedules of the all-to-all steps, by step index.
+  std::map<std::size_t, std::pair<plan::Schedule, plan::Schedule>> schedules;
+};
+
+namespace detail {
+
+inline plan::Schedule schedule(const plan::Layout& from, const plan::Layout& to, const SizeTable& t,
+                               const Mesh& mesh) {
+  std::vector<std::int64_t> global;
+  for (const auto& p : from.axes) global.push_back(t.global.at(p.axis));
+  return plan::schedule_redistribute(
+      from, to, global,
+      [&](std::size_t i, const std::string& g) -> const std::vector<std::int64_t>& {
+        return t.of(from.axes[i].axis, g);
+      },
+      mesh.shape(), [&](int r) { return mesh.coordinates_of(r); }, mesh.rank(), mesh.size());
+}
+
+inline std::int64_t bytes_of(const plan::Layout& l, const SizeTable& t, const Mesh& mesh,
+                             std::int64_t element) {
+  std::int64_t n = element;
+  for (const auto& [axis, group] : l.axes)
+    n *= group.empty() ? t.global.at(axis)
+                       : t.of(axis, group)[static_cast<std::size_t>(mesh.coordinate(group))];
+  return n;
+}
+
+inline std::int64_t message_bytes(const std::vector<plan::Transfer>& ts, int me, std::int64_t element) {
+  std::int64_t n = 0;
+  for (const auto& t : ts)
+    if (t.peer != me) n += t.box.numel() * element;
+  return n;
+}
+
+}  // namespace detail
+
+inline Program make_program(std::vector<plan::Step> steps, const SizeTable& t, const Mesh& mesh) {
+  Program p{std::move(steps), {}};
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& s = p.steps[i];
+    if (s.kind == plan::StepKind::redistribute)
+      p.schedules[i] = {detail::schedule(s.before, s.after, t, mesh),
+                        detail::schedule(s.after, s.before, t, mesh)};
+  }
+  return p;
+}
+
+/// Applies the steps to `x` (whose layout is the first step's `before`).
+inline at::Tensor run(const Program& p, at::Tensor x, const SizeTable& t, const Mesh& mesh) {
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& s = p.steps[i];
+    auto pieces = [&] {
+      return Pieces{mesh.comm(s.group), s.before.find(s.axis), t.of(s.axis, s.group),
+                    mesh.coordinate(s.group)};
+    };
+    switch (s.kind) {
+      case plan::StepKind::all_reduce:
+        x = apply_op(x, c10::make_intrusive<AllReduceOp>(mesh.comm(s.group)));
+        break;
+      case plan::StepKind::add_partial:
+        x = apply_op(x, c10::make_intrusive<AddPartialOp>(mesh.comm(s.group)));
+        break;
+      case plan::StepKind::reduce_scatter:
+        x = apply_op(x, c10::make_intrusive<ReduceScatterOp>(pieces()));
+        break;
+      case plan::StepKind::gather_to_partial:
+        x = apply_op(x, c10::make_intrusive<GatherOp>(pieces(), true));
+        break;
+      case plan::StepKind::split:
+        x = apply_op(x, c10::make_intrusive<SplitOp>(pieces()));
+        break;
+      case plan::StepKind::gather:
+        x = apply_op(x, c10::make_intrusive<GatherOp>(pieces(), false));
+        break;
+      case plan::StepKind::redistribute: {
+        const auto& [forward, backward] = p.schedules.at(i);
+        x = apply_op(x, c10::make_intrusive<RedistributeOp>(mesh.comm(), forward, backward));
+        break;
+      }
+      case plan::StepKind::permute:
+        x = x.permute(s.permutation);
+        break;
+    }
+  }
+  return x;
+}
+
+/// This rank's cost of each step, appended to `out` (tagged with `operand`).
+inline void describe(const Program& p, const SizeTable& t, const Mesh& mesh, std::int64_t element,
+                     int operand, std::vector<PlanStep>& out) {
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& s = p.steps[i];
+    PlanStep ps{plan::step_name(s.kind), s.group, s.axis, s.before.str(), s.after.str(), {}, {}, operand};
+    const auto in = detail::bytes_of(s.before, t, mesh, element);
+    const auto outb = detail::bytes_of(s.after, t, mesh, element);
+    const std::int64_t P = s.group.empty() ? 1 : mesh.size(s.group);
+    const StepCost all_reduce_in{2 * (P - 1) * in / P, 2 * (P - 1) * in / P, 1, in};
+    const StepCost gather_from_in{outb - in, outb - in, 1, outb};  // ring all-gather: in -> out
+    const StepCost gather_from_out{in - outb, in - outb, 1, in};   // ring all-gather: out -> in
+    switch (s.kind) {
+      case plan::StepKind::all_reduce: ps.forward = all_reduce_in; break;
+      case plan::StepKind::add_partial:
+        ps.forward.peak_bytes = in;
+        ps.backward = all_reduce_in;
+        break;
+      case plan::StepKind::reduce_scatter:
+        ps.forward = {(P - 1) * in / P, (P - 1) * in / P, 1, outb};
+        ps.backward = gather_from_out;
+        break;
+      case plan::StepKind::gather_to_partial:
+        ps.forward = gather_from_in;
+        ps.backward = {(P - 1) * outb / P, (P - 1) * outb / P, 1, in};
+        break;
+      case plan::StepKind::split:
+        ps.forward.peak_bytes = outb;
+        ps.backward = gather_from_out;
+        break;
+      case plan::StepKind::gather:
+        ps.forward = gather_from_in;
+        ps.backward.peak_bytes = in;
+        break;
+      case plan::StepKind::redistribute: {
+        const auto& f = p.schedules.at(i).first;
+        const int me = mesh.rank();
+        ps.forward = {detail::message_bytes(f.sends, me, element),
+                      detail::message_bytes(f.recvs, me, element), 1, outb};
+        ps.backward = {ps.forward.bytes_received, ps.forward.bytes_sent, 1, in};
+        break;
+      }
+      case plan::StepKind::permute: break;
+    }
+    out.push_back(std::move(ps));
+  }
+}
+
+}  // namespace einshard::exec
