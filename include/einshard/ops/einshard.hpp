@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "einshard/error.hpp"
+#include "einshard/exec/binary.hpp"
 #include "einshard/exec/unary.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
@@ -39,9 +40,14 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
   if (xs.size() != e.input_count())
     throw Error("einshard: '" + std::string(e.source) + "' has " + std::to_string(e.input_count()) +
                 " inputs, but " + std::to_string(xs.size()) + " tensors were given");
+  if (e.input_count() == 2) {
+    const auto call = exec::prepare_binary(e, xs[0], xs[1], o);
+    return exec::run_binary(e.source, call, xs[0], xs[1], o.mesh);
+  }
   if (e.input_count() != 1)
     throw Error("einshard: '" + std::string(e.source) +
-                "' is a distributed contraction; this version distributes unary operations only");
+                "': distributed contractions of three or more operands are not supported yet; "
+                "contract two at a time");
   const auto call = exec::prepare_unary(e, xs[0], o);
   return exec::run_unary(e.source, call, xs[0], o.mesh);
 }
@@ -49,8 +55,11 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
 /// The plan a distributed notation would run, with this rank's costs; collective, moves no data.
 inline Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
                                 const Options& o) {
-  if (e.input_count() != 1 || xs.size() != 1 || !o.mesh)
-    return {std::string(e.source), {}};
+  if (!o.mesh || xs.size() != e.input_count() || xs.empty() || xs.size() > 2)
+    return {std::string(e.source), {}, {}};
+  if (xs.size() == 2)
+    return exec::describe_binary(e.source, exec::prepare_binary(e, xs[0], xs[1], o), o.mesh,
+                                 xs[0].element_size());
   const auto call = exec::prepare_unary(e, xs[0], o);
   return exec::describe_unary(e.source, call, o.mesh, xs[0].element_size());
 }
@@ -196,7 +205,7 @@ Plan explain(at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   constexpr auto& E = notation::static_expression<S>;
   if constexpr (plan::is_local(E.view())) {
-    return {std::string(S.view()), {}};
+    return {std::string(S.view()), {}, {}};
   } else {
     return detail::explain_distributed(E.view(), xs, o);
   }
@@ -205,11 +214,15 @@ template <fixed_string S>
 Plan explain(const at::Tensor& x, const Options& o = {}) {
   return explain<S>(at::TensorList{x}, o);
 }
+template <fixed_string S>
+Plan explain(const at::Tensor& x, const at::Tensor& y, const Options& o = {}) {
+  return explain<S>(at::TensorList{x, y}, o);
+}
 
 inline Plan explain(std::string_view notation, at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
-  if (compiled->local) return {compiled->source, {}};
+  if (compiled->local) return {compiled->source, {}, {}};
   return detail::explain_distributed(compiled->view(), xs, o);
 }
 

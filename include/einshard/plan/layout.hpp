@@ -57,8 +57,9 @@ struct Layout {
   }
 };
 
-/// The name given to the i-th axis covered by an ellipsis.
-inline std::string ellipsis_axis(std::int64_t i) { return "...." + std::to_string(i); }
+/// The name of an axis covered by an ellipsis, counted from the right (as torch aligns them), so
+/// the ellipses of different operands name the same axes.
+inline std::string ellipsis_axis(std::int64_t from_right) { return "...." + std::to_string(from_right); }
 
 /// The layout of an operand of a distributed operation, its ellipsis standing for `ellipsis_dims`
 /// whole axes. Groups are checked against the mesh and spelled canonically.
@@ -70,7 +71,7 @@ inline Layout layout_of(const notation::ExpressionView& e, const notation::Spec&
       throw Error("einshard: factored groups such as '(h p)' are supported in local operations "
                   "only; reshape before or after the distributed step");
     if (item.kind == notation::ItemKind::ellipsis) {
-      for (std::int64_t i = 0; i < ellipsis_dims; ++i) l.axes.push_back({ellipsis_axis(i), ""});
+      for (std::int64_t i = ellipsis_dims; i > 0; --i) l.axes.push_back({ellipsis_axis(i - 1), ""});
       continue;
     }
     const auto& a = e.axes_of(item)[0];

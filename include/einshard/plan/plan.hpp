@@ -3,6 +3,7 @@
 /// `Plan`: what a distributed call runs (or would run), step by step, with the traffic and memory
 /// each step costs this rank, forward and backward. What `explain` returns and what a call records.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,10 +30,23 @@ struct PlanStep {
   int operand = -1;    ///< the input it applies to (0-based), or -1 for the result
 };
 
-/// The plan of one call: its steps in order, with costs.
+/// A candidate the planner weighed: its compute layout (the sharding of every axis while the local
+/// einsum runs) and the model's estimate, per rank.
+struct PlanAlternative {
+  std::string compute;
+  double score = 0;  ///< the policy's score (seconds for the time-based policies)
+  double forward_bytes = 0, backward_bytes = 0;
+  int collectives = 0;  ///< forward and backward
+  double peak_bytes = 0;
+  double flops = 0;
+};
+
+/// The plan of one call: its steps in order, with costs; for contractions also the candidates the
+/// planner compared (cheapest first; the first is the one that runs).
 struct Plan {
-  std::string notation;
-  std::vector<PlanStep> steps;
+  std::string notation{};
+  std::vector<PlanStep> steps{};
+  std::vector<PlanAlternative> alternatives{};
 
   [[nodiscard]] std::vector<std::string> names() const {
     std::vector<std::string> n;
@@ -55,6 +69,13 @@ struct Plan {
              std::to_string(s.forward.bytes_received) + " B; bwd sent " +
              std::to_string(s.backward.bytes_sent) + " B, recv " +
              std::to_string(s.backward.bytes_received) + " B)\n";
+    }
+    for (std::size_t i = 0; i < alternatives.size(); ++i) {
+      const auto& a = alternatives[i];
+      out += std::string(i == 0 ? "  * " : "    ") + a.compute + ": score " + std::to_string(a.score) +
+             ", fwd " + std::to_string(static_cast<std::int64_t>(a.forward_bytes)) + " B, bwd " +
+             std::to_string(static_cast<std::int64_t>(a.backward_bytes)) + " B, " +
+             std::to_string(a.collectives) + " collectives\n";
     }
     return out;
   }

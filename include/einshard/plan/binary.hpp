@@ -1,0 +1,196 @@
+#pragma once
+/// @file
+/// The binary planner: how to compute `x, y -> z` when the operands and the result are sharded.
+///
+/// A plan fixes a *compute layout*: for every axis of the contraction, the mesh group it is sharded
+/// over while the local einsum runs (or none). Then
+///   - each operand moves to its compute layout (unary steps: split, gather, all-to-all, ...);
+///   - an operand that does not vary along some mesh dimension the computation is spread over is
+///     marked partial there (identity forward, all-reduce backward: Megatron's f), because each
+///     rank's gradient of it is only that rank's contribution;
+///   - the local einsum's result is partial over the groups of the summed (contracted or input-only)
+///     sharded axes and of the inputs' partials;
+///   - the result moves to the requested output layout (reduce-scatter, all-reduce, all-to-all, ...).
+/// Every candidate compute layout (each axis: none, or a group it has in x, y or z) is costed with
+/// the rank-independent model of cost.hpp, and the policy picks the cheapest; all ranks choose the
+/// same plan. The candidates are kept for `explain`.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/mesh_shape.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/cost.hpp"
+#include "einshard/plan/layout.hpp"
+#include "einshard/plan/local.hpp"
+#include "einshard/plan/step.hpp"
+#include "einshard/plan/unary.hpp"
+
+namespace einshard::plan {
+
+struct BinaryCandidate {
+  Layout compute;  ///< every axis of the contraction with its compute group (no partials)
+  std::vector<Step> x_steps, y_steps, z_steps;
+  Layout result;   ///< the local einsum's output layout
+  Estimate estimate;
+  double score = 0;
+};
+
+struct BinaryPlan {
+  BinaryCandidate chosen;
+  std::string equation;  ///< the local einsum, over the compute layouts of x and y
+  std::vector<BinaryCandidate> alternatives;  ///< every valid candidate, cheapest first
+};
+
+namespace detail {
+
+/// Mesh dimensions along which a layout's data varies (sharded axes or partial groups).
+inline std::vector<bool> varies(const Layout& l, const MeshShape& mesh) {
+  std::vector<bool> v(mesh.sizes.size(), false);
+  auto mark = [&](const std::string& g) {
+    if (!g.empty())
+      for (int d : mesh.components(g)) v[static_cast<std::size_t>(d)] = true;
+  };
+  for (const auto& a : l.axes) mark(a.group);
+  for (const auto& p : l.partials) mark(p);
+  return v;
+}
+
+inline std::string group_of(const std::vector<bool>& dims, const MeshShape& mesh) {
+  std::string g;
+  for (std::size_t d = 0; d < dims.size(); ++d)
+    if (dims[d]) g += (g.empty() ? "" : "-") + mesh.names[d];
+  return g;
+}
+
+/// The operand `l` moved to the compute groups, plus a partial over every mesh dimension the
+/// computation varies along but the operand does not.
+inline Layout operand_target(const Layout& l, const Layout& compute, const std::vector<bool>& used,
+                             const MeshShape& mesh) {
+  Layout t = l;
+  for (auto& a : t.axes) a.group = compute.group(a.axis);
+  const auto v = varies(t, mesh);
+  std::vector<bool> missing(used.size(), false);
+  bool any = false;
+  for (std::size_t d = 0; d < used.size(); ++d)
+    if (used[d] && !v[d]) missing[d] = any = true;
+  if (any) t.partials.push_back(group_of(missing, mesh));
+  return t;
+}
+
+inline bool groups_overlap(const std::vector<std::string>& groups, const MeshShape& mesh) {
+  std::vector<bool> seen(mesh.sizes.size(), false);
+  for (const auto& g : groups) {
+    if (g.empty()) continue;
+    for (int d : mesh.components(g)) {
+      if (seen[static_cast<std::size_t>(d)]) return true;
+      seen[static_cast<std::size_t>(d)] = true;
+    }
+  }
+  return false;
+}
+
+}  // namespace detail
+
+/// Plans `x, y -> z`. `global` holds every axis's extent; `element` the dtype's size.
+inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z, const MeshShape& mesh,
+                              const std::map<std::string, std::int64_t, std::less<>>& global,
+                              std::int64_t element, Policy policy) {
+  // Axes of the contraction, in first-seen order, each with its candidate compute groups.
+  std::vector<std::string> axes;
+  std::vector<std::vector<std::string>> options;
+  auto consider = [&](const Layout& l) {
+    for (const auto& a : l.axes) {
+      auto it = std::find(axes.begin(), axes.end(), a.axis);
+      if (it == axes.end()) {
+        axes.push_back(a.axis);
+        options.push_back({""});
+        it = axes.end() - 1;
+      }
+      auto& opts = options[static_cast<std::size_t>(it - axes.begin())];
+      if (!a.group.empty() && std::find(opts.begin(), opts.end(), a.group) == opts.end())
+        opts.push_back(a.group);
+    }
+  };
+  consider(x);
+  consider(y);
+  consider(z);
+  for (const auto& p : x.partials)
+    for (const auto& q : y.partials)
+      if (detail::groups_overlap({p, q}, mesh))
+        throw Error("einshard: both inputs are partial over '" + p + "' and '" + q +
+                    "'; a product of partial sums is not a partial sum: reduce one input first");
+  auto in = [](const Layout& l, const std::string& a) { return l.find(a) >= 0; };
+
+  BinaryPlan plan;
+  std::vector<std::size_t> pick(axes.size(), 0);
+  while (true) {
+    Layout compute;
+    std::vector<std::string> groups;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      compute.axes.push_back({axes[i], options[i][pick[i]]});
+      groups.push_back(options[i][pick[i]]);
+    }
+    // A candidate is valid when no mesh dimension shards two axes or an axis of a partial input.
+    auto with_partials = [&](const Layout& l) {
+      std::vector<std::string> g;
+      for (const auto& a : l.axes) g.push_back(compute.group(a.axis));
+      g.insert(g.end(), l.partials.begin(), l.partials.end());
+      return g;
+    };
+    if (!detail::groups_overlap(groups, mesh) && !detail::groups_overlap(with_partials(x), mesh) &&
+        !detail::groups_overlap(with_partials(y), mesh)) {
+      std::vector<bool> used = detail::varies(compute, mesh);
+      for (const Layout* l : {&x, &y})
+        for (const auto& p : l->partials)
+          for (int d : mesh.components(p)) used[static_cast<std::size_t>(d)] = true;
+      BinaryCandidate c;
+      c.compute = compute;
+      c.x_steps = plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh);
+      c.y_steps = plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh);
+      for (const auto& a : z.axes) c.result.axes.push_back({a.axis, compute.group(a.axis)});
+      for (const auto& a : compute.axes)  // summed axes leave partial sums over their groups
+        if (!a.group.empty() && !in(z, a.axis)) c.result.partials.push_back(a.group);
+      for (const Layout* l : {&x, &y})
+        c.result.partials.insert(c.result.partials.end(), l->partials.begin(), l->partials.end());
+      c.z_steps = plan_unary(c.result, z, mesh);
+      c.estimate = estimate(c.x_steps, global, mesh, element);
+      c.estimate += estimate(c.y_steps, global, mesh, element);
+      c.estimate += estimate(c.z_steps, global, mesh, element);
+      double flops = 2;
+      for (const auto& a : compute.axes)
+        flops *= static_cast<double>(global.at(a.axis)) / (a.group.empty() ? 1 : mesh.size(a.group));
+      c.estimate.flops = flops;
+      c.score = score(c.estimate, policy);
+      plan.alternatives.push_back(std::move(c));
+    }
+    std::size_t i = 0;
+    while (i < axes.size() && ++pick[i] == options[i].size()) pick[i++] = 0;
+    if (i == axes.size()) break;
+  }
+  if (plan.alternatives.empty())
+    throw Error("einshard: no valid way to compute '" + x.str() + ", " + y.str() + " -> " + z.str() +
+                "' on this mesh");
+  std::stable_sort(plan.alternatives.begin(), plan.alternatives.end(),
+                   [](const BinaryCandidate& a, const BinaryCandidate& b) { return a.score < b.score; });
+  plan.chosen = plan.alternatives.front();
+
+  // The local einsum over the operands as they arrive (their axis order is kept by the unary
+  // steps, which end in the compute layout), producing z's axis order.
+  auto letter_of = [&](const std::string& a) {
+    const auto i = static_cast<std::size_t>(std::find(axes.begin(), axes.end(), a) - axes.begin());
+    if (i >= max_local_axes) throw Error("einshard: more than 52 distinct axes in one contraction");
+    return letter(i);
+  };
+  for (const auto& a : x.axes) plan.equation += letter_of(a.axis);
+  plan.equation += ',';
+  for (const auto& a : y.axes) plan.equation += letter_of(a.axis);
+  plan.equation += "->";
+  for (const auto& a : z.axes) plan.equation += letter_of(a.axis);
+  return plan;
+}
+
+}  // namespace einshard::plan
