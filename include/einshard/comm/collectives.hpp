@@ -101,21 +101,26 @@ inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<co
           "MPI_Allgatherv");
     return out;
   }
-  // One "slab" of the gathered dimension across all outer indices, resized so consecutive slabs
-  // interleave: rank r's n_r slabs start at slab off_r.
-  MPI_Datatype slab = MPI_DATATYPE_NULL, resized = MPI_DATATYPE_NULL;
+  // A "slab" is one index of the gathered dimension across all outer indices. Both sides walk the
+  // data slab by slab (strided types resized to one slab's extent), so rank r's n_r slabs land at
+  // slab off_r of the output without any transpose copy.
   MPI_Aint lb = 0, extent = 0;
   MPI_Type_get_extent(elem, &lb, &extent);
-  check(MPI_Type_vector(count(outer), count(inner), count(off.back() * inner), elem, &slab),
-        "MPI_Type_vector");
-  MPI_Type_create_resized(slab, 0, static_cast<MPI_Aint>(inner) * extent, &resized);
-  MPI_Type_free(&slab);
-  const Datatype recv(resized);
+  auto slabs = [&](std::int64_t stride_slabs) {
+    MPI_Datatype slab = MPI_DATATYPE_NULL, resized = MPI_DATATYPE_NULL;
+    check(MPI_Type_vector(count(outer), count(inner), count(stride_slabs * inner), elem, &slab),
+          "MPI_Type_vector");
+    MPI_Type_create_resized(slab, 0, static_cast<MPI_Aint>(inner) * extent, &resized);
+    MPI_Type_free(&slab);
+    return Datatype(resized);
+  };
+  const auto me = static_cast<std::size_t>(rank_of(comm));
+  const Datatype send = slabs(sizes[me]), recv = slabs(off.back());
   for (std::size_t r = 0; r < P; ++r) {
     counts[r] = count(sizes[r]);
     displs[r] = count(off[r]);
   }
-  check(MPI_Allgatherv(in.data_ptr(), count(in.numel()), elem, out.data_ptr(), counts.data(),
+  check(MPI_Allgatherv(in.data_ptr(), counts[me], send.get(), out.data_ptr(), counts.data(),
                        displs.data(), recv.get(), comm),
         "MPI_Allgatherv");
   return out;

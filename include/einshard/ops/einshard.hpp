@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "einshard/error.hpp"
-#include "einshard/exec/binary.hpp"
+#include "einshard/exec/contraction.hpp"
 #include "einshard/exec/unary.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
@@ -40,14 +40,8 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
   if (xs.size() != e.input_count())
     throw Error("einshard: '" + std::string(e.source) + "' has " + std::to_string(e.input_count()) +
                 " inputs, but " + std::to_string(xs.size()) + " tensors were given");
-  if (e.input_count() == 2) {
-    const auto call = exec::prepare_binary(e, xs[0], xs[1], o);
-    return exec::run_binary(e.source, call, xs[0], xs[1], o.mesh);
-  }
-  if (e.input_count() != 1)
-    throw Error("einshard: '" + std::string(e.source) +
-                "': distributed contractions of three or more operands are not supported yet; "
-                "contract two at a time");
+  if (e.input_count() >= 2)
+    return exec::run_contraction(e.source, exec::prepare_contraction(e, xs, o), xs, o.mesh);
   const auto call = exec::prepare_unary(e, xs[0], o);
   return exec::run_unary(e.source, call, xs[0], o.mesh);
 }
@@ -55,11 +49,10 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
 /// The plan a distributed notation would run, with this rank's costs; collective, moves no data.
 inline Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
                                 const Options& o) {
-  if (!o.mesh || xs.size() != e.input_count() || xs.empty() || xs.size() > 2)
-    return {std::string(e.source), {}, {}};
-  if (xs.size() == 2)
-    return exec::describe_binary(e.source, exec::prepare_binary(e, xs[0], xs[1], o), o.mesh,
-                                 xs[0].element_size());
+  if (!o.mesh || xs.size() != e.input_count() || xs.empty()) return {std::string(e.source), {}, {}};
+  if (xs.size() >= 2)
+    return exec::describe_contraction(e.source, exec::prepare_contraction(e, xs, o), o.mesh,
+                                      xs[0].element_size());
   const auto call = exec::prepare_unary(e, xs[0], o);
   return exec::describe_unary(e.source, call, o.mesh, xs[0].element_size());
 }

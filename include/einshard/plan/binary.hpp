@@ -95,10 +95,12 @@ inline bool groups_overlap(const std::vector<std::string>& groups, const MeshSha
 
 }  // namespace detail
 
-/// Plans `x, y -> z`. `global` holds every axis's extent; `element` the dtype's size.
+/// Plans `x, y -> z`. `global` holds every axis's extent; `element` the dtype's size. With
+/// `free_output`, only z's axes and their order count: each candidate leaves its result sharded as
+/// it was computed (partial sums reduced), as an intermediate of a longer contraction may.
 inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z, const MeshShape& mesh,
                               const std::map<std::string, std::int64_t, std::less<>>& global,
-                              std::int64_t element, Policy policy) {
+                              std::int64_t element, Policy policy, bool free_output = false) {
   // Axes of the contraction, in first-seen order, each with its candidate compute groups.
   std::vector<std::string> axes;
   std::vector<std::vector<std::string>> options;
@@ -117,7 +119,7 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
   };
   consider(x);
   consider(y);
-  consider(z);
+  if (!free_output) consider(z);
   for (const auto& p : x.partials)
     for (const auto& q : y.partials)
       if (detail::groups_overlap({p, q}, mesh))
@@ -156,7 +158,10 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
         if (!a.group.empty() && !in(z, a.axis)) c.result.partials.push_back(a.group);
       for (const Layout* l : {&x, &y})
         c.result.partials.insert(c.result.partials.end(), l->partials.begin(), l->partials.end());
-      c.z_steps = plan_unary(c.result, z, mesh);
+      Layout target = z;
+      if (free_output)
+        for (auto& a : target.axes) a.group = compute.group(a.axis);
+      c.z_steps = plan_unary(c.result, target, mesh);
       c.estimate = estimate(c.x_steps, global, mesh, element);
       c.estimate += estimate(c.y_steps, global, mesh, element);
       c.estimate += estimate(c.z_steps, global, mesh, element);

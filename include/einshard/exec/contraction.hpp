@@ -1,0 +1,157 @@
+#pragma once
+/// @file
+/// A distributed contraction of two or more operands: agree on every operand's metadata in one
+/// exchange, then contract two at a time (plan/binary.hpp). With three or more operands the pair
+/// contracted next is the one the cost model finds cheapest, and an intermediate keeps the layout
+/// it was computed in. Each stage moves its two operands to their compute layouts, runs the local
+/// einsum and moves the result on; every step is a differentiable pair.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/exec/agreement.hpp"
+#include "einshard/exec/program.hpp"
+#include "einshard/exec/sizes.hpp"
+#include "einshard/exec/unary.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/notation/expression.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/binary.hpp"
+#include "einshard/plan/plan.hpp"
+
+namespace einshard::exec {
+
+/// One pairwise contraction: operands `left` and `right` of the working list (inputs, then
+/// intermediates appended in order) replaced by their result.
+struct Stage {
+  std::size_t left = 0, right = 1;
+  plan::BinaryPlan plan;
+  Program x, y, z;
+};
+
+struct ContractionCall {
+  SizeTable sizes;
+  std::vector<Stage> stages;
+};
+
+inline ContractionCall prepare_contraction(const notation::ExpressionView& e, at::TensorList xs,
+                                           const Options& o) {
+  const auto what = call_name(e);
+  if (!o.mesh) throw Error(what + ": distributed einshard operations require a mesh (.mesh = ...)");
+  const Mesh& mesh = o.mesh;
+  const auto n = xs.size();
+  std::vector<RankInfo> mine(n);
+  std::vector<std::string> expected(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& spec = e.input(i);
+    const auto fixed = fixed_dims(e, spec);
+    const bool ok = spec.has_ellipsis ? xs[i].dim() >= fixed : xs[i].dim() == fixed;
+    mine[i] = describe(xs[i], fingerprint(e.source, i), ok ? LocalFault::none : LocalFault::rank_mismatch);
+    expected[i] = std::to_string(fixed) + (spec.has_ellipsis ? " or more" : "");
+  }
+  const auto ranks = agree(mesh.comm(), mine, what, expected);
+
+  std::vector<plan::Layout> work;
+  std::int64_t ellipsis = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = ranks[0][i].ndim - fixed_dims(e, e.input(i));
+    ellipsis = std::max(ellipsis, k);
+    work.push_back(plan::layout_of(e, e.input(i), k, mesh.shape()));
+  }
+  const auto out = plan::layout_of(e, e.output(), ellipsis, mesh.shape());
+  ContractionCall call;
+  for (std::size_t i = 0; i < n; ++i) measure(call.sizes, work[i], ranks, i, mesh, o.shapes, what);
+  const auto policy = o.policy.value_or(Policy::training);
+  const auto element = xs[0].element_size();
+
+  // The axes an intermediate of operands i and j must keep: those some other operand or the
+  // output still names.
+  auto intermediate = [&](std::size_t i, std::size_t j) {
+    plan::Layout r;
+    auto needed = [&](const std::string& a) {
+      if (out.find(a) >= 0) return true;
+      for (std::size_t k = 0; k < work.size(); ++k)
+        if (k != i && k != j && work[k].find(a) >= 0) return true;
+      return false;
+    };
+    for (const auto* l : {&work[i], &work[j]})
+      for (const auto& a : l->axes)
+        if (r.find(a.axis) < 0 && needed(a.axis)) r.axes.push_back({a.axis, ""});
+    return r;
+  };
+  while (work.size() > 2) {
+    Stage best;
+    double best_score = 0;
+    bool found = false;
+    for (std::size_t i = 0; i < work.size(); ++i)
+      for (std::size_t j = i + 1; j < work.size(); ++j) {
+        auto p = plan::plan_binary(work[i], work[j], intermediate(i, j), mesh.shape(), call.sizes.global,
+                                   element, policy, true);
+        if (!found || p.chosen.score < best_score) {
+          best_score = p.chosen.score;
+          best = Stage{i, j, std::move(p), {}, {}, {}};
+          found = true;
+        }
+      }
+    plan::Layout result = best.plan.chosen.z_steps.empty() ? best.plan.chosen.result
+                                                           : best.plan.chosen.z_steps.back().after;
+    work.erase(work.begin() + static_cast<std::ptrdiff_t>(best.right));
+    work.erase(work.begin() + static_cast<std::ptrdiff_t>(best.left));
+    work.push_back(std::move(result));
+    call.stages.push_back(std::move(best));
+  }
+  call.stages.push_back(
+      {0, 1, plan::plan_binary(work[0], work[1], out, mesh.shape(), call.sizes.global, element, policy), {}, {}, {}});
+
+  for (auto& s : call.stages) {
+    const auto& c = s.plan.chosen;
+    for (const auto* steps : {&c.x_steps, &c.y_steps, &c.z_steps})
+      for (const auto& st : *steps) resolve(call.sizes, st.after, mesh, o.shapes, what);
+    resolve(call.sizes, c.result, mesh, o.shapes, what);
+    s.x = make_program(c.x_steps, call.sizes, mesh);
+    s.y = make_program(c.y_steps, call.sizes, mesh);
+    s.z = make_program(c.z_steps, call.sizes, mesh);
+  }
+  return call;
+}
+
+/// The chosen plan with this rank's costs, and, for each stage, the candidates it was chosen from.
+inline Plan describe_contraction(std::string_view source, const ContractionCall& call,
+                                 const Mesh& mesh, std::int64_t element) {
+  Plan p{std::string(source), {}, {}};
+  for (const auto& s : call.stages) {
+    describe(s.x, call.sizes, mesh, element, static_cast<int>(s.left), p.steps);
+    describe(s.y, call.sizes, mesh, element, static_cast<int>(s.right), p.steps);
+    const auto& c = s.plan.chosen;
+    p.steps.push_back({"rank_local_einsum", "", "", "", c.result.str(), {}, {}, -1});
+    describe(s.z, call.sizes, mesh, element, -1, p.steps);
+    for (const auto& a : s.plan.alternatives)
+      p.alternatives.push_back({a.compute.str(), a.score, a.estimate.forward_bytes,
+                                a.estimate.backward_bytes,
+                                a.estimate.forward_collectives + a.estimate.backward_collectives,
+                                a.estimate.peak_bytes, a.estimate.flops});
+  }
+  return p;
+}
+
+inline at::Tensor run_contraction(std::string_view source, const ContractionCall& call,
+                                  at::TensorList xs, const Mesh& mesh) {
+  std::vector<at::Tensor> work(xs.begin(), xs.end());
+  for (const auto& s : call.stages) {
+    const auto x = run(s.x, work[s.left], call.sizes, mesh);
+    const auto y = run(s.y, work[s.right], call.sizes, mesh);
+    auto z = run(s.z, at::einsum(s.plan.equation, {x, y}), call.sizes, mesh);
+    work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.right));
+    work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.left));
+    work.push_back(std::move(z));
+  }
+  einshard::detail::last_plan_storage() = describe_contraction(source, call, mesh, xs[0].element_size());
+  return work.back();
+}
+
+}  // namespace einshard::exec
