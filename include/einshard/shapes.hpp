@@ -50,6 +50,27 @@ class Shapes {
 
   [[nodiscard]] bool empty() const noexcept { return !all_ && by_dim_.empty(); }
 
+  /// The whole metadata as text (for cache keys: equal metadata, equal text).
+  [[nodiscard]] std::string key() const {
+    std::string k;
+    auto list = [&](const std::vector<std::int64_t>& v) {
+      k += '[';
+      for (auto x : v) k += std::to_string(x) + ',';
+      k += ']';
+    };
+    if (all_) list(*all_);
+    for (const auto& [dim, d] : by_dim_) {
+      k += dim + ':';
+      list(d.all);
+      for (const auto& [axis, v] : d.by_axis) {
+        k += axis + '=';
+        list(v);
+      }
+      k += ';';
+    }
+    return k;
+  }
+
   /// The shapes of `axis` on mesh dimension `dim` (whose group has `parts` ranks), or nullopt when no
   /// shapes were given at all. Missing entries and wrong lengths are errors.
   [[nodiscard]] std::optional<std::vector<std::int64_t>> resolve(std::string_view dim,

@@ -15,6 +15,7 @@
 
 #include "einshard/error.hpp"
 #include "einshard/exec/agreement.hpp"
+#include "einshard/exec/call.hpp"
 #include "einshard/exec/program.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/exec/unary.hpp"
@@ -39,23 +40,13 @@ struct ContractionCall {
   std::vector<Stage> stages;
 };
 
-inline ContractionCall prepare_contraction(const notation::ExpressionView& e, at::TensorList xs,
-                                           const Options& o) {
+/// Plans every stage and resolves all sizes; pure given the agreement.
+inline ContractionCall prepare_contraction(const notation::ExpressionView& e, const Agreement& a,
+                                           std::int64_t element, const Options& o) {
   const auto what = call_name(e);
-  if (!o.mesh) throw Error(what + ": distributed einshard operations require a mesh (.mesh = ...)");
   const Mesh& mesh = o.mesh;
-  const auto n = xs.size();
-  std::vector<RankInfo> mine(n);
-  std::vector<std::string> expected(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto& spec = e.input(i);
-    const auto fixed = fixed_dims(e, spec);
-    const bool ok = spec.has_ellipsis ? xs[i].dim() >= fixed : xs[i].dim() == fixed;
-    mine[i] = describe(xs[i], fingerprint(e.source, i), ok ? LocalFault::none : LocalFault::rank_mismatch);
-    expected[i] = std::to_string(fixed) + (spec.has_ellipsis ? " or more" : "");
-  }
-  const auto ranks = agree(mesh.comm(), mine, what, expected);
-
+  const auto& ranks = a.ranks;
+  const auto n = ranks[0].size();
   std::vector<plan::Layout> work;
   std::int64_t ellipsis = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -67,7 +58,6 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, at
   ContractionCall call;
   for (std::size_t i = 0; i < n; ++i) measure(call.sizes, work[i], ranks, i, mesh, o.shapes, what);
   const auto policy = o.policy.value_or(Policy::training);
-  const auto element = xs[0].element_size();
 
   // The axes an intermediate of operands i and j must keep: those some other operand or the
   // output still names.
@@ -139,9 +129,10 @@ inline Plan describe_contraction(std::string_view source, const ContractionCall&
   return p;
 }
 
-inline at::Tensor run_contraction(std::string_view source, const ContractionCall& call,
-                                  at::TensorList xs, const Mesh& mesh) {
-  std::vector<at::Tensor> work(xs.begin(), xs.end());
+inline at::Tensor run_contraction(const ContractionCall& call, at::TensorList xs,
+                                  const std::vector<bool>& scalar, const Mesh& mesh) {
+  std::vector<at::Tensor> work;
+  for (std::size_t i = 0; i < xs.size(); ++i) work.push_back(scalar[i] ? xs[i].reshape({1}) : xs[i]);
   for (const auto& s : call.stages) {
     const auto x = run(s.x, work[s.left], call.sizes, mesh);
     const auto y = run(s.y, work[s.right], call.sizes, mesh);
@@ -150,7 +141,6 @@ inline at::Tensor run_contraction(std::string_view source, const ContractionCall
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.left));
     work.push_back(std::move(z));
   }
-  einshard::detail::last_plan_storage() = describe_contraction(source, call, mesh, xs[0].element_size());
   return work.back();
 }
 

@@ -66,6 +66,26 @@ constexpr bool meshes_overlap(std::string_view a, std::string_view b) noexcept {
   return false;
 }
 
+/// True when the mesh names `a` and `b` name the same group (`dp-sp` is `sp-dp`).
+constexpr bool same_mesh(std::string_view a, std::string_view b) noexcept {
+  auto each_in = [](std::string_view x, std::string_view y) {
+    for (auto rest = x; !rest.empty();) {
+      const auto e = rest.find('-');
+      const auto c = rest.substr(0, e);
+      bool found = false;
+      for (auto r2 = y; !r2.empty() && !found;) {
+        const auto e2 = r2.find('-');
+        found = r2.substr(0, e2) == c;
+        r2 = e2 == std::string_view::npos ? std::string_view{} : r2.substr(e2 + 1);
+      }
+      if (!found) return false;
+      rest = e == std::string_view::npos ? std::string_view{} : rest.substr(e + 1);
+    }
+    return true;
+  };
+  return each_in(a, b) && each_in(b, a);
+}
+
 class Parser {
  public:
   constexpr explicit Parser(std::string_view source) noexcept : src_(source) {}
@@ -418,7 +438,8 @@ class Parser {
       const auto axes = view.axes_of(s);
       for (std::size_t i = 0; i < axes.size(); ++i) {
         for (std::size_t j = 0; j < i; ++j)
-          if (view.name(axes[i]) == view.name(axes[j]) && view.mesh(axes[i]) != view.mesh(axes[j])) {
+          if (view.name(axes[i]) == view.name(axes[j]) &&
+              !same_mesh(view.mesh(axes[i]), view.mesh(axes[j]))) {
             fail(axes[i].name.begin, "axis '{}' appears with two different shardings in one operand",
                  view.name(axes[i]));
             return;

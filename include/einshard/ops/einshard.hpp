@@ -30,31 +30,48 @@ inline void check_einshard_options(const Options& o) {
   check_unused_options(o, "einshard", {"shapes", "sizes", "families", "policy"});
 }
 
-/// A notation that moves data between ranks.
+/// A notation that moves data between ranks: agree, fetch (or prepare) the plan, run it.
 inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
                                   const Options& o) {
+  const auto what = exec::call_name(e);
   if (!o.mesh)
-    throw Error("einshard: '" + std::string(e.source) +
-                "' moves data between ranks; distributed einshard operations require a mesh "
-                "(.mesh = ...)");
+    throw Error(what + " moves data between ranks; distributed einshard operations require a mesh "
+                       "(.mesh = ...)");
   if (xs.size() != e.input_count())
-    throw Error("einshard: '" + std::string(e.source) + "' has " + std::to_string(e.input_count()) +
-                " inputs, but " + std::to_string(xs.size()) + " tensors were given");
-  if (e.input_count() >= 2)
-    return exec::run_contraction(e.source, exec::prepare_contraction(e, xs, o), xs, o.mesh);
-  const auto call = exec::prepare_unary(e, xs[0], o);
-  return exec::run_unary(e.source, call, xs[0], o.mesh);
+    throw Error(what + " has " + std::to_string(e.input_count()) + " inputs, but " +
+                std::to_string(xs.size()) + " tensors were given");
+  const Mesh& mesh = o.mesh;
+  const auto agreement = exec::agree_operands(e, xs, mesh);
+  const auto key = exec::cache_key(e.source, o, agreement);
+  const auto element = xs[0].element_size();
+  auto& last = last_plan_storage();
+  last.plan.reset();
+  if (xs.size() == 1) {
+    const auto call = exec::CallCache<exec::UnaryCall>::instance().get(
+        key, [&] { return exec::prepare_unary(e, agreement, o); });
+    last.make = [call, source = std::string(e.source), mesh, element] {
+      return exec::describe_unary(source, *call, mesh, element);
+    };
+    return exec::run_unary(*call, xs[0], agreement.scalar[0], mesh);
+  }
+  const auto call = exec::CallCache<exec::ContractionCall>::instance().get(
+      key, [&] { return exec::prepare_contraction(e, agreement, element, o); });
+  last.make = [call, source = std::string(e.source), mesh, element] {
+    return exec::describe_contraction(source, *call, mesh, element);
+  };
+  return exec::run_contraction(*call, xs, agreement.scalar, mesh);
 }
 
 /// The plan a distributed notation would run, with this rank's costs; collective, moves no data.
 inline Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
                                 const Options& o) {
   if (!o.mesh || xs.size() != e.input_count() || xs.empty()) return {std::string(e.source), {}, {}};
-  if (xs.size() >= 2)
-    return exec::describe_contraction(e.source, exec::prepare_contraction(e, xs, o), o.mesh,
-                                      xs[0].element_size());
-  const auto call = exec::prepare_unary(e, xs[0], o);
-  return exec::describe_unary(e.source, call, o.mesh, xs[0].element_size());
+  const auto agreement = exec::agree_operands(e, xs, o.mesh);
+  const auto element = xs[0].element_size();
+  if (xs.size() == 1)
+    return exec::describe_unary(e.source, exec::prepare_unary(e, agreement, o), o.mesh, element);
+  return exec::describe_contraction(e.source, exec::prepare_contraction(e, agreement, element, o),
+                                    o.mesh, element);
 }
 
 /// A run-time notation after family expansion and parsing, with its local plan when it has one.
@@ -67,11 +84,13 @@ struct CompiledNotation {
   [[nodiscard]] notation::ExpressionView view() const { return expression.view(source); }
 };
 
-inline std::shared_ptr<const CompiledNotation> compile_runtime(std::string source) {
+inline std::shared_ptr<const CompiledNotation> compile_runtime(std::string source,
+                                                              std::string_view written) {
   auto result = notation::parse(source);
   if (!result.ok) {
     std::string message;
     notation::write_message(result.error, [&](char c) { message += c; });
+    if (written != source) message += " (in the expansion of '" + std::string(written) + "')";
     throw NotationError(source, result.error.column + 1, std::move(message));
   }
   auto c = std::make_shared<CompiledNotation>();
@@ -116,7 +135,8 @@ class NotationCache {
     }
     const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
     auto compiled = compile_runtime(expand ? notation::expand_families(text, families)
-                                           : std::string(text));
+                                           : std::string(text),
+                                    text);
     std::lock_guard lock(mutex_);
     if (map_.size() >= capacity) map_.clear();  // bounded: user-built strings may be unbounded
     return map_.emplace(std::string(key), std::move(compiled)).first->second;

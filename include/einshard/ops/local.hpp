@@ -23,6 +23,16 @@ inline std::string operand_label(std::size_t i, std::size_t inputs) {
   return inputs == 1 ? std::string("the input") : "input " + std::to_string(i + 1);
 }
 
+/// torch's einsum, its shape errors turned into einshard's (naming the notation, not letters).
+inline at::Tensor einsum(const std::string& equation, at::TensorList xs, std::string_view source) {
+  try {
+    return at::einsum(equation, xs);
+  } catch (const c10::Error& e) {
+    throw Error("einshard: '" + std::string(source) + "': the tensors' shapes do not fit the notation (" +
+                e.what_without_backtrace() + ")");
+  }
+}
+
 inline bool takes_scalar(const plan::OperandLayout& l, const at::Tensor& x) {
   return x.dim() == 0 && l.single_axis();
 }
@@ -42,8 +52,9 @@ inline std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::Ten
                                                const Options& o) {
   std::vector<std::int64_t> size(p.axis_names.size(), -1);
   const auto given = notation::expand_sizes(o.sizes, o.families);
+  std::vector<bool> stated(size.size(), false);  // given in .sizes: a statement, not a broadcast
   for (std::size_t id = 0; id < size.size(); ++id)
-    if (auto it = given.find(p.axis_names[id]); it != given.end()) size[id] = it->second;
+    if (auto it = given.find(p.axis_names[id]); it != given.end()) size[id] = it->second, stated[id] = true;
   // Each group item with the tensor dimension it splits.
   struct Pending {
     const plan::LayoutItem* item;
@@ -60,8 +71,17 @@ inline std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::Ten
         continue;
       }
       const auto extent = xs[i].size(d++);
-      if (item.kind == notation::ItemKind::group) groups.push_back({&item, extent});
-      else if (size[item.ids[0]] <= 1) size[item.ids[0]] = extent;  // size 1 broadcasts
+      if (item.kind == notation::ItemKind::group) {
+        groups.push_back({&item, extent});
+        continue;
+      }
+      const auto id = item.ids[0];
+      auto& s = size[id];
+      if (s >= 0 && s != extent && (stated[id] ? extent != 1 : extent != 1 && s != 1))
+        throw Error("einshard: axis '" + p.axis_names[id] + "' has extent " + std::to_string(extent) +
+                    " in " + operand_label(i, xs.size()) + ", but " + std::to_string(s) +
+                    (stated[id] ? " in .sizes" : " in another operand"));
+      if (s <= 1 && !stated[id]) s = extent;  // an extent of 1 broadcasts
     }
   }
   auto names = [&](const plan::LayoutItem& g, bool unknown_only) {
@@ -115,7 +135,7 @@ inline at::Tensor run_local(const plan::LocalPlan& p, std::string_view source, a
     detail::check_rank(p.inputs[i], xs[i], i, xs.size(), source);
     scalars = scalars || detail::takes_scalar(p.inputs[i], xs[i]);
   }
-  if (!p.has_groups && !scalars) return at::einsum(p.equation, xs);
+  if (!p.has_groups && !scalars) return detail::einsum(p.equation, xs, source);
 
   std::vector<std::int64_t> size;
   if (p.has_groups) size = detail::resolve_sizes(p, xs, o);
@@ -151,7 +171,7 @@ inline at::Tensor run_local(const plan::LocalPlan& p, std::string_view source, a
     }
     operands.push_back(x.reshape(shape));
   }
-  auto out = at::einsum(p.equation, operands);
+  auto out = detail::einsum(p.equation, operands, source);
   if (scalars && scalar_output) return out.reshape({});
   if (!p.output.has_groups) return out;
   const auto& l = p.output;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,52 +127,66 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
         throw Error("einshard: both inputs are partial over '" + p + "' and '" + q +
                     "'; a product of partial sums is not a partial sum: reduce one input first");
   auto in = [](const Layout& l, const std::string& a) { return l.find(a) >= 0; };
+  // An output partial over a group that an input shards a summed axis over (or is partial over)
+  // keeps the contraction's own partial sums there: its sum over the group is the product on every
+  // candidate. Only a partial no input can produce is introduced as Megatron's f (identity
+  // forward), the convention of the unary `a b -> a b // tp`.
+  std::vector<std::string> natural;
+  for (const auto& g : z.partials) {
+    bool produced = x.has_partial(g) || y.has_partial(g);
+    for (const Layout* l : {&x, &y})
+      for (const auto& a : l->axes) produced = produced || (a.group == g && !in(z, a.axis));
+    if (produced) natural.push_back(g);
+  }
+
+  // One candidate per compute layout, or none when the layout is invalid: a mesh dimension sharding
+  // two axes or an axis of a partial input, or an output partial it cannot produce naturally.
+  auto candidate = [&](const Layout& compute) -> std::optional<BinaryCandidate> {
+    auto groups_with = [&](const Layout* l) {
+      std::vector<std::string> g;
+      for (const auto& a : (l ? l->axes : compute.axes)) g.push_back(compute.group(a.axis));
+      if (l) g.insert(g.end(), l->partials.begin(), l->partials.end());
+      return g;
+    };
+    if (detail::groups_overlap(groups_with(nullptr), mesh) ||
+        detail::groups_overlap(groups_with(&x), mesh) || detail::groups_overlap(groups_with(&y), mesh))
+      return std::nullopt;
+    BinaryCandidate c;
+    c.compute = compute;
+    for (const auto& a : z.axes) c.result.axes.push_back({a.axis, compute.group(a.axis)});
+    for (const auto& a : compute.axes)  // summed axes leave partial sums over their groups
+      if (!a.group.empty() && !in(z, a.axis)) c.result.partials.push_back(a.group);
+    for (const Layout* l : {&x, &y})
+      c.result.partials.insert(c.result.partials.end(), l->partials.begin(), l->partials.end());
+    for (const auto& g : natural)
+      if (!c.result.has_partial(g)) return std::nullopt;
+    std::vector<bool> used = detail::varies(c.result, mesh);
+    for (const auto& a : compute.axes)
+      if (!a.group.empty())
+        for (int d : mesh.components(a.group)) used[static_cast<std::size_t>(d)] = true;
+    c.x_steps = plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh);
+    c.y_steps = plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh);
+    Layout target = z;
+    if (free_output)
+      for (auto& a : target.axes) a.group = compute.group(a.axis);
+    c.z_steps = plan_unary(c.result, target, mesh);
+    c.estimate = estimate(c.x_steps, global, mesh, element);
+    c.estimate += estimate(c.y_steps, global, mesh, element);
+    c.estimate += estimate(c.z_steps, global, mesh, element);
+    double flops = 2;
+    for (const auto& a : compute.axes)
+      flops *= static_cast<double>(global.at(a.axis)) / (a.group.empty() ? 1 : mesh.size(a.group));
+    c.estimate.flops = flops;
+    c.score = score(c.estimate, policy);
+    return c;
+  };
 
   BinaryPlan plan;
   std::vector<std::size_t> pick(axes.size(), 0);
   while (true) {
     Layout compute;
-    std::vector<std::string> groups;
-    for (std::size_t i = 0; i < axes.size(); ++i) {
-      compute.axes.push_back({axes[i], options[i][pick[i]]});
-      groups.push_back(options[i][pick[i]]);
-    }
-    // A candidate is valid when no mesh dimension shards two axes or an axis of a partial input.
-    auto with_partials = [&](const Layout& l) {
-      std::vector<std::string> g;
-      for (const auto& a : l.axes) g.push_back(compute.group(a.axis));
-      g.insert(g.end(), l.partials.begin(), l.partials.end());
-      return g;
-    };
-    if (!detail::groups_overlap(groups, mesh) && !detail::groups_overlap(with_partials(x), mesh) &&
-        !detail::groups_overlap(with_partials(y), mesh)) {
-      std::vector<bool> used = detail::varies(compute, mesh);
-      for (const Layout* l : {&x, &y})
-        for (const auto& p : l->partials)
-          for (int d : mesh.components(p)) used[static_cast<std::size_t>(d)] = true;
-      BinaryCandidate c;
-      c.compute = compute;
-      c.x_steps = plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh);
-      c.y_steps = plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh);
-      for (const auto& a : z.axes) c.result.axes.push_back({a.axis, compute.group(a.axis)});
-      for (const auto& a : compute.axes)  // summed axes leave partial sums over their groups
-        if (!a.group.empty() && !in(z, a.axis)) c.result.partials.push_back(a.group);
-      for (const Layout* l : {&x, &y})
-        c.result.partials.insert(c.result.partials.end(), l->partials.begin(), l->partials.end());
-      Layout target = z;
-      if (free_output)
-        for (auto& a : target.axes) a.group = compute.group(a.axis);
-      c.z_steps = plan_unary(c.result, target, mesh);
-      c.estimate = estimate(c.x_steps, global, mesh, element);
-      c.estimate += estimate(c.y_steps, global, mesh, element);
-      c.estimate += estimate(c.z_steps, global, mesh, element);
-      double flops = 2;
-      for (const auto& a : compute.axes)
-        flops *= static_cast<double>(global.at(a.axis)) / (a.group.empty() ? 1 : mesh.size(a.group));
-      c.estimate.flops = flops;
-      c.score = score(c.estimate, policy);
-      plan.alternatives.push_back(std::move(c));
-    }
+    for (std::size_t i = 0; i < axes.size(); ++i) compute.axes.push_back({axes[i], options[i][pick[i]]});
+    if (auto c = candidate(compute)) plan.alternatives.push_back(std::move(*c));
     std::size_t i = 0;
     while (i < axes.size() && ++pick[i] == options[i].size()) pick[i++] = 0;
     if (i == axes.size()) break;

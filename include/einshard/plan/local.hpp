@@ -10,6 +10,7 @@
 
 #include "einshard/error.hpp"
 #include "einshard/notation/expression.hpp"
+#include "einshard/notation/parser.hpp"
 
 namespace einshard::plan {
 
@@ -25,7 +26,7 @@ constexpr bool is_local(const notation::ExpressionView& e) noexcept {
         bool found = false;
         for (const auto& b : e.axes_of(t)) {
           if (e.name(b) != e.name(a)) continue;
-          if (e.mesh(b) != e.mesh(a)) return false;  // resharded: needs communication
+          if (!notation::detail::same_mesh(e.mesh(b), e.mesh(a))) return false;  // resharded
           found = true;
         }
         if (!a.mesh.empty() && !found) return false;  // a sharded axis some operand lacks

@@ -1,0 +1,139 @@
+#pragma once
+/// @file
+/// What every distributed call does first: describe each operand, agree with the other ranks
+/// (exec/agreement.hpp), and look the prepared call up in a cache keyed by everything the plan
+/// depends on (notation, mesh, policy, shapes metadata and every rank's shapes), so a repeated call
+/// costs one small all-gather and a hash lookup before its data moves.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "einshard/comm/mpi.hpp"
+#include "einshard/exec/agreement.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/notation/expression.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/plan.hpp"
+
+namespace einshard {
+
+namespace detail {
+
+/// The last distributed call's plan, described only when asked for (describing costs strings).
+struct LastPlan {
+  std::function<Plan()> make;
+  std::optional<Plan> plan;
+};
+inline LastPlan& last_plan_storage() {
+  thread_local LastPlan last;
+  return last;
+}
+
+}  // namespace detail
+
+/// The plan of the last distributed call on this thread (what ran, with its costs).
+inline const Plan& last_plan() {
+  auto& last = detail::last_plan_storage();
+  if (!last.plan) last.plan = last.make ? last.make() : Plan{};
+  return *last.plan;
+}
+
+namespace exec {
+
+/// Identifies a call and operand across ranks (ranks must run the same notation on each operand).
+inline std::int64_t fingerprint(std::string_view source, std::size_t operand) {
+  return static_cast<std::int64_t>(std::hash<std::string_view>{}(source) ^
+                                   (operand * 0x9e3779b97f4a7c15ull));
+}
+
+/// Number of dimensions an operand spec names outside its ellipsis.
+inline std::int64_t fixed_dims(const notation::ExpressionView& e, const notation::Spec& s) {
+  std::int64_t n = 0;
+  for (const auto& item : e.items_of(s)) n += item.kind == notation::ItemKind::ellipsis ? 0 : 1;
+  return n;
+}
+
+inline std::string call_name(const notation::ExpressionView& e) {
+  return "einshard '" + std::string(e.source) + "'";
+}
+
+/// The agreed facts of a call: every rank's description of every operand, and which operands are
+/// 0-d tensors standing for a one-axis spec (`loss // dp -> loss`).
+struct Agreement {
+  Agreed ranks;
+  std::vector<bool> scalar;
+};
+
+/// Collective over the mesh.
+inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Mesh& mesh) {
+  Agreement a;
+  std::vector<RankInfo> mine;
+  std::vector<std::string> expected;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const auto& spec = e.input(i);
+    const auto fixed = fixed_dims(e, spec);
+    const bool scalar = xs[i].dim() == 0 && !spec.has_ellipsis && fixed == 1;
+    const auto ndim = scalar ? 1 : xs[i].dim();
+    const bool ok = spec.has_ellipsis ? ndim >= fixed : ndim == fixed;
+    mine.push_back(describe(scalar ? xs[i].reshape({1}) : xs[i], fingerprint(e.source, i),
+                            ok ? LocalFault::none : LocalFault::rank_mismatch));
+    expected.push_back(std::to_string(fixed) + (spec.has_ellipsis ? " or more" : ""));
+    a.scalar.push_back(scalar);
+  }
+  a.ranks = agree(mesh.comm(), mine, call_name(e), expected);
+  return a;
+}
+
+/// Everything a prepared call depends on, as text.
+inline std::string cache_key(std::string_view source, const Options& o, const Agreement& a) {
+  std::string key(source);
+  key += '\x1f';
+  key += std::to_string(comm::to_handle(o.mesh.comm())) + ':' +
+         std::to_string(static_cast<int>(o.policy.value_or(Policy::training))) + ':' + o.shapes.key();
+  for (const auto& rank : a.ranks)
+    for (const auto& info : rank) {
+      key += '|' + std::to_string(info.dtype);
+      for (std::int64_t d = 0; d < info.ndim; ++d)
+        key += ',' + std::to_string(info.sizes[static_cast<std::size_t>(d)]);
+    }
+  return key;
+}
+
+/// Prepared calls by key; bounded, shared, immutable entries.
+template <class Call>
+class CallCache {
+ public:
+  static CallCache& instance() {
+    static CallCache cache;
+    return cache;
+  }
+
+  template <class Make>
+  std::shared_ptr<const Call> get(const std::string& key, Make&& make) {
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = map_.find(key); it != map_.end()) return it->second;
+    }
+    auto call = std::make_shared<const Call>(make());
+    std::lock_guard lock(mutex_);
+    if (map_.size() >= capacity) map_.clear();
+    return map_.emplace(key, std::move(call)).first->second;
+  }
+
+  static constexpr std::size_t capacity = 1024;
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const Call>> map_;
+};
+
+}  // namespace exec
+}  // namespace einshard
