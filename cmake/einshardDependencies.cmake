@@ -1,0 +1,59 @@
+# Dependency helpers shared by einshard's own CMakeLists.txt and by the installed (and build-tree)
+# einshardConfig.cmake, so that a consumer resolves LibTorch exactly as einshard's build does.
+#
+#   einshard_torch_before_find()   call right before find_package(Torch) / find_dependency(Torch)
+#   einshard_torch_after_find()    call right after it
+#
+# 1. The CUDA toolkit shim (einshard_torch_before_find)
+#
+#    A CUDA build of LibTorch -- this includes the default PyPI wheel `torch==2.x` -- makes
+#    find_package(Torch) run Caffe2's public/cuda.cmake, which requires a full CUDA *toolkit*
+#    (nvcc, headers): without one it stops with "Your installed Caffe2 version uses CUDA but I
+#    cannot find the CUDA libraries", and with a toolkit whose version differs from the one the
+#    wheel was built for (e.g. CUDA 13.0 in /usr/local/cuda, wheel built for 13.2) it puts that
+#    toolkit's libcudart/libnvrtc on the link line and its lib directory in the rpath, so the
+#    linker then resolves libtorch_cuda.so's libnccl.so.2 to the wrong NCCL ("undefined reference
+#    to ncclCommGrow ...").
+#
+#    einshard compiles no CUDA code, so it needs none of that: libtorch_cuda.so itself records
+#    where its CUDA runtime libraries are (RPATH $ORIGIN/../../nvidia/... in the wheel), and
+#    CUDA tensors work at run time without any toolkit. public/cuda.cmake begins with the
+#    include guard `if(TARGET torch::cudart) return()`, and torch::cudart is the only CUDA target
+#    that Caffe2Targets.cmake references, so defining an empty torch::cudart before
+#    find_package(Torch) skips the toolkit search cleanly: same result on CPU-only machines,
+#    on GPU machines with a matching toolkit, with a mismatched toolkit and without one; a
+#    CPU-only LibTorch never reads it. Set EINSHARD_TORCH_CUDA_TOOLKIT=ON (or call
+#    find_package(Torch) yourself before einshard) to get Caffe2's real CUDA targets, e.g. to
+#    compile your own CUDA sources against LibTorch.
+#
+# 2. TORCH_CXX_FLAGS (einshard_torch_after_find)
+#
+#    TORCH_CXX_FLAGS carries the C++ ABI flag (-D_GLIBCXX_USE_CXX11_ABI=0/1) of the LibTorch
+#    build (empty in recent wheels, which always use the new ABI). Recent TorchConfig.cmake
+#    files already append it to the `torch` target; this makes sure of it for any version
+#    (idempotently), at the consumer's configure time. It is deliberately *not* copied into
+#    einshard's exported targets, so the ABI is never hard-coded into an installed einshard.
+
+macro(einshard_torch_before_find)
+  if(NOT EINSHARD_TORCH_CUDA_TOOLKIT AND NOT TARGET torch AND NOT TARGET torch::cudart)
+    # GLOBAL: consumers in other directories (add_subdirectory) resolve torch_cuda's
+    # INTERFACE_LINK_LIBRARIES, which name torch::cudart, from their own scope.
+    add_library(torch::cudart INTERFACE IMPORTED GLOBAL)
+  endif()
+endmacro()
+
+function(einshard_torch_after_find)
+  if(NOT TARGET torch OR "${TORCH_CXX_FLAGS}" STREQUAL "")
+    return()
+  endif()
+  get_target_property(_einshard_have torch INTERFACE_COMPILE_OPTIONS)
+  if(NOT _einshard_have)
+    set(_einshard_have "")
+  endif()
+  separate_arguments(_einshard_flags NATIVE_COMMAND "${TORCH_CXX_FLAGS}")
+  foreach(_einshard_flag IN LISTS _einshard_flags)
+    if(NOT _einshard_flag IN_LIST _einshard_have AND NOT "${TORCH_CXX_FLAGS}" IN_LIST _einshard_have)
+      set_property(TARGET torch APPEND PROPERTY INTERFACE_COMPILE_OPTIONS "${_einshard_flag}")
+    endif()
+  endforeach()
+endfunction()
