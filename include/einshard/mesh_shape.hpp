@@ -68,6 +68,22 @@ struct MeshShape {
     return c;
   }
 
+  /// The dimensions of a group as a mask over the mesh ("" is the empty mask).
+  [[nodiscard]] std::vector<bool> mask(std::string_view group) const {
+    std::vector<bool> m(sizes.size(), false);
+    if (!group.empty())
+      for (int d : components(group)) m[static_cast<std::size_t>(d)] = true;
+    return m;
+  }
+
+  /// The canonical name of the group of the masked dimensions ("" for none).
+  [[nodiscard]] std::string group(const std::vector<bool>& mask) const {
+    std::string g;
+    for (std::size_t d = 0; d < mask.size(); ++d)
+      if (mask[d]) g += (g.empty() ? "" : "-") + names[d];
+    return g;
+  }
+
   [[nodiscard]] std::string joined_names() const {
     std::string out;
     for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;

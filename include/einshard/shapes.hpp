@@ -2,6 +2,7 @@
 /// @file
 /// Split metadata (`shapes`) and the one split rule every split, gather and partition uses.
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/notation/parser.hpp"
 
 namespace einshard {
 
@@ -81,7 +83,11 @@ class Shapes {
     if (all_) {
       found = &*all_;
     } else {
-      const auto d = by_dim_.find(dim);
+      // A compound group may be keyed in any spelling ("sp-dp" for "dp-sp").
+      auto d = by_dim_.find(dim);
+      if (d == by_dim_.end())
+        d = std::find_if(by_dim_.begin(), by_dim_.end(),
+                         [&](const auto& kv) { return notation::detail::same_mesh(kv.first, dim); });
       if (d == by_dim_.end())
         throw Error("Missing split shapes for mesh dimension '" + std::string(dim) + "'");
       if (d->second.by_axis.empty()) {

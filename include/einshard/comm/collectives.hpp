@@ -80,6 +80,7 @@ inline std::vector<std::int64_t> offsets(std::span<const std::int64_t> sizes) {
 inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<const std::int64_t> sizes,
                              MPI_Comm comm) {
   require_cpu(x, "all_gather");
+  dim = at::maybe_wrap_dim(dim, x.dim());
   const auto in = x.contiguous();
   const auto P = static_cast<std::size_t>(size_of(comm));
   if (sizes.size() != P) throw Error("all_gather: one size per rank is needed");
@@ -131,6 +132,7 @@ inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<co
 inline at::Tensor reduce_scatter(const at::Tensor& x, std::int64_t dim,
                                  std::span<const std::int64_t> sizes, MPI_Comm comm) {
   require_cpu(x, "reduce_scatter");
+  dim = at::maybe_wrap_dim(dim, x.dim());
   const auto P = static_cast<std::size_t>(size_of(comm));
   const auto me = static_cast<std::size_t>(rank_of(comm));
   if (sizes.size() != P) throw Error("reduce_scatter: one size per rank is needed");

@@ -101,9 +101,9 @@ inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_v
       const auto& a = ranks[0][i];
       const auto& b = ranks[r][i];
       const auto on = " on rank " + std::to_string(r);
-      if (b.fingerprint != a.fingerprint)
-        throw Error(prefix + "rank " + std::to_string(r) +
-                    " called a different operation than rank 0 (notation or operands differ)");
+      if (b.fingerprint != a.fingerprint)  // no notation in the message: it differs between ranks
+        throw Error("einshard: rank " + std::to_string(r) +
+                    " called a different operation than rank 0 (notation or number of operands differ)");
       if (b.dtype != a.dtype)
         throw Error(prefix + "the dtype of " + operand(i) + " differs between ranks: " +
                     c10::toString(static_cast<at::ScalarType>(a.dtype)) + " on rank 0, " +

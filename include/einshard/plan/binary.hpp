@@ -50,21 +50,15 @@ namespace detail {
 
 /// Mesh dimensions along which a layout's data varies (sharded axes or partial groups).
 inline std::vector<bool> varies(const Layout& l, const MeshShape& mesh) {
-  std::vector<bool> v(mesh.sizes.size(), false);
-  auto mark = [&](const std::string& g) {
-    if (!g.empty())
-      for (int d : mesh.components(g)) v[static_cast<std::size_t>(d)] = true;
-  };
-  for (const auto& a : l.axes) mark(a.group);
-  for (const auto& p : l.partials) mark(p);
+  std::vector<bool> v = mesh.mask(l.partial);
+  for (const auto& a : l.axes)
+    if (!a.group.empty())
+      for (int d : mesh.components(a.group)) v[static_cast<std::size_t>(d)] = true;
   return v;
 }
 
-inline std::string group_of(const std::vector<bool>& dims, const MeshShape& mesh) {
-  std::string g;
-  for (std::size_t d = 0; d < dims.size(); ++d)
-    if (dims[d]) g += (g.empty() ? "" : "-") + mesh.names[d];
-  return g;
+inline void add_to(std::vector<bool>& m, const std::vector<bool>& more) {
+  for (std::size_t d = 0; d < m.size(); ++d) m[d] = m[d] || more[d];
 }
 
 /// The operand `l` moved to the compute groups, plus a partial over every mesh dimension the
@@ -74,11 +68,9 @@ inline Layout operand_target(const Layout& l, const Layout& compute, const std::
   Layout t = l;
   for (auto& a : t.axes) a.group = compute.group(a.axis);
   const auto v = varies(t, mesh);
-  std::vector<bool> missing(used.size(), false);
-  bool any = false;
-  for (std::size_t d = 0; d < used.size(); ++d)
-    if (used[d] && !v[d]) missing[d] = any = true;
-  if (any) t.partials.push_back(group_of(missing, mesh));
+  auto partial = mesh.mask(t.partial);
+  for (std::size_t d = 0; d < used.size(); ++d) partial[d] = partial[d] || (used[d] && !v[d]);
+  t.partial = mesh.group(partial);
   return t;
 }
 
@@ -121,23 +113,21 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
   consider(x);
   consider(y);
   if (!free_output) consider(z);
-  for (const auto& p : x.partials)
-    for (const auto& q : y.partials)
-      if (detail::groups_overlap({p, q}, mesh))
-        throw Error("einshard: both inputs are partial over '" + p + "' and '" + q +
-                    "'; a product of partial sums is not a partial sum: reduce one input first");
+  if (detail::groups_overlap({x.partial, y.partial}, mesh))
+    throw Error("einshard: both inputs are partial over '" + x.partial + "' and '" + y.partial +
+                "'; a product of partial sums is not a partial sum: reduce one input first");
   auto in = [](const Layout& l, const std::string& a) { return l.find(a) >= 0; };
   // An output partial over a group that an input shards a summed axis over (or is partial over)
   // keeps the contraction's own partial sums there: its sum over the group is the product on every
   // candidate. Only a partial no input can produce is introduced as Megatron's f (identity
   // forward), the convention of the unary `a b -> a b // tp`.
-  std::vector<std::string> natural;
-  for (const auto& g : z.partials) {
-    bool produced = x.has_partial(g) || y.has_partial(g);
-    for (const Layout* l : {&x, &y})
-      for (const auto& a : l->axes) produced = produced || (a.group == g && !in(z, a.axis));
-    if (produced) natural.push_back(g);
-  }
+  auto producible = mesh.mask(x.partial);
+  detail::add_to(producible, mesh.mask(y.partial));
+  for (const Layout* l : {&x, &y})
+    for (const auto& a : l->axes)
+      if (!a.group.empty() && !in(z, a.axis)) detail::add_to(producible, mesh.mask(a.group));
+  auto natural = mesh.mask(z.partial);
+  for (std::size_t d = 0; d < natural.size(); ++d) natural[d] = natural[d] && producible[d];
 
   // One candidate per compute layout, or none when the layout is invalid: a mesh dimension sharding
   // two axes or an axis of a partial input, or an output partial it cannot produce naturally.
@@ -145,7 +135,7 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     auto groups_with = [&](const Layout* l) {
       std::vector<std::string> g;
       for (const auto& a : (l ? l->axes : compute.axes)) g.push_back(compute.group(a.axis));
-      if (l) g.insert(g.end(), l->partials.begin(), l->partials.end());
+      if (l) g.push_back(l->partial);
       return g;
     };
     if (detail::groups_overlap(groups_with(nullptr), mesh) ||
@@ -154,12 +144,13 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     BinaryCandidate c;
     c.compute = compute;
     for (const auto& a : z.axes) c.result.axes.push_back({a.axis, compute.group(a.axis)});
-    for (const auto& a : compute.axes)  // summed axes leave partial sums over their groups
-      if (!a.group.empty() && !in(z, a.axis)) c.result.partials.push_back(a.group);
-    for (const Layout* l : {&x, &y})
-      c.result.partials.insert(c.result.partials.end(), l->partials.begin(), l->partials.end());
-    for (const auto& g : natural)
-      if (!c.result.has_partial(g)) return std::nullopt;
+    auto partial = mesh.mask(x.partial);  // summed axes leave partial sums over their groups
+    detail::add_to(partial, mesh.mask(y.partial));
+    for (const auto& a : compute.axes)
+      if (!a.group.empty() && !in(z, a.axis)) detail::add_to(partial, mesh.mask(a.group));
+    for (std::size_t d = 0; d < natural.size(); ++d)
+      if (natural[d] && !partial[d]) return std::nullopt;
+    c.result.partial = mesh.group(partial);
     std::vector<bool> used = detail::varies(c.result, mesh);
     for (const auto& a : compute.axes)
       if (!a.group.empty())

@@ -24,7 +24,9 @@ struct Placement {
 
 struct Layout {
   std::vector<Placement> axes;
-  std::vector<std::string> partials;  ///< canonical groups, in notation order
+  /// The (canonical) group of every mesh dimension the tensor is a partial sum over; "" when it is
+  /// not partial. `// (sp, dp)` and `// dp-sp` are one and the same: a sum over both dimensions.
+  std::string partial;
 
   [[nodiscard]] std::ptrdiff_t find(std::string_view axis) const {
     for (std::size_t i = 0; i < axes.size(); ++i)
@@ -33,9 +35,6 @@ struct Layout {
   }
   [[nodiscard]] const std::string& group(std::string_view axis) const {
     return axes[static_cast<std::size_t>(find(axis))].group;
-  }
-  [[nodiscard]] bool has_partial(std::string_view g) const {
-    return std::find(partials.begin(), partials.end(), g) != partials.end();
   }
   friend bool operator==(const Layout&, const Layout&) = default;
 
@@ -47,12 +46,7 @@ struct Layout {
       out += p.axis;
       if (!p.group.empty()) out += "/" + p.group;
     }
-    if (partials.size() == 1) out += " // " + partials[0];
-    if (partials.size() > 1) {
-      out += " // (";
-      for (std::size_t i = 0; i < partials.size(); ++i) out += (i ? "," : "") + partials[i];
-      out += ')';
-    }
+    if (!partial.empty()) out += " // " + partial;
     return out;
   }
 };
@@ -81,7 +75,15 @@ inline Layout layout_of(const notation::ExpressionView& e, const notation::Spec&
                   "' appears twice in one operand of a distributed operation");
     l.axes.push_back({name, a.mesh.empty() ? std::string() : mesh.canonical(e.mesh(a))});
   }
-  for (const auto& p : e.partials_of(s)) l.partials.push_back(mesh.canonical(e.text(p)));
+  std::vector<bool> partial(mesh.sizes.size(), false);
+  for (const auto& p : e.partials_of(s))
+    for (int d : mesh.components(e.text(p))) {
+      if (partial[static_cast<std::size_t>(d)])
+        throw Error("einshard: partial groups of one operand share the mesh dimension '" +
+                    mesh.names[static_cast<std::size_t>(d)] + "'");
+      partial[static_cast<std::size_t>(d)] = true;
+    }
+  l.partial = mesh.group(partial);
   return l;
 }
 

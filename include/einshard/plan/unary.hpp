@@ -61,49 +61,54 @@ inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const M
     cur = next;
   };
 
-  // 1. Partials the output does not keep: reduce-scatter straight into an axis the output shards
-  //    over that group, else one all-reduce over all remaining groups together.
-  std::vector<std::string> reduce;
-  for (const auto& p : in.partials)
-    if (!out.has_partial(p)) reduce.push_back(p);
-  for (auto it = reduce.begin(); it != reduce.end();) {
+  // Partial sums are over sets of mesh dimensions (masks).
+  auto mask = [&](const std::string& g) { return mesh.mask(g); };
+  auto minus = [](std::vector<bool> a, const std::vector<bool>& b) {
+    for (std::size_t d = 0; d < a.size(); ++d) a[d] = a[d] && !b[d];
+    return a;
+  };
+  auto plus = [](std::vector<bool> a, const std::vector<bool>& b) {
+    for (std::size_t d = 0; d < a.size(); ++d) a[d] = a[d] || b[d];
+    return a;
+  };
+  auto within = [](const std::vector<bool>& a, const std::vector<bool>& b) {  // a is a non-empty subset of b
+    bool any = false;
+    for (std::size_t d = 0; d < a.size(); ++d) {
+      if (a[d] && !b[d]) return false;
+      any = any || a[d];
+    }
+    return any;
+  };
+  auto none = [](const std::vector<bool>& a) { return std::none_of(a.begin(), a.end(), [](bool b) { return b; }); };
+
+  // 1. Partial sums the output does not keep: reduce-scatter straight into an axis the output
+  //    shards over (part of) them, then one all-reduce over all the rest together.
+  auto reduce = minus(mask(in.partial), mask(out.partial));
+  for (const auto& a : in.axes) {
+    const auto& to = out.group(a.axis);
+    if (!a.group.empty() || to.empty() || !within(mask(to), reduce)) continue;
     auto next = cur;
-    std::erase(next.partials, *it);
-    bool scattered = false;
-    for (auto& a : next.axes)
-      if (a.group.empty() && out.group(a.axis) == *it) {
-        a.group = *it;
-        push(StepKind::reduce_scatter, *it, a.axis, next);
-        scattered = true;
-        break;
-      }
-    it = scattered ? reduce.erase(it) : it + 1;
+    next.axes[static_cast<std::size_t>(next.find(a.axis))].group = to;
+    next.partial = mesh.group(minus(mask(cur.partial), mask(to)));
+    push(StepKind::reduce_scatter, to, a.axis, next);
+    reduce = minus(reduce, mask(to));
   }
-  if (!reduce.empty()) {
-    for (std::size_t i = 0; i < reduce.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        if (detail::overlap(mesh, reduce[i], reduce[j]))
-          throw Error("einshard: partial groups '" + reduce[j] + "' and '" + reduce[i] +
-                      "' share a mesh dimension");
-    std::string all;
-    for (const auto& g : reduce) all += (all.empty() ? "" : "-") + g;
+  if (!none(reduce)) {
     auto next = cur;
-    for (const auto& g : reduce) std::erase(next.partials, g);
-    push(StepKind::all_reduce, mesh.canonical(all), "", next);
+    next.partial = mesh.group(minus(mask(cur.partial), reduce));
+    push(StepKind::all_reduce, mesh.group(reduce), "", next);
   }
 
-  // 2. Shards that become partials over the same group (the all-gather whose backward
+  // 2. Shards that become partial sums over their own group (the all-gather whose backward
   //    reduce-scatters).
-  for (const auto& p : out.partials) {
-    if (cur.has_partial(p)) continue;
-    for (const auto& a : cur.axes)
-      if (a.group == p && out.group(a.axis).empty()) {
-        auto next = cur;
-        next.axes[static_cast<std::size_t>(next.find(a.axis))].group.clear();
-        next.partials.push_back(p);
-        push(StepKind::gather_to_partial, p, a.axis, next);
-        break;
-      }
+  auto add = minus(mask(out.partial), mask(cur.partial));
+  for (const auto& a : cur.axes) {
+    if (a.group.empty() || !out.group(a.axis).empty() || !within(mask(a.group), add)) continue;
+    auto next = cur;
+    next.axes[static_cast<std::size_t>(next.find(a.axis))].group.clear();
+    next.partial = mesh.group(plus(mask(cur.partial), mask(a.group)));
+    add = minus(add, mask(a.group));
+    push(StepKind::gather_to_partial, a.group, a.axis, next);
   }
 
   // 3. The layout change.
@@ -120,6 +125,7 @@ inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const M
       push(StepKind::split, out.group(axis), axis, next);
     }
   } else if (splits.empty() && moves.empty()) {
+    detail::require_disjoint_groups(cur, mesh);  // gathering diagonal blocks would not rebuild it
     for (const auto& axis : gathers) {
       auto next = cur;
       const auto i = static_cast<std::size_t>(next.find(axis));
@@ -135,20 +141,19 @@ inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const M
     push(StepKind::redistribute, "", "", next);
   }
 
-  // 4. Partials the output adds (Megatron's f: identity forward, all-reduce backward).
-  for (const auto& p : out.partials)
-    if (!cur.has_partial(p)) {
-      auto next = cur;
-      next.partials.push_back(p);
-      push(StepKind::add_partial, p, "", next);
-    }
+  // 4. Partial sums the output adds (Megatron's f: identity forward, all-reduce backward).
+  if (!none(add)) {
+    auto next = cur;
+    next.partial = mesh.group(plus(mask(cur.partial), add));
+    push(StepKind::add_partial, mesh.group(add), "", next);
+  }
 
   // 5. Axis order.
   std::vector<std::int64_t> perm;
   for (const auto& a : out.axes) perm.push_back(cur.find(a.axis));
   if (!std::is_sorted(perm.begin(), perm.end())) {
     Layout next = out;
-    next.partials = cur.partials;
+    next.partial = cur.partial;
     steps.push_back({StepKind::permute, "", "", cur, next, perm});
   }
   return steps;
