@@ -249,7 +249,7 @@ TEST_CASE("unary planner: errors", "[planner]") {
   CHECK_THROWS_AS(names("a/dp-sp b -> a/dp b/sp-dp"), es::Error);
   CHECK_THROWS_AS(names("a/dp b/sp -> a/dp-sp b/sp"), es::Error);
   // Overlapping partial groups reduced together.
-  CHECK_THROWS_WITH(names("a // (dp,dp-sp) -> a"), Catch::Contains("share a mesh dimension"));
+  CHECK_THROWS_WITH(names("a // (dp,dp-sp) -> a"), Catch::Contains("share the mesh dimension"));
   CHECK_THROWS_AS(names("a // (sp-dp,dp-sp) -> a"), es::Error);
   // Unknown mesh dimensions are caught when the layouts are made.
   CHECK_THROWS_WITH(layouts("a b -> a/zz b", mesh24), Catch::Contains("zz"));

@@ -150,17 +150,24 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
       if (!a.group.empty() && !in(z, a.axis)) detail::add_to(partial, mesh.mask(a.group));
     for (std::size_t d = 0; d < natural.size(); ++d)
       if (natural[d] && !partial[d]) return std::nullopt;
+    for (const auto& a : c.result.axes)  // a result sharded and partial over one dimension
+      if (!a.group.empty() && detail::groups_overlap({a.group, mesh.group(partial)}, mesh))
+        return std::nullopt;
     c.result.partial = mesh.group(partial);
     std::vector<bool> used = detail::varies(c.result, mesh);
     for (const auto& a : compute.axes)
       if (!a.group.empty())
         for (int d : mesh.components(a.group)) used[static_cast<std::size_t>(d)] = true;
-    c.x_steps = plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh);
-    c.y_steps = plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh);
     Layout target = z;
     if (free_output)
       for (auto& a : target.axes) a.group = compute.group(a.axis);
-    c.z_steps = plan_unary(c.result, target, mesh);
+    try {  // a move the unary planner refuses (e.g. through diagonal blocks) rules a candidate out
+      c.x_steps = plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh);
+      c.y_steps = plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh);
+      c.z_steps = plan_unary(c.result, target, mesh);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
     c.estimate = estimate(c.x_steps, global, mesh, element);
     c.estimate += estimate(c.y_steps, global, mesh, element);
     c.estimate += estimate(c.z_steps, global, mesh, element);
