@@ -788,7 +788,7 @@ TEST_CASE("unary: shapes keyed by a compound group in either spelling", "[mpi][u
   // "sp-dp" and "dp-sp" name one group: shapes given under the spelling the notation uses apply.
   for (const auto* mp : meshes(2)) {
     const auto& mesh = *mp;
-    I64 sizes(static_cast<std::size_t>(mesh.size()), 0);
+    I64 sizes(static_cast<std::size_t>(mesh.size("dp-sp")), 0);  // one entry per rank of the group
     sizes.back() = 4;
     for (const auto* key : {"dp-sp", "sp-dp"}) {
       INFO(label(mesh) << ", shapes under '" << key << "'");
