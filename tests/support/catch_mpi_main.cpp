@@ -8,6 +8,7 @@
 //   <that rank's Catch output>
 //   mpi: 1 of 4 ranks failed
 //
+// (a report identical to an earlier rank's is not repeated: "..., the same report as rank 1")
 // and every rank exits with the same code (the largest of the ranks' Catch results), so mpiexec
 // and ctest see the failure whichever rank it happened on. With `-o <file>`, a `%r` in the file
 // name is replaced by the rank and each rank writes its own report there (e.g. `-r junit -o
@@ -29,6 +30,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -131,6 +133,7 @@ int main(int argc, char* argv[]) {
     constexpr int tag = 4242;
     if (rank == 0) {
       int failed = code != 0 ? 1 : 0;
+      std::vector<std::pair<int, std::string>> shown;  // (rank, report) already printed
       for (int r = 1; r < size; ++r) {
         if (codes[r] == 0) continue;
         ++failed;
@@ -139,12 +142,19 @@ int main(int argc, char* argv[]) {
         std::string report(static_cast<std::size_t>(length), '\0');
         MPI_Recv(report.data(), length, MPI_CHAR, r, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         std::cout << "\n==== rank " << r << " of " << size << ": " << codes[r]
-                  << (codes[r] == 255 ? " (or more) failed assertions or an error" : " failed assertions")
-                  << " ====\n";
+                  << (codes[r] == 255 ? " (or more) failed assertions or an error" : " failed assertions");
+        const auto same = std::find_if(shown.begin(), shown.end(),
+                                       [&](const auto& s) { return s.second == report; });
+        if (same != shown.end() && !report.empty()) {
+          std::cout << ", the same report as rank " << same->first << " ====\n";
+          continue;
+        }
+        std::cout << " ====\n";
         if (report.empty())
           std::cout << "(no buffered output: see the file given with -o)\n";
         else
           std::cout << report << (report.back() == '\n' ? "" : "\n");
+        shown.emplace_back(r, std::move(report));
       }
       if (failed > 0) std::cout << "mpi: " << failed << " of " << size << " ranks failed" << std::endl;
       std::cout.flush();
