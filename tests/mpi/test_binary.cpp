@@ -48,6 +48,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "plan_steps.hpp"
 
 namespace es = einshard;
 
@@ -59,26 +60,7 @@ using Extents = std::map<std::string, std::int64_t>;
 /// Split metadata by (axis, group), for slicing; the same as the `.shapes` option passed along.
 using ShapeMap = std::map<std::pair<std::string, std::string>, I64>;
 
-const std::string SPLIT = "split_forward_allgather_backward";
-const std::string GATHER = "allgather_forward_split_backward";
-const std::string GATHER_P = "allgather_forward_reducescatter_backward";
-const std::string ALLTOALL = "alltoall_repartition";
-const std::string ALLREDUCE = "allreduce_forward_identity_backward";
-const std::string RS = "reducescatter_forward_allgather_backward";
-const std::string ADD_P = "identity_forward_allreduce_backward";
-const std::string PERMUTE = "permute";
-const std::string EINSUM = "rank_local_einsum";
-
-/// A step of input 1 (x), input 2 (y) or of the result (z), as `tagged` writes it.
-std::string tag(const std::string& who, const std::string& name, const std::string& group = "",
-                const std::string& axis = "") {
-  std::string s = who + ":" + name;
-  if (!group.empty() || !axis.empty()) s += "(" + group + (axis.empty() ? "" : "," + axis) + ")";
-  return s;
-}
-std::string x(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("x", n, g, a); }
-std::string y(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("y", n, g, a); }
-std::string z(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("z", n, g, a); }
+using namespace einshard::testing;  // step names, tag, x, y, z
 
 Names tagged(const es::Plan& p) {
   Names out;

@@ -19,6 +19,7 @@
 #include "einshard/plan/binary.hpp"
 #include "einshard/plan/layout.hpp"
 #include "einshard/plan/step.hpp"
+#include "plan_steps.hpp"
 
 namespace es = einshard;
 namespace plan = einshard::plan;
@@ -35,24 +36,7 @@ const es::MeshShape mesh42{{"dp", "sp"}, {4, 2}};
 const es::MeshShape mesh222{{"dp", "sp", "tp"}, {2, 2, 2}};
 const es::MeshShape dptp24{{"dp", "tp"}, {2, 4}};
 
-const std::string SPLIT = "split_forward_allgather_backward";
-const std::string GATHER = "allgather_forward_split_backward";
-const std::string GATHER_P = "allgather_forward_reducescatter_backward";
-const std::string ALLTOALL = "alltoall_repartition";
-const std::string ALLREDUCE = "allreduce_forward_identity_backward";
-const std::string RS = "reducescatter_forward_allgather_backward";
-const std::string ADD_P = "identity_forward_allreduce_backward";
-const std::string EINSUM = "rank_local_einsum";
-
-std::string tag(const std::string& who, const std::string& name, const std::string& group = "",
-                const std::string& axis = "") {
-  std::string s = who + ":" + name;
-  if (!group.empty() || !axis.empty()) s += "(" + group + (axis.empty() ? "" : "," + axis) + ")";
-  return s;
-}
-std::string x(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("x", n, g, a); }
-std::string y(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("y", n, g, a); }
-std::string z(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("z", n, g, a); }
+using namespace einshard::testing;  // step names, tag, x, y, z
 
 struct Layouts {
   plan::Layout x, y, z;
