@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR/../..
 # Builds bench/distributed/unary.cpp (target einshard_bench_distributed) in its own build tree and
 # runs it under mpirun at 2 and 4 ranks; JSON lines on stdout (one per case and anchor, see the
 # header of unary.cpp). Arguments are passed to the benchmark:
 #
 #   bench/distributed/run.sh                 # full run: 16/128 MiB repartitions, 16/64 MiB others
 #   bench/distributed/run.sh --quick         # smoke test (1 MiB, 3 rounds)
-#   bench/distributed/run.sh --iters 30 --case repartition,partial_shard
+#   bench/distributed/run.sh --iters 30 --case repartition,partial_shard --mib 16,64
 #
 # Environment:
 #   EINSHARD_BENCH_RANKS       rank counts to run (default "2 4"; empty: build only)
@@ -22,7 +23,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
-# shellcheck source=../../scripts/env.sh
+# shellcheck source=scripts/env.sh
 source "${repo}/scripts/env.sh"
 
 build="${EINSHARD_BENCH_DIST_BUILD:-${repo}/build/bench-dist}"
@@ -34,7 +35,8 @@ cat > "${build}/project/CMakeLists.txt.new" <<CMAKE
 cmake_minimum_required(VERSION 3.25)
 project(einshard_bench_distributed_build LANGUAGES CXX)
 # LibTorch is found in this top directory, so its imported targets (whose interface properties
-# name torch_cpu in generator expressions) are visible to every directory below.
+# name torch_cpu in generator expressions) are visible to every directory below, also with einshard
+# trees that do not find it GLOBAL themselves (patched copies of older checkouts).
 list(APPEND CMAKE_MODULE_PATH "\${EINSHARD_SOURCE_DIR}/cmake")
 include(einshardDependencies)
 einshard_torch_before_find()

@@ -1,11 +1,12 @@
 // Distributed unary einshard against hand-written MPI doing the same logical operation.
 //
-// Run under mpirun (2 or 4 ranks; the cross-mesh cases need exactly 4). Every case builds the same
+// Run under mpirun (any number of ranks; 2 and 4 are the measured ones; the cross-mesh cases run at
+// exactly 4, the tiny one when the rank count divides 4). Every case builds the same
 // input on every rank, then times its variants interleaved round by round (the order rotates each
 // round, so no variant always runs first), with an MPI_Barrier before every timed operation. One
 // operation's time is the maximum over the ranks of the per-rank elapsed time (MPI_Allreduce MAX):
 // the time of the collective as a whole. Before timing, every variant's result is compared with
-// einshard's (torch::equal, all data integer-valued so every summation order is exact): the
+// einshard's (at::equal, all data integer-valued so every summation order is exact): the
 // variants do equal work, or the program stops with an error.
 //
 // Variants (which ones a case has is listed with the case):
@@ -15,8 +16,8 @@
 //   mpi_*               a hand-written MPI program: its pack/unpack/slice copies, buffers kept
 //                       across calls (a tuned loop would keep them)
 //   mpi_*_alloc         the same, allocating its result tensor per call as einshard must
-//   subarray_p2p_alloc  einshard's own method (comm::exchange_boxes) written out by hand:
-//                       MPI_Isend/MPI_Irecv with MPI_Type_create_subarray, no packing
+//   subarray_p2p_alloc  comm::exchange_boxes's first method written out by hand: MPI_Isend/
+//                       MPI_Irecv with MPI_Type_create_subarray, no packing
 //   pack_p2p_alloc      the alternative: pack each peer's block contiguously, Isend/Irecv
 //   *_2sync             (split_gather) the hand-written code plus the two small MPI_Allgathers
 //                       that einshard's two calls make to agree on metadata
@@ -157,6 +158,8 @@ struct Variant {
   std::string name;
   bool einshard = false;                // an einshard variant (else an anchor)
   std::function<at::Tensor()> fn;
+  /// For the check only, when `fn` leaves its result in another layout (read after `fn` ran).
+  std::function<at::Tensor()> result = {};
 };
 
 struct Case {
@@ -188,7 +191,8 @@ struct Timings {
 void check_case(const Case& c) {
   const auto reference = c.variants.front().fn();
   for (std::size_t v = 1; v < c.variants.size(); ++v) {
-    const auto out = c.variants[v].fn();
+    auto out = c.variants[v].fn();
+    if (c.variants[v].result) out = c.variants[v].result();
     int bad = 0;
     std::string why;
     if (out.sizes() != reference.sizes()) {
@@ -389,7 +393,7 @@ Case repartition(const es::Mesh& mesh, double mib, at::ScalarType dtype, std::in
   c.variants.push_back({"mpi_pack_alltoallv_alloc", false,
                         [=] { return pack_alltoallv(at::empty({A, C}, x.options())); }});
   if (investigate) {
-    // einshard's comm::exchange_boxes, by hand: subarray datatypes on both sides, no packing.
+    // The first comm::exchange_boxes, by hand: subarray datatypes on both sides, no packing.
     c.variants.push_back({"subarray_p2p_alloc", false, [=] {
                             auto out = at::empty({A, C}, x.options());
                             std::vector<std::unique_ptr<Subarray>> types;
@@ -631,6 +635,51 @@ Case split_gather(const es::Mesh& mesh, double mib) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Case: gather of an inner dimension, `a b/dp -> a b` (the column-parallel gather): each rank's
+// shard is a column block of the result, so it lands strided. einshard's comm::all_gather moves it
+// with strided (vector) datatypes; by hand: all-gather the contiguous shards, then unpack.
+
+Case gather_inner(const es::Mesh& mesh, double mib) {
+  const int P = mesh.size(), me = mesh.rank();
+  const std::int64_t C = 2048 / P * P == 2048 ? 2048 / P : 512;  // columns per rank
+  const std::int64_t B = C * P;
+  const std::int64_t A = rows_for(mib * MiB, B, 4, 1);
+  // Global A x B by global index; rank r holds columns [r*C, (r+1)*C).
+  const auto x = pattern(0, A * B, at::kFloat).reshape({A, B}).narrow(1, me * C, C).contiguous();
+  const MPI_Comm comm = mesh.comm();
+  const int n = static_cast<int>(A * C);
+  auto staging = at::empty({P, A, C}, x.options());
+  auto unpack = [=](at::Tensor out) {
+    MPI_Allgather(x.const_data_ptr(), n, MPI_FLOAT, staging.data_ptr(), n, MPI_FLOAT, comm);
+    const auto* src = static_cast<const float*>(staging.const_data_ptr());
+    auto* dst = static_cast<float*>(out.data_ptr());
+    for (int q = 0; q < P; ++q)
+      for (std::int64_t i = 0; i < A; ++i)
+        std::memcpy(dst + i * B + q * C, src + (q * A + i) * C, static_cast<std::size_t>(C) * 4);
+    return out;
+  };
+  auto kept = at::empty({A, B}, x.options());
+  Case c;
+  c.name = "gather_inner";
+  c.notation = "a b/dp -> a b";
+  c.mesh = "(" + std::to_string(P) + ")";
+  c.dtype = "float32";
+  c.shape = shape_of(x);
+  c.mib_per_rank = static_cast<double>(A * B * 4) / MiB;
+  c.variants.push_back({"einshard", true, [=] { return es::einshard<"a b/dp -> a b">(x, {.mesh = mesh}); }});
+  // The raw collective on the same bytes: the contiguous shards, gathered, not yet unpacked.
+  c.variants.push_back({"allgather_raw", false,
+                        [=] {
+                          MPI_Allgather(x.const_data_ptr(), n, MPI_FLOAT, staging.data_ptr(), n, MPI_FLOAT, comm);
+                          return staging;
+                        },
+                        [=] { return staging.permute({1, 0, 2}).reshape({A, B}); }});
+  c.variants.push_back({"mpi_allgather_unpack", false, [=] { return unpack(kept); }});
+  c.variants.push_back({"mpi_allgather_unpack_alloc", false, [=] { return unpack(at::empty({A, B}, x.options())); }});
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Case: partial -> full, `a b // dp -> a b`: one all-reduce.
 
 Case partial_full(const es::Mesh& mesh, double mib) {
@@ -742,7 +791,8 @@ int main(int argc, char** argv) {
   if (cfg.quick && !iters_given) cfg.iters = 3;
 
   const std::vector<std::string> names{"tiny_repartition", "repartition", "repartition_f64", "cross_mesh_move",
-                                       "cross_mesh_swap",  "split_gather", "partial_full",   "partial_shard"};
+                                       "cross_mesh_swap",  "split_gather", "gather_inner",   "partial_full",
+                                       "partial_shard"};
   if (cfg.list) {
     if (world_rank() == 0)
       for (const auto& n : names) std::printf("%s\n", n.c_str());
@@ -805,6 +855,12 @@ int main(int argc, char** argv) {
     if (wanted(cfg, "split_gather"))
       for (double mib : mid) {
         auto c = split_gather(line, mib);
+        c.rounds = rounds;
+        run_case(c);
+      }
+    if (wanted(cfg, "gather_inner"))
+      for (double mib : mid) {
+        auto c = gather_inner(line, mib);
         c.rounds = rounds;
         run_case(c);
       }
