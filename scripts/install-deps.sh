@@ -4,7 +4,8 @@
 # everything is already there.
 #
 #   1. Debian packages (apt-get install of the missing ones only; `apt-get update` only if needed):
-#        catch2 2.13.10, Open MPI 4.1.4, METIS 5.1.0, Doxygen 1.9.4 (pinned), ninja, cmake, g++,
+#        catch2 2.13.10, Open MPI 4.1.4, METIS 5.1.0, Doxygen 1.9.4, PETSc 3.18.5 and FFTW 3.3.10
+#        (with FFTW-MPI; the benchmarks' anchors) (pinned), pkg-config, ninja, cmake, g++,
 #        python3-venv, python3-pip, git, ca-certificates
 #   2. LibTorch, as the PyPI wheel torch==2.15.0 in a Python venv at
 #        ${EINSHARD_DEPS_DIR:-/opt/einshard-deps}/venv
@@ -30,6 +31,10 @@ APT_PACKAGES=(
   openmpi-bin=4.1.4-3+b1
   libmetis-dev=5.1.0.dfsg-7
   doxygen=1.9.4-4
+  libpetsc-real-dev=3.18.5+dfsg1-1
+  libfftw3-dev=3.3.10-1
+  libfftw3-mpi-dev=3.3.10-1
+  pkg-config
   ninja-build
   cmake
   g++
