@@ -1,0 +1,185 @@
+#pragma once
+/// @file
+/// `Csr`: compressed sparse rows, the storage every sparse kernel of einshard runs on, and its
+/// kernels (product, transposed product, row ranges for the interior/boundary split of a halo
+/// SpMV). Indices are 32-bit when the column count fits: half the index bytes streamed per product.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "einshard/error.hpp"
+
+namespace einshard::sparse {
+
+/// A matrix (or a block of rows of one) in CSR: `rowptr` (int64, rows + 1), `col` (int32 when
+/// `cols` fits, else int64), `values` (nnz). Rows are sorted by column, without duplicates.
+struct Csr {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  at::Tensor rowptr;
+  at::Tensor col;
+  at::Tensor values;
+
+  [[nodiscard]] std::int64_t nnz() const { return values.defined() ? values.numel() : 0; }
+  [[nodiscard]] at::ScalarType dtype() const { return values.scalar_type(); }
+};
+
+namespace detail {
+
+inline at::ScalarType index_type_for(std::int64_t cols) {
+  return cols <= std::numeric_limits<std::int32_t>::max() ? at::kInt : at::kLong;
+}
+
+/// COO triples to CSR: sorted by (row, column), duplicates summed (assembly adds the element
+/// contributions of shared nodes). `row` in [0, rows), `col` in [0, cols) — checked.
+inline Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
+                      std::int64_t rows, std::int64_t cols) {
+  if (values.dim() != 1 || row.dim() != 1 || col.dim() != 1 || values.numel() != row.numel() ||
+      values.numel() != col.numel())
+    throw Error("sparse: COO values, row and col must be 1-D of the same length, got " +
+                std::to_string(values.numel()) + ", " + std::to_string(row.numel()) + " and " +
+                std::to_string(col.numel()));
+  auto r = row.to(at::kLong).contiguous();
+  auto c = col.to(at::kLong).contiguous();
+  if (r.numel() > 0) {
+    const auto rmin = r.min().item<std::int64_t>(), rmax = r.max().item<std::int64_t>();
+    const auto cmin = c.min().item<std::int64_t>(), cmax = c.max().item<std::int64_t>();
+    if (rmin < 0 || rmax >= rows)
+      throw Error("sparse: row index out of range: expected [0, " + std::to_string(rows) +
+                  "), found " + std::to_string(rmin < 0 ? rmin : rmax));
+    if (cmin < 0 || cmax >= cols)
+      throw Error("sparse: column index out of range: expected [0, " + std::to_string(cols) +
+                  "), found " + std::to_string(cmin < 0 ? cmin : cmax));
+  }
+  // One sort on the linear key orders by (row, col); unique_consecutive finds the duplicates.
+  const auto key = r * cols + c;
+  const auto [sorted, perm] = key.sort();
+  const auto [ukey, inverse, counts] = at::unique_consecutive(sorted, /*return_inverse=*/true);
+  auto v = at::zeros({ukey.numel()}, values.options());
+  v.index_add_(0, inverse, values.index_select(0, perm));
+  const auto urow = at::div(ukey, cols, "floor");
+  Csr out;
+  out.rows = rows;
+  out.cols = cols;
+  out.col = (ukey - urow * cols).to(index_type_for(cols));
+  out.values = v;
+  out.rowptr = at::zeros({rows + 1}, at::kLong);
+  if (rows > 0) out.rowptr.slice(0, 1).copy_(at::bincount(urow, {}, rows).cumsum(0));
+  return out;
+}
+
+/// CSR back to COO (row, col as int64; values shared).
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_to_coo(const Csr& a) {
+  const auto counts = a.rowptr.slice(0, 1) - a.rowptr.slice(0, 0, a.rows);
+  const auto row = at::repeat_interleave(at::arange(a.rows, at::kLong), counts, {}, a.nnz());
+  return {a.values, row, a.col.to(at::kLong)};
+}
+
+template <class F>
+void dispatch_csr(const Csr& a, F&& f) {
+  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(a.dtype(), "einshard::sparse", [&] {
+    using value_t = scalar_t;
+    if (a.col.scalar_type() == at::kInt)
+      f(value_t{}, std::int32_t{});
+    else
+      f(value_t{}, std::int64_t{});
+  });
+}
+
+/// y[i] = alpha * sum_j A[i, j] x[j] + beta * y[i] for rows i in [begin, end). `y` may be a row
+/// block of the result, indexed from `begin`. beta == 0 overwrites (NaN in y does not leak).
+inline void spmv_rows(const Csr& a, const at::Tensor& x, at::Tensor& y, std::int64_t begin,
+                      std::int64_t end, double alpha = 1.0, double beta = 0.0) {
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* __restrict rp = a.rowptr.data_ptr<std::int64_t>();
+    const auto* __restrict ci = a.col.data_ptr<I>();
+    const auto* __restrict av = a.values.data_ptr<V>();
+    const auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict yv = y.data_ptr<V>();
+    const V al = static_cast<V>(alpha), be = static_cast<V>(beta);
+    const bool plain = alpha == 1.0 && beta == 0.0;
+    for (std::int64_t i = begin; i < end; ++i) {
+      V s{};
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+      yv[i] = plain ? s : (beta == 0.0 ? al * s : al * s + be * yv[i]);
+    }
+  });
+}
+
+/// y = A x for all rows (y allocated when undefined).
+inline at::Tensor spmv(const Csr& a, const at::Tensor& x) {
+  if (x.dim() != 1 || x.numel() != a.cols)
+    throw Error("sparse: matvec expects a vector of length " + std::to_string(a.cols) +
+                ", got shape " + std::string(c10::str(x.sizes())));
+  const auto xc = x.to(a.dtype()).contiguous();
+  auto y = at::empty({a.rows}, a.values.options());
+  spmv_rows(a, xc, y, 0, a.rows);
+  return y;
+}
+
+/// x += A^T y (A^H y when `conjugate`) over rows [begin, end): scatter each row into the columns.
+inline void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
+                               std::int64_t begin, std::int64_t end, bool conjugate = false) {
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = a.col.data_ptr<I>();
+    const auto* av = a.values.data_ptr<V>();
+    const auto* yv = y.data_ptr<V>();
+    auto* xv = x.data_ptr<V>();
+    for (std::int64_t i = begin; i < end; ++i) {
+      const V yi = yv[i];
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
+        if constexpr (c10::is_complex<V>::value)
+          xv[ci[k]] += (conjugate ? std::conj(av[k]) : av[k]) * yi;
+        else
+          xv[ci[k]] += av[k] * yi;
+      }
+    }
+  });
+}
+
+/// x = A^T y (A^H y when `conjugate`).
+inline at::Tensor spmv_transpose(const Csr& a, const at::Tensor& y, bool conjugate = false) {
+  if (y.dim() != 1 || y.numel() != a.rows)
+    throw Error("sparse: transposed matvec expects a vector of length " + std::to_string(a.rows) +
+                ", got shape " + std::string(c10::str(y.sizes())));
+  const auto yc = y.to(a.dtype()).contiguous();
+  auto x = at::zeros({a.cols}, a.values.options());
+  spmv_transpose_add(a, yc, x, 0, a.rows, conjugate);
+  return x;
+}
+
+/// The diagonal (duplicates were summed at assembly); zero where a row stores none.
+inline at::Tensor diagonal(const Csr& a, std::int64_t col_offset = 0) {
+  auto d = at::zeros({a.rows}, a.values.options());
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = a.col.data_ptr<I>();
+    const auto* av = a.values.data_ptr<V>();
+    auto* dv = d.data_ptr<V>();
+    for (std::int64_t i = 0; i < a.rows; ++i)
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k)
+        if (static_cast<std::int64_t>(ci[k]) == i + col_offset) dv[i] += av[k];
+  });
+  return d;
+}
+
+/// The transpose as a CSR.
+inline Csr transpose(const Csr& a) {
+  const auto [values, row, col] = csr_to_coo(a);
+  return coo_to_csr(values, col, row, a.cols, a.rows);
+}
+
+}  // namespace detail
+}  // namespace einshard::sparse
