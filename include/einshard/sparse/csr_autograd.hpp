@@ -1,0 +1,115 @@
+#pragma once
+/// @file
+/// Differentiable CSR products: `csr_matvec` (A x) and `csr_rmatvec` (A^T y) record one autograd
+/// node each, whose forward and backward run the CSR kernels of csr.hpp. Gradients follow torch's
+/// convention for `at::mv` (conjugates for complex), so they equal those of the dense product.
+/// Backward is first order only: the kernels themselves are not recorded.
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cstdint>
+#include <string>
+
+#include "einshard/error.hpp"
+#include "einshard/sparse/csr.hpp"
+
+namespace einshard::sparse::detail {
+
+/// `f` on each column of a multi-vector `x` (length, k), or on `x` itself when it is 1-D.
+template <class F>
+at::Tensor columnwise(const at::Tensor& x, std::int64_t out_length, F&& f) {
+  if (x.dim() == 1) return f(x);
+  auto y = at::empty({out_length, x.size(1)}, x.options());
+  for (std::int64_t j = 0; j < x.size(1); ++j) y.select(1, j).copy_(f(x.select(1, j)));
+  return y;
+}
+
+/// `pattern` with `values` in place of its own (same rows, columns and order).
+inline Csr with_values(const Csr& pattern, const at::Tensor& values) {
+  Csr a = pattern;
+  a.values = values.contiguous();
+  return a;
+}
+
+/// y = A x (`transpose` false) or y = A^T x (true); A is the pattern with `values`.
+struct CsrProduct : torch::autograd::Function<CsrProduct> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& values,
+                            const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
+                            std::int64_t rows, std::int64_t cols, bool transpose) {
+    ctx->save_for_backward({values, x, rowptr, col});
+    ctx->saved_data["rows"] = rows;
+    ctx->saved_data["cols"] = cols;
+    ctx->saved_data["transpose"] = transpose;
+    const Csr a = with_values(Csr{rows, cols, rowptr, col, {}}, values);
+    return transpose ? columnwise(x, cols, [&](const at::Tensor& v) { return spmv_transpose(a, v); })
+                     : columnwise(x, rows, [&](const at::Tensor& v) { return spmv(a, v); });
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& values = saved[0];
+    const auto& x = saved[1];
+    const auto rows = ctx->saved_data["rows"].toInt();
+    const auto cols = ctx->saved_data["cols"].toInt();
+    const bool transpose = ctx->saved_data["transpose"].toBool();
+    const Csr pattern{rows, cols, saved[2], saved[3], {}};
+    const auto g = grads[0].contiguous();
+
+    at::Tensor grad_values, grad_x;
+    if (ctx->needs_input_grad(0)) {
+      // dL/dA[i, j] = g[i] conj(x[j]) for A x; for A^T x the roles of g and x swap.
+      const auto [unused, row, col] = csr_to_coo(with_values(pattern, values));
+      const auto& out_side = transpose ? x.conj() : g;
+      const auto& in_side = transpose ? g : x.conj();
+      grad_values = out_side.index_select(0, row) * in_side.index_select(0, col);
+      if (grad_values.dim() == 2) grad_values = grad_values.sum(1);
+    }
+    if (ctx->needs_input_grad(1)) {
+      // (A)^H g = conj(A)^T g for A x; (A^T)^H g = conj(A) g for A^T x.
+      if (transpose) {
+        const Csr conj_a = with_values(pattern, values.conj().resolve_conj());
+        grad_x = columnwise(g, rows, [&](const at::Tensor& v) { return spmv(conj_a, v); });
+      } else {
+        const Csr a = with_values(pattern, values);
+        grad_x = columnwise(
+            g, cols, [&](const at::Tensor& v) { return spmv_transpose(a, v, /*conjugate=*/true); });
+      }
+    }
+    return {grad_values, grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+inline void check_product_operands(const Csr& pattern, const at::Tensor& values,
+                                   const at::Tensor& x, std::int64_t length, const char* what) {
+  if (values.dim() != 1 || values.numel() != pattern.col.numel())
+    throw Error(std::string("sparse: ") + what + " expects " + std::to_string(pattern.col.numel()) +
+                " values (the pattern's nnz), got shape " + std::string(c10::str(values.sizes())));
+  if ((x.dim() != 1 && x.dim() != 2) || x.size(0) != length)
+    throw Error(std::string("sparse: ") + what + " expects a vector of length " +
+                std::to_string(length) + " or a multi-vector (" + std::to_string(length) +
+                ", k), got shape " + std::string(c10::str(x.sizes())));
+  if (!values.device().is_cpu() || !x.device().is_cpu())
+    throw Error(std::string("sparse: ") + what + " runs on CPU tensors, got values on " +
+                values.device().str() + " and x on " + x.device().str());
+}
+
+/// y = A x with A = `pattern` holding `values` (whose own values are ignored); x is (cols,) or
+/// (cols, k). Differentiable w.r.t. `values` and `x`. x is converted to the values' dtype
+/// (differentiably, so its gradient comes back in its own dtype).
+inline at::Tensor csr_matvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x) {
+  check_product_operands(pattern, values, x, pattern.cols, "matvec");
+  return CsrProduct::apply(values, x.to(values.scalar_type()), pattern.rowptr, pattern.col,
+                           pattern.rows, pattern.cols, false);
+}
+
+/// y = A^T x (no conjugation), x is (rows,) or (rows, k); otherwise as `csr_matvec`.
+inline at::Tensor csr_rmatvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x) {
+  check_product_operands(pattern, values, x, pattern.rows, "rmatvec");
+  return CsrProduct::apply(values, x.to(values.scalar_type()), pattern.rowptr, pattern.col,
+                           pattern.rows, pattern.cols, true);
+}
+
+}  // namespace einshard::sparse::detail
