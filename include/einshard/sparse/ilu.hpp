@@ -1,0 +1,233 @@
+#pragma once
+/// @file
+/// Incomplete factorisations without fill on a square CSR block, and their triangular solves:
+/// ILU(0) (A ≈ L U, L unit lower, U upper, both with the pattern of A) and IC(0) (A ≈ L Lᵀ, L with
+/// the lower pattern of A). The block-Jacobi preconditioner (preconditioner.hpp) runs them on each
+/// rank's owned×owned block. Memory and work are O(nnz of the block) plus one O(n) marker array:
+/// no dense block is ever formed.
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/sparse/csr.hpp"
+
+namespace einshard::sparse::detail {
+
+/// Factors stored in place of the block they factor (one CSR with the block's pattern).
+/// ILU(0): the strictly lower entries hold L (its unit diagonal implied), the others U.
+/// IC(0): the CSR is the lower triangle only and holds L, diagonal included.
+struct IncompleteFactor {
+  Csr lu;
+  at::Tensor diag;      ///< int64: position of each row's diagonal entry in `lu`
+  at::Tensor inv_diag;  ///< 1 / the pivots (ILU: U's diagonal; IC: L's diagonal)
+  bool cholesky = false;
+};
+
+template <class F>
+void dispatch_real_csr(const Csr& a, const char* what, F&& f) {
+  if (a.dtype() != at::kFloat && a.dtype() != at::kDouble)
+    throw Error(std::string("sparse: ") + what + " supports float32 and float64 matrices, got " +
+                c10::toString(a.dtype()));
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    if constexpr (!c10::is_complex<decltype(v0)>::value) f(v0, i0);
+  });
+}
+
+/// The block of `a` in columns [0, n) (only the lower triangle, column ≤ row, when `lower`), as a
+/// fresh CSR with the same index type; rows keep their sorted column order.
+inline Csr leading_block(const Csr& a, std::int64_t n, bool lower) {
+  Csr out;
+  out.rows = a.rows;
+  out.cols = n;
+  out.rowptr = at::empty({a.rows + 1}, at::kLong);
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = a.col.data_ptr<I>();
+    const auto* av = a.values.data_ptr<V>();
+    auto* orp = out.rowptr.data_ptr<std::int64_t>();
+    // Columns are sorted, so a row's kept entries are a prefix of it.
+    orp[0] = 0;
+    for (std::int64_t i = 0; i < a.rows; ++i) {
+      const std::int64_t limit = lower ? std::min(n, i + 1) : n;
+      std::int64_t k = rp[i];
+      while (k < rp[i + 1] && static_cast<std::int64_t>(ci[k]) < limit) ++k;
+      orp[i + 1] = orp[i] + (k - rp[i]);
+    }
+    out.col = at::empty({orp[a.rows]}, a.col.options());
+    out.values = at::empty({orp[a.rows]}, a.values.options());
+    auto* oci = out.col.data_ptr<I>();
+    auto* oav = out.values.data_ptr<V>();
+    for (std::int64_t i = 0; i < a.rows; ++i)
+      for (std::int64_t k = 0; k < orp[i + 1] - orp[i]; ++k) {
+        oci[orp[i] + k] = ci[rp[i] + k];
+        oav[orp[i] + k] = av[rp[i] + k];
+      }
+  });
+  return out;
+}
+
+/// A pivot fails when it is not finite or not larger in magnitude than machine epsilon times the
+/// largest entry of its row of A (relative, so scaling A does not change the verdict); IC(0)
+/// also needs it positive. PETSc's default zero-pivot test is absolute (1e-12 in double);
+/// a relative one keeps a 1e-20-scaled matrix factorable.
+template <class V>
+bool pivot_fails(V pivot, V row_scale, bool need_positive) {
+  const V tol = std::numeric_limits<V>::epsilon() * row_scale;
+  if (!std::isfinite(pivot)) return true;
+  return need_positive ? !(pivot > tol) : !(std::abs(pivot) > tol);
+}
+
+/// ILU(0) of a square block (Saad, Iterative Methods, Algorithm 10.4, the IKJ variant): for each
+/// row i and each k < i in its pattern, l_ik = a_ik / u_kk, then a_ij -= l_ik u_kj for the j > k
+/// of row k that row i also holds; updates outside the pattern are dropped. Fills `f`. Returns
+/// the first row whose pivot fails (or which stores no diagonal entry), -1 when none does; the
+/// factorisation stops there.
+inline std::int64_t factor_ilu0(const Csr& block, IncompleteFactor& f) {
+  f.cholesky = false;
+  f.lu = block;
+  f.lu.values = block.values.clone();
+  const auto n = block.rows;
+  f.diag = at::empty({n}, at::kLong);
+  f.inv_diag = at::empty({n}, block.values.options());
+  std::int64_t failed = -1;
+  dispatch_real_csr(block, "ILU(0)", [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = f.lu.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = f.lu.col.data_ptr<I>();
+    auto* val = f.lu.values.data_ptr<V>();
+    auto* dg = f.diag.data_ptr<std::int64_t>();
+    auto* inv = f.inv_diag.data_ptr<V>();
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(n), -1);  // column -> entry of row i
+    for (std::int64_t i = 0; i < n && failed < 0; ++i) {
+      dg[i] = -1;
+      V scale{};
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
+        pos[static_cast<std::size_t>(ci[k])] = k;
+        if (static_cast<std::int64_t>(ci[k]) == i) dg[i] = k;
+        scale = std::max(scale, static_cast<V>(std::abs(val[k])));
+      }
+      for (std::int64_t kk = rp[i]; kk < rp[i + 1] && static_cast<std::int64_t>(ci[kk]) < i; ++kk) {
+        const auto k = static_cast<std::int64_t>(ci[kk]);
+        const V lik = val[kk] * inv[k];
+        val[kk] = lik;
+        for (std::int64_t jj = dg[k] + 1; jj < rp[k + 1]; ++jj) {
+          const auto p = pos[static_cast<std::size_t>(ci[jj])];
+          if (p >= 0) val[p] -= lik * val[jj];
+        }
+      }
+      if (dg[i] < 0 || pivot_fails(val[dg[i]], scale, false))
+        failed = i;
+      else
+        inv[i] = V(1) / val[dg[i]];
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) pos[static_cast<std::size_t>(ci[k])] = -1;
+    }
+  });
+  return failed;
+}
+
+/// IC(0) of a symmetric block given by its lower triangle (leading_block(..., true)); the upper
+/// triangle of A is never read, so an unsymmetric A is factored as if it were symmetric.
+/// Row-oriented: l_ik = (a_ik − Σ_{j<k} l_ij l_kj) / l_kk over j in both rows' patterns, then
+/// l_ii = sqrt(a_ii − Σ_{j<i} l_ij²). For symmetric A this is ILU(0) with U = D Lᵀ rescaled
+/// (L_IC = L_ILU D^½), the same preconditioner at half the storage. Returns the first row whose
+/// pivot a_ii − Σ l_ij² fails (is not positive: A is not SPD enough for IC(0)), -1 when none does.
+inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
+  f.cholesky = true;
+  f.lu = lower;
+  f.lu.values = lower.values.clone();
+  const auto n = lower.rows;
+  f.diag = at::empty({n}, at::kLong);
+  f.inv_diag = at::empty({n}, lower.values.options());
+  std::int64_t failed = -1;
+  dispatch_real_csr(lower, "IC(0)", [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = f.lu.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = f.lu.col.data_ptr<I>();
+    auto* val = f.lu.values.data_ptr<V>();
+    auto* dg = f.diag.data_ptr<std::int64_t>();
+    auto* inv = f.inv_diag.data_ptr<V>();
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(n), -1);
+    for (std::int64_t i = 0; i < n && failed < 0; ++i) {
+      V scale{};
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
+        pos[static_cast<std::size_t>(ci[k])] = k;
+        scale = std::max(scale, static_cast<V>(std::abs(val[k])));
+      }
+      const std::int64_t last = rp[i + 1] - 1;  // the diagonal, when the row stores one
+      dg[i] = last >= rp[i] && static_cast<std::int64_t>(ci[last]) == i ? last : -1;
+      V pivot{};
+      for (std::int64_t kk = rp[i]; kk < rp[i + 1] && static_cast<std::int64_t>(ci[kk]) < i; ++kk) {
+        const auto k = static_cast<std::int64_t>(ci[kk]);
+        V s = val[kk];
+        for (std::int64_t jj = rp[k]; jj < dg[k]; ++jj) {
+          const auto p = pos[static_cast<std::size_t>(ci[jj])];
+          if (p >= 0) s -= val[p] * val[jj];
+        }
+        val[kk] = s * inv[k];
+        pivot += val[kk] * val[kk];
+      }
+      if (dg[i] >= 0) pivot = val[dg[i]] - pivot;
+      if (dg[i] < 0 || pivot_fails(pivot, scale, true)) {
+        failed = i;
+      } else {
+        val[dg[i]] = std::sqrt(pivot);
+        inv[i] = V(1) / val[dg[i]];
+      }
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) pos[static_cast<std::size_t>(ci[k])] = -1;
+    }
+  });
+  return failed;
+}
+
+/// z = (L U)⁻¹ r (ILU) or (L Lᵀ)⁻¹ r (IC): a forward and a backward sweep over the factor, in
+/// place in `z` (contiguous, the factor's dtype; `z` may be `r`).
+inline void incomplete_solve(const IncompleteFactor& f, const at::Tensor& r, at::Tensor& z) {
+  if (!z.is_same(r)) z.copy_(r);
+  dispatch_real_csr(f.lu, "incomplete_solve", [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto n = f.lu.rows;
+    const auto* __restrict rp = f.lu.rowptr.data_ptr<std::int64_t>();
+    const auto* __restrict ci = f.lu.col.data_ptr<I>();
+    const auto* __restrict val = f.lu.values.data_ptr<V>();
+    const auto* __restrict dg = f.diag.data_ptr<std::int64_t>();
+    const auto* __restrict inv = f.inv_diag.data_ptr<V>();
+    auto* __restrict x = z.data_ptr<V>();
+    if (!f.cholesky) {
+      for (std::int64_t i = 0; i < n; ++i) {  // L y = r, unit diagonal
+        V s = x[i];
+        for (std::int64_t k = rp[i]; k < dg[i]; ++k) s -= val[k] * x[ci[k]];
+        x[i] = s;
+      }
+      for (std::int64_t i = n - 1; i >= 0; --i) {  // U z = y
+        V s = x[i];
+        for (std::int64_t k = dg[i] + 1; k < rp[i + 1]; ++k) s -= val[k] * x[ci[k]];
+        x[i] = s * inv[i];
+      }
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {  // L y = r
+        V s = x[i];
+        for (std::int64_t k = rp[i]; k < dg[i]; ++k) s -= val[k] * x[ci[k]];
+        x[i] = s * inv[i];
+      }
+      // Lᵀ z = y from the rows of L: once z_i is final, remove its share from the earlier rows.
+      for (std::int64_t i = n - 1; i >= 0; --i) {
+        const V zi = x[i] * inv[i];
+        x[i] = zi;
+        for (std::int64_t k = rp[i]; k < dg[i]; ++k) x[ci[k]] -= val[k] * zi;
+      }
+    }
+  });
+}
+
+}  // namespace einshard::sparse::detail
