@@ -1,0 +1,189 @@
+#pragma once
+/// @file
+/// Runs an FFT plan (plan/fft.hpp): local FFT stages through torch's FFT ops, layout changes as the
+/// distributed steps of exec/program.hpp. Every piece is differentiable on its own (torch's FFT
+/// autograd; the transpose's backward is the reverse all-to-all(v)), so the backward of the whole is
+/// the adjoint distributed transform — the same stages in reverse, with torch's adjoint FFTs and
+/// their norm conventions — and it gathers nothing.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/exec/agreement.hpp"
+#include "einshard/exec/call.hpp"
+#include "einshard/exec/program.hpp"
+#include "einshard/exec/sizes.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/plan/fft.hpp"
+#include "einshard/plan/plan.hpp"
+#include "einshard/shapes.hpp"
+
+namespace einshard::exec {
+
+/// A prepared FFT call: the plan, and for each layout-change stage its sizes and schedules.
+struct FftCall {
+  plan::FftProblem problem;
+  plan::FftPlan plan;
+  std::vector<SizeTable> tables;  ///< by stage (empty for FFT stages)
+  std::vector<Program> programs;  ///< by stage (empty for FFT stages)
+  std::optional<std::string> norm;
+};
+
+/// torch's FFT over `dims` of `x` (c2r: `lengths` are the output lengths of `dims`).
+///
+/// Seam for a direct cuFFT path: a CUDA tensor could run a cached cufftPlanMany (batched over the
+/// other dimensions, with the strides the transposes leave) here instead; at::fft_* already
+/// dispatches CUDA tensors to cuFFT with torch's own plan cache, which is what runs today.
+inline at::Tensor local_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef dims,
+                            at::IntArrayRef lengths, const std::optional<std::string>& norm) {
+  std::optional<c10::string_view> n;
+  if (norm) n = c10::string_view(norm->data(), norm->size());
+  switch (op) {
+    case plan::FftOp::forward: return at::fft_fftn(x, std::nullopt, dims, n);
+    case plan::FftOp::inverse: return at::fft_ifftn(x, std::nullopt, dims, n);
+    case plan::FftOp::real_forward: return at::fft_rfftn(x, std::nullopt, dims, n);
+    case plan::FftOp::real_inverse: return at::fft_irfftn(x, lengths, dims, n);
+  }
+  return x;
+}
+
+/// The input layout a problem states (input order, input names and groups).
+inline plan::Layout input_layout(const plan::FftProblem& p) {
+  plan::Layout l;
+  for (const auto& a : p.axes) l.axes.push_back({a.in, a.in_group});
+  return l;
+}
+
+/// Floating-point or complex, and real for a real forward transform. `dtype` is agreed by every rank.
+inline void check_fft_dtype(at::ScalarType dtype, const plan::FftProblem& p, const std::string& what) {
+  const bool complex = dtype == at::kComplexFloat || dtype == at::kComplexDouble;
+  if (!complex && dtype != at::kFloat && dtype != at::kDouble)
+    throw Error(what + ": einfft takes float32, float64, complex64 or complex128 tensors, got " +
+                std::string(c10::toString(dtype)));
+  if (p.real && !p.inverse && complex)
+    throw Error(what + ": a real forward transform (.real = true) needs a real tensor, got " +
+                std::string(c10::toString(dtype)) + "; leave .real unset for a complex transform");
+}
+
+/// Fills in the lengths of `p` from the input's (`in_lengths`, by dimension): the half axis of a
+/// real transform has n/2+1 bins forward and `signal_sizes` (default 2(n-1)) samples inverse.
+inline void set_lengths(plan::FftProblem& p, std::span<const std::int64_t> in_lengths,
+                        const std::map<std::string, std::int64_t, std::less<>>& signal_sizes,
+                        const std::string& what) {
+  for (const auto& [name, size] : signal_sizes) {
+    const plan::FftAxis* half = nullptr;
+    for (const auto& a : p.axes)
+      if (a.half) half = &a;
+    if (!p.real || !p.inverse || half == nullptr || (name != half->in && name != half->out))
+      throw Error(what + ": .signal_sizes gives '" + name +
+                  "', but signal sizes are only for the half-spectrum axis of an inverse real "
+                  "transform (.real = true, .inverse = true; the last entry of .axes)");
+    if (size < 1)
+      throw Error(what + ": the signal size of '" + name + "' must be positive, got " + std::to_string(size));
+  }
+  for (std::size_t d = 0; d < p.axes.size(); ++d) {
+    auto& a = p.axes[d];
+    a.in_length = a.out_length = in_lengths[d];
+    if (a.transform && a.in_length < 1)
+      throw Error(what + ": transform axis '" + a.in + "' has length 0");
+    if (!a.half) continue;
+    if (!p.inverse) {
+      a.out_length = a.in_length / 2 + 1;
+      continue;
+    }
+    auto it = signal_sizes.find(a.out);
+    if (it == signal_sizes.end()) it = signal_sizes.find(a.in);
+    a.out_length = it != signal_sizes.end() ? it->second : 2 * (a.in_length - 1);
+    if (a.out_length < 1)
+      throw Error(what + ": the half-spectrum axis '" + a.in +
+                  "' has 1 bin, so its signal length 2(n-1) is 0; give .signal_sizes");
+  }
+}
+
+/// Plans `p` (lengths set) and prepares every layout change. `in` holds the input's measured sizes;
+/// the output's shard sizes come from `shapes` or the split rule, intermediate layouts' from the
+/// split rule. Pure given its arguments (the mesh is only read), so every rank prepares the same.
+inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& mesh,
+                           const Shapes& shapes, std::optional<std::string> norm, const std::string& what) {
+  FftCall call;
+  call.plan = plan::plan_fft(p, mesh ? mesh.shape() : MeshShape{});
+  call.norm = std::move(norm);
+  SizeTable out;
+  for (const auto& a : p.axes) {
+    out.global[a.out] = a.out_length;
+    if (!a.transform && !a.in_group.empty()) out.shards[{a.out, a.in_group}] = in.of(a.in, a.in_group);
+  }
+  resolve(out, call.plan.out, mesh, shapes, what);
+  for (const auto& s : call.plan.stages) {
+    SizeTable t;
+    if (s.kind == plan::FftStage::Kind::move) {
+      auto add = [&](const plan::Layout& l) {
+        for (const auto& [name, group] : l.axes) {
+          std::size_t d = 0;
+          while (d < p.axes.size() && (s.done[d] ? p.axes[d].out : p.axes[d].in) != name) ++d;
+          const bool after = s.done[d];
+          const auto length = after ? p.axes[d].out_length : p.axes[d].in_length;
+          t.global[name] = length;
+          if (group.empty() || t.shards.contains({name, group})) continue;
+          const auto& known = after ? out.shards : in.shards;
+          const auto it = known.find({name, group});
+          t.shards[{name, group}] =
+              it != known.end() ? it->second : compute_split_shapes(length, mesh.size(group));
+        }
+      };
+      add(s.before);
+      add(s.after);
+      call.programs.push_back(make_program(s.steps, t, mesh));
+    } else {
+      call.programs.emplace_back();
+    }
+    call.tables.push_back(std::move(t));
+  }
+  call.problem = std::move(p);
+  return call;
+}
+
+/// Runs a prepared call on this rank's block `x`.
+inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const Mesh& mesh) {
+  for (std::size_t i = 0; i < call.plan.stages.size(); ++i) {
+    const auto& s = call.plan.stages[i];
+    if (s.kind == plan::FftStage::Kind::move) {
+      x = run(call.programs[i], x, call.tables[i], mesh);
+      continue;
+    }
+    std::vector<std::int64_t> lengths;
+    for (auto d : s.dims) lengths.push_back(call.problem.axes[static_cast<std::size_t>(d)].out_length);
+    x = local_fft(x, s.op, s.dims, lengths, call.norm);
+  }
+  return x;
+}
+
+/// The plan with this rank's traffic per step (`element`: the input's element size in bytes).
+inline Plan describe_fft(std::string_view source, const FftCall& call, const Mesh& mesh, std::int64_t element,
+                         bool complex_input) {
+  Plan out{std::string(source), {}, {}};
+  const auto real = complex_input ? element / 2 : element;
+  for (std::size_t i = 0; i < call.plan.stages.size(); ++i) {
+    const auto& s = call.plan.stages[i];
+    if (s.kind == plan::FftStage::Kind::move) {
+      describe(call.programs[i], call.tables[i], mesh, element, -1, out.steps);
+      continue;
+    }
+    std::string axes;
+    for (auto d : s.dims) axes += (axes.empty() ? "" : " ") + s.before.axes[static_cast<std::size_t>(d)].axis;
+    out.steps.push_back({plan::fft_op_name(s.op), "", axes, s.before.str(), s.after.str(), {}, {}, -1});
+    element = s.op == plan::FftOp::real_inverse ? real : 2 * real;
+  }
+  return out;
+}
+
+}  // namespace einshard::exec

@@ -1,0 +1,157 @@
+// einfft on one process (every rank runs these alike): values and gradients against torch::fft on
+// the same tensor, for renamed and permuted axes, forward and inverse, complex and real transforms,
+// every norm mode, families, run-time notations, and the faults a call can have.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <einshard/einshard.hpp>
+
+#include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace es = einshard;
+
+namespace {
+
+bool near(const at::Tensor& a, const at::Tensor& b) {
+  return a.defined() && b.defined() && a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         at::allclose(a, b, 1e-10, 1e-10);
+}
+
+/// Output and input gradient of `f` on a leaf copy of `x`, with upstream gradient `g`.
+template <class F>
+std::pair<at::Tensor, at::Tensor> run(F f, const at::Tensor& x, const at::Tensor& g) {
+  auto leaf = x.detach().clone().requires_grad_(true);
+  auto y = f(leaf);
+  y.backward(g);
+  return {y.detach(), leaf.grad()};
+}
+
+at::Tensor upstream_like(const at::Tensor& y, std::uint64_t seed) {
+  at::manual_seed(seed);
+  return at::randn(y.sizes(), y.options());
+}
+
+const std::vector<std::optional<std::string>> norms{std::nullopt, "backward", "forward", "ortho"};
+
+std::optional<c10::string_view> view(const std::optional<std::string>& n) {
+  if (!n) return std::nullopt;
+  return c10::string_view(n->data(), n->size());
+}
+
+}  // namespace
+
+TEST_CASE("einfft local: complex forward and inverse, renamed and permuted, every norm", "[spectral][fft]") {
+  at::manual_seed(1);
+  const auto x = at::randn({3, 5, 6, 2}, at::kComplexDouble);
+  for (const auto& norm : norms) {
+    for (const bool inverse : {false, true}) {
+      INFO("norm " << norm.value_or("(unset)") << (inverse ? " inverse" : " forward"));
+      const es::Options o{.axes = {{"x", "kx"}, {"y", "ky"}}, .inverse = inverse, .norm = norm};
+      auto ours = [&](const at::Tensor& t) { return es::einfft<"b x y c -> c ky b kx">(t, o); };
+      auto theirs = [&](const at::Tensor& t) {
+        auto r = inverse ? at::fft_ifftn(t, std::nullopt, at::IntArrayRef{1, 2}, view(norm))
+                         : at::fft_fftn(t, std::nullopt, at::IntArrayRef{1, 2}, view(norm));
+        return r.permute({3, 2, 0, 1});
+      };
+      const auto g = upstream_like(theirs(x), 7);
+      const auto [y, dx] = run(ours, x, g);
+      const auto [ry, rdx] = run(theirs, x, g);
+      CHECK(near(y, ry));
+      CHECK(near(dx, rdx));
+    }
+  }
+}
+
+TEST_CASE("einfft local: real input to a complex transform, and one axis", "[spectral][fft]") {
+  at::manual_seed(2);
+  const auto x = at::randn({4, 7}, at::kDouble);
+  const auto g = upstream_like(at::fft_fft(x, std::nullopt, 1).to(at::kComplexDouble), 3);
+  const auto [y, dx] = run([](const at::Tensor& t) { return es::einfft<"b x -> b k">(t, {.axes = {{"x", "k"}}}); }, x, g);
+  const auto [ry, rdx] = run([](const at::Tensor& t) { return at::fft_fft(t, std::nullopt, 1); }, x, g);
+  CHECK(near(y, ry));
+  CHECK(near(dx, rdx));
+}
+
+TEST_CASE("einfft local: real transforms, half axis last listed, every norm", "[spectral][fft]") {
+  at::manual_seed(3);
+  const auto x = at::randn({2, 6, 5, 3}, at::kDouble);
+  for (const auto& norm : norms) {
+    INFO("norm " << norm.value_or("(unset)"));
+    // Forward: the half axis is x (listed last), so torch's rfftn takes dims (y, x).
+    const es::Options f{.axes = {{"y", "ky"}, {"x", "kx"}}, .real = true, .norm = norm};
+    auto ours = [&](const at::Tensor& t) { return es::einfft<"b x y c -> b kx ky c">(t, f); };
+    auto theirs = [&](const at::Tensor& t) {
+      return at::fft_rfftn(t, std::nullopt, at::IntArrayRef{2, 1}, view(norm));
+    };
+    const auto g = upstream_like(theirs(x), 11);
+    const auto [y, dx] = run(ours, x, g);
+    const auto [ry, rdx] = run(theirs, x, g);
+    CHECK(y.size(1) == 4);
+    CHECK(near(y, ry));
+    CHECK(near(dx, rdx));
+
+    // Inverse: odd and default signal sizes.
+    for (const std::optional<std::int64_t> signal : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{7}}) {
+      es::Options i{.axes = {{"ky", "y"}, {"kx", "x"}}, .inverse = true, .real = true, .norm = norm};
+      if (signal) i.signal_sizes = {{"x", *signal}};
+      const auto n = signal.value_or(2 * (ry.size(1) - 1));
+      auto ours_i = [&](const at::Tensor& t) { return es::einfft<"b kx ky c -> b x y c">(t, i); };
+      auto theirs_i = [&](const at::Tensor& t) {
+        return at::fft_irfftn(t, at::IntArrayRef{t.size(2), n}, at::IntArrayRef{2, 1}, view(norm));
+      };
+      const auto gi = upstream_like(theirs_i(ry), 13);
+      const auto [yi, dyi] = run(ours_i, ry, gi);
+      const auto [ryi, rdyi] = run(theirs_i, ry, gi);
+      CHECK(yi.size(1) == n);
+      CHECK(near(yi, ryi));
+      CHECK(near(dyi, rdyi));
+    }
+  }
+}
+
+TEST_CASE("einfft local: run-time notation with families, and explain", "[spectral][fft]") {
+  at::manual_seed(4);
+  const auto x = at::randn({2, 4, 6}, at::kComplexFloat);
+  const auto y = es::einfft("b *space -> *freq b", {x},
+                            {.families = {{"space", {"h", "w"}}, {"freq", {"kh", "kw"}}},
+                             .axes = {{"space", "freq"}}});
+  const auto ref = at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2}).permute({1, 2, 0});
+  CHECK(at::allclose(y, ref, 1e-5, 1e-5));
+  const auto plan = es::explain_fft("b h w -> kh kw b", {x}, {.axes = {{"h", "kh"}, {"w", "kw"}}});
+  CHECK(plan.names() == std::vector<std::string>{"fft", "permute"});
+}
+
+TEST_CASE("einfft local: faults", "[spectral][fft]") {
+  const auto x = at::randn({2, 4}, at::kDouble);
+  auto fails = [&](auto f, const std::string& part) {
+    try {
+      f();
+      FAIL("no error; expected one containing: " << part);
+    } catch (const es::Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  fails([&] { (void)es::einfft<"b x -> b k">(x, {}); }, "no transform axes");
+  fails([&] { (void)es::einfft<"b x -> b k">(x, {.axes = {{"z", "k"}}}); }, "not an axis of the input");
+  fails([&] { (void)es::einfft<"b x -> b k">(x, {.axes = {{"x", "q"}}}); }, "not an axis of the output");
+  fails([&] { (void)es::einfft<"b x -> c k">(x, {.axes = {{"x", "k"}}}); }, "must keep it");
+  fails([&] { (void)es::einfft<"b x -> b k">(x, {.axes = {{"x", "k"}}, .norm = "half"}); }, ".norm");
+  fails([&] { (void)es::einfft<"b x -> b k">(x, {.axes = {{"x", "k"}}, .groups = 2}); }, "'.groups'");
+  fails([&] { (void)es::einfft<"b x c -> b k c">(x, {.axes = {{"x", "k"}}}); }, "names 3 dimensions");
+  fails([&] { (void)es::einfft<"b x -> b k">(x.to(at::kComplexDouble), {.axes = {{"x", "k"}}, .real = true}); },
+        "needs a real tensor");
+  fails([&] { (void)es::einfft<"b x -> b k">(x, {.axes = {{"x", "k"}}, .signal_sizes = {{"k", 4}}}); },
+        "signal sizes are only");
+  fails([&] { (void)es::einfft<"b x/tp -> b k/tp">(x, {.axes = {{"x", "k"}}}); }, "needs a mesh");
+  fails([&] { (void)es::einfft<"x b -> b x">(x, {.axes = {{"x", "b"}}}); }, "names another input axis");
+  fails([&] { (void)es::einfft<"b x -> b k">(x.to(at::kLong), {.axes = {{"x", "k"}}}); }, "float32");
+  CHECK_THROWS_AS(es::einfft("b x -> b", {x}, {.axes = {{"x", "k"}}}), es::Error);
+  CHECK_THROWS_AS(es::einfft("b x -> b (", {x}, {.axes = {{"x", "k"}}}), es::NotationError);
+}
