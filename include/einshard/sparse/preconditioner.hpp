@@ -1,0 +1,386 @@
+#pragma once
+/// @file
+/// Preconditioners of the distributed Krylov solvers: z = M⁻¹ r on each rank's owned slice.
+///
+/// | kind           | M⁻¹                                                   | setup            | apply          |
+/// |----------------|-------------------------------------------------------|------------------|----------------|
+/// | `none`         | identity                                              | –                | copy           |
+/// | `jacobi`       | 1 / a_ii (sign kept)                                  | local            | 1 multiply     |
+/// | `l1_jacobi`    | 1 / Σ_j \|a_ij\| over owned and halo columns          | local            | 1 multiply     |
+/// | `block_jacobi` | (L U)⁻¹ of ILU(0) (or (L Lᵀ)⁻¹ of IC(0)) of the owned×owned block | local | 2 sweeps |
+/// | `chebyshev`    | q(D⁻¹A) D⁻¹, q the Chebyshev approximation of 1/λ     | Lanczos, collective | degree distributed matvecs |
+///
+/// Jacobi, l1-Jacobi and block Jacobi ignore the coupling to other ranks (block Jacobi drops the
+/// halo columns; l1-Jacobi counts them in its row norm), so they need no communication when
+/// applied; Chebyshev uses the full distributed operator. Setup faults (a zero diagonal, a failed
+/// pivot, a bad option) found on any rank raise the same `Error` on every rank of `rows.comm`.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/comm/collectives.hpp"
+#include "einshard/error.hpp"
+#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/ilu.hpp"
+
+namespace einshard::sparse {
+
+/// Which preconditioner a solver applies. `block_jacobi` is a per-rank ILU(0), or IC(0) with
+/// `PreconditionerOptions::ic0`.
+enum class Preconditioner { none, jacobi, l1_jacobi, block_jacobi, chebyshev };
+
+inline std::string to_string(Preconditioner kind) {
+  switch (kind) {
+    case Preconditioner::none: return "none";
+    case Preconditioner::jacobi: return "jacobi";
+    case Preconditioner::l1_jacobi: return "l1_jacobi";
+    case Preconditioner::block_jacobi: return "block_jacobi";
+    case Preconditioner::chebyshev: return "chebyshev";
+  }
+  return "unknown";
+}
+
+/// Settings of the preconditioners that have any.
+///
+/// Chebyshev: the polynomial targets the eigenvalues of D⁻¹A in [chebyshev_lower·λ, 1.1·λ], λ the
+/// largest Ritz value of `eig_iterations` Lanczos steps (run as Jacobi-preconditioned CG on a
+/// pseudo-random right-hand side, as PETSc's KSPChebyshev estimates with KSPCG). The factor 1.1
+/// is PETSc's. PETSc's lower factor is 0.1 (KSPChebyshevEstEigSet's default transform
+/// (0, 0.1; 0, 1.1)), which targets the upper spectrum for a multigrid smoother; a preconditioner
+/// of CG should also damp lower modes, hence 1/30 here.
+struct PreconditionerOptions {
+  bool ic0 = false;                   ///< block_jacobi: IC(0) (symmetric A) instead of ILU(0)
+  int chebyshev_degree = 3;           ///< degree of q: distributed matvecs per application (≥ 1)
+  double chebyshev_lower = 1.0 / 30;  ///< lower bound as a fraction of λ_max, in (0, 1.1)
+  int eig_iterations = 10;            ///< Lanczos steps of the λ_max estimate (≥ 1)
+};
+
+namespace detail {
+
+/// The owned rows of this rank in local column numbering: columns [0, n_owned) are the owned
+/// entries of x (in the order of the rows), [n_owned, a.cols) the halo.
+struct LocalRows {
+  const Csr& a;
+  std::int64_t n_owned;
+  MPI_Comm comm;
+};
+
+/// The distributed y = A x on owned slices (collective over the matrix's communicator).
+using Matvec = std::function<void(const at::Tensor& x_owned, at::Tensor& y_owned)>;
+
+/// z = M⁻¹ r. `r` and `z` are owned-length, contiguous, of the matrix's dtype; `z` is written.
+struct PreconditionerOp {
+  virtual ~PreconditionerOp() = default;
+  virtual void apply(const at::Tensor& r, at::Tensor& z) const = 0;
+  [[nodiscard]] virtual std::string name() const = 0;
+};
+
+/// Collective over `comm`: if any rank passes a nonempty `fault`, every rank throws `Error` with
+/// the message of the lowest such rank (plus how many other ranks found one). So a fault found on
+/// one rank's rows never leaves the others waiting in the next collective.
+inline void raise_if_any(MPI_Comm comm, const std::string& fault) {
+  const std::int64_t mine = static_cast<std::int64_t>(fault.size());
+  const auto lengths = comm::all_gather_values(std::span<const std::int64_t>(&mine, 1), comm);
+  int first = -1, others = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    if (lengths[r] == 0) continue;
+    if (first < 0)
+      first = static_cast<int>(r);
+    else
+      ++others;
+  }
+  if (first < 0) return;
+  auto text = at::zeros({lengths[static_cast<std::size_t>(first)]}, at::kByte);
+  if (comm::rank_of(comm) == first) std::memcpy(text.data_ptr(), fault.data(), fault.size());
+  text = comm::broadcast(text, first, comm);
+  std::string message(reinterpret_cast<const char*>(text.data_ptr()), static_cast<std::size_t>(text.numel()));
+  if (others > 0) message += " (found on " + std::to_string(others + 1) + " ranks; rank " +
+                             std::to_string(first) + " reported)";
+  throw Error(message);
+}
+
+/// Runs a rank's local setup and turns any `Error` it throws into a collective one.
+template <class F>
+void agreed_setup(MPI_Comm comm, F&& local) {
+  std::string fault;
+  try {
+    local();
+  } catch (const Error& e) {
+    fault = e.what();
+  }
+  raise_if_any(comm, fault);
+}
+
+inline std::string on_rank(MPI_Comm comm) { return "rank " + std::to_string(comm::rank_of(comm)); }
+
+inline void check_rows(const LocalRows& rows) {
+  if (!rows.a.values.defined() || !rows.a.rowptr.defined() || !rows.a.col.defined())
+    throw Error("sparse: preconditioner setup: the local rows of " + on_rank(rows.comm) +
+                " are not initialised");
+  if (rows.a.rows != rows.n_owned || rows.a.cols < rows.n_owned)
+    throw Error("sparse: preconditioner setup: expected " + std::to_string(rows.n_owned) +
+                " owned rows with at least as many local columns on " + on_rank(rows.comm) +
+                ", found a " + std::to_string(rows.a.rows) + "x" + std::to_string(rows.a.cols) +
+                " block");
+}
+
+/// The first index where `bad` (a bool vector) holds, and how many hold; a message for a fault.
+inline std::string first_bad_row(const at::Tensor& bad, const std::string& what, MPI_Comm comm) {
+  const auto count = bad.sum().item<std::int64_t>();
+  if (count == 0) return {};
+  const auto first = bad.nonzero().min().item<std::int64_t>();
+  return what + ": owned row " + std::to_string(first) + " of " + on_rank(comm) + " (" +
+         std::to_string(count) + " such row" + (count > 1 ? "s" : "") + " there)";
+}
+
+class IdentityOp final : public PreconditionerOp {
+ public:
+  void apply(const at::Tensor& r, at::Tensor& z) const override {
+    if (!z.is_same(r)) z.copy_(r);
+  }
+  [[nodiscard]] std::string name() const override { return "none"; }
+};
+
+/// z = s ⊙ r for a fixed vector s (Jacobi and l1-Jacobi).
+class DiagonalOp final : public PreconditionerOp {
+ public:
+  DiagonalOp(at::Tensor scale, std::string name) : scale_(std::move(scale)), name_(std::move(name)) {}
+  void apply(const at::Tensor& r, at::Tensor& z) const override { at::mul_out(z, r, scale_); }
+  [[nodiscard]] std::string name() const override { return name_; }
+  [[nodiscard]] const at::Tensor& scale() const { return scale_; }
+
+ private:
+  at::Tensor scale_;
+  std::string name_;
+};
+
+/// 1 / a_ii over the owned rows (duplicates were summed at assembly). The sign is kept, so a
+/// negative-definite A gets a negative-definite M, which CG handles like the positive case (the
+/// reference clamps the diagonal to ≥ 1e-30, which breaks exactly those matrices). Only an exactly
+/// zero diagonal is a fault.
+inline at::Tensor inverse_diagonal(const LocalRows& rows) {
+  at::Tensor inv;
+  agreed_setup(rows.comm, [&] {
+    check_rows(rows);
+    const auto d = diagonal(rows.a);
+    const auto fault = first_bad_row(d == 0, "sparse: Jacobi needs a nonzero diagonal, found a zero one in",
+                                     rows.comm);
+    if (!fault.empty()) throw Error(fault);
+    inv = d.reciprocal();
+  });
+  return inv;
+}
+
+/// l1-Jacobi: d_i = Σ_j |a_ij| over every stored column of the row, owned and halo, the full ℓ1
+/// row norm of hypre's l1-scaled Jacobi (hypre_ParCSRComputeL1Norms, option 1) and of the
+/// reference's "jacobi_l1". d_i ≥ |a_ii| + Σ_{j≠i} |a_ij|, so for symmetric A the matrix D − A is
+/// diagonally dominant, hence positive semidefinite: the smoother converges without damping, and M
+/// is SPD for any A (also indefinite, e.g. for MINRES). Only an all-zero row is a fault.
+inline at::Tensor inverse_l1_norms(const LocalRows& rows) {
+  at::Tensor inv;
+  agreed_setup(rows.comm, [&] {
+    check_rows(rows);
+    const auto [values, row, col] = csr_to_coo(rows.a);
+    const auto magnitude = values.abs();
+    const auto norms = at::zeros({rows.n_owned}, magnitude.options()).index_add_(0, row, magnitude);
+    const auto fault = first_bad_row(norms == 0, "sparse: l1-Jacobi needs nonzero rows, found an empty one as",
+                                     rows.comm);
+    if (!fault.empty()) throw Error(fault);
+    inv = norms.reciprocal().to(rows.a.dtype());
+  });
+  return inv;
+}
+
+/// Block Jacobi: ILU(0) or IC(0) of the owned×owned block, applied by two triangular sweeps.
+class BlockJacobiOp final : public PreconditionerOp {
+ public:
+  BlockJacobiOp(const LocalRows& rows, bool ic0) {
+    agreed_setup(rows.comm, [&] {
+      check_rows(rows);
+      const auto block = leading_block(rows.a, rows.n_owned, ic0);
+      const auto failed = ic0 ? factor_ic0(block, factor_) : factor_ilu0(block, factor_);
+      if (failed >= 0)
+        throw Error(std::string("sparse: block Jacobi ") + (ic0 ? "IC(0)" : "ILU(0)") +
+                    " found a " + (ic0 ? "non-positive" : "zero") + " pivot at owned row " +
+                    std::to_string(failed) + " of " + on_rank(rows.comm) +
+                    (ic0 ? " (the block is not positive definite enough for IC(0); try ILU(0))"
+                         : " (the owned block needs a nonzero diagonal and no zero pivot)"));
+    });
+  }
+  void apply(const at::Tensor& r, at::Tensor& z) const override { incomplete_solve(factor_, r, z); }
+  [[nodiscard]] std::string name() const override {
+    return factor_.cholesky ? "block_jacobi(ic0)" : "block_jacobi(ilu0)";
+  }
+  [[nodiscard]] const IncompleteFactor& factor() const { return factor_; }
+
+ private:
+  IncompleteFactor factor_;
+};
+
+/// Sum over `comm` of a few doubles, in place.
+inline void all_sum(std::span<double> v, MPI_Comm comm) {
+  comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, comm),
+              "MPI_Allreduce");
+}
+
+/// A reproducible vector in [-1, 1) keyed by each row's position in rank order (splitmix64), so
+/// with contiguous ownership it is the same global vector at every world size.
+inline at::Tensor pseudo_random(std::int64_t offset, std::int64_t n, at::ScalarType dtype) {
+  auto out = at::empty({n}, at::kDouble);
+  auto* p = out.data_ptr<double>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint64_t z = static_cast<std::uint64_t>(offset + i) + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    p[i] = static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
+  }
+  return out.to(dtype);
+}
+
+/// Chebyshev polynomial preconditioner (Saad, Iterative Methods, Algorithm 12.1, with the Jacobi
+/// scaling inside): z = q(D⁻¹A) D⁻¹ r, q of degree `degree` the Chebyshev approximation of 1/λ on
+/// [lo, hi]. Each application is `degree` distributed matvecs plus vector updates; with x₀ = 0 it
+/// is a fixed linear operator, symmetric when A is, and definite with A's sign for every
+/// eigenvalue of D⁻¹A below hi (hence the 1.1 safety factor on the estimate).
+class ChebyshevOp final : public PreconditionerOp {
+ public:
+  ChebyshevOp(const LocalRows& rows, Matvec matvec, const PreconditionerOptions& opts)
+      : matvec_(std::move(matvec)), degree_(opts.chebyshev_degree) {
+    agreed_setup(rows.comm, [&] {
+      check_rows(rows);
+      if (rows.a.dtype() != at::kFloat && rows.a.dtype() != at::kDouble)
+        throw Error(std::string("sparse: the Chebyshev preconditioner supports float32 and float64, got ") +
+                    c10::toString(rows.a.dtype()));
+      if (opts.chebyshev_degree < 1 || opts.eig_iterations < 1 || !(opts.chebyshev_lower > 0) ||
+          !(opts.chebyshev_lower < 1.1))
+        throw Error("sparse: Chebyshev options: expected chebyshev_degree ≥ 1, eig_iterations ≥ 1 and "
+                    "0 < chebyshev_lower < 1.1, got " + std::to_string(opts.chebyshev_degree) + ", " +
+                    std::to_string(opts.eig_iterations) + " and " + std::to_string(opts.chebyshev_lower));
+    });
+    inv_diag_ = inverse_diagonal(rows);
+    lambda_max_ = estimate_lambda_max(rows, opts.eig_iterations);
+    lo_ = opts.chebyshev_lower * lambda_max_;
+    hi_ = 1.1 * lambda_max_;
+    const auto n = rows.n_owned;
+    const auto o = rows.a.values.options();
+    res_ = at::empty({n}, o);
+    dir_ = at::empty({n}, o);
+    tmp_ = at::empty({n}, o);
+  }
+
+  void apply(const at::Tensor& r, at::Tensor& z) const override {
+    const double theta = (hi_ + lo_) / 2, delta = (hi_ - lo_) / 2, sigma = theta / delta;
+    double rho = 1 / sigma;
+    res_.copy_(r);
+    at::mul_out(dir_, res_, inv_diag_).mul_(1 / theta);
+    z.copy_(dir_);
+    for (int k = 0; k < degree_; ++k) {
+      matvec_(dir_, tmp_);
+      res_.sub_(tmp_);
+      const double rho_next = 1 / (2 * sigma - rho);
+      dir_.mul_(rho_next * rho).addcmul_(res_, inv_diag_, 2 * rho_next / delta);
+      z.add_(dir_);
+      rho = rho_next;
+    }
+  }
+  [[nodiscard]] std::string name() const override { return "chebyshev(" + std::to_string(degree_) + ")"; }
+  [[nodiscard]] double lambda_max() const { return lambda_max_; }
+  [[nodiscard]] std::pair<double, double> bounds() const { return {lo_, hi_}; }
+
+ private:
+  /// Largest Ritz value of D⁻¹A after `steps` Lanczos steps, run as Jacobi-PCG: the CG
+  /// coefficients give the Lanczos tridiagonal T (T₀₀ = 1/α₀, T_kk = 1/α_k + β_{k−1}/α_{k−1},
+  /// T_{k,k+1} = √β_k / α_k). All scalars are sums over the ranks, so every rank takes the same
+  /// branches. A negative-definite pair (A, D) gives positive α and β too.
+  double estimate_lambda_max(const LocalRows& rows, int steps) {
+    const std::int64_t mine = rows.n_owned;
+    const auto counts = comm::all_gather_values(std::span<const std::int64_t>(&mine, 1), rows.comm);
+    std::int64_t offset = 0, total = 0;
+    const auto me = static_cast<std::size_t>(comm::rank_of(rows.comm));
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      if (r < me) offset += counts[r];
+      total += counts[r];
+    }
+    if (total == 0) return 1.0;
+    const auto dot = [&](const at::Tensor& x, const at::Tensor& y) { return at::dot(x, y).item<double>(); };
+    auto r = pseudo_random(offset, rows.n_owned, rows.a.dtype());
+    auto z = r * inv_diag_;
+    auto p = z.clone();
+    auto q = at::empty_like(p);
+    const auto not_definite = [](const std::string& found) {
+      return Error("sparse: the Chebyshev preconditioner needs D⁻¹A definite (A symmetric definite "
+                   "with a diagonal of the same sign); its Lanczos estimate found " + found);
+    };
+    double rz = dot(r, z);
+    all_sum({&rz, 1}, rows.comm);
+    if (!std::isfinite(rz) || rz == 0) throw not_definite("r·D⁻¹r = " + std::to_string(rz));
+    std::vector<double> alpha, beta;
+    for (int k = 0; k < steps; ++k) {
+      matvec_(p, q);
+      double pq = dot(p, q);
+      all_sum({&pq, 1}, rows.comm);
+      const double a = rz / pq;
+      if (!std::isfinite(a) || a <= 0)
+        throw not_definite("p·Ap = " + std::to_string(pq) + " against r·D⁻¹r = " + std::to_string(rz));
+      alpha.push_back(a);
+      r.sub_(q, a);
+      at::mul_out(z, r, inv_diag_);
+      double rz_next = dot(r, z);
+      all_sum({&rz_next, 1}, rows.comm);
+      const double b = rz_next / rz;
+      if (b == 0) break;  // the Krylov space is exhausted: T is exact
+      if (!std::isfinite(b) || b < 0)
+        throw not_definite("r·D⁻¹r = " + std::to_string(rz_next) + " after " + std::to_string(rz));
+      beta.push_back(b);
+      p.mul_(b).add_(z);
+      rz = rz_next;
+    }
+    const auto m = static_cast<std::int64_t>(alpha.size());
+    auto t = at::zeros({m, m}, at::kDouble);
+    auto* tp = t.data_ptr<double>();
+    for (std::int64_t k = 0; k < m; ++k) {
+      const auto ku = static_cast<std::size_t>(k);
+      tp[k * m + k] = 1 / alpha[ku] + (k > 0 ? beta[ku - 1] / alpha[ku - 1] : 0.0);
+      if (k + 1 < m) tp[k * m + k + 1] = tp[(k + 1) * m + k] = std::sqrt(beta[ku]) / alpha[ku];
+    }
+    return at::linalg_eigvalsh(t).max().item<double>();
+  }
+
+  Matvec matvec_;
+  int degree_;
+  at::Tensor inv_diag_;
+  double lambda_max_ = 1, lo_ = 0, hi_ = 1;
+  mutable at::Tensor res_, dir_, tmp_;
+};
+
+/// The preconditioner `kind` for these rows (collective over `rows.comm` for every kind but
+/// `none`; `matvec` is used by `chebyshev` only). The returned operator refers to `matvec`'s
+/// state, not to `rows`.
+inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind, const LocalRows& rows,
+                                                             const Matvec& matvec,
+                                                             const PreconditionerOptions& opts) {
+  switch (kind) {
+    case Preconditioner::none: return std::make_unique<IdentityOp>();
+    case Preconditioner::jacobi: return std::make_unique<DiagonalOp>(inverse_diagonal(rows), "jacobi");
+    case Preconditioner::l1_jacobi: return std::make_unique<DiagonalOp>(inverse_l1_norms(rows), "l1_jacobi");
+    case Preconditioner::block_jacobi: return std::make_unique<BlockJacobiOp>(rows, opts.ic0);
+    case Preconditioner::chebyshev: return std::make_unique<ChebyshevOp>(rows, matvec, opts);
+  }
+  throw Error("sparse: unknown preconditioner kind");
+}
+
+}  // namespace detail
+}  // namespace einshard::sparse
