@@ -1,0 +1,309 @@
+// Distributed einfft against the single-process transform, at any world size (ctest runs this
+// binary at 1, 2, 3, 4 and 8 ranks), on every mesh whose size is the world size: the 1-D mesh, the
+// 2-D factorizations and (2,2,W/4) from 8 ranks on.
+//
+// Every rank draws the same full tensor from one seed and takes its block by the input layout (split
+// rule, or the shapes metadata for uneven and empty shards). The reference is the same notation with
+// its sharding removed, run on the full tensor on one process (tests/spectral/test_fft_local.cpp
+// checks that against torch::fft directly). Each rank compares its output block with its block of the
+// reference, and, for one full random upstream gradient G, its input gradient with its block of the
+// reference's input gradient. Faults are injected on one rank; every rank must raise the same Error.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <einshard/einshard.hpp>
+
+#include "test_support.hpp"
+
+#include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace es = einshard;
+
+namespace {
+
+using I64 = std::vector<std::int64_t>;
+
+std::vector<std::vector<int>> mesh_shapes(int W) {
+  std::vector<std::vector<int>> out{{W}};
+  if (W == 1) return {{1}, {1, 1}, {1, 1, 1}};
+  for (int a = 2; a < W; ++a)
+    if (W % a == 0) out.push_back({a, W / a});
+  if (W == 2 || W == 3) out.push_back({1, W});
+  if (W % 4 == 0 && W >= 8) out.push_back({2, 2, W / 4});
+  return out;
+}
+
+const es::Mesh& mesh_of(const std::vector<int>& sizes) {
+  static std::map<std::vector<int>, es::Mesh> cache;
+  if (auto it = cache.find(sizes); it != cache.end()) return it->second;
+  static const std::vector<std::string> all{"dp", "sp", "tp"};
+  std::vector<std::string> names(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
+  return cache.emplace(sizes, es::Mesh(MPI_COMM_WORLD, sizes, names)).first->second;
+}
+
+std::string label(const es::Mesh& m) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < m.sizes().size(); ++i) s += (i ? "," : "") + std::to_string(m.sizes()[i]);
+  return s + ")";
+}
+
+/// One side of a notation: (axis, group) per dimension.
+std::vector<std::pair<std::string, std::string>> side(const std::string& notation, bool output) {
+  const auto arrow = notation.find("->");
+  std::istringstream in(output ? notation.substr(arrow + 2) : notation.substr(0, arrow));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::string tok; in >> tok;) {
+    const auto slash = tok.find('/');
+    out.emplace_back(tok.substr(0, slash), slash == std::string::npos ? "" : tok.substr(slash + 1));
+  }
+  return out;
+}
+
+std::string unsharded(const std::string& notation) {
+  std::string out;
+  bool skip = false;
+  for (char c : notation) {
+    if (c == '/') skip = true;
+    else if (c == ' ') skip = false;
+    if (!skip) out += c;
+  }
+  return out;
+}
+
+/// Shard sizes of `axis` over `group`: the given ones, or the split rule.
+using Given = std::map<std::string, I64>;
+I64 sizes_of(const std::string& axis, std::int64_t n, const es::Mesh& mesh, const std::string& group,
+             const Given& given) {
+  if (auto it = given.find(axis); it != given.end()) return it->second;
+  return es::compute_split_shapes(n, mesh.size(group));
+}
+
+at::Tensor block(const at::Tensor& t, const std::vector<std::pair<std::string, std::string>>& layout,
+                 const es::Mesh& mesh, const Given& given) {
+  auto b = t;
+  for (std::size_t d = 0; d < layout.size(); ++d) {
+    const auto& [axis, group] = layout[d];
+    if (group.empty()) continue;
+    const auto s = sizes_of(axis, t.size(static_cast<std::int64_t>(d)), mesh, group, given);
+    const auto c = static_cast<std::size_t>(mesh.coordinate(group));
+    const auto off = std::accumulate(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(c), std::int64_t{0});
+    b = b.narrow(static_cast<std::int64_t>(d), off, s[c]);
+  }
+  return b.contiguous();
+}
+
+struct Case {
+  std::string notation;
+  es::AxisMap axes;
+  bool inverse = false;
+  bool real = false;
+  std::optional<std::string> norm;
+  std::map<std::string, std::int64_t, std::less<>> signal;
+  Given given;  ///< shard sizes by axis name (input and output axes)
+  es::Shapes shapes;
+};
+
+/// Runs `c` on `full` distributed over `mesh` and on one process; checks values and gradients.
+void check_case(const Case& c, const at::Tensor& full, const es::Mesh& mesh, double tol = 1e-9) {
+  const auto in = side(c.notation, false), out = side(c.notation, true);
+  es::Options local{.axes = c.axes, .inverse = c.inverse, .real = c.real, .norm = c.norm, .signal_sizes = c.signal};
+  auto leaf = full.detach().clone().requires_grad_(true);
+  auto ref = es::einfft(unsharded(c.notation), {leaf}, local);
+  at::manual_seed(99);
+  const auto G = at::randn(ref.sizes(), ref.options());
+  ref.backward(G);
+
+  es::Options o = local;
+  o.mesh = mesh;
+  o.shapes = c.shapes;
+  auto x = block(full, in, mesh, c.given).requires_grad_(true);
+  auto y = es::einfft(c.notation, {x}, o);
+  const auto want = block(ref.detach(), out, mesh, c.given);
+  INFO(c.notation << " on " << label(mesh) << (c.inverse ? " inverse" : "") << (c.real ? " real" : "")
+                  << " norm " << c.norm.value_or("(unset)") << "\n" << es::last_plan().str());
+  REQUIRE(y.sizes() == want.sizes());
+  CHECK(at::allclose(y.detach(), want, tol, tol));
+  y.backward(block(G, out, mesh, c.given));
+  const auto grad_want = block(leaf.grad(), in, mesh, c.given);
+  REQUIRE(x.grad().defined());
+  CHECK(at::allclose(x.grad(), grad_want, tol, tol));
+}
+
+int count(const es::Plan& p, const std::string& name) {
+  const auto n = p.names();
+  return static_cast<int>(std::count(n.begin(), n.end(), name));
+}
+
+const std::vector<std::optional<std::string>> norms{std::nullopt, "backward", "forward", "ortho"};
+
+std::vector<const es::Mesh*> meshes() {
+  std::vector<const es::Mesh*> out;
+  for (const auto& s : mesh_shapes(es::testing::world().size)) out.push_back(&mesh_of(s));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("einfft distributed: complex slab, standard and transposed output, every norm", "[spectral][fft]") {
+  at::manual_seed(5);
+  const auto full = at::randn({2, 7, 5, 6}, at::kComplexDouble);
+  for (const auto* m : meshes()) {
+    const auto g = m->names()[0];
+    for (const auto& norm : norms)
+      for (const bool inverse : {false, true}) {
+        check_case({"b x/" + g + " y z -> b kx/" + g + " ky kz", {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}, inverse,
+                    false, norm},
+                   full, *m);
+        check_case({"b x/" + g + " y z -> b kx ky/" + g + " kz", {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}, inverse,
+                    false, norm},
+                   full, *m);
+      }
+    // Transposed output skips the last all-to-all; the standard layout needs it.
+    const auto xb = block(full, side("b x/" + g + " y z -> b x y z", false), *m, {});
+    const es::Options o{.mesh = *m, .axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}};
+    CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx ky/" + g + " kz", {xb}, o), "alltoall_repartition") == 1);
+    CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx/" + g + " ky kz", {xb}, o), "alltoall_repartition") == 2);
+    // The inverse of the transposed layout goes straight back in one transpose.
+    const auto kb = block(full, side("b x y/" + g + " z -> b x y z", false), *m, {});
+    const es::Options oi{.mesh = *m, .axes = {{"kx", "x"}, {"ky", "y"}, {"kz", "z"}}, .inverse = true};
+    CHECK(count(es::explain_fft("b kx ky/" + g + " kz -> b x/" + g + " y z", {kb}, oi), "alltoall_repartition") == 1);
+  }
+}
+
+TEST_CASE("einfft distributed: axes moving between mesh dimensions, pencils, compound groups", "[spectral][fft]") {
+  at::manual_seed(6);
+  const auto full = at::randn({3, 6, 5, 4}, at::kComplexDouble);
+  const es::AxisMap xyz{{"x", "kx"}, {"y", "ky"}, {"z", "kz"}};
+  for (const auto* m : meshes()) {
+    const auto& n = m->names();
+    if (n.size() < 2) {
+      // Every axis of the tensor sharded or transformed: "x y" both sharded needs two dimensions.
+      check_case({"b x/" + n[0] + " y z -> kz/" + n[0] + " b ky kx", xyz}, full, *m);
+      continue;
+    }
+    const auto compound = n[0] + "-" + n[1];
+    check_case({"b x/" + n[0] + " y z -> b kx ky/" + n[1] + " kz", xyz}, full, *m);
+    check_case({"b x/" + n[1] + " y z -> b kx/" + n[0] + " ky kz", xyz, true}, full, *m);
+    check_case({"b x/" + n[0] + " y/" + n[1] + " z -> b kx/" + n[0] + " ky/" + n[1] + " kz", xyz}, full, *m);
+    check_case({"b x/" + n[0] + " y/" + n[1] + " z -> b kx ky/" + n[0] + " kz/" + n[1], xyz}, full, *m);
+    check_case({"b x/" + compound + " y z -> b kx ky/" + compound + " kz", xyz}, full, *m);
+    // No axis outside the transform: the first transpose joins two groups into one.
+    const auto xy = full.select(0, 1).select(2, 0);
+    check_case({"x/" + n[0] + " y/" + n[1] + " -> ky/" + n[0] + " kx/" + n[1], {{"x", "kx"}, {"y", "ky"}}}, xy, *m);
+    if (n.size() == 3)
+      check_case({"b x/dp y/sp z/tp -> b kx/tp ky/dp kz/sp", xyz}, full, *m);
+  }
+}
+
+TEST_CASE("einfft distributed: uneven and empty shards from the shapes metadata", "[spectral][fft]") {
+  at::manual_seed(7);
+  const auto full = at::randn({2, 9, 4}, at::kComplexDouble);
+  for (const auto* m : meshes()) {
+    const auto g = m->names()[0];
+    const auto P = m->size(g);
+    // All of x on the last rank, kx spread by the split rule but reversed.
+    I64 sx(static_cast<std::size_t>(P), 0), skx = es::compute_split_shapes(9, P);
+    sx.back() = 9;
+    std::reverse(skx.begin(), skx.end());
+    Case c{"b x/" + g + " y -> b kx/" + g + " ky", {{"x", "kx"}, {"y", "ky"}}};
+    c.given = {{"x", sx}, {"kx", skx}};
+    c.shapes = es::Shapes{{g, {{"x", sx}, {"kx", skx}}}};
+    check_case(c, full, *m);
+  }
+}
+
+TEST_CASE("einfft distributed: real transforms with a sharded half axis, both directions", "[spectral][fft]") {
+  at::manual_seed(8);
+  const auto full = at::randn({2, 6, 7}, at::kDouble);
+  const es::AxisMap f{{"x", "kx"}, {"y", "ky"}};  // y is the half axis
+  for (const auto* m : meshes()) {
+    const auto& n = m->names();
+    const auto g = n[0];
+    const auto h = n.size() > 1 ? n[1] : n[0];
+    for (const auto& norm : norms) {
+      check_case({"b x y/" + g + " -> b kx ky/" + g, f, false, true, norm}, full, *m);
+      check_case({"b x/" + g + " y -> b kx/" + g + " ky", f, false, true, norm}, full, *m);
+      check_case({"b x/" + g + " y -> b kx ky/" + h, f, false, true, norm}, full, *m);
+    }
+    const auto spectrum = at::fft_rfftn(full, std::nullopt, at::IntArrayRef{1, 2});  // (2, 6, 4)
+    const es::AxisMap i{{"kx", "x"}, {"ky", "y"}};
+    for (const auto& norm : norms) {
+      check_case({"b kx ky/" + g + " -> b x y/" + g, i, true, true, norm}, spectrum, *m);
+      check_case({"b kx/" + g + " ky -> b x/" + h + " y", i, true, true, norm, {{"y", 7}}}, spectrum, *m);
+      check_case({"b kx ky/" + g + " -> b x/" + g + " y", i, true, true, norm, {{"ky", 5}}}, spectrum, *m);
+    }
+  }
+}
+
+TEST_CASE("einfft distributed: single precision and a 1-D FFT over a batch", "[spectral][fft]") {
+  at::manual_seed(9);
+  for (const auto* m : meshes()) {
+    const auto g = m->names()[0];
+    check_case({"b x/" + g + " -> b k/" + g, {{"x", "k"}}}, at::randn({4, 11}, at::kComplexDouble), *m);
+    check_case({"b x/" + g + " y -> b kx ky/" + g, {{"x", "kx"}, {"y", "ky"}}},
+               at::randn({2, 8, 8}, at::kComplexFloat), *m, 1e-4);
+  }
+}
+
+TEST_CASE("einfft distributed: faults raise the same error on every rank", "[spectral][fft]") {
+  const auto w = es::testing::world();
+  const auto& m = mesh_of({w.size});
+  auto same_everywhere = [&](auto f, const std::string& part) {
+    std::string message;
+    try {
+      f();
+    } catch (const es::Error& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK(message.find(part) != std::string::npos);
+    const auto h = static_cast<std::int64_t>(std::hash<std::string>{}(message));
+    std::int64_t lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(lo == hi);
+  };
+  const es::Options o{.mesh = m, .axes = {{"x", "kx"}, {"y", "ky"}}};
+  // One rank passes a tensor of the wrong rank.
+  same_everywhere(
+      [&] {
+        const auto x = w.rank == w.size - 1 ? at::randn({2, 3}, at::kComplexDouble) : at::randn({2, 3, 4}, at::kComplexDouble);
+        (void)es::einfft("b x/dp y -> b kx ky/dp", {x}, o);
+      },
+      "dimensions");
+  // Shard sizes that contradict the shapes metadata (on one rank).
+  same_everywhere(
+      [&] {
+        const auto x = at::randn({2, w.rank == 0 ? 5 : 2, 4}, at::kComplexDouble);
+        es::Options bad = o;
+        bad.shapes = es::Shapes{{"dp", {{"x", I64(static_cast<std::size_t>(w.size), 2)}}}};
+        (void)es::einfft("b x/dp y -> b kx ky/dp", {x}, bad);
+      },
+      "shapes metadata");
+  // A real forward transform of a complex tensor.
+  same_everywhere(
+      [&] {
+        es::Options r = o;
+        r.real = true;
+        (void)es::einfft("b x/dp y -> b kx ky/dp", {at::randn({2, 2, 4}, at::kComplexDouble)}, r);
+      },
+      "needs a real tensor");
+  // A lone sharded axis has nothing to transpose into.
+  same_everywhere([&] { (void)es::einfft("x/dp -> k/dp", {at::randn({2}, at::kComplexDouble)}, {.mesh = m, .axes = {{"x", "k"}}}); },
+                  "the only axis");
+  // A non-transform axis changing its sharding.
+  same_everywhere([&] { (void)es::einfft("b/dp x -> b k", {at::randn({2, 4}, at::kComplexDouble)}, {.mesh = m, .axes = {{"x", "k"}}}); },
+                  "keep its sharding");
+}
