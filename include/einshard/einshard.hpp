@@ -7,6 +7,7 @@
 #include "einshard/notation.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/ops/einshard.hpp"
+#include "einshard/ops/halo.hpp"
 #include "einshard/ops/fft.hpp"
 #include "einshard/options.hpp"
 #include "einshard/shapes.hpp"

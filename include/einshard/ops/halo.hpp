@@ -1,0 +1,309 @@
+#pragma once
+/// @file
+/// `einhalo`: ghost rows around the shards of named axes, with constant, periodic or replicate
+/// boundaries, and the machinery the other stencil operations (`einwindow`, `einconv`, `einroll`)
+/// share: single-operand notations, their run-time cache, and resolving an operand's shards.
+///
+/// ```cpp
+/// auto g = es::einhalo<"b h/sp w c">(x, {{"h", 2}, {"w", {1, 0}}},
+///                                    {.mesh = mesh, .boundary = es::Boundary::periodic});
+/// ```
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/exec/agreement.hpp"
+#include "einshard/exec/call.hpp"
+#include "einshard/exec/halo.hpp"
+#include "einshard/exec/sizes.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/notation/families.hpp"
+#include "einshard/notation/fixed_string.hpp"
+#include "einshard/notation/parser.hpp"
+#include "einshard/notation/static_expression.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/halo.hpp"
+#include "einshard/plan/layout.hpp"
+
+namespace einshard {
+
+/// Widths before and after along one axis: `{"h", 2}` (both sides) or `{"h", {1, 3}}`.
+struct Halo {
+  std::int64_t left = 0, right = 0;
+  Halo(std::int64_t both) : left(both), right(both) {}                      // NOLINT
+  Halo(std::int64_t l, std::int64_t r) : left(l), right(r) {}
+};
+/// Halo widths (or window radii) by axis name.
+using Halos = std::map<std::string, Halo, std::less<>>;
+
+namespace detail {
+
+/// `S->S`: a single-operand notation (`"b h/sp w c"`) in the form the one parser reads.
+template <fixed_string S>
+constexpr auto self_map() {
+  fixed_string<2 * S.size() + 2> out;
+  for (std::size_t i = 0; i < S.size(); ++i) out.data[i] = out.data[S.size() + 2 + i] = S.data[i];
+  out.data[S.size()] = '-';
+  out.data[S.size() + 1] = '>';
+  return out;
+}
+template <fixed_string S>
+inline constexpr auto self_map_v = self_map<S>();
+
+template <fixed_string S>
+constexpr std::size_t arrow_of() {
+  constexpr auto arrow = S.view().find("->");
+  static_assert(arrow != std::string_view::npos, "einshard: this notation needs '->'");
+  return arrow;
+}
+template <fixed_string S, std::size_t Begin, std::size_t End>
+constexpr auto substring() {
+  fixed_string<End - Begin> part;
+  for (std::size_t i = Begin; i < End; ++i) part.data[i - Begin] = S.data[i];
+  return part;
+}
+/// The spec before (`In`) or after (`!In`) the arrow of `S`, as its own `spec->spec` notation.
+template <fixed_string S, bool In>
+inline constexpr auto side_spec =
+    substring<S, In ? 0 : arrow_of<S>() + 2, In ? arrow_of<S>() : S.size()>();
+template <fixed_string S, bool In>
+inline constexpr auto side_v = self_map<side_spec<S, In>>();
+
+/// A run-time notation parsed once (text, then tables of slices into it).
+struct ParsedNotation {
+  std::string source;
+  notation::Expression expression;
+  [[nodiscard]] notation::ExpressionView view() const { return expression.view(source); }
+};
+
+/// Parses `text` (family references expanded) as a whole notation, or, with `self`, as one operand
+/// spec; a malformed one throws `NotationError` pointing into what the caller wrote. Cached.
+inline std::shared_ptr<const ParsedNotation> parse_cached(std::string_view text, bool self,
+                                                         const Families& families) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<const ParsedNotation>> cache;
+  std::string key(text);
+  key += self ? "\x1d" : "\x1c";
+  for (const auto& [name, members] : families) {
+    key += '\x1e' + name;
+    for (const auto& m : members) key += '\x1f' + m;
+  }
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
+  const auto spec = expand ? notation::expand_families(text, families) : std::string(text);
+  auto parsed = std::make_shared<ParsedNotation>();
+  parsed->source = self ? spec + "->" + spec : spec;
+  auto result = notation::parse(parsed->source);
+  if (!result.ok) {
+    std::string message;
+    notation::write_message(result.error, [&](char c) { message += c; });
+    if (spec != text) message += " (in the expansion of '" + std::string(text) + "')";
+    throw NotationError(spec, std::min<std::size_t>(result.error.column, spec.size()) + 1, std::move(message));
+  }
+  parsed->expression = std::move(result.expression);
+  std::lock_guard lock(mutex);
+  if (cache.size() >= 4096) cache.clear();
+  return cache.emplace(std::move(key), std::move(parsed)).first->second;
+}
+
+/// A window notation `in -> out` as two single-operand notations (the output names window axes no
+/// input has, which the einsum grammar's checks reject).
+inline std::pair<std::shared_ptr<const ParsedNotation>, std::shared_ptr<const ParsedNotation>>
+parse_sides(std::string_view text, const Families& families) {
+  const auto arrow = text.find("->");
+  if (arrow == std::string_view::npos) throw NotationError(text, text.size() + 1, "expected '->'");
+  return {parse_cached(text.substr(0, arrow), true, families),
+          parse_cached(text.substr(arrow + 2), true, families)};
+}
+
+inline plan::Edge edge_of(Boundary b) {
+  switch (b) {
+    case Boundary::periodic: return plan::Edge::periodic;
+    case Boundary::replicate: return plan::Edge::replicate;
+    case Boundary::constant: break;
+  }
+  return plan::Edge::constant;
+}
+
+/// The boundary options of a stencil operation: `.fill` belongs to the constant boundary.
+inline std::pair<plan::Edge, double> boundary_of(const Options& o, const std::string& what) {
+  const auto b = o.boundary.value_or(Boundary::constant);
+  if (o.fill && b != Boundary::constant)
+    throw Error(what + ": '.fill' is the value of the constant boundary, but the boundary is " +
+                (b == Boundary::periodic ? "periodic" : "replicate"));
+  return {edge_of(b), o.fill.value_or(0.0)};
+}
+
+/// The axis names of an operand spec, in order (checked before anything moves).
+inline std::vector<std::string> axis_names(const notation::ExpressionView& e, const notation::Spec& spec) {
+  std::vector<std::string> names;
+  for (const auto& a : e.axes_of(spec)) names.emplace_back(e.name(a));
+  return names;
+}
+
+inline std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+inline bool has_name(const std::vector<std::string>& names, std::string_view n) {
+  return std::find(names.begin(), names.end(), n) != names.end();
+}
+
+/// The first operand of a stencil operation resolved: its layout and every axis's shards, agreed
+/// over the mesh when any axis is sharded (then `agreed` holds every rank's description of every
+/// operand; `extra` operands must be whole, such as a convolution's weight).
+struct StencilInput {
+  plan::Layout layout;
+  std::vector<exec::StencilAxis> axes;
+  bool distributed = false;
+  exec::Agreed agreed;
+
+  [[nodiscard]] const exec::StencilAxis& axis(std::string_view name) const {
+    return axes[static_cast<std::size_t>(layout.find(name))];
+  }
+};
+
+/// `key` describes the call's parameters (so that ranks calling with different ones fail alike).
+inline StencilInput resolve_input(const notation::ExpressionView& e, const notation::Spec& spec,
+                                  std::span<const at::Tensor> xs, std::span<const std::int64_t> extra_dims,
+                                  const Options& o, const std::string& what, const std::string& key) {
+  if (spec.has_ellipsis) throw Error(what + ": stencil operations need every axis named (no '...')");
+  bool sharded = false;
+  for (const auto& a : e.axes_of(spec)) sharded = sharded || !a.mesh.empty();
+  if (sharded && !o.mesh)
+    throw Error(what + ": the notation shards axes, so the operation needs a mesh (.mesh = ...)");
+  StencilInput in;
+  in.distributed = sharded;
+  in.layout = plan::layout_of(e, spec, 0, sharded ? o.mesh.shape() : MeshShape{});
+  if (!in.layout.partial.empty()) throw Error(what + ": stencil operations take no partial sums ('//')");
+  const auto ndim = static_cast<std::int64_t>(in.layout.axes.size());
+  if (!sharded) {
+    if (xs[0].dim() != ndim)
+      throw Error(what + ": the tensor has " + std::to_string(xs[0].dim()) +
+                  " dimensions, but the notation names " + std::to_string(ndim));
+    for (std::int64_t d = 0; d < ndim; ++d)
+      in.axes.push_back({in.layout.axes[static_cast<std::size_t>(d)].axis, d, "", {xs[0].size(d)}});
+    return in;
+  }
+  const Mesh& mesh = o.mesh;
+  // An exchange along one axis runs within its group, among ranks holding the same rows of every
+  // other axis: that needs the groups of different axes to share no mesh dimension.
+  std::vector<int> owner(mesh.shape().sizes.size(), -1);
+  for (std::size_t d = 0; d < in.layout.axes.size(); ++d)
+    for (int m : in.layout.axes[d].group.empty() ? std::vector<int>{} : mesh.components(in.layout.axes[d].group)) {
+      auto& o2 = owner[static_cast<std::size_t>(m)];
+      if (o2 >= 0)
+        throw Error(what + ": axes '" + in.layout.axes[static_cast<std::size_t>(o2)].axis + "' and '" +
+                    in.layout.axes[d].axis + "' are both sharded over mesh dimension '" +
+                    mesh.names()[static_cast<std::size_t>(m)] + "'; stencil axes need disjoint groups");
+      o2 = static_cast<int>(d);
+    }
+  std::vector<std::int64_t> dims{ndim};
+  dims.insert(dims.end(), extra_dims.begin(), extra_dims.end());
+  in.agreed = exec::agree_stencil(mesh, xs, dims, exec::fingerprint(what + key, 0), what);
+  exec::SizeTable sizes;
+  exec::measure(sizes, in.layout, in.agreed, 0, mesh, o.shapes, what);
+  in.axes = exec::stencil_axes(in.layout, sizes);
+  for (std::size_t i = 1; i < xs.size(); ++i)
+    for (std::size_t r = 1; r < in.agreed.size(); ++r)
+      if (!std::equal(in.agreed[r][i].sizes.begin(), in.agreed[r][i].sizes.end(), in.agreed[0][i].sizes.begin()))
+        throw Error(what + ": input " + std::to_string(i + 1) + " must be the same whole tensor on every rank, "
+                    "but its shape on rank " + std::to_string(r) + " differs from rank 0's");
+  return in;
+}
+
+/// Halo widths checked against the operand's axes (in the operand's order, as the exchange runs).
+inline std::string halo_key(const Halos& halos, const std::vector<std::string>& names,
+                            const std::string& what, std::string_view label) {
+  std::string key;
+  for (const auto& [axis, h] : halos) {
+    if (!has_name(names, axis))
+      throw Error(what + ": " + std::string(label) + " axis '" + axis + "' is not an axis of the notation (" +
+                  joined(names) + ")");
+    if (h.left < 0 || h.right < 0)
+      throw Error(what + ": " + std::string(label) + " widths of axis '" + axis + "' must not be negative (got " +
+                  std::to_string(h.left) + ", " + std::to_string(h.right) + ")");
+    key += axis + ':' + std::to_string(h.left) + ',' + std::to_string(h.right) + ';';
+  }
+  return key;
+}
+
+/// A per-axis option (`.stride`, `.dilation`) for each of `axes`: the value for every axis, the
+/// axis's own, or 1. Keys naming other axes are errors.
+inline std::vector<std::int64_t> per_axis(const std::optional<PerAxis>& v, const std::vector<std::string>& axes,
+                                          const std::string& what, std::string_view label) {
+  std::vector<std::int64_t> out(axes.size(), v && v->all ? *v->all : 1);
+  if (v)
+    for (const auto& [axis, value] : v->by_axis) {
+      const auto it = std::find(axes.begin(), axes.end(), axis);
+      if (it == axes.end())
+        throw Error(what + ": '." + std::string(label) + "' names axis '" + axis +
+                    "', which is not a window axis (" + joined(axes) + ")");
+      out[static_cast<std::size_t>(it - axes.begin())] = value;
+    }
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    if (out[i] < 1)
+      throw Error(what + ": '." + std::string(label) + "' of axis '" + axes[i] + "' must be positive (got " +
+                  std::to_string(out[i]) + ")");
+  return out;
+}
+
+inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
+                           const at::Tensor& x, const Halos& halos, const Options& o) {
+  const auto what = "einhalo '" + std::string(written) + "'";
+  check_unused_options(o, "einhalo", {"shapes", "families", "boundary", "fill"});
+  const auto [edge, fill] = boundary_of(o, what);
+  const auto& spec = e.input(0);
+  const auto key = halo_key(halos, axis_names(e, spec), what, "halo") + std::to_string(static_cast<int>(edge)) + ':' +
+                   std::to_string(fill);
+  const auto in = resolve_input(e, spec, {&x, 1}, {}, o, what, key);
+  auto y = x;
+  for (const auto& axis : in.axes) {
+    const auto h = halos.find(axis.name);
+    if (h == halos.end()) continue;
+    const auto requests = plan::halo_requests(axis.shards, h->second.left, h->second.right);
+    y = exec::fetch_axis(y, axis, o.mesh, requests, edge, fill);
+  }
+  return y;
+}
+
+}  // namespace detail
+
+/// `einhalo<"b h/sp w c">(x, {{"h", 2}}, {.mesh = mesh, .boundary = es::Boundary::periodic})`: each
+/// rank's shard extended by ghost rows along the named axes (`{"h", 2}` both sides, `{"h", {1, 3}}`
+/// before and after). Sharded axes fetch their ghosts from the shards that hold them (any width,
+/// uneven and empty shards, wrapping for periodic); whole axes are padded locally. Axes are extended
+/// one after another in the notation's order, so corners are right. Differentiable: ghost gradients
+/// are returned to and added into their owners. Options: `mesh`, `shapes`, `boundary` (default
+/// constant), `fill` (default 0), `families` (run-time form).
+template <fixed_string S>
+at::Tensor einhalo(const at::Tensor& x, const Halos& halos, const Options& o = {}) {
+  return detail::run_halo(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, halos, o);
+}
+
+/// The run-time form: `einhalo("b h/sp w c", x, {{"h", 2}}, {...})`.
+inline at::Tensor einhalo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o = {}) {
+  const auto parsed = detail::parse_cached(spec, true, o.families);
+  return detail::run_halo(parsed->view(), spec, x, halos, o);
+}
+
+}  // namespace einshard
