@@ -3,6 +3,7 @@
 #
 #   einshard_torch_before_find()   call right before find_package(Torch) / find_dependency(Torch)
 #   einshard_torch_after_find()    call right after it
+#   einshard_find_metis()          defines einshard::metis (see 3.)
 #
 # 1. The CUDA toolkit shim (einshard_torch_before_find)
 #
@@ -33,6 +34,16 @@
 #    files already append it to the `torch` target; this makes sure of it for any version
 #    (idempotently), at the consumer's configure time. It is deliberately *not* copied into
 #    einshard's exported targets, so the ABI is never hard-coded into an installed einshard.
+#
+# 3. METIS (einshard_find_metis)
+#
+#    The sparse part's PartitionMethod::metis calls libmetis (METIS_PartGraphKway). METIS is
+#    optional: einshard::einshard always links the INTERFACE target einshard::metis, which this
+#    defines at einshard's configure time and again at the consumer's (einshardConfig.cmake), so
+#    no absolute path of this machine is exported and a consumer finds its own libmetis. When
+#    metis.h and libmetis are found the target carries them and EINSHARD_HAS_METIS=1; otherwise it
+#    is empty and PartitionMethod::metis throws einshard::Error. EINSHARD_USE_METIS=OFF (or
+#    METIS_INCLUDE_DIR / METIS_LIBRARY set by hand) overrides the search.
 
 macro(einshard_torch_before_find)
   if(NOT EINSHARD_TORCH_CUDA_TOOLKIT AND NOT TARGET torch AND NOT TARGET torch::cudart)
@@ -56,4 +67,28 @@ function(einshard_torch_after_find)
       set_property(TARGET torch APPEND PROPERTY INTERFACE_COMPILE_OPTIONS "${_einshard_flag}")
     endif()
   endforeach()
+endfunction()
+
+function(einshard_find_metis)
+  if(TARGET einshard::metis)
+    return()
+  endif()
+  # GLOBAL, like torch::cudart above: consumers in other directories resolve einshard's
+  # INTERFACE_LINK_LIBRARIES from their own scope.
+  add_library(einshard::metis INTERFACE IMPORTED GLOBAL)
+  if(DEFINED EINSHARD_USE_METIS AND NOT EINSHARD_USE_METIS)
+    message(STATUS "einshard: METIS disabled (EINSHARD_USE_METIS=OFF)")
+    return()
+  endif()
+  find_path(METIS_INCLUDE_DIR metis.h)
+  find_library(METIS_LIBRARY metis)
+  if(METIS_INCLUDE_DIR AND METIS_LIBRARY)
+    set_target_properties(einshard::metis PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${METIS_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${METIS_LIBRARY}"
+      INTERFACE_COMPILE_DEFINITIONS EINSHARD_HAS_METIS=1)
+    message(STATUS "einshard: METIS found: ${METIS_LIBRARY}")
+  else()
+    message(STATUS "einshard: METIS not found; sparse PartitionMethod::metis will throw")
+  endif()
 endfunction()

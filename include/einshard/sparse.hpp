@@ -5,4 +5,5 @@
 #include "einshard/error.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
+#include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"

@@ -1,8 +1,11 @@
 // The program every consumer project (find_package, add_subdirectory, build tree) builds: it
-// includes the umbrella header through the einshard::einshard target and runs one notation.
+// includes the umbrella headers through the einshard::einshard target, runs one notation and
+// partitions a graph (with libmetis when einshard found it, so its link line is checked too).
 #include <einshard/einshard.hpp>
+#include <einshard/sparse.hpp>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <iostream>
 
 int main() {
@@ -10,6 +13,18 @@ int main() {
   const torch::Tensor y = einshard::einshard<"a b -> b a">(torch::ones({2, 3}));
   if (y.sizes() != torch::IntArrayRef{3, 2}) {
     std::cerr << "einshard consumer: expected shape [3, 2], got " << y.sizes() << '\n';
+    return 1;
+  }
+#if defined(EINSHARD_HAS_METIS)
+  constexpr auto method = einshard::sparse::PartitionMethod::metis;
+#else
+  constexpr auto method = einshard::sparse::PartitionMethod::simple;
+#endif
+  const torch::Tensor ring = torch::arange(8);
+  const torch::Tensor ids =
+      einshard::sparse::partition_ids(ring, torch::remainder(ring + 1, 8), 8, 2, {.method = method});
+  if (ids.bincount().min().item<std::int64_t>() < 2) {
+    std::cerr << "einshard consumer: expected two parts of a ring of 8, got " << ids << '\n';
     return 1;
   }
   std::cout << "einshard " << einshard::version_major << '.' << einshard::version_minor << '.'
