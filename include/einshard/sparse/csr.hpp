@@ -124,6 +124,101 @@ inline at::Tensor spmv(const Csr& a, const at::Tensor& x) {
   return y;
 }
 
+template <class V>
+std::complex<double> widen(const V& v) {
+  if constexpr (c10::is_complex<V>::value)
+    return {static_cast<double>(v.real()), static_cast<double>(v.imag())};
+  else
+    return {static_cast<double>(v), 0.0};
+}
+template <class V>
+V conj_if_complex(const V& v) {
+  if constexpr (c10::is_complex<V>::value)
+    return std::conj(v);
+  else
+    return v;
+}
+
+/// y = A x over all rows, fused with the partial inner product <w, y> (w conjugated) when `w` is
+/// defined: a Krylov method gets the product and its dot in one pass over y.
+inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tensor& y,
+                                     const at::Tensor& w) {
+  std::complex<double> dot{};
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* __restrict rp = a.rowptr.data_ptr<std::int64_t>();
+    const auto* __restrict ci = a.col.data_ptr<I>();
+    const auto* __restrict av = a.values.data_ptr<V>();
+    const auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict yv = y.data_ptr<V>();
+    if (!w.defined()) {
+      for (std::int64_t i = 0; i < a.rows; ++i) {
+        V s{};
+        for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+        yv[i] = s;
+      }
+      return;
+    }
+    const auto* __restrict wv = w.data_ptr<V>();
+    V acc{};
+    for (std::int64_t i = 0; i < a.rows; ++i) {
+      V s{};
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+      yv[i] = s;
+      acc += conj_if_complex(wv[i]) * s;
+    }
+    dot = widen(acc);
+  });
+  return dot;
+}
+
+/// y[rows[i]] += (A x)[i] for a row-compressed block A (PETSc's off-diagonal part: only rows with
+/// off-rank entries), fused with the partial <w, increment> when `w` is defined.
+inline std::complex<double> spmv_rows_add_dot(const Csr& a, const at::Tensor& rows, const at::Tensor& x,
+                                              at::Tensor& y, const at::Tensor& w) {
+  std::complex<double> dot{};
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = a.col.data_ptr<I>();
+    const auto* av = a.values.data_ptr<V>();
+    const auto* ri = rows.data_ptr<std::int64_t>();
+    const auto* xv = x.data_ptr<V>();
+    auto* yv = y.data_ptr<V>();
+    const V* wv = w.defined() ? w.data_ptr<V>() : nullptr;
+    V acc{};
+    for (std::int64_t i = 0; i < a.rows; ++i) {
+      V s{};
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+      yv[ri[i]] += s;
+      if (wv) acc += conj_if_complex(wv[ri[i]]) * s;
+    }
+    dot = widen(acc);
+  });
+  return dot;
+}
+
+/// x += A^T y[rows] for a row-compressed block A (the transpose of spmv_rows_add_dot's product).
+inline void spmv_transpose_rows_add(const Csr& a, const at::Tensor& rows, const at::Tensor& y,
+                                    at::Tensor& x, bool conjugate = false) {
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = a.col.data_ptr<I>();
+    const auto* av = a.values.data_ptr<V>();
+    const auto* ri = rows.data_ptr<std::int64_t>();
+    const auto* yv = y.data_ptr<V>();
+    auto* xv = x.data_ptr<V>();
+    for (std::int64_t i = 0; i < a.rows; ++i) {
+      const V yi = yv[ri[i]];
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) xv[ci[k]] += (conjugate ? conj_if_complex(av[k]) : av[k]) * yi;
+    }
+  });
+}
+
 /// x += A^T y (A^H y when `conjugate`) over rows [begin, end): scatter each row into the columns.
 inline void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
                                std::int64_t begin, std::int64_t end, bool conjugate = false) {
@@ -138,10 +233,7 @@ inline void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
     for (std::int64_t i = begin; i < end; ++i) {
       const V yi = yv[i];
       for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
-        if constexpr (c10::is_complex<V>::value)
-          xv[ci[k]] += (conjugate ? std::conj(av[k]) : av[k]) * yi;
-        else
-          xv[ci[k]] += av[k] * yi;
+        xv[ci[k]] += (conjugate ? conj_if_complex(av[k]) : av[k]) * yi;
       }
     }
   });

@@ -1,0 +1,109 @@
+#pragma once
+/// @file
+/// `DVector`: the owned slice of a distributed vector together with its partition, so arithmetic
+/// checks that partitions match and a gathered result is always in global order, whatever the
+/// partition method. Reductions (dot, norm) are one all-reduce and are differentiable.
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "einshard/error.hpp"
+#include "einshard/exec/autograd.hpp"
+#include "einshard/exec/steps.hpp"
+#include "einshard/sparse/layout.hpp"
+
+namespace einshard::sparse {
+
+namespace detail {
+
+/// Owned slices -> the global vector on every rank. Backward: each rank keeps the gradient of its
+/// own rows (the global result is replicated, so its gradient is the same on every rank).
+struct GatherRowsOp final : exec::CommOp {
+  std::shared_ptr<const RowLayout> layout;
+  explicit GatherRowsOp(std::shared_ptr<const RowLayout> l) : layout(std::move(l)) {}
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override { return layout->gather(x); }
+  [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override { return layout->scatter(g); }
+};
+
+}  // namespace detail
+
+class DVector {
+ public:
+  DVector() = default;
+  /// `local`: this rank's owned entries, in the layout's (ascending global) order.
+  DVector(std::shared_ptr<const RowLayout> layout, at::Tensor local)
+      : layout_(std::move(layout)), local_(std::move(local)) {
+    if (!layout_) throw Error("DVector: no layout");
+    if (local_.dim() != 1 || local_.numel() != layout_->local_size())
+      throw Error("DVector: expected an owned slice of length " + std::to_string(layout_->local_size()) +
+                  ", got shape " + std::string(c10::str(local_.sizes())));
+  }
+
+  [[nodiscard]] const at::Tensor& local() const { return local_; }
+  [[nodiscard]] at::Tensor& local() { return local_; }
+  [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const { return layout_; }
+  [[nodiscard]] std::int64_t size() const { return layout_->global_size(); }
+  [[nodiscard]] std::int64_t local_size() const { return local_.numel(); }
+  [[nodiscard]] at::ScalarType dtype() const { return local_.scalar_type(); }
+  [[nodiscard]] bool defined() const { return layout_ != nullptr; }
+
+  /// The whole vector in global order, on every rank (collective; differentiable).
+  [[nodiscard]] at::Tensor full_tensor() const {
+    return exec::apply_op(local_, c10::make_intrusive<detail::GatherRowsOp>(layout_));
+  }
+
+  [[nodiscard]] DVector like(at::Tensor local) const { return {layout_, std::move(local)}; }
+  [[nodiscard]] DVector clone() const { return like(local_.clone()); }
+  [[nodiscard]] DVector to(at::ScalarType dtype) const { return like(local_.to(dtype)); }
+
+  /// this += alpha * x, in place.
+  DVector& axpy(const at::Scalar& alpha, const DVector& x) {
+    check_same(x, "axpy");
+    local_.add_(x.local_, alpha);
+    return *this;
+  }
+
+  /// Throws unless `other` has the same partition.
+  void check_same(const DVector& other, const char* op) const {
+    if (!layout_ || !other.layout_) throw Error(std::string("DVector ") + op + ": undefined vector");
+    if (layout_ == other.layout_) return;
+    if (!layout_->same_as(*other.layout_))
+      throw Error(std::string("DVector ") + op + ": the vectors have different partitions (" +
+                  std::to_string(layout_->global_size()) + " and " +
+                  std::to_string(other.layout_->global_size()) + " rows); redistribute one first");
+  }
+
+  friend DVector operator+(const DVector& a, const DVector& b) { a.check_same(b, "+"); return a.like(a.local_ + b.local_); }
+  friend DVector operator-(const DVector& a, const DVector& b) { a.check_same(b, "-"); return a.like(a.local_ - b.local_); }
+  /// Elementwise product.
+  friend DVector operator*(const DVector& a, const DVector& b) { a.check_same(b, "*"); return a.like(a.local_ * b.local_); }
+  friend DVector operator/(const DVector& a, const DVector& b) { a.check_same(b, "/"); return a.like(a.local_ / b.local_); }
+  friend DVector operator*(const at::Scalar& s, const DVector& a) { return a.like(a.local_ * s); }
+  friend DVector operator*(const DVector& a, const at::Scalar& s) { return a.like(a.local_ * s); }
+  friend DVector operator/(const DVector& a, const at::Scalar& s) { return a.like(a.local_ / s); }
+  friend DVector operator-(const DVector& a) { return a.like(-a.local_); }
+
+  /// Euclidean norm, replicated, as a 0-dim tensor.
+  [[nodiscard]] at::Tensor norm() const {
+    const auto sq = local_.is_complex() ? at::real(at::vdot(local_, local_)) : at::dot(local_, local_);
+    return at::sqrt(exec::apply_op(sq, c10::make_intrusive<exec::AllReduceOp>(layout_->comm())));
+  }
+
+ private:
+  std::shared_ptr<const RowLayout> layout_;
+  at::Tensor local_;
+};
+
+/// <a, b> (conjugating a when complex), replicated on every rank, as a 0-dim tensor.
+inline at::Tensor dot(const DVector& a, const DVector& b) {
+  a.check_same(b, "dot");
+  const auto& x = a.local();
+  const auto partial = x.is_complex() ? at::vdot(x, b.local()) : at::dot(x, b.local());
+  return exec::apply_op(partial, c10::make_intrusive<exec::AllReduceOp>(a.layout()->comm()));
+}
+inline at::Tensor norm(const DVector& a) { return a.norm(); }
+
+}  // namespace einshard::sparse

@@ -1,0 +1,120 @@
+#pragma once
+/// @file
+/// Fused vector kernels of the Krylov methods: each streams its vectors once and returns the dot
+/// products the next reduction needs, where separate BLAS-1 calls (PETSc's VecAXPY, VecDot, ...)
+/// would read the same vectors several times. Real and complex; dots accumulate in the vectors'
+/// type and come back as complex<double>.
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <complex>
+#include <cstdint>
+
+#include "einshard/sparse/csr.hpp"
+
+namespace einshard::sparse::detail {
+
+template <class F>
+void dispatch_values(at::ScalarType t, F&& f) {
+  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(t, "einshard::sparse::krylov", [&] { f(scalar_t{}); });
+}
+
+/// x += alpha p; r -= alpha q; then z = d .* r when `d` is defined (a diagonal preconditioner;
+/// z may be undefined otherwise). Returns {<r, z or r>, <r, r>} of the updated r.
+inline std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p,
+                                                     const at::Tensor& q, double alpha, const at::Tensor& d,
+                                                     at::Tensor& z) {
+  std::array<std::complex<double>, 2> out{};
+  dispatch_values(x.scalar_type(), [&](auto v0) {
+    using V = decltype(v0);
+    const auto n = x.numel();
+    auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict rv = r.data_ptr<V>();
+    const auto* __restrict pv = p.data_ptr<V>();
+    const auto* __restrict qv = q.data_ptr<V>();
+    const V a = static_cast<V>(alpha);
+    V rz{}, rr{};
+    if (d.defined()) {
+      const auto* __restrict dv = d.data_ptr<V>();
+      auto* __restrict zv = z.data_ptr<V>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        xv[i] += a * pv[i];
+        const V ri = rv[i] - a * qv[i];
+        rv[i] = ri;
+        const V zi = dv[i] * ri;
+        zv[i] = zi;
+        rz += conj_if_complex(ri) * zi;
+        rr += conj_if_complex(ri) * ri;
+      }
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        xv[i] += a * pv[i];
+        const V ri = rv[i] - a * qv[i];
+        rv[i] = ri;
+        rr += conj_if_complex(ri) * ri;
+      }
+      rz = rr;
+    }
+    out = {widen(rz), widen(rr)};
+  });
+  return out;
+}
+
+/// Chronopoulos–Gear step: p = u + beta p; s = w + beta s; x += alpha p; r -= alpha s; then
+/// u = d .* r (or u = r when `d` is undefined and `u` aliases nothing: the caller applies M).
+/// Returns {<r, u>, <r, r>} when `d` is given or M is the identity, else {0, <r, r>}.
+inline std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s,
+                                                       at::Tensor& u, const at::Tensor& w, double alpha, double beta,
+                                                       const at::Tensor& d, bool identity) {
+  std::array<std::complex<double>, 2> out{};
+  dispatch_values(x.scalar_type(), [&](auto v0) {
+    using V = decltype(v0);
+    const auto n = x.numel();
+    auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict rv = r.data_ptr<V>();
+    auto* __restrict pv = p.data_ptr<V>();
+    auto* __restrict sv = s.data_ptr<V>();
+    auto* __restrict uv = u.data_ptr<V>();
+    const auto* __restrict wv = w.data_ptr<V>();
+    const auto* __restrict dv = d.defined() ? d.data_ptr<V>() : nullptr;
+    const V a = static_cast<V>(alpha), b = static_cast<V>(beta);
+    V ru{}, rr{};
+    for (std::int64_t i = 0; i < n; ++i) {
+      const V pi = uv[i] + b * pv[i];
+      const V si = wv[i] + b * sv[i];
+      pv[i] = pi;
+      sv[i] = si;
+      xv[i] += a * pi;
+      const V ri = rv[i] - a * si;
+      rv[i] = ri;
+      rr += conj_if_complex(ri) * ri;
+      if (dv) {
+        const V ui = dv[i] * ri;
+        uv[i] = ui;
+        ru += conj_if_complex(ri) * ui;
+      } else if (identity) {
+        uv[i] = ri;
+      }
+    }
+    if (identity && !dv) ru = rr;
+    out = {widen(ru), widen(rr)};
+  });
+  return out;
+}
+
+/// <a, b> (a conjugated) of this rank's slices.
+inline std::complex<double> local_dot(const at::Tensor& a, const at::Tensor& b) {
+  std::complex<double> out{};
+  dispatch_values(a.scalar_type(), [&](auto v0) {
+    using V = decltype(v0);
+    const auto* av = a.data_ptr<V>();
+    const auto* bv = b.data_ptr<V>();
+    V acc{};
+    for (std::int64_t i = 0; i < a.numel(); ++i) acc += conj_if_complex(av[i]) * bv[i];
+    out = widen(acc);
+  });
+  return out;
+}
+
+}  // namespace einshard::sparse::detail

@@ -1,0 +1,224 @@
+#pragma once
+/// @file
+/// `RowLayout`: which global rows (vector entries) this rank owns, for any partition (contiguous,
+/// RCB, METIS, user-given), and the distributed directory that answers "who owns row g" without
+/// any rank holding an O(N) table.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/comm/exchange.hpp"
+#include "einshard/comm/mpi.hpp"
+#include "einshard/error.hpp"
+
+namespace einshard::sparse {
+
+namespace detail {
+
+/// The contiguous rule of `PartitionMethod::simple` (and of the directory): blocks of
+/// ceil(n / parts) rows, the last ones possibly short or empty (n = 9 on 4 ranks: 3, 3, 3, 0).
+inline std::int64_t block_rows(std::int64_t n, int parts) { return parts > 0 ? (n + parts - 1) / parts : 0; }
+inline std::int64_t block_first(std::int64_t n, int parts, int r) {
+  return std::min<std::int64_t>(static_cast<std::int64_t>(r) * block_rows(n, parts), n);
+}
+inline int block_owner(std::int64_t g, std::int64_t n, int parts) {
+  return static_cast<int>(g / std::max<std::int64_t>(block_rows(n, parts), 1));
+}
+
+/// A communicator duplicated for the library's own traffic (so it never matches user messages),
+/// freed with the last object that uses it.
+inline std::shared_ptr<MPI_Comm> duplicate(MPI_Comm comm) {
+  auto* c = new MPI_Comm(MPI_COMM_NULL);
+  comm::check(MPI_Comm_dup(comm, c), "MPI_Comm_dup");
+  return {c, [](MPI_Comm* p) {
+            int finalized = 0;
+            MPI_Finalized(&finalized);
+            if (!finalized && *p != MPI_COMM_NULL) MPI_Comm_free(p);
+            delete p;
+          }};
+}
+
+inline std::vector<std::int64_t> to_vector(const at::Tensor& t) {
+  const auto c = t.to(at::kLong).contiguous();
+  return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+
+}  // namespace detail
+
+/// The rows this rank owns, ascending by global index; local row i is global row `owned[i]`.
+class RowLayout {
+ public:
+  /// Collective over `comm` (which the layout keeps a duplicate of). `owned`: this rank's global
+  /// rows, any order, no duplicates; together the ranks must own each of [0, n) exactly once —
+  /// checked by the directory, the same error on every rank.
+  RowLayout(at::Tensor owned, std::int64_t n, MPI_Comm comm) : n_(n), comm_(detail::duplicate(comm)) {
+    owned_ = std::get<0>(owned.to(at::kLong).flatten().sort()).contiguous();
+    const auto* o = owned_.data_ptr<std::int64_t>();
+    std::string fault;
+    for (std::int64_t i = 0; i < owned_.numel() && fault.empty(); ++i) {
+      if (o[i] < 0 || o[i] >= n)
+        fault = "owned row " + std::to_string(o[i]) + " is out of range [0, " + std::to_string(n) + ")";
+      else if (i > 0 && o[i] == o[i - 1])
+        fault = "owned row " + std::to_string(o[i]) + " is listed twice";
+    }
+    comm::raise_if_any(*comm_, fault);
+    build_directory();
+    contiguous_ = owned_.numel() == 0 ||
+                  o[owned_.numel() - 1] - o[0] + 1 == owned_.numel();
+  }
+
+  /// The simple contiguous partition of [0, n).
+  static std::shared_ptr<const RowLayout> simple(std::int64_t n, MPI_Comm comm) {
+    const int p = comm::size_of(comm), r = comm::rank_of(comm);
+    const auto first = detail::block_first(n, p, r), last = detail::block_first(n, p, r + 1);
+    return std::make_shared<const RowLayout>(at::arange(first, last, at::kLong), n, comm);
+  }
+
+  [[nodiscard]] std::int64_t global_size() const { return n_; }
+  [[nodiscard]] std::int64_t local_size() const { return owned_.numel(); }
+  [[nodiscard]] const at::Tensor& owned() const { return owned_; }
+  [[nodiscard]] MPI_Comm comm() const { return *comm_; }
+  [[nodiscard]] int rank() const { return comm::rank_of(*comm_); }
+  [[nodiscard]] int size() const { return comm::size_of(*comm_); }
+  /// True when this rank's rows are one range (then `owned()[0] + i` is local row i's index).
+  [[nodiscard]] bool contiguous() const { return contiguous_; }
+
+  /// Local positions of owned global rows (all must be owned here).
+  [[nodiscard]] at::Tensor local_index(const at::Tensor& global) const {
+    return at::searchsorted(owned_, global.to(at::kLong));
+  }
+  [[nodiscard]] at::Tensor is_owned(const at::Tensor& global) const {
+    if (owned_.numel() == 0) return at::zeros(global.sizes(), at::kBool);
+    const auto g = global.to(at::kLong);
+    const auto pos = at::searchsorted(owned_, g).clamp_max(owned_.numel() - 1);
+    return owned_.index_select(0, pos.flatten()).view(g.sizes()) == g;
+  }
+
+  /// The owning rank of each global row in `ids` (collective: two small all-to-alls through the
+  /// directory, whose rank d holds the owners of the rows of simple block d).
+  [[nodiscard]] std::vector<int> owners(const std::vector<std::int64_t>& ids) const {
+    const int p = size();
+    std::vector<std::vector<std::int64_t>> ask(static_cast<std::size_t>(p));
+    for (auto g : ids) ask[static_cast<std::size_t>(detail::block_owner(g, n_, p))].push_back(g);
+    const auto asked = comm::alltoallv(ask, *comm_);
+    const auto first = detail::block_first(n_, p, rank());
+    std::vector<std::vector<int>> answer(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r)
+      for (auto g : asked[static_cast<std::size_t>(r)])
+        answer[static_cast<std::size_t>(r)].push_back(directory_[static_cast<std::size_t>(g - first)]);
+    const auto answered = comm::alltoallv(answer, *comm_);
+    std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
+    std::vector<int> out;
+    out.reserve(ids.size());
+    for (auto g : ids) {
+      const auto d = static_cast<std::size_t>(detail::block_owner(g, n_, p));
+      out.push_back(answered[d][next[d]++]);
+    }
+    return out;
+  }
+
+  /// Same partition (same object, or the same rows on every rank: collective).
+  [[nodiscard]] bool same_as(const RowLayout& other) const {
+    if (this == &other) return true;
+    int same = n_ == other.n_ && at::equal(owned_, other.owned_) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_LAND, *comm_), "MPI_Allreduce");
+    return same != 0;
+  }
+
+  /// The owned slice of a global vector (every rank holds `global`, length n).
+  [[nodiscard]] at::Tensor scatter(const at::Tensor& global) const {
+    return global.index_select(0, owned_);
+  }
+
+  /// The global vector, in global order, on every rank (all-gathers of the owned slices and,
+  /// unless the partition is contiguous in rank order, of their row indices).
+  [[nodiscard]] at::Tensor gather(const at::Tensor& local) const {
+    const int p = size();
+    const auto x = local.contiguous();
+    const auto counts = gathered_counts();
+    std::vector<int> displs(static_cast<std::size_t>(p), 0);
+    for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    auto all = at::empty({n_}, x.options());
+    comm::check(MPI_Allgatherv(x.data_ptr(), comm::count(x.numel()), comm::datatype(x.scalar_type()),
+                               all.data_ptr(), counts.data(), displs.data(),
+                               comm::datatype(x.scalar_type()), *comm_),
+                "MPI_Allgatherv");
+    const auto& order = gathered_rows();
+    if (!order.defined()) return all;
+    auto out = at::empty({n_}, x.options());
+    out.index_copy_(0, order, all);
+    return out;
+  }
+
+ private:
+  void build_directory() {
+    const int p = size();
+    const auto first = detail::block_first(n_, p, rank());
+    const auto rows = detail::block_first(n_, p, rank() + 1) - first;
+    std::vector<std::vector<std::int64_t>> mine(static_cast<std::size_t>(p));
+    const auto* o = owned_.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < owned_.numel(); ++i)
+      mine[static_cast<std::size_t>(detail::block_owner(o[i], n_, p))].push_back(o[i]);
+    const auto got = comm::alltoallv(mine, *comm_);
+    directory_.assign(static_cast<std::size_t>(rows), -1);
+    std::string fault;
+    for (int r = 0; r < p && fault.empty(); ++r)
+      for (auto g : got[static_cast<std::size_t>(r)]) {
+        auto& slot = directory_[static_cast<std::size_t>(g - first)];
+        if (slot >= 0) {
+          fault = "row " + std::to_string(g) + " is owned by ranks " + std::to_string(slot) + " and " +
+                  std::to_string(r);
+          break;
+        }
+        slot = r;
+      }
+    for (std::size_t i = 0; i < directory_.size() && fault.empty(); ++i)
+      if (directory_[i] < 0) fault = "row " + std::to_string(first + static_cast<std::int64_t>(i)) + " is owned by no rank";
+    comm::raise_if_any(*comm_, fault);
+  }
+
+  [[nodiscard]] const std::vector<int>& gathered_counts() const {
+    if (counts_.empty()) {
+      counts_.resize(static_cast<std::size_t>(size()));
+      const int mine = comm::count(owned_.numel());
+      comm::check(MPI_Allgather(&mine, 1, MPI_INT, counts_.data(), 1, MPI_INT, *comm_), "MPI_Allgather");
+    }
+    return counts_;
+  }
+
+  /// Global row of each position of the rank-ordered concatenation; undefined when that is already
+  /// the identity (contiguous blocks in rank order), so gathers skip the permutation.
+  [[nodiscard]] const at::Tensor& gathered_rows() const {
+    if (!order_known_) {
+      const auto& counts = gathered_counts();
+      const int p = size();
+      std::vector<int> displs(static_cast<std::size_t>(p), 0);
+      for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+      auto all = at::empty({n_}, at::kLong);
+      comm::check(MPI_Allgatherv(owned_.data_ptr(), comm::count(owned_.numel()), MPI_INT64_T,
+                                 all.data_ptr(), counts.data(), displs.data(), MPI_INT64_T, *comm_),
+                  "MPI_Allgatherv");
+      if (!at::equal(all, at::arange(n_, at::kLong))) order_ = all;
+      order_known_ = true;
+    }
+    return order_;
+  }
+
+  std::int64_t n_;
+  std::shared_ptr<MPI_Comm> comm_;
+  at::Tensor owned_;
+  bool contiguous_ = true;
+  std::vector<int> directory_;  // owners of the rows of this rank's simple block
+  mutable std::vector<int> counts_;
+  mutable at::Tensor order_;
+  mutable bool order_known_ = false;
+};
+
+}  // namespace einshard::sparse

@@ -1,0 +1,86 @@
+#pragma once
+/// @file
+/// What a solve is asked (`SolveOptions`) and what it answers (`SolveResult`, `SolveInfo`): the
+/// vocabulary shared by every Krylov method of `DSparseTensor::solve`.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/preconditioner.hpp"
+
+namespace einshard::sparse {
+
+enum class Method {
+  cg,  ///< conjugate gradients (symmetric / Hermitian positive definite A and M)
+};
+
+/// How CG organises its reductions. `standard`: Hestenes–Stiefel, two all-reduces per iteration
+/// (<p, Ap>, then <r, z> with <r, r>). `single_reduction`: Chronopoulos–Gear, one all-reduce of
+/// (<r, u>, <Au, u>, <r, r>) per iteration, for latency-bound runs on many ranks; one extra
+/// vector update, slightly different rounding.
+enum class CgVariant { standard, single_reduction };
+
+/// Why a solve stopped. The first three are convergence.
+enum class StopReason {
+  converged_rtol,  ///< ||r|| <= rtol * ||b||
+  converged_atol,  ///< ||r|| <= atol
+  zero_rhs,        ///< b = 0: x = 0 exactly
+  maxiter,         ///< the iteration limit was reached first
+  breakdown,       ///< a zero or negative curvature (<p, Ap> <= 0): A or M is not positive definite
+  nan,             ///< a NaN or infinity appeared in the residual
+};
+
+inline const char* to_string(StopReason r) {
+  switch (r) {
+    case StopReason::converged_rtol: return "converged (rtol)";
+    case StopReason::converged_atol: return "converged (atol)";
+    case StopReason::zero_rhs: return "converged (b = 0)";
+    case StopReason::maxiter: return "maxiter reached";
+    case StopReason::breakdown: return "breakdown (operator not positive definite)";
+    case StopReason::nan: return "NaN or Inf in the residual";
+  }
+  return "?";
+}
+
+/// Called on every rank after every iteration (and once for the initial residual, iteration 0):
+/// the iteration number and the residual norm the stop test uses.
+using Monitor = std::function<void(int iteration, double residual_norm)>;
+
+/// Options of `DSparseTensor::solve`. The stop test is ||r_k|| <= max(atol, rtol * ||b||) with the
+/// recursively updated (unpreconditioned) residual, checked every iteration. Defaults follow
+/// PETSc's KSP (rtol 1e-5, maxiter 10000; PETSc's abstol 1e-50 is atol 0 here) and SciPy's cg
+/// (rtol 1e-5, atol 0), except that SciPy's maxiter is 10 n.
+struct SolveOptions {
+  Method method = Method::cg;
+  Preconditioner preconditioner = Preconditioner::none;
+  double rtol = 1e-5;
+  double atol = 0.0;
+  int maxiter = 10000;
+  std::optional<DVector> x0{};       ///< initial guess (default zero)
+  Monitor monitor{};
+  CgVariant cg_variant = CgVariant::standard;
+  PreconditionerOptions preconditioner_options{};
+  bool residual_history = true;      ///< record every residual norm in `SolveInfo`
+};
+
+struct SolveInfo {
+  bool converged = false;
+  int iterations = 0;
+  double residual_norm = 0.0;          ///< at the last iteration (recursive residual)
+  double rhs_norm = 0.0;               ///< ||b||
+  StopReason reason = StopReason::maxiter;
+  std::vector<double> residual_history;  ///< ||r_0||, ..., ||r_iterations||
+  double seconds = 0.0;                ///< wall time of the iterations (setup excluded)
+  double setup_seconds = 0.0;          ///< preconditioner setup
+};
+
+struct SolveResult {
+  DVector x;
+  SolveInfo info;
+};
+
+}  // namespace einshard::sparse

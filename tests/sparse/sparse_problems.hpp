@@ -1,0 +1,62 @@
+#pragma once
+/// @file
+/// Test matrices of the sparse suite, built globally (for the one-process reference) or by rows
+/// (for distributed assembly).
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+namespace einshard::testing {
+
+struct Coo {
+  at::Tensor values, rows, cols;
+  std::int64_t n = 0;
+};
+
+/// 2-D 5-point Laplacian (Dirichlet) on an nx x ny grid, rows [first, last) only.
+inline Coo poisson2d_rows(std::int64_t nx, std::int64_t ny, std::int64_t first, std::int64_t last,
+                          at::ScalarType dtype = at::kDouble) {
+  std::vector<std::int64_t> r, c;
+  std::vector<double> v;
+  for (std::int64_t i = first; i < last; ++i) {
+    const auto x = i % nx, y = i / nx;
+    r.push_back(i); c.push_back(i); v.push_back(4.0);
+    const auto add = [&](std::int64_t j) { r.push_back(i); c.push_back(j); v.push_back(-1.0); };
+    if (x > 0) add(i - 1);
+    if (x + 1 < nx) add(i + 1);
+    if (y > 0) add(i - nx);
+    if (y + 1 < ny) add(i + nx);
+  }
+  const auto m = static_cast<std::int64_t>(r.size());
+  return {at::tensor(v, at::kDouble).view({m}).to(dtype), at::tensor(r, at::kLong).view({m}),
+          at::tensor(c, at::kLong).view({m}), nx * ny};
+}
+inline Coo poisson2d(std::int64_t nx, std::int64_t ny) { return poisson2d_rows(nx, ny, 0, nx * ny); }
+
+/// Grid coordinates of poisson2d's unknowns, (n, 2) float64.
+inline at::Tensor grid_coords(std::int64_t nx, std::int64_t ny) {
+  const auto i = at::arange(nx * ny, at::kLong);
+  return at::stack({at::remainder(i, nx), at::div(i, nx, "floor")}, 1).to(at::kDouble);
+}
+
+/// An unsymmetric matrix with duplicate entries: advection-diffusion on a 1-D periodic ring with
+/// long-range couplings, every entry listed twice (half values each) — seeded, global.
+inline Coo unsymmetric_with_duplicates(std::int64_t n, std::uint64_t seed = 7) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<at::Tensor> r, c, v;
+  const auto i = at::arange(n, at::kLong);
+  r.push_back(i); c.push_back(i); v.push_back(at::full({n}, 3.0, at::kDouble));
+  r.push_back(i); c.push_back(at::remainder(i + 1, n)); v.push_back(at::full({n}, -1.5, at::kDouble));
+  r.push_back(i); c.push_back(at::remainder(i + 7, n)); v.push_back(at::rand({n}, gen, at::kDouble));
+  auto rows = at::cat(r), cols = at::cat(c), vals = at::cat(v);
+  return {at::cat({vals, vals}) * 0.5, at::cat({rows, rows}), at::cat({cols, cols}), n};
+}
+
+inline at::Tensor dense(const Coo& a) {
+  return at::zeros({a.n, a.n}, a.values.options()).index_put_({a.rows, a.cols}, a.values, /*accumulate=*/true);
+}
+
+}  // namespace einshard::testing

@@ -1,0 +1,262 @@
+// DSparseTensor: assembly, halo SpMV and transposed SpMV, vectors, against the same product done
+// on one process, for every partition method and world size (ctest: 1, 2, 3, 4, 8 ranks).
+
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "einshard/sparse.hpp"
+#include "sparse_problems.hpp"
+#include "test_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+using einshard::testing::Coo;
+
+namespace {
+
+es::Mesh world_mesh() {
+  const auto w = es::testing::world();
+  return es::Mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+}
+
+double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
+
+/// The same seeded vector on every rank.
+at::Tensor global_vector(std::int64_t n, std::uint64_t seed, at::ScalarType dtype = at::kDouble) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({n}, gen, at::kDouble).to(dtype);
+}
+
+/// Rows of a global COO that the simple partition gives this rank.
+Coo my_rows(const Coo& a, int rank, int size) {
+  const auto first = sp::detail::block_first(a.n, size, rank), last = sp::detail::block_first(a.n, size, rank + 1);
+  const auto keep = ((a.rows >= first) & (a.rows < last)).nonzero().flatten();
+  return {a.values.index_select(0, keep), a.rows.index_select(0, keep), a.cols.index_select(0, keep), a.n};
+}
+
+/// Spans of owned rows that are not contiguous on at least one rank (collective).
+bool any_rank_non_contiguous(const sp::DSparseTensor& d) {
+  int non = d.layout()->contiguous() ? 0 : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &non, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return non != 0;
+}
+
+}  // namespace
+
+TEST_CASE("from_local assembles each rank's rows; matvec equals the one-process product", "[sparse][dsparse]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  for (auto [nx, ny] : {std::pair<std::int64_t, std::int64_t>{7, 5}, {16, 16}, {3, 1}}) {
+    const auto mine = my_rows(es::testing::poisson2d(nx, ny), w.rank, w.size);
+    const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {nx * ny, nx * ny}, mesh);
+    const auto A = es::testing::dense(es::testing::poisson2d(nx, ny));
+    const auto x = global_vector(nx * ny, 11);
+    const auto y = D.matvec(D.scatter(x)).full_tensor();
+    CHECK(max_abs(y - A.mv(x)) < 1e-12);
+    CHECK(D.global_nnz() == es::testing::poisson2d(nx, ny).values.numel());
+    CHECK(D.shape() == std::array<std::int64_t, 2>{nx * ny, nx * ny});
+    CHECK(D.num_partitions() == w.size);
+    // A rank talks to its grid neighbours only: at most two for row blocks of a 2-D grid... unless
+    // blocks are thinner than a grid row, then up to the blocks spanning nx rows on each side.
+    CHECK(D.halo().recv_ranks.size() <= static_cast<std::size_t>(w.size - 1));
+  }
+}
+
+TEST_CASE("every partition method gives the one-process product, in global order", "[sparse][dsparse][partition]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 12, ny = 9;
+  const auto coo = es::testing::poisson2d(nx, ny);
+  const sp::SparseTensor A(coo.values, coo.rows, coo.cols, {coo.n, coo.n});
+  const auto x = global_vector(coo.n, 3);
+  const auto expected = es::testing::dense(coo).mv(x);
+  using M = sp::PartitionMethod;
+  for (auto method : {M::simple, M::rcb, M::hilbert, M::slicing, M::metis}) {
+    CAPTURE(static_cast<int>(method));
+    const auto D = sp::DSparseTensor::partition(A, mesh, {.method = method, .coords = es::testing::grid_coords(nx, ny)});
+    const auto xd = D.scatter(x);
+    CHECK(max_abs(xd.full_tensor() - x) == 0.0);
+    CHECK(max_abs(D.matvec(xd).full_tensor() - expected) < 1e-12);
+    CHECK(max_abs((D * xd).full_tensor() - expected) < 1e-12);
+    if (method == M::rcb && w.size == 4) CHECK(any_rank_non_contiguous(D));  // RCB on a 12x9 grid
+  }
+}
+
+TEST_CASE("rmatvec is A^T x on an unsymmetric matrix with duplicates", "[sparse][dsparse]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  for (std::int64_t n : {29, 64}) {
+    const auto coo = es::testing::unsymmetric_with_duplicates(n);
+    const auto mine = my_rows(coo, w.rank, w.size);
+    const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {n, n}, mesh);
+    const auto A = es::testing::dense(coo);
+    const auto x = global_vector(n, 5);
+    CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - A.mv(x)) < 1e-12);
+    CHECK(max_abs(D.rmatvec(D.scatter(x)).full_tensor() - A.t().mv(x)) < 1e-12);
+    // Also through RCB (non-contiguous ownership) on a 1-D coordinate that is scrambled.
+    const sp::SparseTensor G(coo.values, coo.rows, coo.cols, {n, n});
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    const auto coords = at::rand({n, 2}, gen, at::kDouble);
+    const auto R = sp::DSparseTensor::partition(G, mesh, {.method = sp::PartitionMethod::rcb, .coords = coords});
+    CHECK(max_abs(R.rmatvec(R.scatter(x)).full_tensor() - A.t().mv(x)) < 1e-12);
+    CHECK(max_abs(R.matvec(R.scatter(x)).full_tensor() - A.mv(x)) < 1e-12);
+  }
+}
+
+TEST_CASE("from_local sends entries of rows owned elsewhere to their owner and sums them", "[sparse][dsparse]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  // Each rank contributes a share of EVERY entry of the matrix (like finite elements sharing nodes).
+  const auto coo = es::testing::unsymmetric_with_duplicates(23);
+  const auto share = coo.values / static_cast<double>(w.size);
+  const auto D = sp::DSparseTensor::from_local(share, coo.rows, coo.cols, {coo.n, coo.n}, mesh);
+  const auto x = global_vector(coo.n, 8);
+  CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - es::testing::dense(coo).mv(x)) < 1e-12);
+}
+
+TEST_CASE("empty ranks and ranks without neighbours", "[sparse][dsparse]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  SECTION("N = 9: with 4 ranks the simple partition leaves the last one empty") {
+    const auto mine = my_rows(es::testing::poisson2d(3, 3), w.rank, w.size);
+    const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {9, 9}, mesh);
+    if (w.size == 4 && w.rank == 3) CHECK(D.layout()->local_size() == 0);
+    const auto x = global_vector(9, 1);
+    CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - es::testing::dense(es::testing::poisson2d(3, 3)).mv(x)) < 1e-12);
+    const auto s = D.solve(D.scatter(at::ones({9}, at::kDouble)), {.rtol = 1e-12});
+    CHECK(s.info.converged);
+  }
+  SECTION("a block-diagonal matrix: no rank has a neighbour") {
+    const std::int64_t n = 4L * w.size;
+    const auto i = at::arange(w.rank * 4L, w.rank * 4L + 4, at::kLong);
+    const auto D = sp::DSparseTensor::from_local(at::full({4}, 2.0, at::kDouble), i, i, {n, n}, mesh);
+    CHECK(D.halo().recv_ranks.empty());
+    CHECK(D.halo().send_ranks.empty());
+    const auto x = global_vector(n, 2);
+    CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - 2.0 * x) == 0.0);
+  }
+}
+
+TEST_CASE("user-given ownership: any set of rows per rank", "[sparse][dsparse]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 10, ny = 7, n = nx * ny;
+  // Round-robin ownership: row i belongs to rank i % size (maximally non-contiguous).
+  const auto owned = at::arange(w.rank, n, w.size, at::kLong);
+  const auto coo = es::testing::poisson2d(nx, ny);
+  // Each rank passes a slice of the entries that has nothing to do with what it owns.
+  const auto m = coo.values.numel();
+  const auto part = at::arange(sp::detail::block_first(m, w.size, w.rank), sp::detail::block_first(m, w.size, w.rank + 1), at::kLong);
+  const auto D = sp::DSparseTensor::from_local(coo.values.index_select(0, part), coo.rows.index_select(0, part),
+                                               coo.cols.index_select(0, part), {n, n}, mesh, {.owned_rows = owned});
+  CHECK(at::equal(D.layout()->owned(), owned));
+  const auto x = global_vector(n, 4);
+  CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - es::testing::dense(coo).mv(x)) < 1e-12);
+  CHECK(max_abs(D.rmatvec(D.scatter(x)).full_tensor() - es::testing::dense(coo).t().mv(x)) < 1e-12);
+}
+
+TEST_CASE("matvec and rmatvec are differentiable in x and in the stored values", "[sparse][dsparse][autograd]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::unsymmetric_with_duplicates(31);
+  const auto mine = my_rows(coo, w.rank, w.size);
+  const auto D0 = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {coo.n, coo.n}, mesh);
+  const auto values = D0.values().detach().clone().requires_grad_(true);
+  const auto D = D0.with_values(values);
+  const auto x = global_vector(coo.n, 6);
+  const auto c = global_vector(coo.n, 12);
+
+  for (bool transpose : {false, true}) {
+    CAPTURE(transpose);
+    auto xd = D.scatter(x);
+    xd.local() = xd.local().detach().requires_grad_(true);
+    const auto y = transpose ? D.rmatvec(xd) : D.matvec(xd);
+    const auto loss = sp::dot(D.scatter(c), y);  // <c, A x>, replicated
+    loss.backward();
+
+    // One process: the same loss on the dense matrix.
+    const auto A = es::testing::dense(coo).requires_grad_(true);
+    const auto xr = x.clone().requires_grad_(true);
+    const auto ref = at::dot(c, (transpose ? A.t() : A).mv(xr));
+    ref.backward();
+    CHECK(std::abs(loss.item<double>() - ref.item<double>()) < 1e-10);
+    CHECK(max_abs(D.layout()->gather(xd.local().grad()) - xr.grad()) < 1e-12);
+    // d loss / d value_k = dA/d(entry at row_k, col_k): gather the dense gradient at the pattern.
+    const auto& L = D.local();
+    const auto [v, r, cl] = sp::detail::csr_to_coo(L);
+    const auto grow = D.layout()->owned().index_select(0, r);
+    const auto gcol = at::cat({D.layout()->owned(), D.halo().ghosts}).index_select(0, cl);
+    CHECK(max_abs(values.grad() - A.grad().index({grow, gcol})) < 1e-12);
+    values.grad().zero_();
+  }
+}
+
+TEST_CASE("DVector arithmetic, dot and norm keep the partition", "[sparse][dvector]") {
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::poisson2d(9, 4);
+  const sp::SparseTensor A(coo.values, coo.rows, coo.cols, {coo.n, coo.n});
+  const auto D = sp::DSparseTensor::partition(A, mesh, {.method = sp::PartitionMethod::rcb, .coords = es::testing::grid_coords(9, 4)});
+  const auto a = global_vector(coo.n, 1), b = global_vector(coo.n, 2);
+  const auto da = D.scatter(a), db = D.scatter(b);
+  CHECK(max_abs((da + db).full_tensor() - (a + b)) < 1e-15);
+  CHECK(max_abs((da - 2.0 * db).full_tensor() - (a - 2.0 * b)) < 1e-15);
+  CHECK(max_abs((da * db).full_tensor() - a * b) < 1e-15);
+  CHECK(std::abs(sp::dot(da, db).item<double>() - at::dot(a, b).item<double>()) < 1e-12);
+  CHECK(std::abs(da.norm().item<double>() - a.norm().item<double>()) < 1e-12);
+  auto c = da.clone();
+  c.axpy(3.0, db);
+  CHECK(max_abs(c.full_tensor() - (a + 3.0 * b)) < 1e-14);
+  // A vector of another partition is refused (same error on every rank).
+  const auto S = sp::DSparseTensor::partition(A, mesh);
+  const auto ds = S.scatter(a);
+  if (es::testing::world().size > 1) {
+    const bool differ = !D.layout()->same_as(*S.layout());
+    if (differ) CHECK_THROWS_WITH(da + ds, Catch::Contains("different partitions"));
+  }
+}
+
+TEST_CASE("bad input raises the same error on every rank", "[sparse][dsparse][errors]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  const auto mine = my_rows(es::testing::poisson2d(6, 6), w.rank, w.size);
+  const auto last = w.size - 1;
+  SECTION("mismatched lengths on one rank") {
+    const auto v = w.rank == last ? mine.values.narrow(0, 0, std::max<std::int64_t>(mine.values.numel() - 1, 0)) : mine.values;
+    if (w.rank == last && mine.values.numel() == 0) return;  // nothing to truncate: no fault
+    CHECK_THROWS_WITH(sp::DSparseTensor::from_local(v, mine.rows, mine.cols, {36, 36}, mesh),
+                      Catch::Contains("1-D of one length"));
+  }
+  SECTION("a column index out of range on one rank") {
+    auto cols = mine.cols.clone();
+    if (w.rank == last && cols.numel() > 0) cols[0] = 36;
+    if (w.rank == last && cols.numel() == 0) return;
+    CHECK_THROWS_WITH(sp::DSparseTensor::from_local(mine.values, mine.rows, cols, {36, 36}, mesh),
+                      Catch::Contains("column index 36 is out of range [0, 36)"));
+  }
+  SECTION("ranks disagree on the shape") {
+    const std::int64_t n = w.rank == last && w.size > 1 ? 37 : 36;
+    if (w.size == 1) return;
+    CHECK_THROWS_WITH(sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {n, n}, mesh),
+                      Catch::Contains("disagree on the global shape"));
+  }
+  SECTION("ownership that misses a row") {
+    const std::int64_t n = 36;
+    const auto owned = w.rank == 0 ? at::arange(1, sp::detail::block_first(n, w.size, 1), at::kLong)
+                                   : at::arange(sp::detail::block_first(n, w.size, w.rank),
+                                                sp::detail::block_first(n, w.size, w.rank + 1), at::kLong);
+    CHECK_THROWS_WITH(sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {n, n}, mesh, {.owned_rows = owned}),
+                      Catch::Contains("row 0 is owned by no rank"));
+  }
+  SECTION("a non-square matrix") {
+    CHECK_THROWS_WITH(sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {36, 40}, mesh),
+                      Catch::Contains("must be square"));
+  }
+  SECTION("a vector of the wrong length") {
+    const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {36, 36}, mesh);
+    CHECK_THROWS_WITH(D.scatter(at::ones({35}, at::kDouble)), Catch::Contains("length 36"));
+  }
+}
