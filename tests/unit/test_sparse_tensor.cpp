@@ -103,7 +103,11 @@ TEST_CASE("SparseTensor: from_dense, from_csr, to(dtype)", "[sparse]") {
   sp::Csr bad = b.csr();
   bad.rowptr = bad.rowptr.slice(0, 0, 3);
   CHECK_THROWS_AS(sp::SparseTensor::from_csr(bad), es::Error);
-  // An empty matrix and one without stored entries.
+  const sp::SparseTensor none;
+  CHECK(none.shape() == std::array<std::int64_t, 2>{0, 0});
+  CHECK(none.nnz() == 0);
+  CHECK(none.to_dense().sizes() == at::IntArrayRef{0, 0});
+  // A matrix without stored entries.
   const sp::SparseTensor empty(at::zeros({0}, at::kDouble), at::zeros({0}, at::kLong),
                                at::zeros({0}, at::kLong), {4, 3});
   CHECK(empty.nnz() == 0);

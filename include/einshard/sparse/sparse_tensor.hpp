@@ -26,6 +26,11 @@ namespace einshard::sparse {
 /// combine only when their patterns are identical.
 class SparseTensor {
  public:
+  /// An empty 0 x 0 float64 matrix (something to assign to).
+  SparseTensor()
+      : SparseTensor(detail::coo_to_csr(at::zeros({0}, at::kDouble), at::zeros({0}, at::kLong),
+                                        at::zeros({0}, at::kLong), 0, 0)) {}
+
   /// COO triples; duplicate (row, col) pairs are summed. `row`/`col` are integer tensors, checked to
   /// lie in [0, rows) and [0, cols).
   SparseTensor(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
@@ -61,6 +66,8 @@ class SparseTensor {
   [[nodiscard]] at::ScalarType dtype() const { return csr_.dtype(); }
   [[nodiscard]] bool is_square() const { return csr_.rows == csr_.cols; }
   [[nodiscard]] const Csr& csr() const& { return csr_; }
+  /// From a temporary: the storage itself, so that no reference to it outlives it.
+  [[nodiscard]] Csr csr() && { return std::move(csr_); }
 
   /// The stored values in (row, col) order: the coalesced COO together with `row_indices()` and
   /// `col_indices()` (int64).
