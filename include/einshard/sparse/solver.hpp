@@ -30,7 +30,7 @@ enum class StopReason {
   converged_atol,  ///< ||r|| <= atol
   zero_rhs,        ///< b = 0: x = 0 exactly
   maxiter,         ///< the iteration limit was reached first
-  breakdown,       ///< a zero or negative curvature (<p, Ap> <= 0): A or M is not positive definite
+  breakdown,       ///< <p, Ap> or <r, M r> zero or of different signs: A or M is indefinite
   nan,             ///< a NaN or infinity appeared in the residual
 };
 
@@ -40,7 +40,7 @@ inline const char* to_string(StopReason r) {
     case StopReason::converged_atol: return "converged (atol)";
     case StopReason::zero_rhs: return "converged (b = 0)";
     case StopReason::maxiter: return "maxiter reached";
-    case StopReason::breakdown: return "breakdown (operator not positive definite)";
+    case StopReason::breakdown: return "breakdown (A or M indefinite)";
     case StopReason::nan: return "NaN or Inf in the residual";
   }
   return "?";

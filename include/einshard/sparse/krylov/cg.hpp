@@ -53,10 +53,17 @@ class CgProgress {
     if (k >= o_.maxiter) return stop(StopReason::maxiter);
     return false;
   }
-  /// A curvature or preconditioned-residual product that must be positive is not.
-  bool check_positive(double v) {
-    if (!std::isfinite(v)) return stop(StopReason::nan);
-    if (v <= 0.0) return stop(StopReason::breakdown);
+  /// CG needs <r, M r> and <p, A p> of one sign: both positive (SPD A and M) or both negative
+  /// (negative definite A with a negative definite M, e.g. Jacobi on -A, which is why Jacobi keeps
+  /// negative diagonals). A zero or a change of sign is a breakdown.
+  bool check_same_sign(double rz, double curvature) {
+    if (!std::isfinite(rz) || !std::isfinite(curvature)) return stop(StopReason::nan);
+    if (rz * curvature <= 0.0) return stop(StopReason::breakdown);
+    return false;
+  }
+  bool check_nonzero(double rz) {
+    if (!std::isfinite(rz)) return stop(StopReason::nan);
+    if (rz == 0.0) return stop(StopReason::breakdown);
     return false;
   }
 
@@ -130,14 +137,16 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
     return result;
   }
   double rz = init[0];
-  if (progress.record(0, std::sqrt(init[1]))) return result;
-  if (progress.check_positive(rz)) return result;
+  if (progress.record(0, std::sqrt(init[1])) || progress.check_nonzero(rz)) {
+    info.seconds = MPI_Wtime() - t0;
+    return result;
+  }
 
   if (o.cg_variant == CgVariant::standard) {
     auto p = z.clone();
     for (int k = 1;; ++k) {
       const double pap = sum_real<1>({A.apply(p, q, p)}, comm)[0];
-      if (progress.check_positive(pap)) break;
+      if (progress.check_same_sign(rz, pap)) break;
       const double alpha = rz / pap;
       auto dots = cg_update(x, r, p, q, alpha, M.diagonal, z);
       if (M.general()) {
@@ -145,8 +154,7 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
         dots[0] = local_dot(r, z);
       }
       const auto red = sum_real<2>(dots, comm);
-      if (progress.record(k, std::sqrt(red[1]))) break;
-      if (progress.check_positive(red[0])) break;
+      if (progress.record(k, std::sqrt(red[1])) || progress.check_nonzero(red[0])) break;
       const double beta = red[0] / rz;
       rz = red[0];
       at::add_out(p, M.identity ? r : z, p, beta);
@@ -163,7 +171,7 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
     for (int k = 1;; ++k) {
       const double beta = k == 1 ? 0.0 : gamma / gamma_old;
       const double denom = k == 1 ? delta : delta - beta * gamma / alpha_old;
-      if (progress.check_positive(denom)) break;
+      if (progress.check_same_sign(gamma, denom)) break;
       const double alpha = gamma / denom;
       auto dots = cgcg_update(x, r, p, s, u, w, alpha, beta, M.diagonal, M.identity);
       if (M.general()) {
@@ -171,8 +179,7 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
         dots[0] = local_dot(r, u);
       }
       const auto red = sum_real<3>({dots[0], A.apply(u, w, u), dots[1]}, comm);
-      if (progress.record(k, std::sqrt(red[2]))) break;
-      if (progress.check_positive(red[0])) break;
+      if (progress.record(k, std::sqrt(red[2])) || progress.check_nonzero(red[0])) break;
       gamma_old = gamma;
       gamma = red[0];
       delta = red[1];

@@ -1,0 +1,148 @@
+// Distributed CG against a dense one-process solve: every preconditioner, both reduction
+// variants, every partition method (rank invariance), and the edge cases of the stop test.
+
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "einshard/sparse.hpp"
+#include "sparse_problems.hpp"
+#include "test_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+
+namespace {
+
+es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
+
+at::Tensor global_vector(std::int64_t n, std::uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({n}, gen, at::kDouble);
+}
+
+double relative_error(const at::Tensor& x, const at::Tensor& ref) {
+  return (x - ref).norm().item<double>() / ref.norm().item<double>();
+}
+
+sp::DSparseTensor poisson(std::int64_t nx, std::int64_t ny, const es::Mesh& mesh,
+                          sp::PartitionMethod method = sp::PartitionMethod::simple, double scale = 1.0) {
+  const auto coo = es::testing::poisson2d(nx, ny);
+  const sp::SparseTensor A(coo.values * scale, coo.rows, coo.cols, {coo.n, coo.n});
+  return sp::DSparseTensor::partition(A, mesh, {.method = method, .coords = es::testing::grid_coords(nx, ny)});
+}
+
+}  // namespace
+
+TEST_CASE("CG solves 2-D Poisson with every preconditioner and both variants", "[sparse][cg]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 17, ny = 13;
+  const auto D = poisson(nx, ny, mesh);
+  const auto b = global_vector(nx * ny, 21);
+  const auto ref = at::linalg_solve(es::testing::dense(es::testing::poisson2d(nx, ny)), b);
+  using P = sp::Preconditioner;
+  int unprecond = 0;
+  for (auto variant : {sp::CgVariant::standard, sp::CgVariant::single_reduction})
+    for (auto pc : {P::none, P::jacobi, P::l1_jacobi, P::block_jacobi, P::chebyshev}) {
+      CAPTURE(static_cast<int>(variant), static_cast<int>(pc));
+      int monitored = 0;
+      const auto s = D.solve(D.scatter(b), {.preconditioner = pc, .rtol = 1e-11,
+                                            .monitor = [&](int, double) { ++monitored; },
+                                            .cg_variant = variant});
+      CHECK(s.info.converged);
+      CHECK(s.info.reason == sp::StopReason::converged_rtol);
+      CHECK(relative_error(s.x.full_tensor(), ref) < 1e-9);
+      CHECK(s.info.residual_history.size() == static_cast<std::size_t>(s.info.iterations + 1));
+      CHECK(monitored == s.info.iterations + 1);
+      CHECK(s.info.residual_norm <= 1e-11 * s.info.rhs_norm);
+      // The recursive residual the test stops on is the true one, to rounding.
+      const auto true_r = (D.scatter(b) - D.matvec(s.x)).norm().item<double>();
+      CHECK(true_r <= 1e-9 * s.info.rhs_norm);
+      if (pc == P::none && variant == sp::CgVariant::standard) unprecond = s.info.iterations;
+      if (pc == P::block_jacobi || pc == P::chebyshev) CHECK(s.info.iterations < unprecond);
+    }
+}
+
+TEST_CASE("CG is rank invariant: every partition method gives the one-process solution", "[sparse][cg][partition]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 15, ny = 11;
+  const auto b = global_vector(nx * ny, 4);
+  const auto ref = at::linalg_solve(es::testing::dense(es::testing::poisson2d(nx, ny)), b);
+  using M = sp::PartitionMethod;
+  for (auto method : {M::simple, M::rcb, M::hilbert, M::metis}) {
+    CAPTURE(static_cast<int>(method));
+    const auto D = poisson(nx, ny, mesh, method);
+    const auto s = D.solve(D.scatter(b), {.preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-12});
+    CHECK(s.info.converged);
+    CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+  }
+}
+
+TEST_CASE("CG stop test edge cases", "[sparse][cg]") {
+  const auto mesh = world_mesh();
+  const auto D = poisson(9, 7, mesh);
+  const auto n = D.rows();
+  const auto b = global_vector(n, 2);
+  SECTION("b = 0 gives x = 0 exactly, never NaN, even from a nonzero x0") {
+    const auto s = D.solve(D.zeros(), {.x0 = D.scatter(b)});
+    CHECK(s.info.converged);
+    CHECK(s.info.reason == sp::StopReason::zero_rhs);
+    CHECK(s.info.iterations == 0);
+    CHECK(s.x.full_tensor().abs().max().item<double>() == 0.0);
+  }
+  SECTION("an exact x0 converges in zero iterations") {
+    const auto exact = D.solve(D.scatter(b), {.rtol = 1e-13}).x;
+    const auto s = D.solve(D.scatter(b), {.rtol = 1e-8, .x0 = exact});
+    CHECK(s.info.converged);
+    CHECK(s.info.iterations == 0);
+  }
+  SECTION("atol stops first when it is the larger bound") {
+    const auto s = D.solve(D.scatter(b), {.rtol = 1e-14, .atol = 1e-2});
+    CHECK(s.info.reason == sp::StopReason::converged_atol);
+    CHECK(s.info.residual_norm <= 1e-2);
+  }
+  SECTION("maxiter is reported, not hidden") {
+    const auto s = D.solve(D.scatter(b), {.rtol = 1e-14, .maxiter = 3});
+    CHECK_FALSE(s.info.converged);
+    CHECK(s.info.reason == sp::StopReason::maxiter);
+    CHECK(s.info.iterations == 3);
+  }
+  SECTION("a negative definite matrix with Jacobi (negative diagonal) converges") {
+    const auto N = poisson(9, 7, mesh, sp::PartitionMethod::simple, -1.0);
+    const auto ref = at::linalg_solve(-es::testing::dense(es::testing::poisson2d(9, 7)), b);
+    for (auto variant : {sp::CgVariant::standard, sp::CgVariant::single_reduction}) {
+      const auto s = N.solve(N.scatter(b), {.preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-12, .cg_variant = variant});
+      CHECK(s.info.converged);
+      CHECK(relative_error(s.x.full_tensor(), ref) < 1e-9);
+    }
+  }
+  SECTION("an indefinite matrix is a breakdown, reported the same on every rank") {
+    const auto coo = es::testing::poisson2d(9, 7);
+    const auto shifted = coo.values - 4.0 * (coo.rows == coo.cols).to(at::kDouble) * 1.5;  // diagonal 4 -> -2
+    const auto I = sp::DSparseTensor::partition(sp::SparseTensor(shifted, coo.rows, coo.cols, {n, n}), mesh);
+    const auto s = I.solve(I.scatter(b), {.rtol = 1e-12});
+    CHECK_FALSE(s.info.converged);
+    CHECK(s.info.reason == sp::StopReason::breakdown);
+    int it = s.info.iterations, lo = 0, hi = 0;
+    MPI_Allreduce(&it, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&it, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(lo == hi);
+  }
+  SECTION("float32 converges to float32 accuracy") {
+    const auto F = D.to(at::kFloat);
+    const auto s = F.solve(F.scatter(b.to(at::kFloat)), {.rtol = 1e-5});
+    CHECK(s.info.converged);
+    const auto ref = at::linalg_solve(es::testing::dense(es::testing::poisson2d(9, 7)), b);
+    CHECK(relative_error(s.x.full_tensor().to(at::kDouble), ref) < 1e-4);
+  }
+  SECTION("a right-hand side of another partition is refused") {
+    if (es::testing::world().size > 1) {
+      const auto R = poisson(9, 7, mesh, sp::PartitionMethod::rcb);
+      if (!R.layout()->same_as(*D.layout()))
+        CHECK_THROWS_WITH(D.solve(R.scatter(b)), Catch::Contains("partition differs"));
+    }
+  }
+}
