@@ -347,6 +347,11 @@ TEST_CASE("collectives: exchange_boxes runs schedule_redistribute repartitions",
       const auto back = comm::exchange_boxes(non_contiguous(y), backward.out_shape, backward.sends,
                                              backward.recvs, mesh.comm());
       CHECK(same(back, mine));
+      // Contiguous input: its whole-row boxes travel in place, the others through the scratch buffer.
+      CHECK(same(comm::exchange_boxes(y, backward.out_shape, backward.sends, backward.recvs, mesh.comm()), mine));
+      CHECK(same(comm::exchange_boxes(mine.contiguous(), forward.out_shape, forward.sends, forward.recvs,
+                                      mesh.comm()),
+                 y));
     }
   }
 }

@@ -185,14 +185,27 @@ inline at::Tensor view_box(const at::Tensor& t, const Box& box) {
   return v;
 }
 
+/// Where `box` starts in the contiguous tensor `t` (bytes), if its elements are one contiguous run
+/// there (every dimension after its first non-unit one is whole); -1 otherwise.
+inline std::int64_t contiguous_offset(const at::Tensor& t, const Box& box) {
+  std::size_t d = 0;
+  while (d < box.size.size() && box.size[d] == 1) ++d;
+  for (auto e = d + 1; e < box.size.size(); ++e)
+    if (box.size[e] != t.size(static_cast<std::int64_t>(e))) return -1;
+  std::int64_t offset = 0;
+  for (std::size_t e = 0; e < box.size.size(); ++e) offset += box.start[e] * t.stride(static_cast<std::int64_t>(e));
+  return offset * t.element_size();
+}
+
 }  // namespace detail
 
 /// Moves boxes between ranks: every `send` box of `x` goes to its peer, every `recv` box of the new
 /// tensor of shape `out_shape` comes from its peer; a transfer with this rank as peer is a local
 /// copy. Both sides describe each message identically (the planner derives them from the same
-/// layouts), so sends and receives match. Boxes are packed into one contiguous buffer per side
-/// (OpenMPI 4.1 moves strided subarray datatypes 4-12x slower than packed buffers here, see
-/// docs/performance.md), and only the pairs that exchange data post nonblocking messages.
+/// layouts), so sends and receives match. A box that is one contiguous run of its tensor travels in
+/// place; the others are packed into (sender) or unpacked from (receiver) the thread's reused
+/// scratch buffer, because OpenMPI 4.1 moves strided datatypes 4-12x slower than contiguous bytes
+/// (docs/performance.md). Only the pairs that exchange data post nonblocking messages.
 inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
                                  const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                  MPI_Comm comm, int tag = 7101) {
@@ -200,34 +213,57 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
   auto out = at::empty(out_shape, x.options());
   const int me = rank_of(comm);
   const auto elem = datatype(x.scalar_type());
-  auto total = [&](const std::vector<Transfer>& ts) {
-    std::int64_t n = 0;
-    for (const auto& t : ts)
-      if (t.peer != me) n += t.box.numel();
-    return n;
+  const bool x_flat = x.is_contiguous();
+  auto remote = [&](const Transfer& t) { return t.peer != me && t.box.numel() != 0; };
+  // Byte offsets in place (or -1: packed), then one scratch block for every packed box.
+  std::vector<std::int64_t> send_at, recv_at;
+  send_at.reserve(sends.size());
+  recv_at.reserve(recvs.size());
+  std::int64_t packed = 0;
+  for (const auto& s : sends) {
+    send_at.push_back(remote(s) && x_flat ? detail::contiguous_offset(x, s.box) : -1);
+    if (remote(s) && send_at.back() < 0) packed += s.box.numel();
+  }
+  for (const auto& r : recvs) {
+    recv_at.push_back(remote(r) ? detail::contiguous_offset(out, r.box) : -1);
+    if (remote(r) && recv_at.back() < 0) packed += r.box.numel();
+  }
+  const auto buffer = packed > 0 ? detail::scratch(packed, x) : at::Tensor();
+  std::int64_t used = 0;
+  auto take = [&](const Box& box) {
+    auto piece = buffer.narrow(0, used, box.numel()).view(box.size);
+    used += box.numel();
+    return piece;
   };
-  auto send_buffer = at::empty({total(sends)}, x.options());
-  auto recv_buffer = at::empty({total(recvs)}, x.options());
   std::vector<MPI_Request> requests;
   requests.reserve(sends.size() + recvs.size());
-  std::int64_t offset = 0;
-  for (const auto& r : recvs) {
-    if (r.peer == me || r.box.numel() == 0) continue;
+  std::vector<std::pair<at::Tensor, std::size_t>> unpack;  // packed receives and their transfer
+  for (std::size_t i = 0; i < recvs.size(); ++i) {
+    const auto& r = recvs[i];
+    if (!remote(r)) continue;
+    void* target = nullptr;
+    if (recv_at[i] >= 0) {
+      target = static_cast<char*>(out.data_ptr()) + recv_at[i];
+    } else {
+      unpack.emplace_back(take(r.box), i);
+      target = unpack.back().first.data_ptr();
+    }
     requests.emplace_back();
-    check(MPI_Irecv(static_cast<char*>(recv_buffer.data_ptr()) + offset * x.element_size(),
-                    count(r.box.numel()), elem, r.peer, tag, comm, &requests.back()),
-          "MPI_Irecv");
-    offset += r.box.numel();
+    check(MPI_Irecv(target, count(r.box.numel()), elem, r.peer, tag, comm, &requests.back()), "MPI_Irecv");
   }
-  offset = 0;
-  for (const auto& s : sends) {
-    if (s.peer == me || s.box.numel() == 0) continue;
-    auto piece = send_buffer.narrow(0, offset, s.box.numel());
-    piece.view(s.box.size).copy_(detail::view_box(x, s.box));
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    const auto& s = sends[i];
+    if (!remote(s)) continue;
+    const void* source = nullptr;
+    if (send_at[i] >= 0) {
+      source = static_cast<const char*>(x.const_data_ptr()) + send_at[i];
+    } else {
+      auto piece = take(s.box);
+      piece.copy_(detail::view_box(x, s.box));
+      source = piece.const_data_ptr();
+    }
     requests.emplace_back();
-    check(MPI_Isend(piece.data_ptr(), count(s.box.numel()), elem, s.peer, tag, comm, &requests.back()),
-          "MPI_Isend");
-    offset += s.box.numel();
+    check(MPI_Isend(source, count(s.box.numel()), elem, s.peer, tag, comm, &requests.back()), "MPI_Isend");
   }
   // The local piece moves while the messages are in flight.
   for (const auto& s : sends) {
@@ -237,12 +273,7 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
   }
   check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
         "MPI_Waitall");
-  offset = 0;
-  for (const auto& r : recvs) {
-    if (r.peer == me || r.box.numel() == 0) continue;
-    detail::view_box(out, r.box).copy_(recv_buffer.narrow(0, offset, r.box.numel()).view(r.box.size));
-    offset += r.box.numel();
-  }
+  for (const auto& [piece, i] : unpack) detail::view_box(out, recvs[i].box).copy_(piece);
   return out;
 }
 
