@@ -179,6 +179,11 @@ std::string collective_error(F&& f, MPI_Comm comm) {
   return message;
 }
 
+// How comm::raise_if_any names the rank that found a fault (nothing on one rank).
+std::string from_rank(int r) {
+  return es::testing::world().size > 1 ? "rank " + std::to_string(r) + ": " : std::string();
+}
+
 }  // namespace
 
 TEST_CASE("jacobi: 1/a_ii with the sign kept, rank-invariant", "[sparse][preconditioner]") {
@@ -220,11 +225,13 @@ TEST_CASE("jacobi: a zero diagonal on one rank raises the same error on every ra
   auto a = poisson_2d(6, 4);
   const auto n = a.size(0);
   a[n - 1][n - 1] = 0;  // on the last rank
-  const auto blk = distribute(a, even(n, world.comm), world.comm);
+  const auto sizes = even(n, world.comm);
+  const auto blk = distribute(a, sizes, world.comm);
+  const auto last_row = "owned row " + std::to_string(sizes.back() - 1) + " (1 such row";
   for (const auto kind : {Preconditioner::jacobi, Preconditioner::chebyshev}) {
     const auto message = collective_error([&] { (void)blk.make(kind); }, world.comm);
-    CHECK_THAT(message, Catch::Contains("nonzero diagonal") &&
-                            Catch::Contains("rank " + std::to_string(world.size - 1)));
+    CHECK_THAT(message, Catch::StartsWith(from_rank(world.size - 1)) &&
+                            Catch::Contains("nonzero diagonal") && Catch::Contains(last_row));
   }
 }
 
@@ -245,7 +252,7 @@ TEST_CASE("l1_jacobi: 1 / the l1 norm of the whole row, halo columns included",
   z[0].zero_();
   const auto blk = distribute(z, even(16, comm), comm);
   CHECK_THAT(collective_error([&] { (void)blk.make(Preconditioner::l1_jacobi); }, comm),
-             Catch::Contains("l1-Jacobi") && Catch::Contains("rank 0"));
+             Catch::StartsWith(from_rank(0)) && Catch::Contains("l1-Jacobi") && Catch::Contains("owned row 0 (1 such row"));
 }
 
 TEST_CASE("block_jacobi: ILU(0)/IC(0) of a tridiagonal block is its exact inverse",
@@ -273,13 +280,13 @@ TEST_CASE("block_jacobi: a failed pivot on one rank raises the same error on eve
   CHECK(collective_error([&] { (void)neg.make(Preconditioner::block_jacobi); }, world.comm).empty());
   CHECK_THAT(collective_error([&] { (void)neg.make(Preconditioner::block_jacobi, {.ic0 = true}); },
                               world.comm),
-             Catch::Contains("non-positive pivot") && Catch::Contains("owned row 0 of rank 0"));
+             Catch::StartsWith(from_rank(0)) && Catch::Contains("non-positive pivot at owned row 0 "));
   // A zero pivot on the last rank only: its last row's diagonal cancels.
   auto a = poisson_2d(5, 5);
   a[24][24] = 0;
   const auto blk = distribute(a, even(25, world.comm), world.comm);
   CHECK_THAT(collective_error([&] { (void)blk.make(Preconditioner::block_jacobi); }, world.comm),
-             Catch::Contains("zero pivot") && Catch::Contains("rank " + std::to_string(world.size - 1)));
+             Catch::StartsWith(from_rank(world.size - 1)) && Catch::Contains("zero pivot"));
 }
 
 TEST_CASE("chebyshev: a fixed symmetric operator, rank-invariant, with a sound λmax estimate",

@@ -21,7 +21,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -31,6 +30,7 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/collectives.hpp"
+#include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/ilu.hpp"
@@ -87,31 +87,8 @@ struct PreconditionerOp {
   [[nodiscard]] virtual std::string name() const = 0;
 };
 
-/// Collective over `comm`: if any rank passes a nonempty `fault`, every rank throws `Error` with
-/// the message of the lowest such rank (plus how many other ranks found one). So a fault found on
-/// one rank's rows never leaves the others waiting in the next collective.
-inline void raise_if_any(MPI_Comm comm, const std::string& fault) {
-  const std::int64_t mine = static_cast<std::int64_t>(fault.size());
-  const auto lengths = comm::all_gather_values(std::span<const std::int64_t>(&mine, 1), comm);
-  int first = -1, others = 0;
-  for (std::size_t r = 0; r < lengths.size(); ++r) {
-    if (lengths[r] == 0) continue;
-    if (first < 0)
-      first = static_cast<int>(r);
-    else
-      ++others;
-  }
-  if (first < 0) return;
-  auto text = at::zeros({lengths[static_cast<std::size_t>(first)]}, at::kByte);
-  if (comm::rank_of(comm) == first) std::memcpy(text.data_ptr(), fault.data(), fault.size());
-  text = comm::broadcast(text, first, comm);
-  std::string message(reinterpret_cast<const char*>(text.data_ptr()), static_cast<std::size_t>(text.numel()));
-  if (others > 0) message += " (found on " + std::to_string(others + 1) + " ranks; rank " +
-                             std::to_string(first) + " reported)";
-  throw Error(message);
-}
-
-/// Runs a rank's local setup and turns any `Error` it throws into a collective one.
+/// Runs a rank's local setup and turns any `Error` it throws into a collective one (the lowest
+/// failing rank's message, prefixed by that rank, on every rank).
 template <class F>
 void agreed_setup(MPI_Comm comm, F&& local) {
   std::string fault;
@@ -120,29 +97,26 @@ void agreed_setup(MPI_Comm comm, F&& local) {
   } catch (const Error& e) {
     fault = e.what();
   }
-  raise_if_any(comm, fault);
+  comm::raise_if_any(comm, fault);
 }
-
-inline std::string on_rank(MPI_Comm comm) { return "rank " + std::to_string(comm::rank_of(comm)); }
 
 inline void check_rows(const LocalRows& rows) {
   if (!rows.a.values.defined() || !rows.a.rowptr.defined() || !rows.a.col.defined())
-    throw Error("sparse: preconditioner setup: the local rows of " + on_rank(rows.comm) +
-                " are not initialised");
+    throw Error("sparse: preconditioner setup: the local rows are not initialised");
   if (rows.a.rows != rows.n_owned || rows.a.cols < rows.n_owned)
     throw Error("sparse: preconditioner setup: expected " + std::to_string(rows.n_owned) +
-                " owned rows with at least as many local columns on " + on_rank(rows.comm) +
-                ", found a " + std::to_string(rows.a.rows) + "x" + std::to_string(rows.a.cols) +
+                " owned rows with at least as many local columns, found a " + std::to_string(rows.a.rows) + "x" + std::to_string(rows.a.cols) +
                 " block");
 }
 
-/// The first index where `bad` (a bool vector) holds, and how many hold; a message for a fault.
-inline std::string first_bad_row(const at::Tensor& bad, const std::string& what, MPI_Comm comm) {
+/// A fault message naming the first owned row where `bad` (a bool vector) holds and how many do;
+/// empty when none does.
+inline std::string first_bad_row(const at::Tensor& bad, const std::string& what) {
   const auto count = bad.sum().item<std::int64_t>();
   if (count == 0) return {};
   const auto first = bad.nonzero().min().item<std::int64_t>();
-  return what + ": owned row " + std::to_string(first) + " of " + on_rank(comm) + " (" +
-         std::to_string(count) + " such row" + (count > 1 ? "s" : "") + " there)";
+  return what + ": owned row " + std::to_string(first) + " (" + std::to_string(count) + " such row" +
+         (count > 1 ? "s" : "") + " on this rank)";
 }
 
 class IdentityOp final : public PreconditionerOp {
@@ -175,8 +149,7 @@ inline at::Tensor inverse_diagonal(const LocalRows& rows) {
   agreed_setup(rows.comm, [&] {
     check_rows(rows);
     const auto d = diagonal(rows.a);
-    const auto fault = first_bad_row(d == 0, "sparse: Jacobi needs a nonzero diagonal, found a zero one in",
-                                     rows.comm);
+    const auto fault = first_bad_row(d == 0, "sparse: Jacobi needs a nonzero diagonal, found a zero one in");
     if (!fault.empty()) throw Error(fault);
     inv = d.reciprocal();
   });
@@ -195,8 +168,7 @@ inline at::Tensor inverse_l1_norms(const LocalRows& rows) {
     const auto [values, row, col] = csr_to_coo(rows.a);
     const auto magnitude = values.abs();
     const auto norms = at::zeros({rows.n_owned}, magnitude.options()).index_add_(0, row, magnitude);
-    const auto fault = first_bad_row(norms == 0, "sparse: l1-Jacobi needs nonzero rows, found an empty one as",
-                                     rows.comm);
+    const auto fault = first_bad_row(norms == 0, "sparse: l1-Jacobi needs nonzero rows, found an empty one as");
     if (!fault.empty()) throw Error(fault);
     inv = norms.reciprocal().to(rows.a.dtype());
   });
@@ -214,7 +186,7 @@ class BlockJacobiOp final : public PreconditionerOp {
       if (failed >= 0)
         throw Error(std::string("sparse: block Jacobi ") + (ic0 ? "IC(0)" : "ILU(0)") +
                     " found a " + (ic0 ? "non-positive" : "zero") + " pivot at owned row " +
-                    std::to_string(failed) + " of " + on_rank(rows.comm) +
+                    std::to_string(failed) +
                     (ic0 ? " (the block is not positive definite enough for IC(0); try ILU(0))"
                          : " (the owned block needs a nonzero diagonal and no zero pivot)"));
     });
