@@ -170,15 +170,17 @@ TEST_CASE("einfft distributed: complex slab, standard and transposed output, eve
                     false, norm},
                    full, *m);
       }
-    // Transposed output skips the last all-to-all; the standard layout needs it.
+    // Transposed output skips the last all-to-all; the standard layout needs it. Over one rank
+    // nothing moves at all.
+    const int one = m->size(g) > 1 ? 1 : 0;
     const auto xb = block(full, side("b x/" + g + " y z -> b x y z", false), *m, {});
     const es::Options o{.mesh = *m, .axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}};
-    CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx ky/" + g + " kz", {xb}, o), "alltoall_repartition") == 1);
-    CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx/" + g + " ky kz", {xb}, o), "alltoall_repartition") == 2);
+    CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx ky/" + g + " kz", {xb}, o), "alltoall_repartition") == one);
+    CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx/" + g + " ky kz", {xb}, o), "alltoall_repartition") == 2 * one);
     // The inverse of the transposed layout goes straight back in one transpose.
     const auto kb = block(full, side("b x y/" + g + " z -> b x y z", false), *m, {});
     const es::Options oi{.mesh = *m, .axes = {{"kx", "x"}, {"ky", "y"}, {"kz", "z"}}, .inverse = true};
-    CHECK(count(es::explain_fft("b kx ky/" + g + " kz -> b x/" + g + " y z", {kb}, oi), "alltoall_repartition") == 1);
+    CHECK(count(es::explain_fft("b kx ky/" + g + " kz -> b x/" + g + " y z", {kb}, oi), "alltoall_repartition") == one);
   }
 }
 

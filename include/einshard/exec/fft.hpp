@@ -109,6 +109,16 @@ inline void set_lengths(plan::FftProblem& p, std::span<const std::int64_t> in_le
   }
 }
 
+/// Whether a layout-change step involves a mesh group of more than one rank.
+inline bool moves_data(const plan::Step& s, const Mesh& mesh) {
+  auto wide = [&](const plan::Layout& l) {
+    for (const auto& a : l.axes)
+      if (!a.group.empty() && mesh.size(a.group) > 1) return true;
+    return !l.partial.empty() && mesh.size(l.partial) > 1;
+  };
+  return (!s.group.empty() && mesh.size(s.group) > 1) || wide(s.before) || wide(s.after);
+}
+
 /// Plans `p` (lengths set) and prepares every layout change. `in` holds the input's measured sizes;
 /// the output's shard sizes come from `shapes` or the split rule, intermediate layouts' from the
 /// split rule. Pure given its arguments (the mesh is only read), so every rank prepares the same.
@@ -142,7 +152,12 @@ inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& 
       };
       add(s.before);
       add(s.after);
-      call.programs.push_back(make_program(s.steps, t, mesh));
+      // A step over groups of one rank moves nothing (a shard of one is the whole axis): on a
+      // single process the plan is the local FFTs alone.
+      std::vector<plan::Step> steps;
+      for (const auto& st : s.steps)
+        if (st.kind == plan::StepKind::permute || moves_data(st, mesh)) steps.push_back(st);
+      call.programs.push_back(make_program(std::move(steps), t, mesh));
     } else {
       call.programs.emplace_back();
     }

@@ -1,0 +1,187 @@
+// Distributed 3-D complex FFT (complex128): einfft against FFTW-MPI, side by side in one run.
+//
+// Both use the same slab layout: x split over the ranks in FFTW's blocks (fftw_mpi_local_size_3d_
+// transposed; einfft gets them as shapes metadata), y and z whole. Two output layouts:
+//   standard    kx split as x was (FFTW's default plan; einfft "x/p y z -> kx/p ky kz": 2 transposes)
+//   transposed  ky split (FFTW_MPI_TRANSPOSED_OUT; einfft "x/p y z -> kx ky/p kz": 1 transpose)
+// FFTW plans with FFTW_MEASURE, out of place. Every timed operation starts after an MPI_Barrier and
+// its time is the maximum over the ranks; variants are interleaved round by round and the median is
+// reported. Before timing, einfft's output is compared with FFTW's (relative max error).
+//
+// The breakdown times einfft's stages one by one with the same engine: the local FFTs (torch's
+// at::fft_fftn over y, z, then over x) and each transpose (an einshard repartition, the
+// all-to-all(v) einfft runs). FFTW's own transpose is timed with fftw_mpi_plan_many_transpose over
+// the same data, so "transpose" can be compared directly.
+//
+//   mpirun -n P einshard_bench_fft [--n 128|256|N] [--iters R]
+//
+// Output: one JSON line per layout on rank 0:
+//   {"bench":"fft3d","n":N,"ranks":P,"layout":...,"einshard_ms":...,"fftw_ms":...,"ratio":...,
+//    "einshard_local_fft_ms":...,"einshard_transpose_ms":...,"einshard_transposes":...,
+//    "fftw_transpose_ms":...,"fftw_local_fft_ms":...,"max_rel_err":...}
+// Environment: EINSHARD_NUM_THREADS (intra-op threads per rank, default 1; FFTW runs one thread).
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+#include <fftw3-mpi.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <complex>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <einshard/einshard.hpp>
+
+namespace es = einshard;
+
+namespace {
+
+double timed(const std::function<void()>& f) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  f();
+  double dt = MPI_Wtime() - t0;
+  MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return dt * 1e3;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<std::int64_t> all_sizes(std::int64_t mine) {
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(P));
+  MPI_Allgather(&mine, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+  return out;
+}
+
+double max_rel_err(const at::Tensor& a, const at::Tensor& b) {
+  double err = (a - b).abs().max().item<double>(), ref = b.abs().max().item<double>();
+  MPI_Allreduce(MPI_IN_PLACE, &err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &ref, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return err / ref;
+}
+
+int env_threads() {
+  const char* v = std::getenv("EINSHARD_NUM_THREADS");
+  return v && std::atoi(v) > 0 ? std::atoi(v) : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  fftw_mpi_init();
+  {
+    std::int64_t n = 128;
+    int iters = 0;
+    for (int i = 1; i < argc; ++i) {
+      if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atoll(argv[++i]);
+      else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    }
+    if (iters <= 0) iters = n >= 256 ? 7 : 15;
+    at::set_num_threads(env_threads());
+    c10::InferenceMode inference;
+    int P = 0, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    es::Mesh mesh(MPI_COMM_WORLD, {P}, {"p"});
+
+    ptrdiff_t n0 = 0, s0 = 0, n1 = 0, s1 = 0;
+    const auto alloc = fftw_mpi_local_size_3d_transposed(n, n, n, MPI_COMM_WORLD, &n0, &s0, &n1, &s1);
+    auto* in = fftw_alloc_complex(static_cast<std::size_t>(alloc));
+    auto* out = fftw_alloc_complex(static_cast<std::size_t>(alloc));
+    auto* tin = fftw_alloc_complex(static_cast<std::size_t>(alloc));
+    auto* tout = fftw_alloc_complex(static_cast<std::size_t>(alloc));
+    fftw_plan standard = fftw_mpi_plan_dft_3d(n, n, n, in, out, MPI_COMM_WORLD, FFTW_FORWARD, FFTW_MEASURE);
+    fftw_plan transposed = fftw_mpi_plan_dft_3d(n, n, n, in, out, MPI_COMM_WORLD, FFTW_FORWARD,
+                                                FFTW_MEASURE | FFTW_MPI_TRANSPOSED_OUT);
+    // FFTW's global transpose of the same data: an n x n matrix (x, y) of n complex (2n doubles).
+    fftw_plan transpose = fftw_mpi_plan_many_transpose(
+        n, n, 2 * n, FFTW_MPI_DEFAULT_BLOCK, FFTW_MPI_DEFAULT_BLOCK, reinterpret_cast<double*>(tin),
+        reinterpret_cast<double*>(tout), MPI_COMM_WORLD, FFTW_MEASURE);
+
+    at::manual_seed(static_cast<std::uint64_t>(1234 + rank));
+    const auto x = at::randn({n0, n, n}, at::kComplexDouble);
+    const auto fill = [&] { std::memcpy(in, x.data_ptr(), static_cast<std::size_t>(x.numel()) * sizeof(fftw_complex)); };
+    const auto fftw_out = [&](std::int64_t a, std::int64_t b) {
+      return at::from_blob(out, {a, b, n}, at::kComplexDouble);
+    };
+
+    const auto rows = all_sizes(n0), cols = all_sizes(n1);
+    const es::Shapes shapes{{"p", {{"x", rows}, {"kx", rows}, {"ky", cols}}}};
+    const es::Options o{.mesh = mesh, .shapes = shapes, .axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}};
+    const es::Options move{.mesh = mesh, .shapes = es::Shapes{{"p", {{"x", rows}, {"kx", rows}, {"ky", cols}}}}};
+
+    struct Layout {
+      const char* name;
+      const char* notation;
+      fftw_plan plan;
+      bool transposed;
+    };
+    for (const Layout& l : {Layout{"standard", "x/p y z -> kx/p ky kz", standard, false},
+                            Layout{"transposed", "x/p y z -> kx ky/p kz", transposed, true}}) {
+      const auto run_einshard = [&] { return es::einfft(l.notation, {x}, o); };
+      // Correctness first.
+      fill();
+      fftw_execute(l.plan);
+      auto ours = run_einshard();
+      const auto theirs = l.transposed ? fftw_out(n1, n).permute({1, 0, 2}) : fftw_out(n0, n);
+      const double err = max_rel_err(ours, theirs);
+      const auto names = es::explain_fft(l.notation, {x}, o).names();
+      const auto transposes = static_cast<int>(std::count(names.begin(), names.end(), std::string("alltoall_repartition")));
+      // The stages one by one (the same calls einfft makes).
+      const auto a = at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2});
+      const auto b = es::einshard("x/p ky kz -> x ky/p kz", {a}, move);
+      const auto c = at::fft_fft(b, std::nullopt, 0);
+      std::vector<double> t_es, t_fftw, t_fft1, t_t1, t_fft2, t_t2, t_ftr;
+      for (int r = 0; r < iters + 1; ++r) {
+        const bool warm = r == 0;
+        auto keep = [&](std::vector<double>& v, double t) {
+          if (!warm) v.push_back(t);
+        };
+        keep(t_es, timed([&] { ours = run_einshard(); }));
+        fill();
+        keep(t_fftw, timed([&] { fftw_execute(l.plan); }));
+        keep(t_fft1, timed([&] { (void)at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2}); }));
+        keep(t_t1, timed([&] { (void)es::einshard("x/p ky kz -> x ky/p kz", {a}, move); }));
+        keep(t_fft2, timed([&] { (void)at::fft_fft(b, std::nullopt, 0); }));
+        if (!l.transposed) keep(t_t2, timed([&] { (void)es::einshard("kx ky/p kz -> kx/p ky kz", {c}, move); }));
+        keep(t_ftr, timed([&] { fftw_execute(transpose); }));
+      }
+      const double es_ms = median(t_es), fftw_ms = median(t_fftw);
+      const double local_ms = median(t_fft1) + median(t_fft2);
+      const double trans_ms = median(t_t1) + (l.transposed ? 0.0 : median(t_t2));
+      const double fftw_tr_ms = median(t_ftr) * (l.transposed ? 1 : 2);
+      if (rank == 0)
+        std::printf(
+            "{\"bench\":\"fft3d\",\"n\":%lld,\"ranks\":%d,\"layout\":\"%s\",\"dtype\":\"complex128\","
+            "\"einshard_ms\":%.3f,\"fftw_ms\":%.3f,\"ratio\":%.3f,\"einshard_local_fft_ms\":%.3f,"
+            "\"einshard_transpose_ms\":%.3f,\"einshard_transposes\":%d,\"fftw_transpose_ms\":%.3f,"
+            "\"fftw_local_fft_ms\":%.3f,\"iters\":%d,\"max_rel_err\":%.2e}\n",
+            static_cast<long long>(n), P, l.name, es_ms, fftw_ms, es_ms / fftw_ms, local_ms, trans_ms,
+            transposes, fftw_tr_ms, fftw_ms - fftw_tr_ms, iters, err);
+      std::fflush(stdout);
+    }
+    fftw_destroy_plan(standard);
+    fftw_destroy_plan(transposed);
+    fftw_destroy_plan(transpose);
+    fftw_free(in);
+    fftw_free(out);
+    fftw_free(tin);
+    fftw_free(tout);
+  }
+  fftw_mpi_cleanup();
+  MPI_Finalize();
+  return 0;
+}
