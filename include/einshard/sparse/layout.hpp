@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "einshard/comm/check.hpp"
@@ -52,6 +53,13 @@ inline std::vector<std::int64_t> to_vector(const at::Tensor& t) {
 
 }  // namespace detail
 
+/// The rows [first, last) that the simple (default) partition of n rows gives this rank of `comm`:
+/// what a rank assembles when it builds its own rows for `DSparseTensor::from_local`.
+inline std::pair<std::int64_t, std::int64_t> simple_rows(std::int64_t n, MPI_Comm comm) {
+  const int p = comm::size_of(comm), r = comm::rank_of(comm);
+  return {detail::block_first(n, p, r), detail::block_first(n, p, r + 1)};
+}
+
 /// The rows this rank owns, ascending by global index; local row i is global row `owned[i]`.
 class RowLayout {
  public:
@@ -76,8 +84,7 @@ class RowLayout {
 
   /// The simple contiguous partition of [0, n).
   static std::shared_ptr<const RowLayout> simple(std::int64_t n, MPI_Comm comm) {
-    const int p = comm::size_of(comm), r = comm::rank_of(comm);
-    const auto first = detail::block_first(n, p, r), last = detail::block_first(n, p, r + 1);
+    const auto [first, last] = simple_rows(n, comm);
     return std::make_shared<const RowLayout>(at::arange(first, last, at::kLong), n, comm);
   }
 
