@@ -32,6 +32,32 @@ inline Csr with_values(const Csr& pattern, const at::Tensor& values) {
   return a;
 }
 
+/// s[k] = sum_j u[i, j] v[c, j] for each stored entry k = (i, c) of `pattern`, with u of shape
+/// (rows,) or (rows, m) and v of shape (cols,) or (cols, m): u v^T sampled on the pattern, the
+/// gradient of a product w.r.t. the values. One pass over the pattern, no row index materialized.
+inline at::Tensor sampled_product(const Csr& pattern, const at::Tensor& u, const at::Tensor& v) {
+  const auto uc = u.resolve_conj().contiguous(), vc = v.resolve_conj().contiguous();
+  const std::int64_t m = uc.dim() == 2 ? uc.size(1) : 1;
+  const Csr out = with_values(pattern, at::empty({pattern.col.numel()}, uc.options()));
+  dispatch_csr(out, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* rp = out.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = out.col.data_ptr<I>();
+    const auto* uv = uc.data_ptr<V>();
+    const auto* vv = vc.data_ptr<V>();
+    auto* sv = out.values.data_ptr<V>();
+    for (std::int64_t i = 0; i < out.rows; ++i)
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
+        const auto c = static_cast<std::int64_t>(ci[k]);
+        V s{};
+        for (std::int64_t j = 0; j < m; ++j) s += uv[i * m + j] * vv[c * m + j];
+        sv[k] = s;
+      }
+  });
+  return out.values;
+}
+
 /// y = A x (`transpose` false) or y = A^T x (true); A is the pattern with `values`.
 struct CsrProduct : torch::autograd::Function<CsrProduct> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& values,
@@ -60,11 +86,8 @@ struct CsrProduct : torch::autograd::Function<CsrProduct> {
     at::Tensor grad_values, grad_x;
     if (ctx->needs_input_grad(0)) {
       // dL/dA[i, j] = g[i] conj(x[j]) for A x; for A^T x the roles of g and x swap.
-      const auto [unused, row, col] = csr_to_coo(with_values(pattern, values));
-      const auto& out_side = transpose ? x.conj() : g;
-      const auto& in_side = transpose ? g : x.conj();
-      grad_values = out_side.index_select(0, row) * in_side.index_select(0, col);
-      if (grad_values.dim() == 2) grad_values = grad_values.sum(1);
+      grad_values = transpose ? sampled_product(pattern, x.conj(), g)
+                              : sampled_product(pattern, g, x.conj());
     }
     if (ctx->needs_input_grad(1)) {
       // (A)^H g = conj(A)^T g for A x; (A^T)^H g = conj(A) g for A^T x.
