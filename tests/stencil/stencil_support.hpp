@@ -13,7 +13,10 @@
 #include <mpi.h>
 
 #include <einshard/einshard.hpp>
+#include <einshard/ops/conv.hpp>
 #include <einshard/ops/halo.hpp>
+#include <einshard/ops/roll.hpp>
+#include <einshard/ops/window.hpp>
 
 #include "test_support.hpp"
 
@@ -153,24 +156,68 @@ inline at::Tensor rows(const at::Tensor& t, std::int64_t d, std::int64_t begin, 
   return at::where(real.view(view), y, at::scalar_tensor(fill, t.options()));
 }
 
+/// Shard sizes with empty shards: one row at odd coordinates, the rest on the last.
+inline I64 with_empty_shards(std::int64_t n, int parts) {
+  I64 s(static_cast<std::size_t>(parts), 0);
+  std::int64_t used = 0;
+  for (int c = 1; c + 1 < parts && used < n; c += 2, ++used) s[static_cast<std::size_t>(c)] = 1;
+  s.back() += n - used;
+  return s;
+}
+
+/// The outputs [j0, j1) group coordinate c owns when output j belongs to the owner of input row
+/// clamp(j*stride + shift, 0, n-1) (written independently of the library's closed form).
+inline std::pair<std::int64_t, std::int64_t> owned_outputs(const I64& shards, std::int64_t outputs,
+                                                           std::int64_t stride, std::int64_t shift, int c) {
+  const auto n = std::accumulate(shards.begin(), shards.end(), std::int64_t{0});
+  std::int64_t j0 = -1, j1 = 0;
+  for (std::int64_t j = 0; j < outputs; ++j) {
+    auto row = std::clamp<std::int64_t>(j * stride + shift, 0, n - 1);
+    int owner = 0;
+    for (std::int64_t start = 0; owner < static_cast<int>(shards.size()); ++owner) {
+      if (row < start + shards[static_cast<std::size_t>(owner)]) break;
+      start += shards[static_cast<std::size_t>(owner)];
+    }
+    if (owner == c) {
+      if (j0 < 0) j0 = j;
+      j1 = j + 1;
+    }
+  }
+  return j0 < 0 ? std::pair<std::int64_t, std::int64_t>{0, 0} : std::pair{j0, j1};
+}
+
+/// The coordinate of mesh rank q in `group`.
+inline int coordinate_of(const es::Mesh& mesh, const std::string& group, int q) {
+  return group.empty() ? 0 : mesh.shape().coordinate(group, mesh.coordinates_of(q));
+}
+
 inline bool near(const at::Tensor& a, const at::Tensor& b, double tol = 1e-10) {
   return a.defined() && b.defined() && a.sizes() == b.sizes() && at::allclose(a, b, tol, tol);
 }
 
 /// Checks a distributed op on this rank's shard against the references of every rank.
-/// `ref(X, q)` is mesh rank q's expected output, computed from the full X with torch ops.
+/// `ref(X, params, q)` is mesh rank q's expected output, computed from the full X with torch ops;
+/// `params` are whole tensors every rank holds (a weight, a bias), whose gradients are checked too.
+using Params = std::vector<at::Tensor>;
 inline void check_op(const es::Mesh& mesh, const at::Tensor& X, const Sharding& in,
-                     const std::function<at::Tensor(const at::Tensor&)>& op,
-                     const std::function<at::Tensor(const at::Tensor&, int)>& ref, std::uint64_t seed = 99,
-                     double tol = 1e-10) {
+                     const std::function<at::Tensor(const at::Tensor&, const Params&)>& op,
+                     const std::function<at::Tensor(const at::Tensor&, const Params&, int)>& ref,
+                     const Params& params = {}, std::uint64_t seed = 99, double tol = 1e-10) {
   const int me = mesh.rank();
+  auto leaves = [&] {
+    Params p;
+    for (const auto& t : params) p.push_back(t.detach().clone().requires_grad_(true));
+    return p;
+  };
   auto x = in.block(X, mesh, me).contiguous().detach().requires_grad_(true);
-  auto y = op(x);
+  const auto mine = leaves();
+  auto y = op(x, mine);
   auto Xg = X.detach().requires_grad_(true);
+  const auto theirs = leaves();
   at::Tensor loss = at::zeros({}, X.options());
   at::Tensor G_me;
   for (int q : in.replicas(mesh)) {
-    const auto r = ref(Xg, q);
+    const auto r = ref(Xg, theirs, q);
     const auto G = full(r.sizes().vec(), seed + static_cast<std::uint64_t>(q), X.scalar_type());
     loss = loss + (r * G).sum();
     if (q == me) {
@@ -182,6 +229,20 @@ inline void check_op(const es::Mesh& mesh, const at::Tensor& X, const Sharding& 
   y.backward(G_me);
   loss.backward();
   CHECK(near(x.grad(), in.block(Xg.grad(), mesh, me), tol));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    INFO("gradient of parameter " << i);
+    CHECK(near(mine[i].grad(), theirs[i].grad(), tol));
+  }
+}
+
+/// check_op for an op of the tensor alone.
+inline void check_op(const es::Mesh& mesh, const at::Tensor& X, const Sharding& in,
+                     const std::function<at::Tensor(const at::Tensor&)>& op,
+                     const std::function<at::Tensor(const at::Tensor&, int)>& ref, std::uint64_t seed = 99,
+                     double tol = 1e-10) {
+  check_op(
+      mesh, X, in, [&](const at::Tensor& x, const Params&) { return op(x); },
+      [&](const at::Tensor& Xf, const Params&, int q) { return ref(Xf, q); }, {}, seed, tol);
 }
 
 /// Every rank must throw es::Error containing `fragment`, with the same message everywhere.

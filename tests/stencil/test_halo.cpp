@@ -19,15 +19,6 @@ inline std::ostream& operator<<(std::ostream& os, const Piece& p) {
 
 namespace {
 
-/// Shard sizes with empty shards: rows only at odd coordinates, the rest on the last.
-I64 with_empty_shards(std::int64_t n, int parts) {
-  I64 s(static_cast<std::size_t>(parts), 0);
-  std::int64_t used = 0;
-  for (int c = 1; c + 1 < parts && used < n; c += 2, ++used) s[static_cast<std::size_t>(c)] = 1;
-  s.back() += n - used;
-  return s;
-}
-
 /// The layouts tested on a mesh: notation, group per dimension of (b, h, w, c).
 std::vector<std::pair<std::string, std::vector<std::string>>> layouts(const es::Mesh& mesh) {
   switch (mesh.ndim()) {

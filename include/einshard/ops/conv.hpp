@@ -1,0 +1,252 @@
+#pragma once
+/// @file
+/// `einconv`: a 1-3-D convolution over named axes, sharded spatial axes included. Each rank fetches
+/// the input rows its outputs read (the halo exchange of `einhalo`, boundaries for the padding) and
+/// runs `at::convolution` on its extended shard; the weight and bias are whole on every rank and
+/// their gradients, partial sums over the ranks that split the input, are all-reduced in backward
+/// (Megatron's f), so they equal the one-process gradients.
+///
+/// ```cpp
+/// auto y = es::einconv<"b h/sp w c, o c kh kw -> b h/sp w o">(x, weight, {{"h", "kh"}, {"w", "kw"}},
+///                                                           {.mesh = mesh, .bias = b});
+/// ```
+///
+/// Output ownership along a sharded spatial axis: output j reads input rows
+/// `j*stride - pad_left + dilation*t` (t < k) and belongs to the rank owning the window's centre row
+/// `j*stride - pad_left + dilation*(k-1)/2` (clamped to the axis). With stride 1 and same padding the
+/// output keeps the input's shards; otherwise shards follow the input's (uneven, possibly empty).
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/exec/autograd.hpp"
+#include "einshard/exec/halo.hpp"
+#include "einshard/exec/steps.hpp"
+#include "einshard/notation/static_expression.hpp"
+#include "einshard/ops/halo.hpp"
+#include "einshard/ops/window.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/halo.hpp"
+
+namespace einshard {
+
+namespace detail {
+
+/// The roles of the axes of `x, w -> y`, checked.
+struct ConvAxes {
+  std::vector<std::string> x, w, batch, spatial, kernels;
+  std::string in_channel, out_channel;
+};
+
+inline ConvAxes conv_axes(const notation::ExpressionView& e, const AxisMap& windows, const std::string& what) {
+  if (e.input_count() != 2) throw Error(what + ": a convolution takes two inputs, the tensor and the weight");
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& s = e.specs[i];
+    if (s.has_ellipsis) throw Error(what + ": stencil operations need every axis named (no '...')");
+    if (s.partial_count > 0) throw Error(what + ": stencil operations take no partial sums ('//')");
+    for (const auto& item : e.items_of(s))
+      if (item.kind != notation::ItemKind::axis)
+        throw Error(what + ": factored groups such as '(h p)' are not supported by stencil operations");
+  }
+  ConvAxes a;
+  a.x = axis_names(e, e.input(0));
+  a.w = axis_names(e, e.input(1));
+  const auto y = axis_names(e, e.output());
+  for (const auto& [source, kernel] : windows) {
+    if (!has_name(a.x, source))
+      throw Error(what + ": window axis '" + source + "' is not an axis of the input (" + joined(a.x) + ")");
+    if (has_name(a.spatial, source)) throw Error(what + ": axis '" + source + "' has two windows");
+    if (!has_name(a.w, kernel) || has_name(a.x, kernel) || has_name(y, kernel) || has_name(a.kernels, kernel))
+      throw Error(what + ": kernel axis '" + kernel + "' must be an axis of the weight only, for one window");
+    a.spatial.push_back(source);
+    a.kernels.push_back(kernel);
+  }
+  if (a.spatial.empty() || a.spatial.size() > 3)
+    throw Error(what + ": a convolution has 1 to 3 spatial axes, but " + std::to_string(a.spatial.size()) +
+                " windows were given");
+  // Spatial axes in the input's order (the order at::convolution sees them in), kernels alike.
+  std::vector<std::pair<std::int64_t, std::string>> order;
+  for (std::size_t i = 0; i < a.spatial.size(); ++i)
+    order.emplace_back(positions(a.x, {a.spatial[i]})[0], a.kernels[i]);
+  std::sort(order.begin(), order.end());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    a.spatial[i] = a.x[static_cast<std::size_t>(order[i].first)];
+    a.kernels[i] = order[i].second;
+  }
+  std::vector<std::string> in_channels, out_channels;
+  for (const auto& n : a.x)
+    if (has_name(a.w, n) && !has_name(y, n)) in_channels.push_back(n);
+  for (const auto& n : a.w)
+    if (!has_name(a.x, n) && has_name(y, n)) out_channels.push_back(n);
+  if (in_channels.size() != 1)
+    throw Error(what + ": exactly one input channel axis (in the input and the weight, not the output) is "
+                "needed, found " + std::to_string(in_channels.size()));
+  if (out_channels.size() != 1)
+    throw Error(what + ": exactly one output channel axis (in the weight and the output, not the input) is "
+                "needed, found " + std::to_string(out_channels.size()));
+  a.in_channel = in_channels[0];
+  a.out_channel = out_channels[0];
+  if (a.w.size() != 2 + a.kernels.size())
+    throw Error(what + ": the weight must name only the channel axes and the kernel axes, but names " +
+                joined(a.w));
+  for (const auto& n : a.x)
+    if (n != a.in_channel && !has_name(a.spatial, n)) a.batch.push_back(n);
+  return a;
+}
+
+inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                           const at::Tensor& weight, const AxisMap& windows, const Options& o) {
+  const auto what = "einconv '" + std::string(written) + "'";
+  check_unused_options(o, "einconv",
+                       {"shapes", "families", "boundary", "fill", "bias", "stride", "padding", "dilation", "groups"});
+  const auto [edge, fill] = boundary_of(o, what);
+  const auto a = conv_axes(e, windows, what);
+  for (const auto& m : meshes_of(e, e.input(1)))
+    if (!m.empty()) throw Error(what + ": the weight must be whole on every rank (no sharded axes)");
+  const auto x_mesh = meshes_of(e, e.input(0));
+  if (!x_mesh[static_cast<std::size_t>(positions(a.x, {a.in_channel})[0])].empty())
+    throw Error(what + ": the input channel axis '" + a.in_channel + "' must be whole");
+  // The output: batch axes, the output channels, spatial axes; input axes keep their sharding.
+  std::vector<std::string> expected = a.batch, sharding;
+  expected.push_back(a.out_channel);
+  expected.insert(expected.end(), a.spatial.begin(), a.spatial.end());
+  for (const auto& n : expected)
+    sharding.push_back(n == a.out_channel ? std::string() : x_mesh[static_cast<std::size_t>(positions(a.x, {n})[0])]);
+  const auto perm = output_order(e, e.output(), expected, sharding, what);
+
+  const auto strides = per_axis(o.stride, a.spatial, what, "stride");
+  const auto dilations = per_axis(o.dilation, a.spatial, what, "dilation");
+  const auto groups = o.groups.value_or(1);
+  if (groups < 1) throw Error(what + ": '.groups' must be positive (got " + std::to_string(groups) + ")");
+  std::vector<std::optional<std::pair<std::int64_t, std::int64_t>>> pads(a.spatial.size());
+  if (o.padding) {
+    for (auto& p : pads)
+      if (o.padding->all) p = std::pair{*o.padding->all, *o.padding->all};
+    for (const auto& [axis, p] : o.padding->by_axis) {
+      if (!has_name(a.spatial, axis))
+        throw Error(what + ": '.padding' names axis '" + axis + "', which is not a spatial axis (" +
+                    joined(a.spatial) + ")");
+      pads[static_cast<std::size_t>(positions(a.spatial, {axis})[0])] = p;
+    }
+  }
+  std::string key = std::to_string(static_cast<int>(edge)) + ':' + std::to_string(fill) + ':' +
+                    std::to_string(groups) + (o.bias ? "b" : "") + ';';
+  for (std::size_t i = 0; i < a.spatial.size(); ++i)
+    key += a.spatial[i] + '>' + a.kernels[i] + ':' + std::to_string(strides[i]) + ',' +
+           std::to_string(dilations[i]) + ',' + (pads[i] ? std::to_string(pads[i]->first) + ',' + std::to_string(pads[i]->second) : "same") + ';';
+  std::vector<at::Tensor> operands{x, weight};
+  std::vector<std::int64_t> extra{static_cast<std::int64_t>(a.w.size())};
+  if (o.bias) {
+    operands.push_back(*o.bias);
+    extra.push_back(1);
+  }
+  const auto in = resolve_input(e, e.input(0), operands, extra, o, what, key);
+  if (!in.distributed) {
+    if (weight.dim() != static_cast<std::int64_t>(a.w.size()))
+      throw Error(what + ": the weight has " + std::to_string(weight.dim()) + " dimensions, but the notation names " +
+                  std::to_string(a.w.size()));
+    if (o.bias && o.bias->dim() != 1)
+      throw Error(what + ": the bias must have one dimension, but has " + std::to_string(o.bias->dim()));
+  }
+  // Shapes every rank agrees on: the whole channel extent and the weight (checked equal everywhere).
+  const auto C = in.axis(a.in_channel).shards[0];
+  const auto w_size = [&](const std::string& n) { return weight.size(positions(a.w, {n})[0]); };
+  const auto O = w_size(a.out_channel);
+  if (C % groups != 0 || O % groups != 0 || w_size(a.in_channel) * groups != C)
+    throw Error(what + ": with " + std::to_string(groups) + " groups, " + std::to_string(C) + " input and " +
+                std::to_string(O) + " output channels need a weight with " +
+                (C % groups == 0 ? std::to_string(C / groups) : std::string("C/groups")) + " input channels (got " +
+                std::to_string(w_size(a.in_channel)) + ") and both counts divisible by the groups");
+  if (o.bias && o.bias->size(0) != O)
+    throw Error(what + ": the bias has " + std::to_string(o.bias->size(0)) + " elements, but there are " +
+                std::to_string(O) + " output channels");
+
+  // Halo (and boundary padding) along each spatial axis, then one local convolution without padding.
+  auto y = x;
+  std::vector<std::int64_t> counts, kernel_sizes;
+  for (std::size_t i = 0; i < a.spatial.size(); ++i) {
+    const auto& axis = in.axis(a.spatial[i]);
+    const auto k = w_size(a.kernels[i]), d = dilations[i];
+    const auto total = d * (k - 1);
+    const auto [left, right] = pads[i].value_or(std::pair{total / 2, total - total / 2});
+    const auto wp = plan::plan_window(axis.shards, {k, d, strides[i], left, right, total / 2}, axis.name);
+    counts.push_back(wp.shards[static_cast<std::size_t>(axis.group.empty() ? 0 : o.mesh.coordinate(axis.group))]);
+    kernel_sizes.push_back(k);
+    y = exec::fetch_axis(y, axis, o.mesh, wp.requests, edge, fill);
+  }
+  // The weight and bias gradients of this rank are its share of the sum over every mesh dimension
+  // the input is split over.
+  auto w = weight;
+  auto b = o.bias ? *o.bias : at::Tensor();
+  if (in.distributed) {
+    std::vector<bool> split(static_cast<std::size_t>(o.mesh.ndim()), false);
+    for (const auto& axis : in.axes)
+      if (!axis.group.empty())
+        for (int m : o.mesh.components(axis.group)) split[static_cast<std::size_t>(m)] = true;
+    const auto group = o.mesh.shape().group(split);
+    w = exec::apply_op(w, c10::make_intrusive<exec::AddPartialOp>(o.mesh.comm(group)));
+    if (b.defined()) b = exec::apply_op(b, c10::make_intrusive<exec::AddPartialOp>(o.mesh.comm(group)));
+  }
+  // (batch..., channels, spatial...) flattened to (B, C, spatial...), as at::convolution wants it.
+  std::vector<std::string> x_order = a.batch;
+  x_order.push_back(a.in_channel);
+  x_order.insert(x_order.end(), a.spatial.begin(), a.spatial.end());
+  auto xc = y.permute(positions(a.x, x_order));
+  std::vector<std::int64_t> batch_sizes(xc.sizes().begin(), xc.sizes().begin() + static_cast<std::ptrdiff_t>(a.batch.size()));
+  std::vector<std::int64_t> flat{-1};
+  flat.insert(flat.end(), xc.sizes().begin() + static_cast<std::ptrdiff_t>(a.batch.size()), xc.sizes().end());
+  flat[0] = 1;
+  for (auto s : batch_sizes) flat[0] *= s;
+  xc = xc.reshape(flat);
+  std::vector<std::string> w_order{a.out_channel, a.in_channel};
+  w_order.insert(w_order.end(), a.kernels.begin(), a.kernels.end());
+  const auto wc = w.permute(positions(a.w, w_order));
+  at::Tensor out;
+  if (std::find(counts.begin(), counts.end(), 0) != counts.end()) {
+    // No outputs here; the result still depends on the fetched rows and the weight, so this rank
+    // joins the backward exchanges and reductions like every other.
+    std::vector<std::int64_t> shape{flat[0], O};
+    shape.insert(shape.end(), counts.begin(), counts.end());
+    auto anchor = xc.sum() + wc.sum();
+    if (b.defined()) anchor = anchor + b.sum();
+    out = at::zeros(shape, xc.options()) + anchor * 0;
+  } else {
+    const std::vector<std::int64_t> zeros(a.spatial.size(), 0);
+    out = at::convolution(xc, wc, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, strides, zeros,
+                          dilations, false, zeros, groups);
+  }
+  std::vector<std::int64_t> unflat = batch_sizes;
+  unflat.insert(unflat.end(), out.sizes().begin() + 1, out.sizes().end());
+  return out.reshape(unflat).permute(perm);
+}
+
+}  // namespace detail
+
+/// `einconv<"b h/sp w c, o c kh kw -> b h/sp w o">(x, weight, {{"h", "kh"}, {"w", "kw"}}, {...})`:
+/// a convolution (cross-correlation, as torch's) over the window axes, which may be sharded.
+/// The weight names the output channels, the input channels (C/groups of them) and one kernel axis per
+/// window; any other input axes are batch axes. Options: `mesh`, `shapes`, `bias` (whole, one value
+/// per output channel), `stride`, `dilation` (one value or per axis), `padding` (one width, or
+/// (left, right) per axis; default "same": dilation*(k-1) split as evenly as possible, extra on
+/// the right; `.padding = 0` is "valid"), `groups`, `boundary` and `fill` (what the padding
+/// holds: constant fill, default 0, periodic or replicate), `families` (run-time form).
+template <fixed_string S>
+at::Tensor einconv(const at::Tensor& x, const at::Tensor& weight, const AxisMap& windows, const Options& o = {}) {
+  return detail::run_conv(notation::static_expression<S>.view(), S.view(), x, weight, windows, o);
+}
+
+/// The run-time form: `einconv("b h/sp w c, o c kh kw -> b h/sp w o", x, weight, windows, {...})`.
+inline at::Tensor einconv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                          const AxisMap& windows, const Options& o = {}) {
+  const auto parsed = detail::parse_cached(notation, false, o.families);
+  return detail::run_conv(parsed->view(), notation, x, weight, windows, o);
+}
+
+}  // namespace einshard

@@ -1,0 +1,81 @@
+// einroll against at::roll on one process: every mesh, uneven and empty shards, negative shifts,
+// shifts larger than the axis, shard-aligned shifts, several axes at once; values and gradients.
+
+#include "stencil_support.hpp"
+
+using namespace stencil_test;
+
+namespace {
+
+std::vector<std::pair<std::string, std::vector<std::string>>> layouts(const es::Mesh& mesh) {
+  switch (mesh.ndim()) {
+    case 1: return {{"a/dp b c", {"dp", "", ""}}, {"a b c/dp", {"", "", "dp"}}};
+    case 2: return {{"a/sp b/dp c", {"sp", "dp", ""}}, {"a b/dp-sp c", {"", "dp-sp", ""}}};
+    default: return {{"a/sp b c/tp", {"sp", "", "tp"}}};
+  }
+}
+
+}  // namespace
+
+TEST_CASE("einroll: every mesh, shift and layout, uneven and empty shards", "[stencil][roll]") {
+  const I64 shape{9, 5, 7};
+  const std::vector<std::string> names{"a", "b", "c"};
+  for (const auto* mesh : meshes())
+    for (const auto& [notation, groups] : layouts(*mesh))
+      for (bool holes : {false, true}) {
+        Sharding sh{groups};
+        std::int64_t sharded = 0;
+        while (groups[static_cast<std::size_t>(sharded)].empty()) ++sharded;
+        const auto n = shape[static_cast<std::size_t>(sharded)];
+        if (holes) sh.given[sharded] = with_empty_shards(n, mesh->size(groups[static_cast<std::size_t>(sharded)]));
+        const auto first = sh.sizes(sharded, n, *mesh)[0];
+        const auto& axis = names[static_cast<std::size_t>(sharded)];
+        const std::vector<es::Shifts> cases{{{axis, 2}},
+                                            {{axis, -3}},
+                                            {{axis, 3 * n + 1}},
+                                            {{axis, -2 * n}},
+                                            {{axis, first}},
+                                            {{"a", 4}, {"b", -1}, {"c", 5}}};
+        for (const auto& shifts : cases) {
+          INFO(notation << " on " << label(*mesh) << (holes ? ", empty shards" : "") << ", shift of " << axis
+                        << ": " << shifts.begin()->second);
+          const auto X = full(shape, 21);
+          const es::Options o{.mesh = *mesh, .shapes = sh.shapes(shape, *mesh)};
+          check_op(
+              *mesh, X, sh, [&](const at::Tensor& x) { return es::einroll(notation, x, shifts, o); },
+              [&](const at::Tensor& Xf, int q) {
+                std::vector<std::int64_t> s, d;
+                for (const auto& [name, shift] : shifts) {
+                  s.push_back(shift);
+                  d.push_back(std::find(names.begin(), names.end(), name) - names.begin());
+                }
+                return sh.block(at::roll(Xf, s, d), *mesh, q);
+              });
+        }
+      }
+}
+
+TEST_CASE("einroll: compile-time notation; errors on every rank", "[stencil][roll]") {
+  const auto& mesh = mesh_of({es::testing::world().size});
+  const auto X = full({11, 3}, 2);
+  const Sharding sh{{"dp", ""}};
+  check_op(
+      mesh, X, sh,
+      [&](const at::Tensor& x) { return es::einroll<"a/dp b">(x, {{"a", 5}, {"b", -4}}, {.mesh = mesh}); },
+      [&](const at::Tensor& Xf, int q) { return sh.block(at::roll(Xf, {5, -4}, {0, 1}), mesh, q); });
+  const auto x = sh.block(X, mesh, mesh.rank()).contiguous();
+  CHECK(near(es::einroll<"a b">(X, {{"a", -3}}), at::roll(X, {-3}, {0})));
+  expect_same_error([&] { (void)es::einroll<"a/dp b">(x, {{"z", 1}}, {.mesh = mesh}); }, "roll axis 'z'");
+  expect_same_error([&] { (void)es::einroll<"a/dp b">(x, {{"a", 1}}); }, "needs a mesh");
+  expect_same_error([&] { (void)es::einroll<"a/dp b">(x, {{"a", 1}}, {.mesh = mesh, .fill = 1.0}); }, "'.fill'");
+  if (es::testing::world().size == 1) return;
+  const bool faulty = mesh.rank() == faulty_rank();
+  expect_same_error([&] { (void)es::einroll<"a/dp b">(faulty ? x.narrow(1, 0, 2) : x, {{"a", 1}}, {.mesh = mesh}); },
+                    "axis 'b'");
+  expect_same_error(
+      [&] {
+        (void)es::einroll<"a/dp b">(x, {{"a", 1}},
+                                    {.mesh = mesh, .shapes = es::Shapes{{"dp", es::DimShapes(I64(static_cast<std::size_t>(mesh.size()), 1))}}});
+      },
+      "shapes metadata");
+}
