@@ -205,7 +205,7 @@ TEST_CASE("partition metis: better edge cut than random on a 2-D Poisson graph",
           "[sparse][partition]") {
 #if defined(EINSHARD_HAS_METIS) && EINSHARD_HAS_METIS
   const auto g = poisson_2d(24, 20);
-  for (const int parts : {2, 3, 4, 8}) {
+  for (const int parts : {2, 3, 4, 8, 16}) {
     INFO(parts << " parts");
     const auto ids = sp::partition_ids(g.row, g.col, g.n, parts, {M::metis});
     REQUIRE(ids.sizes() == at::IntArrayRef{g.n});
@@ -223,6 +223,23 @@ TEST_CASE("partition metis: better edge cut than random on a 2-D Poisson graph",
                     ids));
   }
   CHECK(at::equal(sp::partition_ids(g.row, g.col, g.n, 1, {M::metis}), at::zeros({g.n}, at::kLong)));
+  // Small graphs stay balanced (METIS's k-way puts a 3-vertex ring in 2 parts all in one part).
+  for (const std::int64_t n : {3, 5, 9, 20}) {
+    const auto ring = at::arange(n, at::kLong);
+    for (const int parts : {2, 3, 4, 8, 16}) {
+      INFO("ring of " << n << " in " << parts << " parts");
+      const auto ids = sp::partition_ids(ring, at::remainder(ring + 1, n), n, parts, {M::metis});
+      const auto s = sizes(ids, parts);
+      CHECK(*std::max_element(s.begin(), s.end()) <= (n + parts - 1) / parts + 1);
+      if (n >= parts) CHECK(*std::min_element(s.begin(), s.end()) >= 1);
+    }
+  }
+  for (const int parts : {9, 16}) {
+    INFO("5 x 5 grid in " << parts << " parts");
+    const auto small = poisson_2d(5, 5);
+    const auto s = sizes(sp::partition_ids(small.row, small.col, small.n, parts, {M::metis}), parts);
+    CHECK(*std::min_element(s.begin(), s.end()) >= 1);
+  }
   // Only self-loops: no edges for METIS; falls back to simple.
   const auto diag = at::arange(10, at::kLong);
   CHECK(at::equal(sp::partition_ids(diag, diag, 10, 3, {M::metis}),
