@@ -30,6 +30,7 @@ enum class StopReason {
   converged_atol,  ///< ||r|| <= atol
   zero_rhs,        ///< b = 0: x = 0 exactly
   maxiter,         ///< the iteration limit was reached first
+  diverged,        ///< ||r|| > dtol * ||b||
   breakdown,       ///< <p, Ap> or <r, M r> zero or of different signs: A or M is indefinite
   nan,             ///< a NaN or infinity appeared in the residual
 };
@@ -40,6 +41,7 @@ inline const char* to_string(StopReason r) {
     case StopReason::converged_atol: return "converged (atol)";
     case StopReason::zero_rhs: return "converged (b = 0)";
     case StopReason::maxiter: return "maxiter reached";
+    case StopReason::diverged: return "diverged (||r|| > dtol ||b||)";
     case StopReason::breakdown: return "breakdown (A or M indefinite)";
     case StopReason::nan: return "NaN or Inf in the residual";
   }
@@ -52,14 +54,15 @@ using Monitor = std::function<void(int iteration, double residual_norm)>;
 
 /// Options of `DSparseTensor::solve`. The stop test is ||r_k|| <= max(atol, rtol * ||b||) with the
 /// recursively updated (unpreconditioned) residual, checked every iteration. Defaults follow
-/// PETSc's KSP (rtol 1e-5, maxiter 10000; PETSc's abstol 1e-50 is atol 0 here) and SciPy's cg
-/// (rtol 1e-5, atol 0), except that SciPy's maxiter is 10 n.
+/// PETSc's KSP (rtol 1e-5, maxiter 10000, dtol 1e4; PETSc's abstol 1e-50 is atol 0 here) and
+/// SciPy's cg (rtol 1e-5, atol 0), except that SciPy's maxiter is 10 n. See docs/sparse.md.
 struct SolveOptions {
   Method method = Method::cg;
   Preconditioner preconditioner = Preconditioner::none;
   double rtol = 1e-5;
   double atol = 0.0;
   int maxiter = 10000;
+  double dtol = 1e4;                 ///< divergence: ||r|| > dtol * ||b|| (PETSc's divtol)
   std::optional<DVector> x0{};       ///< initial guess (default zero)
   Monitor monitor{};
   CgVariant cg_variant = CgVariant::standard;

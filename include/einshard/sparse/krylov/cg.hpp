@@ -50,6 +50,7 @@ class CgProgress {
     if (o_.monitor) o_.monitor(k, rnorm);
     if (!std::isfinite(rnorm)) return stop(StopReason::nan);
     if (rnorm <= tol_) return stop(rnorm <= o_.atol ? StopReason::converged_atol : StopReason::converged_rtol);
+    if (rnorm > o_.dtol * info_.rhs_norm) return stop(StopReason::diverged);
     if (k >= o_.maxiter) return stop(StopReason::maxiter);
     return false;
   }
