@@ -14,8 +14,9 @@
 // inside: PETSc's default sub-solver, the same preconditioner as einshard's). einshard's solve
 // builds its preconditioner in every call; PETSc sets its up once (KSPSetUp) and reuses it: the
 // time per iteration below is the whole solve call for both, so einshard's setup is charged to it
-// ("einshard_setup_ms" says how much that was). After a warm-up solve of each, the two solutions
-// are compared (x_rel_diff: the same algorithm in a different summation order).
+// ("einshard_setup_ms" says how much that was; "ratio_iter_only" leaves it out). A short warm-up
+// solve of each comes first; the first timed rep checks that both ran every iteration and compares
+// their solutions (x_rel_diff: the same algorithm in a different summation order).
 //
 // SpMV: `--spmv-reps` products per sample: einshard's D.matvec(x) (a new DVector per call),
 // einshard's solver hot path D.apply(x, y) into a kept y, and PETSc's MatMult. GB/s counts the
@@ -30,15 +31,18 @@
 //
 //   {"bench":"sparse_cg","ranks":P,"grid":g,"n":N,"precond":...,"iterations":200,
 //    "einshard_ms_per_it":...,"petsc_ms_per_it":...,"einshard_mrow_it_s":...,"petsc_mrow_it_s":...,
-//    "ratio":einshard/PETSc throughput,"einshard_setup_ms":...,"x_rel_diff":...}
+//    "ratio":einshard/PETSc throughput (of the medians),"ratio_paired":median of the same-rep
+//    ratios,"einshard_iter_only_ms_per_it":...,"ratio_iter_only":...,"einshard_setup_ms":...,
+//    "x_rel_diff":...}
 //   {"bench":"sparse_spmv","ranks":P,...,"einshard_matvec_gbs":...,"einshard_apply_gbs":...,
 //    "petsc_gbs":...,"triad_gbs":...,"matvec_vs_triad":...,"apply_vs_triad":...,"petsc_vs_triad":...,
 //    "ratio":einshard matvec / PETSc}
 //
 //   mpirun -n P einshard_bench_sparse_cg [--grid 2000] [--iters 200] [--reps 5]
-//        [--precond none,jacobi[,block_jacobi]] [--spmv-reps 20] [--triad-mib 128] [--quick]
+//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv] [--spmv-reps 20] [--triad-mib 128]
+//        [--quick]
 //
-// --quick: grid 300, 3 reps (a smoke test). Environment: EINSHARD_NUM_THREADS (torch intra-op
+// --quick: grid 300, 3 reps (a smoke test). --cases: which parts to run (default both). Environment: EINSHARD_NUM_THREADS (torch intra-op
 // threads per rank, default 1).
 
 #include <ATen/ATen.h>
@@ -70,6 +74,7 @@ struct Config {
   int spmv_reps = 20;
   double triad_mib = 128;
   std::vector<std::string> precond{"none", "jacobi"};
+  bool cg = true, spmv = true;
 };
 
 void petsc_check(PetscErrorCode code, const char* what) {
@@ -114,6 +119,11 @@ Config parse(int argc, char** argv) {
     else if (a == "--spmv-reps") c.spmv_reps = std::stoi(value());
     else if (a == "--triad-mib") c.triad_mib = std::stod(value());
     else if (a == "--precond") c.precond = split(value());
+    else if (a == "--cases") {
+      const auto cases = split(value());
+      c.cg = std::find(cases.begin(), cases.end(), "cg") != cases.end();
+      c.spmv = std::find(cases.begin(), cases.end(), "spmv") != cases.end();
+    }
     else if (a == "--quick") {
       c.grid = 300;
       c.reps = 3;
@@ -308,32 +318,47 @@ int run(const Config& cfg) {
   // ---- CG -----------------------------------------------------------------------------------
   auto b = D.zeros();
   b.local().fill_(1.0);
-  for (const auto& name : cfg.precond) {
+  for (const auto& name : cfg.cg ? cfg.precond : std::vector<std::string>{}) {
     const sp::SolveOptions opts{.method = sp::Method::cg, .preconditioner = kind_of(name), .rtol = 0, .atol = 0,
                                 .maxiter = cfg.iters, .residual_history = false};
     petsc.configure(name, cfg.iters);
-    // Warm-up and checks: both ran every iteration and agree.
-    const auto warm = D.solve(b, opts);
-    const int petsc_its = petsc.solve();
-    if (warm.info.iterations != cfg.iters || petsc_its != cfg.iters)
-      throw std::runtime_error("CG (" + name + ") ran " + std::to_string(warm.info.iterations) + " (einshard) and " +
-                               std::to_string(petsc_its) + " (PETSc) iterations, expected " +
-                               std::to_string(cfg.iters));
-    const double diff = relative_difference(warm.x.local(), petsc.x);
-
+    // Warm-up (a few iterations of each: first touches, caches), then the timed reps; the first
+    // rep's results are checked: both ran every iteration and their solutions agree.
+    {
+      auto short_opts = opts;
+      short_opts.maxiter = std::min(cfg.iters, 5);
+      (void)D.solve(b, short_opts);
+      petsc.configure(name, short_opts.maxiter);
+      petsc.solve();
+      petsc.configure(name, cfg.iters);
+    }
+    double diff = -1;
     std::vector<double> t_es, t_es_iter, t_es_setup, t_petsc;
+    at::Tensor x_es;
     for (int rep = 0; rep < cfg.reps; ++rep) {
       auto einshard = [&] {
         double setup = 0, iterations = 0;
+        sp::SolveResult r;
         t_es.push_back(timed([&] {
-          const auto r = D.solve(b, opts);
+          r = D.solve(b, opts);
           setup = r.info.setup_seconds;
           iterations = r.info.seconds;
         }));
+        if (rep > 0) return;
+        if (r.info.iterations != cfg.iters)
+          throw std::runtime_error("einshard CG (" + name + ") ran " + std::to_string(r.info.iterations) +
+                                   " iterations, expected " + std::to_string(cfg.iters));
+        x_es = r.x.local();
         t_es_setup.push_back(max_over_ranks(setup));
         t_es_iter.push_back(max_over_ranks(iterations));
       };
-      auto reference = [&] { t_petsc.push_back(timed([&] { petsc.solve(); })); };
+      auto reference = [&] {
+        int its = 0;
+        t_petsc.push_back(timed([&] { its = petsc.solve(); }));
+        if (rep == 0 && its != cfg.iters)
+          throw std::runtime_error("PETSc CG (" + name + ") ran " + std::to_string(its) + " iterations, expected " +
+                                   std::to_string(cfg.iters));
+      };
       if (rep % 2 == 0) {
         einshard();
         reference();
@@ -341,17 +366,20 @@ int run(const Config& cfg) {
         reference();
         einshard();
       }
+      if (rep == 0) diff = relative_difference(x_es, petsc.x);
     }
     const double es_it = median(t_es) / cfg.iters, pe_it = median(t_petsc) / cfg.iters;
+    std::vector<double> paired;  // same-rep ratios: robust to load that drifts between reps
+    for (std::size_t i = 0; i < t_es.size(); ++i) paired.push_back(t_petsc[i] / t_es[i]);
     const double rows_it = static_cast<double>(n);
     if (rank == 0) {
       std::printf("{\"bench\":\"sparse_cg\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"precond\":\"%s\","
                   "\"iterations\":%d,\"einshard_ms_per_it\":%.4f,\"petsc_ms_per_it\":%.4f,"
-                  "\"einshard_mrow_it_s\":%.1f,\"petsc_mrow_it_s\":%.1f,\"ratio\":%.3f,"
+                  "\"einshard_mrow_it_s\":%.1f,\"petsc_mrow_it_s\":%.1f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
                   "\"einshard_iter_only_ms_per_it\":%.4f,\"ratio_iter_only\":%.3f,\"einshard_setup_ms\":%.2f,"
                   "\"x_rel_diff\":%.2e,\"reps\":%d}\n",
                   p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.iters, es_it * 1e3,
-                  pe_it * 1e3, rows_it / es_it / 1e6, rows_it / pe_it / 1e6, pe_it / es_it,
+                  pe_it * 1e3, rows_it / es_it / 1e6, rows_it / pe_it / 1e6, pe_it / es_it, median(paired),
                   median(t_es_iter) / cfg.iters * 1e3, pe_it * cfg.iters / median(t_es_iter),
                   median(t_es_setup) * 1e3, diff, cfg.reps);
       std::fflush(stdout);
@@ -359,6 +387,7 @@ int run(const Config& cfg) {
   }
 
   // ---- SpMV and STREAM triad --------------------------------------------------------------------
+  if (!cfg.spmv) return 0;
   auto xe = D.zeros();
   xe.local().copy_(at::arange(lo, hi, at::kDouble).mul_(1e-3).sin_());
   {
@@ -390,6 +419,8 @@ int run(const Config& cfg) {
       const double t = timed(variants[which]);
       if (rep > 0) samples[which].push_back(t);  // rep 0 warms up
     }
+  std::vector<double> paired;
+  for (std::size_t i = 0; i < samples[0].size(); ++i) paired.push_back(samples[2][i] / samples[0][i]);
   const double spmv_bytes = (12.0 * nnz + 16.0 * static_cast<double>(n)) * k;
   const double triad_bytes = 24.0 * static_cast<double>(triad.a.size()) * p * k;
   const double gbs_matvec = spmv_bytes / median(samples[0]) / 1e9, gbs_apply = spmv_bytes / median(samples[1]) / 1e9,
@@ -398,10 +429,10 @@ int run(const Config& cfg) {
     std::printf("{\"bench\":\"sparse_spmv\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"products\":%d,"
                 "\"einshard_matvec_gbs\":%.2f,\"einshard_apply_gbs\":%.2f,\"petsc_gbs\":%.2f,\"triad_gbs\":%.2f,"
                 "\"matvec_vs_triad\":%.3f,\"apply_vs_triad\":%.3f,\"petsc_vs_triad\":%.3f,\"ratio\":%.3f,"
-                "\"ratio_apply\":%.3f,\"reps\":%d}\n",
+                "\"ratio_apply\":%.3f,\"ratio_paired\":%.3f,\"reps\":%d}\n",
                 p, static_cast<long long>(g), static_cast<long long>(n), k, gbs_matvec, gbs_apply, gbs_petsc,
                 gbs_triad, gbs_matvec / gbs_triad, gbs_apply / gbs_triad, gbs_petsc / gbs_triad,
-                gbs_matvec / gbs_petsc, gbs_apply / gbs_petsc, cfg.reps);
+                gbs_matvec / gbs_petsc, gbs_apply / gbs_petsc, median(paired), cfg.reps);
     std::fflush(stdout);
   }
   // Keep the triad's result observable.
