@@ -260,3 +260,42 @@ TEST_CASE("bad input raises the same error on every rank", "[sparse][dsparse][er
     CHECK_THROWS_WITH(D.scatter(at::ones({35}, at::kDouble)), Catch::Contains("length 36"));
   }
 }
+
+TEST_CASE("reductions and value operations equal the one-process ones", "[sparse][dsparse][reductions]") {
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::unsymmetric_with_duplicates(27);
+  const auto A = es::testing::dense(coo);
+  const sp::SparseTensor G(coo.values, coo.rows, coo.cols, {coo.n, coo.n});
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  for (auto method : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
+    const auto D = sp::DSparseTensor::partition(G, mesh, {.method = method, .coords = at::rand({coo.n, 2}, gen, at::kDouble)});
+    const auto stored = G.values();
+    CHECK(D.global_nnz() == G.nnz());
+    CHECK(std::abs(D.sum().item<double>() - stored.sum().item<double>()) < 1e-12);
+    CHECK(std::abs(D.mean().item<double>() - stored.mean().item<double>()) < 1e-12);
+    CHECK(D.max() == stored.max().item<double>());
+    CHECK(D.min() == stored.min().item<double>());
+    CHECK(std::abs(D.norm() - stored.norm().item<double>()) < 1e-12);
+    CHECK(std::abs(D.norm("1") - A.abs().sum(0).max().item<double>()) < 1e-12);
+    CHECK(std::abs(D.norm("inf") - A.abs().sum(1).max().item<double>()) < 1e-12);
+    CHECK(max_abs(D.sum(1).full_tensor() - A.sum(1)) < 1e-12);
+    CHECK(max_abs(D.sum(0).full_tensor() - A.sum(0)) < 1e-12);
+    CHECK_THROWS_WITH(D.norm("2"), Catch::Contains("ord must be"));
+
+    const auto x = global_vector(coo.n, 13);
+    const auto dense_of = [&](const sp::DSparseTensor& M) {
+      // The dense matrix of M, column by column through products with unit vectors' sums:
+      // comparing M x with the dense reference is enough and cheaper.
+      return M.matvec(M.scatter(x)).full_tensor();
+    };
+    const auto pattern = (A != 0).to(at::kDouble);
+    CHECK(max_abs(dense_of(D + 1.5) - (A + 1.5 * pattern).mv(x)) < 1e-12);
+    CHECK(max_abs(dense_of(2.0 * D - D) - A.mv(x)) < 1e-12);
+    CHECK(max_abs(dense_of(D * D) - (A * A).mv(x)) < 1e-12);
+    CHECK(max_abs(dense_of(-D.abs()) - (-A.abs()).mv(x)) < 1e-12);
+    CHECK(max_abs(dense_of(D.square().sqrt()) - A.abs().mv(x)) < 1e-12);
+    CHECK(max_abs(dense_of(D.to(at::kFloat)).to(at::kDouble) - A.mv(x)) < 1e-5);
+    const auto S = sp::DSparseTensor::partition(G, mesh, {.method = sp::PartitionMethod::slicing, .coords = at::rand({coo.n, 2}, gen, at::kDouble)});
+    CHECK_THROWS_WITH(D + S, Catch::Contains("different structures"));
+  }
+}

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <cmath>
 #include <complex>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "einshard/comm/mpi.hpp"
 #include "einshard/error.hpp"
 #include "einshard/exec/autograd.hpp"
+#include "einshard/exec/steps.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
@@ -290,6 +292,55 @@ class DSparseTensor final : public detail::Operator {
   }
   [[nodiscard]] DSparseTensor to(at::ScalarType dtype) const { return with_values(local_.values.to(dtype)); }
 
+  // Value operations act on the stored entries only (sparsity kept: A + 1.5 adds 1.5 to each
+  // stored entry), as SparseTensor's; the result shares the partition and the halo plan.
+  friend DSparseTensor operator+(const DSparseTensor& a, const at::Scalar& s) { return a.with_values(a.values() + s); }
+  friend DSparseTensor operator-(const DSparseTensor& a, const at::Scalar& s) { return a.with_values(a.values() - s); }
+  friend DSparseTensor operator*(const DSparseTensor& a, const at::Scalar& s) { return a.with_values(a.values() * s); }
+  friend DSparseTensor operator*(const at::Scalar& s, const DSparseTensor& a) { return a.with_values(a.values() * s); }
+  friend DSparseTensor operator/(const DSparseTensor& a, const at::Scalar& s) { return a.with_values(a.values() / s); }
+  friend DSparseTensor operator-(const DSparseTensor& a) { return a.with_values(-a.values()); }
+  friend DSparseTensor operator+(const DSparseTensor& a, const DSparseTensor& b) { return a.with_values(a.values() + a.same_structure(b, "+")); }
+  friend DSparseTensor operator-(const DSparseTensor& a, const DSparseTensor& b) { return a.with_values(a.values() - a.same_structure(b, "-")); }
+  /// Entrywise product of two matrices with the same structure (Hadamard).
+  friend DSparseTensor operator*(const DSparseTensor& a, const DSparseTensor& b) { return a.with_values(a.values() * a.same_structure(b, "*")); }
+  [[nodiscard]] DSparseTensor abs() const { return with_values(values().abs()); }
+  [[nodiscard]] DSparseTensor sqrt() const { return with_values(values().sqrt()); }
+  [[nodiscard]] DSparseTensor square() const { return with_values(values().square()); }
+  [[nodiscard]] DSparseTensor exp() const { return with_values(values().exp()); }
+  [[nodiscard]] DSparseTensor log() const { return with_values(values().log()); }
+  [[nodiscard]] DSparseTensor conj() const { return with_values(values().conj().resolve_conj()); }
+
+  // ---- reductions over the stored values (collective; replicated results) --------------------
+  [[nodiscard]] at::Tensor sum() const {
+    return exec::apply_op(values().sum(), c10::make_intrusive<exec::AllReduceOp>(layout_->comm()));
+  }
+  /// Row sums (axis 1, A 1) or column sums (axis 0, A^T 1), as a distributed vector.
+  [[nodiscard]] DVector sum(int axis) const {
+    const auto ones = DVector(layout_, at::ones({layout_->local_size()}, local_.values.options().requires_grad(false)));
+    if (axis == 1 || axis == -1) return matvec(ones);
+    if (axis == 0 || axis == -2) return rmatvec(ones);
+    throw Error("DSparseTensor::sum: axis must be 0, 1, -1 or -2, got " + std::to_string(axis));
+  }
+  [[nodiscard]] at::Tensor mean() const { return sum() / static_cast<double>(std::max<std::int64_t>(global_nnz(), 1)); }
+  [[nodiscard]] double max() const { return extreme(MPI_MAX); }
+  [[nodiscard]] double min() const { return extreme(MPI_MIN); }
+  /// "fro" (sqrt of the sum of |a_ij|^2), "1" (largest column abs-sum), "inf" (largest row abs-sum).
+  [[nodiscard]] double norm(std::string_view ord = "fro") const {
+    const auto a = values().detach().abs();
+    if (ord == "fro") {
+      double sq = a.numel() ? a.to(at::kDouble).square().sum().item<double>() : 0.0;
+      comm::check(MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, layout_->comm()), "MPI_Allreduce");
+      return std::sqrt(sq);
+    }
+    if (ord != "1" && ord != "inf")
+      throw Error("DSparseTensor::norm: ord must be \"fro\", \"1\" or \"inf\", got \"" + std::string(ord) + "\"");
+    const auto sums = with_values(a).sum(ord == "1" ? 0 : 1).local();
+    double m = sums.numel() ? sums.max().item<double>() : 0.0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &m, 1, MPI_DOUBLE, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    return m;
+  }
+
  private:
   /// A^T's backward pair: ghost contributions (the tail of a local-length vector) to owners.
   struct ReverseHaloOp final : exec::CommOp {
@@ -351,6 +402,27 @@ class DSparseTensor final : public detail::Operator {
     if (!ghost_buffer_.defined() || ghost_buffer_.scalar_type() != like.scalar_type())
       ghost_buffer_ = at::empty({plan_->ghost_count()}, like.options().requires_grad(false));
     return ghost_buffer_;
+  }
+
+  /// The values of `b`, after checking it has this matrix's structure (same halo plan: the
+  /// results of value operations on one matrix, or the same assembly).
+  [[nodiscard]] const at::Tensor& same_structure(const DSparseTensor& b, const char* op) const {
+    if (plan_ != b.plan_ || !at::equal(local_.col, b.local_.col) || !at::equal(local_.rowptr, b.local_.rowptr))
+      throw Error(std::string("DSparseTensor ") + op +
+                  ": the matrices have different structures (partition or stored pattern)");
+    return b.values();
+  }
+
+  /// Largest or smallest stored real value over all ranks; ranks without entries take part with
+  /// the neutral element. A matrix without any stored entry is an error on every rank.
+  [[nodiscard]] double extreme(MPI_Op op) const {
+    if (local_.values.is_complex()) throw Error("DSparseTensor::max/min: complex values are not ordered");
+    const bool is_max = op == MPI_MAX;
+    double v = nnz() == 0 ? (is_max ? -HUGE_VAL : HUGE_VAL)
+                          : (is_max ? values().max() : values().min()).item<double>();
+    if (global_nnz() == 0) throw Error("DSparseTensor::max/min: the matrix stores no entries");
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, op, layout_->comm()), "MPI_Allreduce");
+    return v;
   }
 
   void check_vector(const DVector& x, const char* op) const {
