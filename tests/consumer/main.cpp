@@ -21,8 +21,8 @@ int main() {
   constexpr auto method = einshard::sparse::PartitionMethod::simple;
 #endif
   const torch::Tensor ring = torch::arange(8);
-  const torch::Tensor ids =
-      einshard::sparse::partition_ids(ring, torch::remainder(ring + 1, 8), 8, 2, {.method = method});
+  const torch::Tensor next = torch::remainder(ring + 1, 8);
+  const torch::Tensor ids = einshard::sparse::partition_ids(ring, next, 8, 2, {.method = method});
   if (ids.bincount().min().item<std::int64_t>() < 2) {
     std::cerr << "einshard consumer: expected two parts of a ring of 8, got " << ids << '\n';
     return 1;

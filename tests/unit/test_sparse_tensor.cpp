@@ -243,8 +243,8 @@ TEST_CASE("SparseTensor: csr_matvec on a pattern with other values", "[sparse][a
   CHECK(close(y, at::mv(a.with_values(values.detach()).to_dense(), x), 1e-12));
   y.sum().backward();
   const auto ones = at::ones({5}, at::kDouble);
-  CHECK(close(values.grad(), ones.index_select(0, a.row_indices()) * x.index_select(0, a.col_indices()),
-              1e-12));
+  CHECK(close(values.grad(),
+              ones.index_select(0, a.row_indices()) * x.index_select(0, a.col_indices()), 1e-12));
   CHECK_THROWS_AS(sp::detail::csr_matvec(a.csr(), values.slice(0, 1), x), es::Error);
 }
 
@@ -360,9 +360,9 @@ TEST_CASE("SparseTensor: diagonal and symmetry", "[sparse]") {
   CHECK(sp::SparseTensor(v_small, i, j, {3, 3}).is_symmetric());
   CHECK_FALSE(sp::SparseTensor(v_small, i, j, {3, 3}).is_symmetric(1e-12, 0.0));
   // Complex: Hermitian is not symmetric.
-  const auto z = sp::SparseTensor(at::tensor(std::vector<c10::complex<double>>{{1, 0}, {2, 1}, {2, -1}}),
-                                  at::tensor(std::vector<std::int64_t>{0, 0, 1}),
-                                  at::tensor(std::vector<std::int64_t>{0, 1, 0}), {2, 2});
+  const sp::SparseTensor z(at::tensor(std::vector<c10::complex<double>>{{1, 0}, {2, 1}, {2, -1}}),
+                           at::tensor(std::vector<std::int64_t>{0, 0, 1}),
+                           at::tensor(std::vector<std::int64_t>{0, 1, 0}), {2, 2});
   CHECK(z.is_hermitian());
   CHECK_FALSE(z.is_symmetric());
 }

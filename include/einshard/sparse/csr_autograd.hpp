@@ -68,8 +68,9 @@ struct CsrProduct : torch::autograd::Function<CsrProduct> {
     ctx->saved_data["cols"] = cols;
     ctx->saved_data["transpose"] = transpose;
     const Csr a = with_values(Csr{rows, cols, rowptr, col, {}}, values);
-    return transpose ? columnwise(x, cols, [&](const at::Tensor& v) { return spmv_transpose(a, v); })
-                     : columnwise(x, rows, [&](const at::Tensor& v) { return spmv(a, v); });
+    if (transpose)
+      return columnwise(x, cols, [&](const at::Tensor& v) { return spmv_transpose(a, v); });
+    return columnwise(x, rows, [&](const at::Tensor& v) { return spmv(a, v); });
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

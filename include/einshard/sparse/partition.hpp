@@ -225,7 +225,8 @@ inline at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::i
   const auto dst = (key - src * n).contiguous();
   const auto* xa = xadj_t.data_ptr<std::int64_t>();
   const auto* dv = dst.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i <= n; ++i) xadj[static_cast<std::size_t>(i)] = static_cast<idx_t>(xa[i]);
+  for (std::int64_t i = 0; i <= n; ++i)
+    xadj[static_cast<std::size_t>(i)] = static_cast<idx_t>(xa[i]);
   for (std::int64_t k = 0; k < key.numel(); ++k)
     adjncy[static_cast<std::size_t>(k)] = static_cast<idx_t>(dv[k]);
   idx_t options[METIS_NOPTIONS];

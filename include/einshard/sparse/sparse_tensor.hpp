@@ -31,8 +31,8 @@ class SparseTensor {
       : SparseTensor(detail::coo_to_csr(at::zeros({0}, at::kDouble), at::zeros({0}, at::kLong),
                                         at::zeros({0}, at::kLong), 0, 0)) {}
 
-  /// COO triples; duplicate (row, col) pairs are summed. `row`/`col` are integer tensors, checked to
-  /// lie in [0, rows) and [0, cols).
+  /// COO triples; duplicate (row, col) pairs are summed. `row`/`col` are integer tensors, checked
+  /// to lie in [0, rows) and [0, cols).
   SparseTensor(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
                std::array<std::int64_t, 2> shape)
       : SparseTensor(checked_coo_to_csr(values, row, col, shape)) {}
@@ -121,7 +121,7 @@ class SparseTensor {
     return matches_transpose(atol, rtol, true);
   }
 
-  // ---- elementwise on the stored values ----------------------------------------------------------
+  // ---- elementwise on the stored values -------------------------------------------------------
   [[nodiscard]] SparseTensor abs() const { return with_values(csr_.values.abs()); }
   [[nodiscard]] SparseTensor sqrt() const { return with_values(csr_.values.sqrt()); }
   [[nodiscard]] SparseTensor square() const { return with_values(csr_.values.square()); }
@@ -176,7 +176,7 @@ class SparseTensor {
   /// A x: `matvec`.
   friend at::Tensor operator*(const SparseTensor& a, const at::Tensor& x) { return a.matvec(x); }
 
-  // ---- reductions over the stored values (torch-sla §1.8) ----------------------------------------
+  // ---- reductions over the stored values (torch-sla §1.8) -------------------------------------
   /// Sum of the stored values (0-d).
   [[nodiscard]] at::Tensor sum() const { return csr_.values.sum(); }
   /// axis 0 (or -2): column sums, length cols; axis 1 (or -1): row sums, length rows.
@@ -205,8 +205,8 @@ class SparseTensor {
     check_not_empty("min");
     return csr_.values.min();
   }
-  /// "fro": sqrt of the sum of |v|^2; "1": largest column sum of |v|; "inf": largest row sum of |v|.
-  /// A real 0-d tensor.
+  /// "fro": sqrt of the sum of |v|^2; "1": largest column sum of |v|; "inf": largest row sum of
+  /// |v|. A real 0-d tensor.
   [[nodiscard]] at::Tensor norm(std::string_view ord = "fro") const {
     const auto a = abs();
     if (ord == "fro") return a.csr_.values.square().sum().sqrt();
@@ -222,8 +222,9 @@ class SparseTensor {
 
   static void check_dtype(at::ScalarType t) {
     if (t != at::kFloat && t != at::kDouble && t != at::kComplexFloat && t != at::kComplexDouble)
-      throw Error(std::string("sparse: values must be float32, float64, complex64 or complex128, got ") +
-                  c10::toString(t));
+      throw Error(
+          std::string("sparse: values must be float32, float64, complex64 or complex128, got ") +
+          c10::toString(t));
   }
 
   static Csr checked_coo_to_csr(const at::Tensor& values, const at::Tensor& row,
@@ -273,7 +274,8 @@ class SparseTensor {
   }
 
   void check_not_empty(const char* what) const {
-    if (nnz() == 0) throw Error(std::string("sparse: ") + what + " of a matrix with no stored values");
+    if (nnz() == 0)
+      throw Error(std::string("sparse: ") + what + " of a matrix with no stored values");
   }
 
   [[nodiscard]] bool matches_transpose(double atol, double rtol, bool conjugate) const {
