@@ -119,6 +119,25 @@ inline bool moves_data(const plan::Step& s, const Mesh& mesh) {
   return (!s.group.empty() && mesh.size(s.group) > 1) || wide(s.before) || wide(s.after);
 }
 
+/// Folds FFT stage `next` into `prev` when one torch call computes both: complex passes in the same
+/// direction, an r2c followed by complex passes (rfftn transforms its last axis first), complex
+/// inverse passes followed by a c2r (irfftn transforms its last axis last).
+inline bool merge_fft(plan::FftStage& prev, const plan::FftStage& next) {
+  using plan::FftOp;
+  const bool forward = (prev.op == FftOp::forward || prev.op == FftOp::real_forward) && next.op == FftOp::forward;
+  const bool inverse = prev.op == FftOp::inverse && (next.op == FftOp::inverse || next.op == FftOp::real_inverse);
+  if (!forward && !inverse) return false;
+  auto dims = next.dims;
+  if (prev.op == FftOp::real_forward)
+    dims.insert(dims.end(), prev.dims.begin(), prev.dims.end());  // the half axis stays last
+  else
+    dims.insert(dims.begin(), prev.dims.begin(), prev.dims.end());
+  prev.dims = std::move(dims);
+  prev.op = prev.op == FftOp::real_forward ? FftOp::real_forward : next.op;
+  prev.after = next.after;
+  return true;
+}
+
 /// Plans `p` (lengths set) and prepares every layout change. `in` holds the input's measured sizes;
 /// the output's shard sizes come from `shapes` or the split rule, intermediate layouts' from the
 /// split rule. Pure given its arguments (the mesh is only read), so every rank prepares the same.
@@ -133,36 +152,45 @@ inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& 
     if (!a.transform && !a.in_group.empty()) out.shards[{a.out, a.in_group}] = in.of(a.in, a.in_group);
   }
   resolve(out, call.plan.out, mesh, shapes, what);
-  for (const auto& s : call.plan.stages) {
-    SizeTable t;
-    if (s.kind == plan::FftStage::Kind::move) {
-      auto add = [&](const plan::Layout& l) {
-        for (const auto& [name, group] : l.axes) {
-          std::size_t d = 0;
-          while (d < p.axes.size() && (s.done[d] ? p.axes[d].out : p.axes[d].in) != name) ++d;
-          const bool after = s.done[d];
-          const auto length = after ? p.axes[d].out_length : p.axes[d].in_length;
-          t.global[name] = length;
-          if (group.empty() || t.shards.contains({name, group})) continue;
-          const auto& known = after ? out.shards : in.shards;
-          const auto it = known.find({name, group});
-          t.shards[{name, group}] =
-              it != known.end() ? it->second : compute_split_shapes(length, mesh.size(group));
-        }
-      };
-      add(s.before);
-      add(s.after);
-      // A step over groups of one rank moves nothing (a shard of one is the whole axis): on a
-      // single process the plan is the local FFTs alone.
-      std::vector<plan::Step> steps;
-      for (const auto& st : s.steps)
-        if (st.kind == plan::StepKind::permute || moves_data(st, mesh)) steps.push_back(st);
-      call.programs.push_back(make_program(std::move(steps), t, mesh));
-    } else {
+  std::vector<plan::FftStage> kept;
+  for (auto& s : call.plan.stages) {
+    if (s.kind == plan::FftStage::Kind::fft) {
+      // FFT stages with nothing between them run as one call (torch's n-d transforms are faster
+      // than their 1-d passes one by one).
+      if (!kept.empty() && kept.back().kind == plan::FftStage::Kind::fft && merge_fft(kept.back(), s)) continue;
+      kept.push_back(std::move(s));
       call.programs.emplace_back();
+      call.tables.emplace_back();
+      continue;
     }
+    SizeTable t;
+    auto add = [&](const plan::Layout& l) {
+      for (const auto& [name, group] : l.axes) {
+        std::size_t d = 0;
+        while (d < p.axes.size() && (s.done[d] ? p.axes[d].out : p.axes[d].in) != name) ++d;
+        const bool after = s.done[d];
+        const auto length = after ? p.axes[d].out_length : p.axes[d].in_length;
+        t.global[name] = length;
+        if (group.empty() || t.shards.contains({name, group})) continue;
+        const auto& known = after ? out.shards : in.shards;
+        const auto it = known.find({name, group});
+        t.shards[{name, group}] =
+            it != known.end() ? it->second : compute_split_shapes(length, mesh.size(group));
+      }
+    };
+    add(s.before);
+    add(s.after);
+    // A step over groups of one rank moves nothing (a shard of one is the whole axis): on a
+    // single process the plan is the local FFTs alone.
+    std::vector<plan::Step> steps;
+    for (const auto& st : s.steps)
+      if (st.kind == plan::StepKind::permute || moves_data(st, mesh)) steps.push_back(st);
+    if (steps.empty()) continue;
+    call.programs.push_back(make_program(std::move(steps), t, mesh));
     call.tables.push_back(std::move(t));
+    kept.push_back(std::move(s));
   }
+  call.plan.stages = std::move(kept);
   call.problem = std::move(p);
   return call;
 }
