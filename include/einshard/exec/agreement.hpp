@@ -75,7 +75,7 @@ inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_v
       info.fault = p[3];
       std::copy(p + 4, p + RankInfo::words, info.sizes.begin());
     }
-  const auto prefix = std::string(what) + ": ";
+  auto prefix = [&] { return std::string(what) + ": "; };  // built only for an error
   auto operand = [&](std::size_t i) {
     return n == 1 ? std::string("the tensor") : "input " + std::to_string(i + 1);
   };
@@ -86,13 +86,13 @@ inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_v
       switch (static_cast<LocalFault>(info.fault)) {
         case LocalFault::none: break;
         case LocalFault::rank_mismatch:
-          throw Error(prefix + operand(i) + on + " has " + std::to_string(info.ndim) +
+          throw Error(prefix() + operand(i) + on + " has " + std::to_string(info.ndim) +
                       " dimensions, but the notation names " + expected_dims[i]);
         case LocalFault::too_many_dims:
-          throw Error(prefix + operand(i) + on + " has more than " +
+          throw Error(prefix() + operand(i) + on + " has more than " +
                       std::to_string(RankInfo::max_dims) + " dimensions");
         case LocalFault::not_cpu:
-          throw Error(prefix + operand(i) + on +
+          throw Error(prefix() + operand(i) + on +
                       " is not a CPU tensor; this version communicates CPU tensors only");
       }
     }
@@ -105,11 +105,11 @@ inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_v
         throw Error("einshard: rank " + std::to_string(r) +
                     " called a different operation than rank 0 (notation or number of operands differ)");
       if (b.dtype != a.dtype)
-        throw Error(prefix + "the dtype of " + operand(i) + " differs between ranks: " +
+        throw Error(prefix() + "the dtype of " + operand(i) + " differs between ranks: " +
                     c10::toString(static_cast<at::ScalarType>(a.dtype)) + " on rank 0, " +
                     c10::toString(static_cast<at::ScalarType>(b.dtype)) + on);
       if (b.ndim != a.ndim)
-        throw Error(prefix + "the rank of " + operand(i) + " differs between ranks: " +
+        throw Error(prefix() + "the rank of " + operand(i) + " differs between ranks: " +
                     std::to_string(a.ndim) + " dimensions on rank 0, " + std::to_string(b.ndim) + on);
     }
   return ranks;

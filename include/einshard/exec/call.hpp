@@ -28,9 +28,16 @@ namespace einshard {
 namespace detail {
 
 /// The last distributed call's plan, described only when asked for (describing costs strings).
+/// `make` describes it; a caller may keep what `make` needs in `call`, `mesh`, `element` and
+/// `source` and capture only this object's address, which spares a cached call the allocations of
+/// a larger closure (the storage is reused from call to call).
 struct LastPlan {
   std::function<Plan()> make;
   std::optional<Plan> plan;
+  std::shared_ptr<const void> call;
+  Mesh mesh;
+  std::int64_t element = 0;
+  std::string source;
 };
 inline LastPlan& last_plan_storage() {
   thread_local LastPlan last;
@@ -92,17 +99,22 @@ inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorLis
   return a;
 }
 
-/// Everything a prepared call depends on, as text.
-inline std::string cache_key(std::string_view source, const Options& o, const Agreement& a) {
-  std::string key(source);
+/// Everything a prepared call depends on, as bytes; written into this thread's reused string, so a
+/// repeated call allocates nothing here.
+inline const std::string& cache_key(std::string_view source, const Options& o, const Agreement& a) {
+  thread_local std::string key;
+  auto word = [](std::int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  key.assign(source);
   key += '\x1f';
-  key += std::to_string(comm::to_handle(o.mesh.comm())) + ':' +
-         std::to_string(static_cast<int>(o.policy.value_or(Policy::training))) + ':' + o.shapes.key();
+  word(static_cast<std::int64_t>(comm::to_handle(o.mesh.comm())));
+  word(static_cast<std::int64_t>(o.policy.value_or(Policy::training)));
+  if (!o.shapes.empty()) key += o.shapes.key();
+  key += '\x1f';
   for (const auto& rank : a.ranks)
     for (const auto& info : rank) {
-      key += '|' + std::to_string(info.dtype);
-      for (std::int64_t d = 0; d < info.ndim; ++d)
-        key += ',' + std::to_string(info.sizes[static_cast<std::size_t>(d)]);
+      word(info.dtype);
+      word(info.ndim);
+      for (std::int64_t d = 0; d < info.ndim; ++d) word(info.sizes[static_cast<std::size_t>(d)]);
     }
   return key;
 }

@@ -20,10 +20,19 @@
 
 namespace einshard::exec {
 
+/// What a step over one axis needs at run time, looked up once when the program is made.
+struct AxisPieces {
+  std::int64_t dim = 0;
+  std::vector<std::int64_t> sizes;  ///< the axis's pieces over the step's group
+  int coordinate = 0;               ///< this rank's coordinate in the group
+};
+
 struct Program {
   std::vector<plan::Step> steps;
   /// Forward and backward schedules of the all-to-all steps, by step index.
   std::map<std::size_t, std::pair<plan::Schedule, plan::Schedule>> schedules;
+  /// The pieces of the split, gather and reduce-scatter steps, by step index (empty otherwise).
+  std::vector<AxisPieces> pieces;
 };
 
 namespace detail {
@@ -59,46 +68,66 @@ inline std::int64_t message_bytes(const std::vector<plan::Transfer>& ts, int me,
 }  // namespace detail
 
 inline Program make_program(std::vector<plan::Step> steps, const SizeTable& t, const Mesh& mesh) {
-  Program p{std::move(steps), {}};
+  Program p{std::move(steps), {}, {}};
+  p.pieces.resize(p.steps.size());
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const auto& s = p.steps[i];
-    if (s.kind == plan::StepKind::redistribute)
-      p.schedules[i] = {detail::schedule(s.before, s.after, t, mesh),
-                        detail::schedule(s.after, s.before, t, mesh)};
+    switch (s.kind) {
+      case plan::StepKind::redistribute:
+        p.schedules[i] = {detail::schedule(s.before, s.after, t, mesh),
+                          detail::schedule(s.after, s.before, t, mesh)};
+        break;
+      case plan::StepKind::reduce_scatter:
+      case plan::StepKind::gather_to_partial:
+      case plan::StepKind::split:
+      case plan::StepKind::gather:
+        p.pieces[i] = {s.before.find(s.axis), t.of(s.axis, s.group), mesh.coordinate(s.group)};
+        break;
+      default: break;
+    }
   }
   return p;
 }
 
-/// Applies the steps to `x` (whose layout is the first step's `before`).
-inline at::Tensor run(const Program& p, at::Tensor x, const SizeTable& t, const Mesh& mesh) {
+/// Applies the steps to `x` (whose layout is the first step's `before`). `internal`: `x` is not
+/// the caller's tensor, or the result is not handed to the caller, so the result may alias `x`. A step whose
+/// input needs no gradient (or with grad mode off) calls its collective directly: no autograd node,
+/// no step object. (The size table is the one `p` was made with; the program holds what it needs.)
+inline at::Tensor run(const Program& p, at::Tensor x, const SizeTable& /*sizes*/, const Mesh& mesh,
+                      bool internal = false) {
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const auto& s = p.steps[i];
-    auto pieces = [&] {
-      return Pieces{mesh.comm(s.group), s.before.find(s.axis), t.of(s.axis, s.group),
-                    mesh.coordinate(s.group)};
-    };
+    const bool record = records(x);
+    const auto& ap = p.pieces[i];
+    auto pieces = [&] { return Pieces{mesh.comm(s.group), ap.dim, ap.sizes, ap.coordinate}; };
     switch (s.kind) {
       case plan::StepKind::all_reduce:
-        x = apply_op(x, c10::make_intrusive<AllReduceOp>(mesh.comm(s.group)));
+        x = record ? apply_op(x, c10::make_intrusive<AllReduceOp>(mesh.comm(s.group)))
+                   : comm::all_reduce(x, mesh.comm(s.group));
         break;
-      case plan::StepKind::add_partial:
-        x = apply_op(x, c10::make_intrusive<AddPartialOp>(mesh.comm(s.group)));
+      case plan::StepKind::add_partial: {
+        if (record) x = apply_op(x, c10::make_intrusive<AddPartialOp>(mesh.comm(s.group), !internal));
+        else if (!internal) x = x.clone();
         break;
+      }
       case plan::StepKind::reduce_scatter:
-        x = apply_op(x, c10::make_intrusive<ReduceScatterOp>(pieces()));
+        x = record ? apply_op(x, c10::make_intrusive<ReduceScatterOp>(pieces()))
+                   : comm::reduce_scatter(x, ap.dim, ap.sizes, mesh.comm(s.group));
         break;
       case plan::StepKind::gather_to_partial:
-        x = apply_op(x, c10::make_intrusive<GatherOp>(pieces(), true));
+      case plan::StepKind::gather:
+        x = record ? apply_op(x, c10::make_intrusive<GatherOp>(
+                                     pieces(), s.kind == plan::StepKind::gather_to_partial))
+                   : comm::all_gather(x, ap.dim, ap.sizes, mesh.comm(s.group));
         break;
       case plan::StepKind::split:
-        x = apply_op(x, c10::make_intrusive<SplitOp>(pieces()));
-        break;
-      case plan::StepKind::gather:
-        x = apply_op(x, c10::make_intrusive<GatherOp>(pieces(), false));
+        x = record ? apply_op(x, c10::make_intrusive<SplitOp>(pieces()))
+                   : detail::slice(x, ap.dim, ap.sizes, ap.coordinate);
         break;
       case plan::StepKind::redistribute: {
         const auto& [forward, backward] = p.schedules.at(i);
-        x = apply_op(x, c10::make_intrusive<RedistributeOp>(mesh.comm(), forward, backward));
+        x = record ? apply_op(x, c10::make_intrusive<RedistributeOp>(mesh.comm(), forward, backward))
+                   : comm::exchange_boxes(x, forward.out_shape, forward.sends, forward.recvs, mesh.comm());
         break;
       }
       case plan::StepKind::permute:

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <numeric>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -25,12 +26,27 @@ struct AllReduceOp final : CommOp {
 };
 
 /// Whole -> partial (Megatron's f): nothing moves forward; the partial gradients are summed.
+/// `copy`: the result is handed to the caller, so it must not alias the input; a result consumed
+/// inside the library (the operand of a local einsum) is the input itself.
 struct AddPartialOp final : CommOp {
   MPI_Comm comm;
-  explicit AddPartialOp(MPI_Comm c) : comm(c) {}
-  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override { return x.clone(); }
+  bool copy;
+  explicit AddPartialOp(MPI_Comm c, bool copy_result = true) : comm(c), copy(copy_result) {}
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override { return copy ? x.clone() : x; }
   [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override { return comm::all_reduce(g, comm); }
 };
+
+namespace detail {
+
+inline at::Tensor slice(const at::Tensor& x, std::int64_t dim, std::span<const std::int64_t> sizes,
+                        int coordinate) {
+  const auto c = static_cast<std::size_t>(coordinate);
+  const auto offset = std::accumulate(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(c),
+                                      std::int64_t{0});
+  return x.narrow(dim, offset, sizes[c]).clone();
+}
+
+}  // namespace detail
 
 /// Pieces of one axis over a group: their sizes by group coordinate, and this rank's coordinate.
 struct Pieces {
@@ -39,12 +55,7 @@ struct Pieces {
   std::vector<std::int64_t> sizes;
   int coordinate;
 
-  [[nodiscard]] at::Tensor slice(const at::Tensor& x) const {
-    const auto c = static_cast<std::size_t>(coordinate);
-    const auto offset = std::accumulate(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(c),
-                                        std::int64_t{0});
-    return x.narrow(dim, offset, sizes[c]).clone();
-  }
+  [[nodiscard]] at::Tensor slice(const at::Tensor& x) const { return detail::slice(x, dim, sizes, coordinate); }
   [[nodiscard]] at::Tensor gather(const at::Tensor& x) const { return comm::all_gather(x, dim, sizes, comm); }
   [[nodiscard]] at::Tensor reduce_scatter(const at::Tensor& x) const {
     return comm::reduce_scatter(x, dim, sizes, comm);

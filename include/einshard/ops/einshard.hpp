@@ -33,32 +33,41 @@ inline void check_einshard_options(const Options& o) {
 /// A notation that moves data between ranks: agree, fetch (or prepare) the plan, run it.
 inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
                                   const Options& o) {
-  const auto what = exec::call_name(e);
   if (!o.mesh)
-    throw Error(what + " moves data between ranks; distributed einshard operations require a mesh "
-                       "(.mesh = ...)");
+    throw Error(exec::call_name(e) +
+                " moves data between ranks; distributed einshard operations require a mesh (.mesh = ...)");
   if (xs.size() != e.input_count())
-    throw Error(what + " has " + std::to_string(e.input_count()) + " inputs, but " +
+    throw Error(exec::call_name(e) + " has " + std::to_string(e.input_count()) + " inputs, but " +
                 std::to_string(xs.size()) + " tensors were given");
   const Mesh& mesh = o.mesh;
   const auto agreement = exec::agree_operands(e, xs, mesh);
-  const auto key = exec::cache_key(e.source, o, agreement);
+  const auto& key = exec::cache_key(e.source, o, agreement);
   const auto element = xs[0].element_size();
   auto& last = last_plan_storage();
   last.plan.reset();
+  // The closures capture only `last`, so a cached call allocates nothing to remember its plan.
+  auto remember = [&](std::shared_ptr<const void> call, Plan (*describe)(const LastPlan&)) {
+    last.call = std::move(call);
+    last.mesh = mesh;
+    last.element = element;
+    last.source.assign(e.source);
+    last.make = [l = &last, describe] { return describe(*l); };
+  };
   if (xs.size() == 1) {
-    const auto call = exec::CallCache<exec::UnaryCall>::instance().get(
+    auto call = exec::CallCache<exec::UnaryCall>::instance().get(
         key, [&] { return exec::prepare_unary(e, agreement, o); });
-    last.make = [call, source = std::string(e.source), mesh, element] {
-      return exec::describe_unary(source, *call, mesh, element);
-    };
+    remember(call, [](const LastPlan& l) {
+      return exec::describe_unary(l.source, *static_cast<const exec::UnaryCall*>(l.call.get()), l.mesh,
+                                  l.element);
+    });
     return exec::run_unary(*call, xs[0], agreement.scalar[0], mesh);
   }
-  const auto call = exec::CallCache<exec::ContractionCall>::instance().get(
+  auto call = exec::CallCache<exec::ContractionCall>::instance().get(
       key, [&] { return exec::prepare_contraction(e, agreement, element, o); });
-  last.make = [call, source = std::string(e.source), mesh, element] {
-    return exec::describe_contraction(source, *call, mesh, element);
-  };
+  remember(call, [](const LastPlan& l) {
+    return exec::describe_contraction(
+        l.source, *static_cast<const exec::ContractionCall*>(l.call.get()), l.mesh, l.element);
+  });
   return exec::run_contraction(*call, xs, agreement.scalar, mesh);
 }
 
