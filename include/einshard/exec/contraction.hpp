@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "einshard/exec/unary.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
+#include "einshard/ops/local.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/binary.hpp"
 #include "einshard/plan/plan.hpp"
@@ -33,12 +35,26 @@ struct Stage {
   std::size_t left = 0, right = 1;
   plan::BinaryPlan plan;
   Program x, y, z;
+  std::optional<ops::MatmulForm> form;  ///< the local einsum as a matrix product, when it is one
 };
 
 struct ContractionCall {
   SizeTable sizes;
   std::vector<Stage> stages;
 };
+
+/// Resolves the sizes of a stage's chosen candidate and makes its programs.
+inline void make_stage(SizeTable& sizes, Stage& s, const Mesh& mesh, const Shapes& shapes,
+                       const std::string& what) {
+  const auto& c = s.plan.chosen;
+  for (const auto* steps : {&c.x_steps, &c.y_steps, &c.z_steps})
+    for (const auto& st : *steps) resolve(sizes, st.after, mesh, shapes, what);
+  resolve(sizes, c.result, mesh, shapes, what);
+  s.x = make_program(c.x_steps, sizes, mesh);
+  s.y = make_program(c.y_steps, sizes, mesh);
+  s.z = make_program(c.z_steps, sizes, mesh);
+  s.form = ops::matmul_form(s.plan.equation);
+}
 
 /// Plans every stage and resolves all sizes; pure given the agreement.
 inline ContractionCall prepare_contraction(const notation::ExpressionView& e, const Agreement& a,
@@ -84,7 +100,7 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
                                    element, policy, true);
         if (!found || p.chosen.score < best_score) {
           best_score = p.chosen.score;
-          best = Stage{i, j, std::move(p), {}, {}, {}};
+          best = Stage{i, j, std::move(p), {}, {}, {}, {}};
           found = true;
         }
       }
@@ -96,17 +112,19 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
     call.stages.push_back(std::move(best));
   }
   call.stages.push_back(
-      {0, 1, plan::plan_binary(work[0], work[1], out, mesh.shape(), call.sizes.global, element, policy), {}, {}, {}});
+      {0, 1, plan::plan_binary(work[0], work[1], out, mesh.shape(), call.sizes.global, element, policy), {}, {}, {}, {}});
 
-  for (auto& s : call.stages) {
-    const auto& c = s.plan.chosen;
-    for (const auto* steps : {&c.x_steps, &c.y_steps, &c.z_steps})
-      for (const auto& st : *steps) resolve(call.sizes, st.after, mesh, o.shapes, what);
-    resolve(call.sizes, c.result, mesh, o.shapes, what);
-    s.x = make_program(c.x_steps, call.sizes, mesh);
-    s.y = make_program(c.y_steps, call.sizes, mesh);
-    s.z = make_program(c.z_steps, call.sizes, mesh);
-  }
+  for (auto& s : call.stages) make_stage(call.sizes, s, mesh, o.shapes, what);
+  return call;
+}
+
+/// `call` with stage `stage` running its candidate `alternative` (an index into its alternatives)
+/// instead of the chosen one: what the planner rejected, for benchmarks that measure it.
+inline ContractionCall with_alternative(ContractionCall call, std::size_t stage, std::size_t alternative,
+                                        const notation::ExpressionView& e, const Options& o) {
+  auto& s = call.stages.at(stage);
+  s.plan.chosen = s.plan.alternatives.at(alternative);
+  make_stage(call.sizes, s, o.mesh, o.shapes, call_name(e));
   return call;
 }
 
@@ -134,9 +152,9 @@ inline at::Tensor run_contraction(const ContractionCall& call, at::TensorList xs
   std::vector<at::Tensor> work;
   for (std::size_t i = 0; i < xs.size(); ++i) work.push_back(scalar[i] ? xs[i].reshape({1}) : xs[i]);
   for (const auto& s : call.stages) {
-    const auto x = run(s.x, work[s.left], call.sizes, mesh);
-    const auto y = run(s.y, work[s.right], call.sizes, mesh);
-    auto z = run(s.z, at::einsum(s.plan.equation, {x, y}), call.sizes, mesh);
+    const auto x = run(s.x, work[s.left], call.sizes, mesh, true);
+    const auto y = run(s.y, work[s.right], call.sizes, mesh, true);
+    auto z = run(s.z, ops::contract(s.form, s.plan.equation, x, y), call.sizes, mesh, true);
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.right));
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.left));
     work.push_back(std::move(z));

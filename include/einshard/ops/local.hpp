@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -192,6 +193,90 @@ inline at::Tensor run_local(const plan::LocalPlan& p, std::string_view source, a
     }
   }
   return out.reshape(shape);
+}
+
+/// A two-operand einsum that is a (batched) matrix product: `x` is batch, row and contracted axes in
+/// that order, `y` batch axes then column and contracted axes (either order), the result batch, row
+/// and column axes. Such a product runs as one `at::matmul` on reshaped views, whose backward is two
+/// matrix products; `at::einsum` permutes and reshapes around a `bmm` instead, measured 10-30 %
+/// slower forward and backward at the sizes of a tensor-parallel MLP (docs/performance.md).
+struct MatmulForm {
+  std::size_t batch = 0, rows = 0, columns = 0, contracted = 0;
+  bool y_contracted_first = false;  ///< y is (batch, contracted, columns), else (batch, columns, contracted)
+};
+
+/// The matrix-product form of `equation` (letters only, as the planners write them), if it has one.
+inline std::optional<MatmulForm> matmul_form(std::string_view equation) {
+  const auto comma = equation.find(','), arrow = equation.find("->");
+  if (comma == std::string_view::npos || arrow == std::string_view::npos || arrow < comma) return std::nullopt;
+  const auto x = equation.substr(0, comma), y = equation.substr(comma + 1, arrow - comma - 1),
+             z = equation.substr(arrow + 2);
+  if (y.find(',') != std::string_view::npos) return std::nullopt;
+  auto has = [](std::string_view s, char c) { return s.find(c) != std::string_view::npos; };
+  auto distinct = [](std::string_view s) {
+    for (std::size_t i = 0; i < s.size(); ++i)
+      if (s.find(s[i], i + 1) != std::string_view::npos) return false;
+    return true;
+  };
+  if (!distinct(x) || !distinct(y) || !distinct(z)) return std::nullopt;
+  MatmulForm f;
+  std::string b, m, n, k;
+  for (char c : x) {
+    const bool in_y = has(y, c), in_z = has(z, c);
+    if (in_y && in_z) b += c;
+    else if (in_z) m += c;
+    else if (in_y) k += c;
+    else return std::nullopt;  // summed over one operand alone
+  }
+  for (char c : y)
+    if (!has(x, c)) {
+      if (!has(z, c)) return std::nullopt;
+      n += c;
+    }
+  if (x != b + m + k || z != b + m + n) return std::nullopt;
+  if (y == b + n + k) f.y_contracted_first = false;
+  else if (y == b + k + n) f.y_contracted_first = true;
+  else return std::nullopt;
+  f.batch = b.size();
+  f.rows = m.size();
+  f.columns = n.size();
+  f.contracted = k.size();
+  return f;
+}
+
+/// `at::einsum(equation, {x, y})`, through `at::matmul` when `form` applies to these shapes (no
+/// broadcasting of batch or contracted axes).
+inline at::Tensor contract(const std::optional<MatmulForm>& form, const std::string& equation,
+                           const at::Tensor& x, const at::Tensor& y) {
+  if (!form || x.dim() != static_cast<std::int64_t>(form->batch + form->rows + form->contracted) ||
+      y.dim() != static_cast<std::int64_t>(form->batch + form->columns + form->contracted))
+    return at::einsum(equation, {x, y});
+  const auto& f = *form;
+  const auto xs = x.sizes(), ys = y.sizes();
+  const auto yk = f.batch + (f.y_contracted_first ? 0 : f.columns);  // first contracted axis of y
+  const auto yn = f.batch + (f.y_contracted_first ? f.contracted : 0);
+  std::int64_t rows = 1, columns = 1, inner = 1;
+  for (std::size_t i = 0; i < f.batch; ++i)
+    if (xs[i] != ys[i]) return at::einsum(equation, {x, y});
+  for (std::size_t i = 0; i < f.contracted; ++i) {
+    if (xs[f.batch + f.rows + i] != ys[yk + i]) return at::einsum(equation, {x, y});
+    inner *= ys[yk + i];
+  }
+  for (std::size_t i = 0; i < f.rows; ++i) rows *= xs[f.batch + i];
+  for (std::size_t i = 0; i < f.columns; ++i) columns *= ys[yn + i];
+  c10::SmallVector<std::int64_t, 8> shape(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(f.batch));
+  shape.append({rows, inner});
+  const auto x2 = x.reshape(shape);
+  shape.pop_back();
+  shape.pop_back();
+  const auto y2 = f.y_contracted_first ? (shape.append({inner, columns}), y.reshape(shape))
+                                       : (shape.append({columns, inner}), y.reshape(shape).transpose(-1, -2));
+  shape.pop_back();
+  shape.pop_back();
+  shape.append(xs.begin() + static_cast<std::ptrdiff_t>(f.batch),
+               xs.begin() + static_cast<std::ptrdiff_t>(f.batch + f.rows));
+  shape.append(ys.begin() + static_cast<std::ptrdiff_t>(yn), ys.begin() + static_cast<std::ptrdiff_t>(yn + f.columns));
+  return at::matmul(x2, y2).reshape(shape);
 }
 
 }  // namespace einshard::ops
