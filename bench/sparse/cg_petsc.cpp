@@ -344,13 +344,13 @@ int run(const Config& cfg) {
           setup = r.info.setup_seconds;
           iterations = r.info.seconds;
         }));
+        t_es_setup.push_back(max_over_ranks(setup));
+        t_es_iter.push_back(max_over_ranks(iterations));
         if (rep > 0) return;
         if (r.info.iterations != cfg.iters)
           throw std::runtime_error("einshard CG (" + name + ") ran " + std::to_string(r.info.iterations) +
                                    " iterations, expected " + std::to_string(cfg.iters));
         x_es = r.x.local();
-        t_es_setup.push_back(max_over_ranks(setup));
-        t_es_iter.push_back(max_over_ranks(iterations));
       };
       auto reference = [&] {
         int its = 0;
