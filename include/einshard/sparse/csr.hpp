@@ -91,23 +91,46 @@ void dispatch_csr(const Csr& a, F&& f) {
   });
 }
 
+/// Typed raw pointers of a Csr, for kernels: `dispatch_view(a, [&](auto m) { ... m.rp, m.ci,
+/// m.av ... })`, with `typename decltype(m)::value_type` the value type.
+template <class V, class I>
+struct CsrView {
+  using value_type = V;
+  std::int64_t rows;
+  const std::int64_t* __restrict rp;
+  const I* __restrict ci;
+  const V* __restrict av;
+};
+
+/// Row i of the matrix times x.
+template <class View, class V>
+inline V row_times(const View& m, std::int64_t i, const V* __restrict x) {
+  V s{};
+  for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) s += m.av[k] * x[m.ci[k]];
+  return s;
+}
+
+template <class F>
+void dispatch_view(const Csr& a, F&& f) {
+  dispatch_csr(a, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    f(CsrView<V, I>{a.rows, a.rowptr.data_ptr<std::int64_t>(), a.col.data_ptr<I>(), a.values.data_ptr<V>()});
+  });
+}
+
 /// y[i] = alpha * sum_j A[i, j] x[j] + beta * y[i] for rows i in [begin, end). `y` may be a row
 /// block of the result, indexed from `begin`. beta == 0 overwrites (NaN in y does not leak).
 inline void spmv_rows(const Csr& a, const at::Tensor& x, at::Tensor& y, std::int64_t begin,
                       std::int64_t end, double alpha = 1.0, double beta = 0.0) {
-  dispatch_csr(a, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* __restrict rp = a.rowptr.data_ptr<std::int64_t>();
-    const auto* __restrict ci = a.col.data_ptr<I>();
-    const auto* __restrict av = a.values.data_ptr<V>();
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
     const auto* __restrict xv = x.data_ptr<V>();
     auto* __restrict yv = y.data_ptr<V>();
     const V al = static_cast<V>(alpha), be = static_cast<V>(beta);
     const bool plain = alpha == 1.0 && beta == 0.0;
     for (std::int64_t i = begin; i < end; ++i) {
-      V s{};
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+      const V s = row_times(m, i, xv);
       yv[i] = plain ? s : (beta == 0.0 ? al * s : al * s + be * yv[i]);
     }
   });
@@ -144,18 +167,14 @@ V conj_if_complex(const V& v) {
 inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tensor& y,
                                      const at::Tensor& w) {
   std::complex<double> dot{};
-  dispatch_csr(a, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* __restrict rp = a.rowptr.data_ptr<std::int64_t>();
-    const auto* __restrict ci = a.col.data_ptr<I>();
-    const auto* __restrict av = a.values.data_ptr<V>();
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
     const auto* __restrict xv = x.data_ptr<V>();
     auto* __restrict yv = y.data_ptr<V>();
     if (!w.defined()) {
       for (std::int64_t i = 0; i < a.rows; ++i) {
         V s{};
-        for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+        for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) s += m.av[k] * xv[m.ci[k]];
         yv[i] = s;
       }
       return;
@@ -163,8 +182,7 @@ inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tens
     const auto* __restrict wv = w.data_ptr<V>();
     V acc{};
     for (std::int64_t i = 0; i < a.rows; ++i) {
-      V s{};
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+      const V s = row_times(m, i, xv);
       yv[i] = s;
       acc += conj_if_complex(wv[i]) * s;
     }
@@ -178,20 +196,15 @@ inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tens
 inline std::complex<double> spmv_rows_add_dot(const Csr& a, const at::Tensor& rows, const at::Tensor& x,
                                               at::Tensor& y, const at::Tensor& w) {
   std::complex<double> dot{};
-  dispatch_csr(a, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = a.col.data_ptr<I>();
-    const auto* av = a.values.data_ptr<V>();
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
     const auto* ri = rows.data_ptr<std::int64_t>();
     const auto* xv = x.data_ptr<V>();
     auto* yv = y.data_ptr<V>();
     const V* wv = w.defined() ? w.data_ptr<V>() : nullptr;
     V acc{};
     for (std::int64_t i = 0; i < a.rows; ++i) {
-      V s{};
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) s += av[k] * xv[ci[k]];
+      const V s = row_times(m, i, xv);
       yv[ri[i]] += s;
       if (wv) acc += conj_if_complex(wv[ri[i]]) * s;
     }
@@ -203,18 +216,14 @@ inline std::complex<double> spmv_rows_add_dot(const Csr& a, const at::Tensor& ro
 /// x += A^T y[rows] for a row-compressed block A (the transpose of spmv_rows_add_dot's product).
 inline void spmv_transpose_rows_add(const Csr& a, const at::Tensor& rows, const at::Tensor& y,
                                     at::Tensor& x, bool conjugate = false) {
-  dispatch_csr(a, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = a.col.data_ptr<I>();
-    const auto* av = a.values.data_ptr<V>();
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
     const auto* ri = rows.data_ptr<std::int64_t>();
     const auto* yv = y.data_ptr<V>();
     auto* xv = x.data_ptr<V>();
     for (std::int64_t i = 0; i < a.rows; ++i) {
       const V yi = yv[ri[i]];
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) xv[ci[k]] += (conjugate ? conj_if_complex(av[k]) : av[k]) * yi;
+      for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) xv[m.ci[k]] += (conjugate ? conj_if_complex(m.av[k]) : m.av[k]) * yi;
     }
   });
 }
@@ -222,18 +231,14 @@ inline void spmv_transpose_rows_add(const Csr& a, const at::Tensor& rows, const 
 /// x += A^T y (A^H y when `conjugate`) over rows [begin, end): scatter each row into the columns.
 inline void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
                                std::int64_t begin, std::int64_t end, bool conjugate = false) {
-  dispatch_csr(a, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = a.col.data_ptr<I>();
-    const auto* av = a.values.data_ptr<V>();
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
     const auto* yv = y.data_ptr<V>();
     auto* xv = x.data_ptr<V>();
     for (std::int64_t i = begin; i < end; ++i) {
       const V yi = yv[i];
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
-        xv[ci[k]] += (conjugate ? conj_if_complex(av[k]) : av[k]) * yi;
+      for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) {
+        xv[m.ci[k]] += (conjugate ? conj_if_complex(m.av[k]) : m.av[k]) * yi;
       }
     }
   });
@@ -253,16 +258,12 @@ inline at::Tensor spmv_transpose(const Csr& a, const at::Tensor& y, bool conjuga
 /// The diagonal (duplicates were summed at assembly); zero where a row stores none.
 inline at::Tensor diagonal(const Csr& a, std::int64_t col_offset = 0) {
   auto d = at::zeros({a.rows}, a.values.options());
-  dispatch_csr(a, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = a.col.data_ptr<I>();
-    const auto* av = a.values.data_ptr<V>();
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
     auto* dv = d.data_ptr<V>();
     for (std::int64_t i = 0; i < a.rows; ++i)
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k)
-        if (static_cast<std::int64_t>(ci[k]) == i + col_offset) dv[i] += av[k];
+      for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k)
+        if (static_cast<std::int64_t>(m.ci[k]) == i + col_offset) dv[i] += m.av[k];
   });
   return d;
 }
