@@ -9,14 +9,15 @@
 // reported. Before timing, einfft's output is compared with FFTW's (relative max error).
 //
 // The breakdown times einfft's stages one by one with the same engine: the local FFTs (torch's
-// at::fft_fftn over y, z, then over x) and each transpose (an einshard repartition, the
-// all-to-all(v) einfft runs). FFTW's own transpose is timed with fftw_mpi_plan_many_transpose over
+// at::fft_fftn over y, z, then over x; on one rank the single 3-D FFT einfft runs there) and each
+// transpose (an einshard repartition, the all-to-all(v) einfft runs). FFTW's own transpose is timed with fftw_mpi_plan_many_transpose over
 // the same data, so "transpose" can be compared directly.
 //
 //   mpirun -n P einshard_bench_fft [--n 128|256|N] [--iters R]
 //
 // Output: one JSON line per layout on rank 0:
 //   {"bench":"fft3d","n":N,"ranks":P,"layout":...,"einshard_ms":...,"fftw_ms":...,"ratio":...,
+//    "ratio_paired" (median of the per-round ratios),"einshard_min_ms":...,"fftw_min_ms":...,
 //    "einshard_local_fft_ms":...,"einshard_transpose_ms":...,"einshard_transposes":...,
 //    "fftw_transpose_ms":...,"fftw_local_fft_ms":...,"max_rel_err":...}
 // Environment: EINSHARD_NUM_THREADS (intra-op threads per rank, default 1; FFTW runs one thread).
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
       const auto a = at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2});
       const auto b = es::einshard("x/p ky kz -> x ky/p kz", {a}, move);
       const auto c = at::fft_fft(b, std::nullopt, 0);
-      std::vector<double> t_es, t_fftw, t_fft1, t_t1, t_fft2, t_t2, t_ftr;
+      std::vector<double> t_es, t_fftw, t_fft1, t_t1, t_fft2, t_t2, t_ftr, t_fft3;
       for (int r = 0; r < iters + 1; ++r) {
         const bool warm = r == 0;
         auto keep = [&](std::vector<double>& v, double t) {
@@ -158,18 +159,25 @@ int main(int argc, char** argv) {
         keep(t_fft2, timed([&] { (void)at::fft_fft(b, std::nullopt, 0); }));
         if (!l.transposed) keep(t_t2, timed([&] { (void)es::einshard("kx ky/p kz -> kx/p ky kz", {c}, move); }));
         keep(t_ftr, timed([&] { fftw_execute(transpose); }));
+        if (P == 1) keep(t_fft3, timed([&] { (void)at::fft_fftn(x); }));
       }
+      // On one rank neither library transposes: einfft runs one 3-D torch FFT, FFTW its serial plan.
       const double es_ms = median(t_es), fftw_ms = median(t_fftw);
-      const double local_ms = median(t_fft1) + median(t_fft2);
-      const double trans_ms = median(t_t1) + (l.transposed ? 0.0 : median(t_t2));
-      const double fftw_tr_ms = median(t_ftr) * (l.transposed ? 1 : 2);
+      std::vector<double> paired;  // the same round's ratio: robust to load that drifts between rounds
+      for (std::size_t i = 0; i < t_es.size(); ++i) paired.push_back(t_es[i] / t_fftw[i]);
+      const double local_ms = P == 1 ? median(t_fft3) : median(t_fft1) + median(t_fft2);
+      const double trans_ms = P == 1 ? 0.0 : median(t_t1) + (l.transposed ? 0.0 : median(t_t2));
+      const double fftw_tr_ms = P == 1 ? 0.0 : median(t_ftr) * (l.transposed ? 1 : 2);
       if (rank == 0)
         std::printf(
             "{\"bench\":\"fft3d\",\"n\":%lld,\"ranks\":%d,\"layout\":\"%s\",\"dtype\":\"complex128\","
-            "\"einshard_ms\":%.3f,\"fftw_ms\":%.3f,\"ratio\":%.3f,\"einshard_local_fft_ms\":%.3f,"
+            "\"einshard_ms\":%.3f,\"fftw_ms\":%.3f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
+            "\"einshard_min_ms\":%.3f,\"fftw_min_ms\":%.3f,\"einshard_local_fft_ms\":%.3f,"
             "\"einshard_transpose_ms\":%.3f,\"einshard_transposes\":%d,\"fftw_transpose_ms\":%.3f,"
             "\"fftw_local_fft_ms\":%.3f,\"iters\":%d,\"max_rel_err\":%.2e}\n",
-            static_cast<long long>(n), P, l.name, es_ms, fftw_ms, es_ms / fftw_ms, local_ms, trans_ms,
+            static_cast<long long>(n), P, l.name, es_ms, fftw_ms, es_ms / fftw_ms, median(paired),
+            *std::min_element(t_es.begin(), t_es.end()), *std::min_element(t_fftw.begin(), t_fftw.end()),
+            local_ms, trans_ms,
             transposes, fftw_tr_ms, fftw_ms - fftw_tr_ms, iters, err);
       std::fflush(stdout);
     }

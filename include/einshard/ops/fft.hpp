@@ -1,11 +1,12 @@
 #pragma once
 /// @file
-/// `einfft`: a named-axis FFT. `einfft<"b x y c -> b kx ky c">(x, {.axes = {{"x", "kx"}, {"y",
-/// "ky"}}})` transforms `x` and `y` into `kx` and `ky`; the output may order and shard the axes
-/// differently from the input (`b x/tp y z -> b kx ky/tp kz` leaves the result transposed, as
-/// FFTW_MPI_TRANSPOSED_OUT does). Locally it is torch's fftn/ifftn/rfftn/irfftn; on a mesh the
-/// transform runs as local FFTs between all-to-all(v) transposes (plan/fft.hpp), for any shard sizes
-/// and lengths, with the adjoint transform as its backward.
+/// `einfft`: a named-axis FFT.
+/// `einfft<"b x y c -> b kx ky c">(x, {.axes = {{"x", "kx"}, {"y", "ky"}}})` transforms `x` and
+/// `y` into `kx` and `ky`; the output may order and shard the axes differently from the input
+/// (`b x/tp y z -> b kx ky/tp kz` leaves the result transposed, as FFTW_MPI_TRANSPOSED_OUT does).
+/// Locally it is torch's fftn/ifftn/rfftn/irfftn; on a mesh the transform runs as local FFTs between
+/// all-to-all(v) transposes (plan/fft.hpp), for any shard sizes and lengths, with the adjoint
+/// transform as its backward.
 
 #include <ATen/ATen.h>
 
