@@ -23,6 +23,7 @@ struct Estimate {
   int forward_collectives = 0, backward_collectives = 0;
   double peak_bytes = 0;
   double flops = 0;  ///< forward arithmetic; backward counts twice this
+  double forward_copy_bytes = 0, backward_copy_bytes = 0;  ///< local copies: packing, staging, slices
 
   Estimate& operator+=(const Estimate& o) {
     forward_bytes += o.forward_bytes;
@@ -31,24 +32,30 @@ struct Estimate {
     backward_collectives += o.backward_collectives;
     peak_bytes = std::max(peak_bytes, o.peak_bytes);
     flops += o.flops;
+    forward_copy_bytes += o.forward_copy_bytes;
+    backward_copy_bytes += o.backward_copy_bytes;
     return *this;
   }
 };
 
-/// Machine constants of the time model.
+/// Machine constants of the time model, fitted by bench/calibrate.cpp on the development machine
+/// (2 cores shared with other jobs, Open MPI 4.1 over shared memory, one torch thread per rank; 2
+/// ranks: docs/performance.md). Only their ratios matter to a choice.
 struct Machine {
-  double bytes_per_second = 4e9;  ///< MPI point-to-point within a node (shared memory)
-  double seconds_per_collective = 1e-5;
-  double flops_per_second = 1e10;  ///< one thread, float, torch::einsum
+  double bytes_per_second = 2e9;        ///< the model's bytes per rank, through einshard's collectives
+  double seconds_per_collective = 1e-5;  ///< a collective's fixed cost
+  double flops_per_second = 1.5e10;      ///< one thread, float32 matrix products
+  double copy_bytes_per_second = 1e9;    ///< a strided (packing or transposing) copy
 };
 
 /// Seconds (or, for Policy::memory, bytes then seconds) a policy assigns to an estimate.
 inline double score(const Estimate& e, Policy policy, const Machine& m = {}) {
   const double fwd = e.forward_bytes / m.bytes_per_second +
-                     e.forward_collectives * m.seconds_per_collective + e.flops / m.flops_per_second;
+                     e.forward_collectives * m.seconds_per_collective + e.flops / m.flops_per_second +
+                     e.forward_copy_bytes / m.copy_bytes_per_second;
   const double bwd = e.backward_bytes / m.bytes_per_second +
                      e.backward_collectives * m.seconds_per_collective +
-                     2 * e.flops / m.flops_per_second;
+                     2 * e.flops / m.flops_per_second + e.backward_copy_bytes / m.copy_bytes_per_second;
   switch (policy) {
     case Policy::training: return fwd + bwd;
     case Policy::inference: return fwd;
@@ -79,14 +86,24 @@ inline Estimate estimate(const std::vector<Step>& steps,
     const double out = average_bytes(s.after, global, mesh, element);
     const double P = s.group.empty() ? 1 : mesh.size(s.group);
     const double f = (P - 1) / P;
+    // Along an inner dimension an all-gather stages its pieces and concatenates them (one copy of
+    // the whole), and a reduce-scatter is an all-reduce and a slice (comm/collectives.hpp).
+    const bool inner = s.kind != StepKind::redistribute && s.kind != StepKind::permute && !s.axis.empty() &&
+                       s.before.find(s.axis) > 0;
+    const double gather_copy = inner ? 1 : 0;
+    const double scatter_bytes = inner ? 2 * f * in : f * in;
     Estimate e;
     switch (s.kind) {
       case StepKind::all_reduce: e = {2 * f * in, 0, 1, 0, in, 0}; break;
       case StepKind::add_partial: e = {0, 2 * f * in, 0, 1, in, 0}; break;
-      case StepKind::reduce_scatter: e = {f * in, f * in, 1, 1, in, 0}; break;
-      case StepKind::gather_to_partial: e = {f * out, f * out, 1, 1, out, 0}; break;
-      case StepKind::split: e = {0, f * in, 0, 1, out, 0}; break;
-      case StepKind::gather: e = {f * out, 0, 1, 0, out, 0}; break;
+      case StepKind::reduce_scatter:
+        e = {scatter_bytes, f * in, 1, 1, in, 0, gather_copy * out, gather_copy * in};
+        break;
+      case StepKind::gather_to_partial:
+        e = {f * out, scatter_bytes * out / in, 1, 1, out, 0, gather_copy * out, gather_copy * in};
+        break;
+      case StepKind::split: e = {0, f * in, 0, 1, out, 0, out, gather_copy * in}; break;
+      case StepKind::gather: e = {f * out, 0, 1, 0, out, 0, gather_copy * out, in}; break;
       case StepKind::redistribute: {
         // The share of its new piece a rank already holds: all of a whole or unchanged axis, one
         // shard's worth of an axis it held sharded otherwise.
@@ -97,7 +114,10 @@ inline Estimate estimate(const std::vector<Step>& steps,
               h /= mesh.size(from.axes[i].group);
           return h;
         };
-        e = {out * (1 - held(s.before, s.after)), in * (1 - held(s.after, s.before)), 1, 1, out, 0};
+        // Boxes that are not one contiguous run are packed by the sender and unpacked by the
+        // receiver: charged as one copy of what moves.
+        const double there = out * (1 - held(s.before, s.after)), back = in * (1 - held(s.after, s.before));
+        e = {there, back, 1, 1, out, 0, there, back};
         break;
       }
       case StepKind::permute: break;
