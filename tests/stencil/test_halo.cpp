@@ -139,6 +139,15 @@ TEST_CASE("einhalo: compile-time notation, whole axes, float", "[stencil][halo]"
                               es::Boundary::replicate, 0);
       },
       99, 1e-5);
+  // A repeated call reuses its planned exchanges; another shard size plans anew.
+  const auto x = sh.block(X, mesh, mesh.rank()).contiguous();
+  const es::Options periodic{.mesh = mesh, .boundary = es::Boundary::periodic};
+  const auto first = es::einhalo<"h/dp w">(x, {{"h", 2}}, periodic);
+  CHECK(at::equal(es::einhalo<"h/dp w">(x, {{"h", 2}}, periodic), first));
+  const Sharding shorter{{"dp", ""}};
+  const auto X2 = X.narrow(0, 0, 7);
+  CHECK(near(es::einhalo<"h/dp w">(shorter.block(X2, mesh, mesh.rank()).contiguous(), {{"h", 2}}, periodic),
+             halo_reference(X2, shorter, mesh, mesh.rank(), {{"h", 2}}, {"h", "w"}, es::Boundary::periodic, 0)));
   // No sharded axis: local padding, no mesh needed.
   const auto Y = es::einhalo<"h w">(X, {{"w", 2}}, {.boundary = es::Boundary::periodic});
   CHECK(near(Y, rows(X, 1, -2, 6, es::Boundary::periodic, 0)));

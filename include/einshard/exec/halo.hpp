@@ -8,6 +8,8 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +39,25 @@ struct Slabs {
   [[nodiscard]] std::int64_t elements(std::int64_t rows) const { return outer * rows * inner; }
 };
 
+/// `count` runs of `bytes` bytes each, `src_stride` and `dst_stride` bytes apart: packing and
+/// unpacking slabs. Thin slabs (one or a few elements per run) are common (a one-cell halo along
+/// an inner axis), so small run sizes get fixed-size copies the compiler inlines.
+inline void copy_runs(char* dst, std::int64_t dst_stride, const char* src, std::int64_t src_stride,
+                      std::int64_t count, std::int64_t bytes) {
+  const auto runs = [&]<std::size_t B>() {
+    for (std::int64_t i = 0; i < count; ++i) std::memcpy(dst + i * dst_stride, src + i * src_stride, B);
+  };
+  switch (bytes) {
+    case 4: return runs.template operator()<4>();
+    case 8: return runs.template operator()<8>();
+    case 16: return runs.template operator()<16>();
+    case 32: return runs.template operator()<32>();
+    default:
+      for (std::int64_t i = 0; i < count; ++i)
+        std::memcpy(dst + i * dst_stride, src + i * src_stride, static_cast<std::size_t>(bytes));
+  }
+}
+
 constexpr int fetch_tag = 7301;
 constexpr int return_tag = 7302;
 
@@ -50,12 +71,14 @@ struct AxisExchangeOp final : CommOp {
   MPI_Comm comm;  ///< the axis's group (MPI_COMM_NULL when every piece is local)
   int me;         ///< this rank's coordinate in the group
   std::int64_t dim;
-  plan::AxisExchange ex;
+  std::shared_ptr<const plan::AxisExchange> plan;  ///< shared with the call cache
+  const plan::AxisExchange& ex;
   plan::Edge edge;
   double fill;
 
-  AxisExchangeOp(MPI_Comm c, int rank, std::int64_t d, plan::AxisExchange x, plan::Edge e, double f)
-      : comm(c), me(rank), dim(d), ex(std::move(x)), edge(e), fill(f) {}
+  AxisExchangeOp(MPI_Comm c, int rank, std::int64_t d, std::shared_ptr<const plan::AxisExchange> x, plan::Edge e,
+                 double f)
+      : comm(c), me(rank), dim(d), plan(std::move(x)), ex(*plan), edge(e), fill(f) {}
 
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
     comm::require_cpu(x, "halo exchange");
@@ -66,19 +89,36 @@ struct AxisExchangeOp final : CommOp {
     auto out = at::empty(shape, in.options());
     const detail::Slabs slabs(shape, dim);
     const auto elem = comm::datatype(in.scalar_type());
-    auto fetched = out.narrow(dim, f.pad_left, f.fetched);
+    // Rows move as raw bytes: a run of rows of one outer index is contiguous, and with nothing
+    // before `dim` (outer == 1) a whole piece is, so its message goes straight from `in` into
+    // `out`; otherwise pieces are packed into one buffer per direction (a torch view or copy per
+    // piece costs about as much as a small message).
+    const bool flat = slabs.outer == 1;
+    const auto row_bytes = slabs.inner * static_cast<std::int64_t>(in.element_size());
+    const auto in_rows = in.size(dim), out_rows = ex.output();
+    const auto* in_bytes = static_cast<const char*>(in.data_ptr());
+    auto* out_bytes = static_cast<char*>(out.data_ptr());
+    auto in_at = [&](std::int64_t o, std::int64_t row) { return in_bytes + (o * in_rows + row) * row_bytes; };
+    auto out_at = [&](std::int64_t o, std::int64_t row) {
+      return out_bytes + (o * out_rows + f.pad_left + row) * row_bytes;
+    };
+    std::unique_ptr<char[]> recv_buffer, send_buffer;
+    if (!flat) {
+      std::int64_t recv_bytes = 0, send_bytes = 0;
+      for (const auto& p : f.pieces) recv_bytes += p.owner == me ? 0 : slabs.outer * p.length * row_bytes;
+      for (const auto& [peer, pieces] : ex.sends)
+        for (const auto& p : pieces) send_bytes += slabs.outer * p.length * row_bytes;
+      recv_buffer = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(recv_bytes));
+      send_buffer = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(send_bytes));
+    }
+    char* recv_at = recv_buffer.get();
+    char* send_at = send_buffer.get();
     std::vector<MPI_Request> requests;
-    std::vector<std::pair<at::Tensor, const plan::Piece*>> unpack;  // receive buffers
-    std::vector<at::Tensor> keep;                                   // packed sends in flight
     for (const auto& p : f.pieces) {
       const auto n = slabs.elements(p.length);
       if (p.owner == me || n == 0) continue;
-      auto target = fetched.narrow(dim, p.target, p.length);
-      void* where = target.data_ptr();
-      if (slabs.outer != 1) {
-        unpack.emplace_back(at::empty(target.sizes(), in.options()), &p);
-        where = unpack.back().first.data_ptr();
-      }
+      void* where = flat ? out_at(0, p.target) : recv_at;
+      if (!flat) recv_at += slabs.outer * p.length * row_bytes;
       requests.emplace_back();
       comm::check(MPI_Irecv(where, comm::count(n), elem, p.owner, detail::fetch_tag, comm, &requests.back()),
                   "MPI_Irecv");
@@ -87,17 +127,22 @@ struct AxisExchangeOp final : CommOp {
       for (const auto& p : pieces) {
         const auto n = slabs.elements(p.length);
         if (n == 0) continue;
-        auto source = in.narrow(dim, p.source, p.length);
-        if (slabs.outer != 1) source = keep.emplace_back(source.contiguous());
+        const void* from = in_at(0, p.source);
+        if (!flat) {
+          from = send_at;
+          detail::copy_runs(send_at, p.length * row_bytes, in_at(0, p.source), in_rows * row_bytes, slabs.outer,
+                            p.length * row_bytes);
+          send_at += slabs.outer * p.length * row_bytes;
+        }
         requests.emplace_back();
-        comm::check(MPI_Isend(source.data_ptr(), comm::count(n), elem, peer, detail::fetch_tag, comm,
-                              &requests.back()),
+        comm::check(MPI_Isend(from, comm::count(n), elem, peer, detail::fetch_tag, comm, &requests.back()),
                     "MPI_Isend");
       }
     // The local rows (most of the result, usually) move while the messages are in flight.
     for (const auto& p : f.pieces)
       if (p.owner == me)
-        fetched.narrow(dim, p.target, p.length).copy_(in.narrow(dim, p.source, p.length));
+        detail::copy_runs(out_at(0, p.target), out_rows * row_bytes, in_at(0, p.source), in_rows * row_bytes,
+                          slabs.outer, p.length * row_bytes);
     if (f.pad_left + f.pad_right > 0 && edge == plan::Edge::constant) {
       out.narrow(dim, 0, f.pad_left).fill_(fill);
       out.narrow(dim, f.pad_left + f.fetched, f.pad_right).fill_(fill);
@@ -105,11 +150,18 @@ struct AxisExchangeOp final : CommOp {
     if (!requests.empty())
       comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
                   "MPI_Waitall");
-    for (const auto& [buffer, p] : unpack) fetched.narrow(dim, p->target, p->length).copy_(buffer);
+    recv_at = recv_buffer.get();
+    for (const auto& p : f.pieces)
+      if (!flat && p.owner != me) {
+        detail::copy_runs(out_at(0, p.target), out_rows * row_bytes, recv_at, p.length * row_bytes, slabs.outer,
+                          p.length * row_bytes);
+        recv_at += slabs.outer * p.length * row_bytes;
+      }
     if (f.pad_left + f.pad_right > 0 && edge == plan::Edge::replicate) {
-      out.narrow(dim, 0, f.pad_left).copy_(fetched.narrow(dim, 0, 1).expand_as(out.narrow(dim, 0, f.pad_left)));
+      const auto rows = out.narrow(dim, f.pad_left, f.fetched);
+      out.narrow(dim, 0, f.pad_left).copy_(rows.narrow(dim, 0, 1).expand_as(out.narrow(dim, 0, f.pad_left)));
       auto right = out.narrow(dim, f.pad_left + f.fetched, f.pad_right);
-      right.copy_(fetched.narrow(dim, f.fetched - 1, 1).expand_as(right));
+      right.copy_(rows.narrow(dim, f.fetched - 1, 1).expand_as(right));
     }
     return out;
   }
@@ -183,15 +235,28 @@ inline std::vector<StencilAxis> stencil_axes(const plan::Layout& layout, const S
   return axes;
 }
 
+/// The exchange of this rank along `axis` when every rank of its group asks for
+/// `requests[coordinate]`.
+inline std::shared_ptr<const plan::AxisExchange> plan_axis(const StencilAxis& axis, const Mesh& mesh,
+                                                          std::span<const plan::Interval> requests, plan::Edge edge) {
+  const int me = axis.group.empty() ? 0 : mesh.coordinate(axis.group);
+  return std::make_shared<const plan::AxisExchange>(plan::plan_exchange(axis.shards, requests, edge, me, axis.name));
+}
+
+/// Runs a planned exchange along `axis`; differentiable, collective over the axis's group.
+inline at::Tensor exchange_axis(const at::Tensor& x, const StencilAxis& axis, const Mesh& mesh,
+                                std::shared_ptr<const plan::AxisExchange> ex, plan::Edge edge, double fill) {
+  const bool whole = axis.group.empty();
+  return apply_op(x, c10::make_intrusive<AxisExchangeOp>(whole ? MPI_COMM_NULL : mesh.comm(axis.group),
+                                                         whole ? 0 : mesh.coordinate(axis.group), axis.dim,
+                                                         std::move(ex), edge, fill));
+}
+
 /// Fetches along `axis`: every rank of its group asks for `requests[coordinate]` (all ranks of the
 /// group must pass the same requests). Differentiable; collective over the axis's group.
 inline at::Tensor fetch_axis(const at::Tensor& x, const StencilAxis& axis, const Mesh& mesh,
                              std::span<const plan::Interval> requests, plan::Edge edge, double fill) {
-  const bool whole = axis.group.empty();
-  const int me = whole ? 0 : mesh.coordinate(axis.group);
-  auto ex = plan::plan_exchange(axis.shards, requests, edge, me, axis.name);
-  const MPI_Comm comm = whole ? MPI_COMM_NULL : mesh.comm(axis.group);
-  return apply_op(x, c10::make_intrusive<AxisExchangeOp>(comm, me, axis.dim, std::move(ex), edge, fill));
+  return exchange_axis(x, axis, mesh, plan_axis(axis, mesh, requests, edge), edge, fill);
 }
 
 /// The agreed facts of a stencil call: every rank's description of every operand, checked.

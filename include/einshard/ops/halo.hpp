@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/comm/mpi.hpp"
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/halo.hpp"
@@ -182,8 +183,10 @@ struct StencilInput {
   }
 };
 
-/// `key` describes the call's parameters (so that ranks calling with different ones fail alike).
-inline StencilInput resolve_input(const notation::ExpressionView& e, const notation::Spec& spec,
+/// Checks the operand spec and, when an axis is sharded, agrees with the other ranks on every
+/// operand (`key` describes the call's parameters, so that ranks calling with different ones fail
+/// alike). Whole-axis calls learn their sizes here; sharded ones in `measure_input`.
+inline StencilInput agree_input(const notation::ExpressionView& e, const notation::Spec& spec,
                                   std::span<const at::Tensor> xs, std::span<const std::int64_t> extra_dims,
                                   const Options& o, const std::string& what, const std::string& key) {
   if (spec.has_ellipsis) throw Error(what + ": stencil operations need every axis named (no '...')");
@@ -220,15 +223,55 @@ inline StencilInput resolve_input(const notation::ExpressionView& e, const notat
   std::vector<std::int64_t> dims{ndim};
   dims.insert(dims.end(), extra_dims.begin(), extra_dims.end());
   in.agreed = exec::agree_stencil(mesh, xs, dims, exec::fingerprint(what + key, 0), what);
+  return in;
+}
+
+/// Every sharded axis's shards from the agreed shapes (checked against each other and `.shapes`);
+/// the other operands must be the same whole tensor everywhere.
+inline void measure_input(StencilInput& in, const Options& o, const std::string& what) {
+  if (!in.distributed) return;
   exec::SizeTable sizes;
-  exec::measure(sizes, in.layout, in.agreed, 0, mesh, o.shapes, what);
+  exec::measure(sizes, in.layout, in.agreed, 0, o.mesh, o.shapes, what);
   in.axes = exec::stencil_axes(in.layout, sizes);
-  for (std::size_t i = 1; i < xs.size(); ++i)
+  for (std::size_t i = 1; i < in.agreed[0].size(); ++i)
     for (std::size_t r = 1; r < in.agreed.size(); ++r)
       if (!std::equal(in.agreed[r][i].sizes.begin(), in.agreed[r][i].sizes.end(), in.agreed[0][i].sizes.begin()))
         throw Error(what + ": input " + std::to_string(i + 1) + " must be the same whole tensor on every rank, "
                     "but its shape on rank " + std::to_string(r) + " differs from rank 0's");
+}
+
+inline StencilInput resolve_input(const notation::ExpressionView& e, const notation::Spec& spec,
+                                  std::span<const at::Tensor> xs, std::span<const std::int64_t> extra_dims,
+                                  const Options& o, const std::string& what, const std::string& key) {
+  auto in = agree_input(e, spec, xs, extra_dims, o, what, key);
+  measure_input(in, o, what);
   return in;
+}
+
+/// The exchanges of a halo-like call (one per axis that moves), planned once per distinct call:
+/// the notation and parameters, the mesh, the shapes metadata and every rank's shapes. A repeated
+/// call (a stencil loop) then costs the agreement and the messages.
+struct PreparedAxis {
+  exec::StencilAxis axis;
+  std::shared_ptr<const plan::AxisExchange> exchange;
+};
+using PreparedExchanges = std::vector<PreparedAxis>;
+
+/// `plan(in)` plans the exchanges of a call whose sizes are measured.
+template <class Plan>
+std::shared_ptr<const PreparedExchanges> prepare_exchanges(StencilInput& in, const Options& o,
+                                                           const std::string& what, const std::string& key,
+                                                           Plan&& plan) {
+  if (!in.distributed) return std::make_shared<const PreparedExchanges>(plan(in));
+  std::string cache_key = what + '\x1f' + key + '\x1f' + std::to_string(comm::to_handle(o.mesh.comm())) + ':' +
+                          o.shapes.key();
+  for (const auto& rank : in.agreed)
+    for (const auto& info : rank)
+      for (std::int64_t d = 0; d < info.ndim; ++d) cache_key += ',' + std::to_string(info.sizes[static_cast<std::size_t>(d)]);
+  return exec::CallCache<PreparedExchanges>::instance().get(cache_key, [&] {
+    measure_input(in, o, what);
+    return plan(in);
+  });
 }
 
 /// Halo widths checked against the operand's axes (in the operand's order, as the exchange runs).
@@ -275,14 +318,17 @@ inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view w
   const auto& spec = e.input(0);
   const auto key = halo_key(halos, axis_names(e, spec), what, "halo") + std::to_string(static_cast<int>(edge)) + ':' +
                    std::to_string(fill);
-  const auto in = resolve_input(e, spec, {&x, 1}, {}, o, what, key);
+  auto in = agree_input(e, spec, {&x, 1}, {}, o, what, key);
+  const auto prepared = prepare_exchanges(in, o, what, key, [&](const StencilInput& measured) {
+    PreparedExchanges p;
+    for (const auto& axis : measured.axes)
+      if (const auto h = halos.find(axis.name); h != halos.end())
+        p.push_back({axis, exec::plan_axis(axis, o.mesh, plan::halo_requests(axis.shards, h->second.left, h->second.right),
+                                           edge)});
+    return p;
+  });
   auto y = x;
-  for (const auto& axis : in.axes) {
-    const auto h = halos.find(axis.name);
-    if (h == halos.end()) continue;
-    const auto requests = plan::halo_requests(axis.shards, h->second.left, h->second.right);
-    y = exec::fetch_axis(y, axis, o.mesh, requests, edge, fill);
-  }
+  for (const auto& [axis, exchange] : *prepared) y = exec::exchange_axis(y, axis, o.mesh, exchange, edge, fill);
   return y;
 }
 

@@ -42,19 +42,24 @@ inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view w
       throw Error(what + ": roll axis '" + axis + "' is not an axis of the notation (" + joined(names) + ")");
     key += axis + ':' + std::to_string(shift) + ';';
   }
-  const auto in = resolve_input(e, spec, {&x, 1}, {}, o, what, key);
-  auto y = x;
-  for (const auto& axis : in.axes) {
-    const auto s = shifts.find(axis.name);
-    const auto n = plan::shard_offsets(axis.shards).back();
-    if (s == shifts.end() || n == 0 || s->second % n == 0) continue;
-    if (axis.group.empty()) {
-      y = at::roll(y, {s->second}, {axis.dim});
-    } else {
-      const auto requests = plan::roll_requests(axis.shards, s->second);
-      y = exec::fetch_axis(y, axis, o.mesh, requests, plan::Edge::periodic, 0.0);
+  auto in = agree_input(e, spec, {&x, 1}, {}, o, what, key);
+  const auto prepared = prepare_exchanges(in, o, what, key, [&](const StencilInput& measured) {
+    PreparedExchanges p;
+    for (const auto& axis : measured.axes) {
+      const auto s = shifts.find(axis.name);
+      const auto n = plan::shard_offsets(axis.shards).back();
+      if (s == shifts.end() || n == 0 || s->second % n == 0) continue;
+      // A whole axis rolls locally (at::roll); a sharded one fetches its rows moved back.
+      p.push_back({axis, axis.group.empty() ? nullptr
+                                            : exec::plan_axis(axis, o.mesh, plan::roll_requests(axis.shards, s->second),
+                                                              plan::Edge::periodic)});
     }
-  }
+    return p;
+  });
+  auto y = x;
+  for (const auto& [axis, exchange] : *prepared)
+    y = exchange ? exec::exchange_axis(y, axis, o.mesh, exchange, plan::Edge::periodic, 0.0)
+                 : at::roll(y, {shifts.find(axis.name)->second}, {axis.dim});
   return y;
 }
 
