@@ -177,6 +177,21 @@ TEST_CASE("einfft distributed: complex slab, standard and transposed output, eve
     const es::Options o{.mesh = *m, .axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}};
     CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx ky/" + g + " kz", {xb}, o), "alltoall_repartition") == one);
     CHECK(count(es::explain_fft("b x/" + g + " y z -> b kx/" + g + " ky kz", {xb}, o), "alltoall_repartition") == 2 * one);
+    // Bytes: in the transposed slab each rank keeps 1/P of its block and sends the rest, once;
+    // backward sends back what forward received. Sent and received balance over the ranks.
+    {
+      const auto plan = es::explain_fft("b x/" + g + " y z -> b kx ky/" + g + " kz", {xb}, o);
+      std::int64_t sent = plan.total_forward().bytes_sent, received = plan.total_forward().bytes_received;
+      CHECK(plan.total_backward().bytes_sent == received);
+      CHECK(plan.total_backward().bytes_received == sent);
+      const auto P = m->size(g);
+      const auto ys = es::compute_split_shapes(5, P);
+      const auto mine = static_cast<std::int64_t>(ys[static_cast<std::size_t>(m->coordinate(g))]);
+      CHECK(sent == (xb.numel() - xb.size(1) * mine * 2 * 6) * 16);
+      MPI_Allreduce(MPI_IN_PLACE, &sent, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &received, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      CHECK(sent == received);
+    }
     // The inverse of the transposed layout goes straight back in one transpose.
     const auto kb = block(full, side("b x y/" + g + " z -> b x y z", false), *m, {});
     const es::Options oi{.mesh = *m, .axes = {{"kx", "x"}, {"ky", "y"}, {"kz", "z"}}, .inverse = true};
