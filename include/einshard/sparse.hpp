@@ -3,6 +3,7 @@
 /// Umbrella header of the sparse part: `#include <einshard/sparse.hpp>`, `namespace sp =
 /// einshard::sparse;`.
 #include "einshard/error.hpp"
+#include "einshard/sparse/batch.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
