@@ -145,9 +145,11 @@ TEST_CASE("binary planner: every pattern of reference §2.4 at bandwidth-bound s
       {"b h q/tp k, b h k/tp d -> b h q/tp d", &tp8,
        {{"b", 8}, {"h", 16}, {"q", 2048}, {"k", 2048}, {"d", 64}}, {y(GATHER_P, "tp", "k"), EINSUM},
        "b h q k/tp d"},
-      // Crossed: the original moved y's f and e (3 steps) and reduce-scattered f.
+      // Crossed: the original moved y's f and e (3 steps) and reduce-scattered f. With a
+      // reduce-scatter that packs instead of all-reducing (comm/collectives.hpp), reduce-scattering
+      // l beats gathering e on both operands (which copies x's inner e twice).
       {"l/sp e/dp, e/sp f/dp -> l/sp f/dp", &mesh24, {{"l", 4096}, {"e", 4096}, {"f", 4096}},
-       {x(GATHER_P, "dp", "e"), y(GATHER_P, "sp", "e"), EINSUM}, "l/sp e/dp f"},
+       {x(ALLTOALL), x(ADD_P, "dp"), EINSUM, z(RS, "sp", "l")}, "l/sp e/dp f"},
       {"b l e/dp, b e/sp f -> b/dp l f", &mesh24, {{"b", 64}, {"l", 256}, {"e", 1024}, {"f", 256}},
        {x(ALLTOALL), y(SPLIT, "dp", "b"), EINSUM, z(ALLREDUCE, "sp")}, "b l e/dp f"},
       {"a/dp k, k/sp b -> a/dp b/sp", &mesh24, {{"a", 1024}, {"k", 4096}, {"b", 4096}},

@@ -133,7 +133,9 @@ inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<co
 }
 
 /// Sum over `comm` of every rank's full tensor, of which rank r keeps the piece `sizes[r]` long along
-/// `dim` (pieces in rank order).
+/// `dim` (pieces in rank order). Along an inner dimension the pieces are first copied rank-major
+/// into the thread's scratch buffer (MPI reduces contiguous blocks only): one local copy instead of
+/// summing the whole tensor everywhere and slicing.
 inline at::Tensor reduce_scatter(const at::Tensor& x, std::int64_t dim,
                                  std::span<const std::int64_t> sizes, MPI_Comm comm) {
   require_cpu(x, "reduce_scatter");
@@ -145,20 +147,29 @@ inline at::Tensor reduce_scatter(const at::Tensor& x, std::int64_t dim,
   if (off.back() != x.size(dim))
     throw Error("reduce_scatter: pieces sum to " + std::to_string(off.back()) +
                 " but the tensor has " + std::to_string(x.size(dim)) + " along the dimension");
-  const auto [outer, inner] = detail::around(x.sizes(), dim);
-  if (algorithms().reduce_scatter == ReduceScatterAlgorithm::allreduce_slice || outer != 1) {
-    // Inner-dimension pieces are not contiguous, which MPI's reductions require: sum all, slice.
+  if (algorithms().reduce_scatter == ReduceScatterAlgorithm::allreduce_slice)
     return all_reduce(x, comm).narrow(dim, off[me], sizes[me]).clone();
-  }
-  const auto in = x.contiguous();
-  auto shape = in.sizes().vec();
+  const auto [outer, inner] = detail::around(x.sizes(), dim);
+  auto shape = x.sizes().vec();
   shape[static_cast<std::size_t>(dim)] = sizes[me];
-  auto out = at::empty(shape, in.options());
-  if (in.numel() == 0) return out;
+  auto out = at::empty(shape, x.options());
+  if (x.numel() == 0) return out;
+  at::Tensor send;
+  if (outer == 1) {
+    send = x.contiguous();
+  } else {
+    send = detail::scratch(x.numel(), x);
+    for (std::size_t r = 0; r < P; ++r) {
+      shape[static_cast<std::size_t>(dim)] = sizes[r];
+      send.narrow(0, off[r] * outer * inner, sizes[r] * outer * inner)
+          .view(shape)
+          .copy_(x.narrow(dim, off[r], sizes[r]));
+    }
+  }
   std::vector<int> counts(P);
-  for (std::size_t r = 0; r < P; ++r) counts[r] = count(sizes[r] * inner);
-  check(MPI_Reduce_scatter(in.data_ptr(), out.data_ptr(), counts.data(),
-                           datatype(in.scalar_type()), sum_op(in.scalar_type()), comm),
+  for (std::size_t r = 0; r < P; ++r) counts[r] = count(sizes[r] * outer * inner);
+  check(MPI_Reduce_scatter(send.data_ptr(), out.data_ptr(), counts.data(), datatype(x.scalar_type()),
+                           sum_op(x.scalar_type()), comm),
         "MPI_Reduce_scatter");
   return out;
 }

@@ -86,21 +86,18 @@ inline Estimate estimate(const std::vector<Step>& steps,
     const double out = average_bytes(s.after, global, mesh, element);
     const double P = s.group.empty() ? 1 : mesh.size(s.group);
     const double f = (P - 1) / P;
-    // Along an inner dimension an all-gather stages its pieces and concatenates them (one copy of
-    // the whole), and a reduce-scatter is an all-reduce and a slice (comm/collectives.hpp).
+    // Along an inner dimension an all-gather stages its pieces and concatenates them, and a
+    // reduce-scatter packs them rank-major first: one copy of the whole (comm/collectives.hpp).
     const bool inner = s.kind != StepKind::redistribute && s.kind != StepKind::permute && !s.axis.empty() &&
                        s.before.find(s.axis) > 0;
     const double gather_copy = inner ? 1 : 0;
-    const double scatter_bytes = inner ? 2 * f * in : f * in;
     Estimate e;
     switch (s.kind) {
       case StepKind::all_reduce: e = {2 * f * in, 0, 1, 0, in, 0}; break;
       case StepKind::add_partial: e = {0, 2 * f * in, 0, 1, in, 0}; break;
-      case StepKind::reduce_scatter:
-        e = {scatter_bytes, f * in, 1, 1, in, 0, gather_copy * out, gather_copy * in};
-        break;
+      case StepKind::reduce_scatter: e = {f * in, f * in, 1, 1, in, 0, gather_copy * in, gather_copy * in}; break;
       case StepKind::gather_to_partial:
-        e = {f * out, scatter_bytes * out / in, 1, 1, out, 0, gather_copy * out, gather_copy * in};
+        e = {f * out, f * out, 1, 1, out, 0, gather_copy * out, gather_copy * out};
         break;
       case StepKind::split: e = {0, f * in, 0, 1, out, 0, out, gather_copy * in}; break;
       case StepKind::gather: e = {f * out, 0, 1, 0, out, 0, gather_copy * out, in}; break;
