@@ -97,7 +97,7 @@ TEST_CASE("DBatchSparseTensor: slices by the simple rule, exact matvec, gathered
     CAPTURE(batch, w.size);
     const auto values = integer_values(batch, coo.rows.numel(), 11 + batch);
     const sp::BatchSparseTensor A(values, coo.rows, coo.cols, {coo.n, coo.n});
-    const auto D = sp::partition_batch(A, mesh);
+    const auto D = sp::DSparseTensor::partition_batch(A, mesh);
 
     const std::int64_t chunk = (batch + w.size - 1) / w.size;
     const auto first = std::min<std::int64_t>(w.rank * chunk, batch);

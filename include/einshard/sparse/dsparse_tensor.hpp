@@ -26,6 +26,7 @@
 #include "einshard/exec/autograd.hpp"
 #include "einshard/exec/steps.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/sparse/batch.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
@@ -186,6 +187,11 @@ class DSparseTensor final : public detail::Operator {
     const auto keep = (ids.index_select(0, A.row_indices()) == me).nonzero().flatten();
     return from_local(A.values().index_select(0, keep), A.row_indices().index_select(0, keep),
                       A.col_indices().index_select(0, keep), {n, A.cols()}, mesh, {.owned_rows = owned});
+  }
+
+  /// Many matrices with one pattern, the batch split over the mesh's ranks (see batch.hpp).
+  static DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh) {
+    return sparse::partition_batch(A, mesh);
   }
 
   // ---- properties ----------------------------------------------------------------------------
