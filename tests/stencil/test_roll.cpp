@@ -79,3 +79,17 @@ TEST_CASE("einroll: compile-time notation; errors on every rank", "[stencil][rol
       },
       "shapes metadata");
 }
+
+TEST_CASE("einroll and einhalo: non-contiguous shards, integer dtypes", "[stencil][roll]") {
+  const auto& mesh = mesh_of({es::testing::world().size});
+  const auto X = at::arange(10 * 6, at::kLong).view({10, 6});
+  const Sharding sh{{"dp", ""}};
+  // A transposed view of this rank's shard, as "b a/dp".
+  const auto xt = sh.block(X, mesh, mesh.rank()).contiguous().t();
+  if (xt.size(1) > 1) CHECK_FALSE(xt.is_contiguous());
+  const auto r = es::einroll<"b a/dp">(xt, {{"a", -7}, {"b", 2}}, {.mesh = mesh});
+  CHECK(at::equal(r, sh.block(at::roll(X, {-7, 2}, {0, 1}), mesh, mesh.rank()).t()));
+  const auto h = es::einhalo<"b a/dp">(xt, {{"a", {3, 12}}}, {.mesh = mesh, .boundary = es::Boundary::constant, .fill = -1.0});
+  const auto [o, s] = sh.range(0, 10, mesh, mesh.rank());
+  CHECK(at::equal(h, rows(X, 0, o - 3, o + s + 12, es::Boundary::constant, -1.0).t()));
+}

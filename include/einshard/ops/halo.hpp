@@ -187,8 +187,8 @@ struct StencilInput {
 /// operand (`key` describes the call's parameters, so that ranks calling with different ones fail
 /// alike). Whole-axis calls learn their sizes here; sharded ones in `measure_input`.
 inline StencilInput agree_input(const notation::ExpressionView& e, const notation::Spec& spec,
-                                  std::span<const at::Tensor> xs, std::span<const std::int64_t> extra_dims,
-                                  const Options& o, const std::string& what, const std::string& key) {
+                                std::span<const at::Tensor> xs, std::span<const std::int64_t> extra_dims,
+                                const Options& o, const std::string& what, const std::string& key) {
   if (spec.has_ellipsis) throw Error(what + ": stencil operations need every axis named (no '...')");
   bool sharded = false;
   for (const auto& a : e.axes_of(spec)) sharded = sharded || !a.mesh.empty();
@@ -263,8 +263,11 @@ std::shared_ptr<const PreparedExchanges> prepare_exchanges(StencilInput& in, con
                                                            const std::string& what, const std::string& key,
                                                            Plan&& plan) {
   if (!in.distributed) return std::make_shared<const PreparedExchanges>(plan(in));
+  // The mesh's shape too: a freed communicator's handle may come back for a differently shaped mesh.
   std::string cache_key = what + '\x1f' + key + '\x1f' + std::to_string(comm::to_handle(o.mesh.comm())) + ':' +
                           o.shapes.key();
+  for (std::size_t d = 0; d < o.mesh.names().size(); ++d)
+    cache_key += o.mesh.names()[d] + '=' + std::to_string(o.mesh.sizes()[d]) + ';';
   for (const auto& rank : in.agreed)
     for (const auto& info : rank)
       for (std::int64_t d = 0; d < info.ndim; ++d) cache_key += ',' + std::to_string(info.sizes[static_cast<std::size_t>(d)]);
