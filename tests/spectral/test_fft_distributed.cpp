@@ -219,6 +219,9 @@ TEST_CASE("einfft distributed: axes moving between mesh dimensions, pencils, com
     // No axis outside the transform: the first transpose joins two groups into one.
     const auto xy = full.select(0, 1).select(2, 0);
     check_case({"x/" + n[0] + " y/" + n[1] + " -> ky/" + n[0] + " kx/" + n[1], {{"x", "kx"}, {"y", "ky"}}}, xy, *m);
+    // A real tensor in a complex transform: the first transpose moves real data.
+    check_case({"x/" + n[0] + " y/" + n[1] + " -> ky/" + n[0] + " kx/" + n[1], {{"x", "kx"}, {"y", "ky"}}},
+               at::real(xy).contiguous(), *m);
     if (n.size() == 3)
       check_case({"b x/dp y/sp z/tp -> b kx/tp ky/dp kz/sp", xyz}, full, *m);
   }
