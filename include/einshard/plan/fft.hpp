@@ -305,7 +305,7 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
       if (best == n)
         throw Error("einfft: the only axis '" + p.axes[f].in + "' is sharded over '" + group[f] +
                     "'; a distributed FFT transposes into another axis, and this tensor has none "
-                    "(add a batch axis of size 1, or gather the axis first)");
+                    "(a 1-D FFT of a lone sharded axis is not supported: gather the axis first)");
       auto mask = mesh.mask(group[best]);
       const auto add = mesh.mask(group[f]);
       for (std::size_t d = 0; d < mask.size(); ++d) mask[d] = mask[d] || add[d];
