@@ -10,6 +10,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
