@@ -73,6 +73,13 @@ inline Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at:
   return out;
 }
 
+/// `a` with 32-bit row pointers when its entry count fits (4 bytes less per row for every product:
+/// about 5 % of a 5-point matrix's traffic). Only the `dispatch_view` kernels accept such a Csr.
+inline Csr compact_rowptr(Csr a) {
+  if (a.nnz() <= std::numeric_limits<std::int32_t>::max()) a.rowptr = a.rowptr.to(at::kInt);
+  return a;
+}
+
 /// CSR back to COO (row, col as int64; values shared).
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_to_coo(const Csr& a) {
   const auto counts = a.rowptr.slice(0, 1) - a.rowptr.slice(0, 0, a.rows);
@@ -92,12 +99,13 @@ void dispatch_csr(const Csr& a, F&& f) {
 }
 
 /// Typed raw pointers of a Csr, for kernels: `dispatch_view(a, [&](auto m) { ... m.rp, m.ci,
-/// m.av ... })`, with `typename decltype(m)::value_type` the value type.
-template <class V, class I>
+/// m.av ... })`, with `typename decltype(m)::value_type` the value type. The row pointers may be
+/// 32-bit (`compact_rowptr`) in the blocks of the distributed product's hot loop.
+template <class V, class I, class P = std::int64_t>
 struct CsrView {
   using value_type = V;
   std::int64_t rows;
-  const std::int64_t* __restrict rp;
+  const P* __restrict rp;
   const I* __restrict ci;
   const V* __restrict av;
 };
@@ -115,7 +123,10 @@ void dispatch_view(const Csr& a, F&& f) {
   dispatch_csr(a, [&](auto v0, auto i0) {
     using V = decltype(v0);
     using I = decltype(i0);
-    f(CsrView<V, I>{a.rows, a.rowptr.data_ptr<std::int64_t>(), a.col.data_ptr<I>(), a.values.data_ptr<V>()});
+    if (a.rowptr.scalar_type() == at::kInt)
+      f(CsrView<V, I, std::int32_t>{a.rows, a.rowptr.data_ptr<std::int32_t>(), a.col.data_ptr<I>(), a.values.data_ptr<V>()});
+    else
+      f(CsrView<V, I>{a.rows, a.rowptr.data_ptr<std::int64_t>(), a.col.data_ptr<I>(), a.values.data_ptr<V>()});
   });
 }
 

@@ -396,6 +396,8 @@ class DSparseTensor final : public detail::Operator {
                                c.index_select(0, diag_pos_), n_owned, n_owned);
     off_ = detail::coo_to_csr(at::zeros({off_pos_.numel()}, v.options()), at::searchsorted(off_rows_, off_r),
                               c.index_select(0, off_pos_) - n_owned, off_rows_.numel(), plan_->ghost_count());
+    diag_ = detail::compact_rowptr(std::move(diag_));
+    off_ = detail::compact_rowptr(std::move(off_));
     refresh_blocks();
   }
   void refresh_blocks() {
