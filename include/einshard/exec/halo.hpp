@@ -80,13 +80,27 @@ struct AxisExchangeOp final : CommOp {
                  double f)
       : comm(c), me(rank), dim(d), plan(std::move(x)), ex(*plan), edge(e), fill(f) {}
 
-  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
+  /// An exchange in flight: the result with its local rows in place, the messages posted.
+  struct InFlight {
+    at::Tensor in, out;
+    std::vector<MPI_Request> requests;
+    std::unique_ptr<char[]> recv_buffer, send_buffer;
+  };
+
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override { return finish(start(x)); }
+
+  /// Posts the messages and copies the local rows; `finish` waits and completes the result. Work
+  /// that needs only local rows can run in between (einconv's interior, without autograd).
+  [[nodiscard]] InFlight start(const at::Tensor& x) const {
     comm::require_cpu(x, "halo exchange");
-    const auto in = x.contiguous();
+    InFlight flight;
+    flight.in = x.contiguous();
+    const auto& in = flight.in;
     const auto& f = ex.fetch;
     auto shape = in.sizes().vec();
     shape[static_cast<std::size_t>(dim)] = ex.output();
-    auto out = at::empty(shape, in.options());
+    flight.out = at::empty(shape, in.options());
+    auto& out = flight.out;
     const detail::Slabs slabs(shape, dim);
     const auto elem = comm::datatype(in.scalar_type());
     // Rows move as raw bytes: a run of rows of one outer index is contiguous, and with nothing
@@ -102,7 +116,8 @@ struct AxisExchangeOp final : CommOp {
     auto out_at = [&](std::int64_t o, std::int64_t row) {
       return out_bytes + (o * out_rows + f.pad_left + row) * row_bytes;
     };
-    std::unique_ptr<char[]> recv_buffer, send_buffer;
+    auto& recv_buffer = flight.recv_buffer;
+    auto& send_buffer = flight.send_buffer;
     if (!flat) {
       std::int64_t recv_bytes = 0, send_bytes = 0;
       for (const auto& p : f.pieces) recv_bytes += p.owner == me ? 0 : slabs.outer * p.length * row_bytes;
@@ -111,14 +126,14 @@ struct AxisExchangeOp final : CommOp {
       recv_buffer = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(recv_bytes));
       send_buffer = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(send_bytes));
     }
-    char* recv_at = recv_buffer.get();
     char* send_at = send_buffer.get();
-    std::vector<MPI_Request> requests;
+    auto& requests = flight.requests;
+    std::int64_t received = 0;
     for (const auto& p : f.pieces) {
       const auto n = slabs.elements(p.length);
       if (p.owner == me || n == 0) continue;
-      void* where = flat ? out_at(0, p.target) : recv_at;
-      if (!flat) recv_at += slabs.outer * p.length * row_bytes;
+      void* where = flat ? out_at(0, p.target) : recv_buffer.get() + received;
+      if (!flat) received += slabs.outer * p.length * row_bytes;
       requests.emplace_back();
       comm::check(MPI_Irecv(where, comm::count(n), elem, p.owner, detail::fetch_tag, comm, &requests.back()),
                   "MPI_Irecv");
@@ -147,10 +162,25 @@ struct AxisExchangeOp final : CommOp {
       out.narrow(dim, 0, f.pad_left).fill_(fill);
       out.narrow(dim, f.pad_left + f.fetched, f.pad_right).fill_(fill);
     }
+    return flight;
+  }
+
+  [[nodiscard]] at::Tensor finish(InFlight flight) const {
+    auto& out = flight.out;
+    auto& requests = flight.requests;
+    const auto& f = ex.fetch;
+    const detail::Slabs slabs(out.sizes(), dim);
+    const bool flat = slabs.outer == 1;
+    const auto row_bytes = slabs.inner * static_cast<std::int64_t>(out.element_size());
+    const auto out_rows = ex.output();
+    auto* out_bytes = static_cast<char*>(out.data_ptr());
+    auto out_at = [&](std::int64_t o, std::int64_t row) {
+      return out_bytes + (o * out_rows + f.pad_left + row) * row_bytes;
+    };
     if (!requests.empty())
       comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
                   "MPI_Waitall");
-    recv_at = recv_buffer.get();
+    const char* recv_at = flight.recv_buffer.get();
     for (const auto& p : f.pieces)
       if (!flat && p.owner != me) {
         detail::copy_runs(out_at(0, p.target), out_rows * row_bytes, recv_at, p.length * row_bytes, slabs.outer,

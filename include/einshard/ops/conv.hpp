@@ -168,23 +168,34 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
     throw Error(what + ": the bias has " + std::to_string(o.bias->size(0)) + " elements, but there are " +
                 std::to_string(O) + " output channels");
 
-  // Halo (and boundary padding) along each spatial axis, then one local convolution without padding.
-  auto y = x;
-  std::vector<std::int64_t> counts, kernel_sizes;
+  // The halo (and boundary padding) of each spatial axis, then one local convolution without
+  // padding.
+  struct AxisPlan {
+    const exec::StencilAxis* axis;
+    int me;
+    std::shared_ptr<const plan::AxisExchange> exchange;
+    plan::Interval request;  // the input rows this rank's outputs read
+    std::int64_t span;       // rows one window spans
+  };
+  std::vector<AxisPlan> plans;
+  std::vector<std::int64_t> counts;  // this rank's outputs along each spatial axis
   for (std::size_t i = 0; i < a.spatial.size(); ++i) {
     const auto& axis = in.axis(a.spatial[i]);
     const auto k = w_size(a.kernels[i]), d = dilations[i];
     const auto total = d * (k - 1);
     const auto [left, right] = pads[i].value_or(std::pair{total / 2, total - total / 2});
     const auto wp = plan::plan_window(axis.shards, {k, d, strides[i], left, right, total / 2}, axis.name);
-    counts.push_back(wp.shards[static_cast<std::size_t>(axis.group.empty() ? 0 : o.mesh.coordinate(axis.group))]);
-    kernel_sizes.push_back(k);
-    y = exec::fetch_axis(y, axis, o.mesh, wp.requests, edge, fill);
+    const int me = axis.group.empty() ? 0 : o.mesh.coordinate(axis.group);
+    counts.push_back(wp.shards[static_cast<std::size_t>(me)]);
+    plans.push_back({&axis, me, exec::plan_axis(axis, o.mesh, wp.requests, edge),
+                     wp.requests[static_cast<std::size_t>(me)], total + 1});
   }
   // The weight and bias gradients of this rank are its share of the sum over every mesh dimension
   // the input is split over.
   auto w = weight;
   auto b = o.bias ? *o.bias : at::Tensor();
+  const bool recording = at::GradMode::is_enabled() &&
+                         (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
   if (in.distributed) {
     std::vector<bool> split(static_cast<std::size_t>(o.mesh.ndim()), false);
     for (const auto& axis : in.axes)
@@ -198,29 +209,81 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
   std::vector<std::string> x_order = a.batch;
   x_order.push_back(a.in_channel);
   x_order.insert(x_order.end(), a.spatial.begin(), a.spatial.end());
-  auto xc = y.permute(positions(a.x, x_order));
-  std::vector<std::int64_t> batch_sizes(xc.sizes().begin(), xc.sizes().begin() + static_cast<std::ptrdiff_t>(a.batch.size()));
-  std::vector<std::int64_t> flat{-1};
-  flat.insert(flat.end(), xc.sizes().begin() + static_cast<std::ptrdiff_t>(a.batch.size()), xc.sizes().end());
-  flat[0] = 1;
-  for (auto s : batch_sizes) flat[0] *= s;
-  xc = xc.reshape(flat);
+  const auto x_perm = positions(a.x, x_order);
+  std::vector<std::int64_t> batch_sizes;
+  std::int64_t batch = 1;
+  for (std::size_t i = 0; i < a.batch.size(); ++i) {
+    batch_sizes.push_back(x.size(x_perm[i]));
+    batch *= batch_sizes.back();
+  }
   std::vector<std::string> w_order{a.out_channel, a.in_channel};
   w_order.insert(w_order.end(), a.kernels.begin(), a.kernels.end());
   const auto wc = w.permute(positions(a.w, w_order));
+  const std::vector<std::int64_t> zeros(a.spatial.size(), 0);
+  auto convolve = [&](const at::Tensor& rows) {  // (B, O, outputs...) of input rows with their halo
+    auto xc = rows.permute(x_perm);
+    std::vector<std::int64_t> flat{batch};
+    flat.insert(flat.end(), xc.sizes().begin() + static_cast<std::ptrdiff_t>(a.batch.size()), xc.sizes().end());
+    return at::convolution(xc.reshape(flat), wc, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt,
+                           strides, zeros, dilations, false, zeros, groups);
+  };
+  // Without autograd, when one axis alone exchanges with other ranks, the outputs whose windows
+  // lie in this rank's own rows are computed while its messages are in flight.
+  std::ptrdiff_t remote = -1;
+  int remotes = 0;
+  for (std::size_t i = 0; i < plans.size(); ++i)
+    if (plans[i].exchange->rows_received(plans[i].me) + plans[i].exchange->rows_sent(plans[i].me) > 0) {
+      remote = static_cast<std::ptrdiff_t>(i);
+      ++remotes;
+    }
+  const bool empty = std::find(counts.begin(), counts.end(), 0) != counts.end();
+  const bool overlap = !recording && !empty && remotes == 1;
+  // Axes are extended in order on every rank (the messages of one axis carry the rows of the
+  // axes before it): with overlap, the axes after the remote one (local for this rank) extend the
+  // interior and the completed result separately.
+  const auto last = overlap ? static_cast<std::size_t>(remote) : plans.size();
+  auto extend = [&](at::Tensor t, std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) t = exec::exchange_axis(t, *plans[i].axis, o.mesh, plans[i].exchange, edge, fill);
+    return t;
+  };
+  auto y = extend(x, 0, last);
   at::Tensor out;
-  if (std::find(counts.begin(), counts.end(), 0) != counts.end()) {
+  if (empty) {
     // No outputs here; the result still depends on the fetched rows and the weight, so this rank
     // joins the backward exchanges and reductions like every other.
-    std::vector<std::int64_t> shape{flat[0], O};
+    std::vector<std::int64_t> shape{batch, O};
     shape.insert(shape.end(), counts.begin(), counts.end());
-    auto anchor = xc.sum() + wc.sum();
+    auto anchor = y.sum() + wc.sum();
     if (b.defined()) anchor = anchor + b.sum();
-    out = at::zeros(shape, xc.options()) + anchor * 0;
+    out = at::zeros(shape, y.options()) + anchor * 0;
+  } else if (!overlap) {
+    out = convolve(y);
   } else {
-    const std::vector<std::int64_t> zeros(a.spatial.size(), 0);
-    out = at::convolution(xc, wc, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, strides, zeros,
-                          dilations, false, zeros, groups);
+    const auto& p = plans[static_cast<std::size_t>(remote)];
+    const auto dim = p.axis->dim;
+    const auto st = strides[static_cast<std::size_t>(remote)], n = counts[static_cast<std::size_t>(remote)];
+    const auto op = c10::make_intrusive<exec::AxisExchangeOp>(o.mesh.comm(p.axis->group), p.me, dim, p.exchange,
+                                                              edge, fill);
+    auto flight = op->start(y);
+    // Output jj reads fetched rows [jj*st, jj*st + span); this rank's own rows are fetched rows
+    // [lo, lo + size).
+    const auto& shards = p.axis->shards;
+    const auto lo = plan::shard_offsets(shards)[static_cast<std::size_t>(p.me)] - p.request.begin;
+    const auto size = y.size(dim);
+    const auto j0 = std::clamp<std::int64_t>(plan::detail::ceil_div(lo, st), 0, n);
+    const auto j1 = std::clamp<std::int64_t>(plan::detail::floor_div(lo + size - p.span, st) + 1, j0, n);
+    at::Tensor interior;
+    if (j1 > j0) interior = convolve(extend(y.narrow(dim, j0 * st - lo, (j1 - j0 - 1) * st + p.span), last + 1, plans.size()));
+    const auto full = extend(op->finish(std::move(flight)), last + 1, plans.size());
+    if (j1 == j0) {
+      out = convolve(full);
+    } else {
+      std::vector<at::Tensor> parts;
+      if (j0 > 0) parts.push_back(convolve(full.narrow(dim, 0, (j0 - 1) * st + p.span)));
+      parts.push_back(interior);
+      if (j1 < n) parts.push_back(convolve(full.narrow(dim, j1 * st, (n - 1 - j1) * st + p.span)));
+      out = parts.size() == 1 ? interior : at::cat(parts, 2 + remote);
+    }
   }
   std::vector<std::int64_t> unflat = batch_sizes;
   unflat.insert(unflat.end(), out.sizes().begin() + 1, out.sizes().end());
