@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "einshard/error.hpp"
@@ -85,28 +86,49 @@ bool pivot_fails(V pivot, V row_scale, bool need_positive) {
   return need_positive ? !(pivot > tol) : !(std::abs(pivot) > tol);
 }
 
+/// Typed pointers into a factor computed in place, and a column -> entry map of the current row.
+template <class V, class I>
+struct FactorView {
+  std::int64_t n;
+  const std::int64_t* rp;
+  const I* ci;
+  V* val;
+  std::int64_t* dg;
+  V* inv;
+  std::vector<std::int64_t> pos;
+};
+
+/// Makes `f` a copy of `a` to factor in place and runs `body(view)`, which returns the first row
+/// whose pivot fails, or -1.
+template <class F>
+std::int64_t factor_in_place(const Csr& a, IncompleteFactor& f, bool cholesky, const char* what, F&& body) {
+  f.cholesky = cholesky;
+  f.lu = a;
+  f.lu.values = a.values.clone();
+  f.diag = at::empty({a.rows}, at::kLong);
+  f.inv_diag = at::empty({a.rows}, a.values.options());
+  std::int64_t failed = -1;
+  dispatch_real_csr(a, what, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    FactorView<V, I> m{a.rows, f.lu.rowptr.data_ptr<std::int64_t>(), f.lu.col.data_ptr<I>(),
+                       f.lu.values.data_ptr<V>(), f.diag.data_ptr<std::int64_t>(), f.inv_diag.data_ptr<V>(),
+                       std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), -1)};
+    failed = body(m);
+  });
+  return failed;
+}
+
 /// ILU(0) of a square block (Saad, Iterative Methods, Algorithm 10.4, the IKJ variant): for each
 /// row i and each k < i in its pattern, l_ik = a_ik / u_kk, then a_ij -= l_ik u_kj for the j > k
 /// of row k that row i also holds; updates outside the pattern are dropped. Fills `f`. Returns
 /// the first row whose pivot fails (or which stores no diagonal entry), -1 when none does; the
 /// factorisation stops there.
 inline std::int64_t factor_ilu0(const Csr& block, IncompleteFactor& f) {
-  f.cholesky = false;
-  f.lu = block;
-  f.lu.values = block.values.clone();
-  const auto n = block.rows;
-  f.diag = at::empty({n}, at::kLong);
-  f.inv_diag = at::empty({n}, block.values.options());
-  std::int64_t failed = -1;
-  dispatch_real_csr(block, "ILU(0)", [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* rp = f.lu.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = f.lu.col.data_ptr<I>();
-    auto* val = f.lu.values.data_ptr<V>();
-    auto* dg = f.diag.data_ptr<std::int64_t>();
-    auto* inv = f.inv_diag.data_ptr<V>();
-    std::vector<std::int64_t> pos(static_cast<std::size_t>(n), -1);  // column -> entry of row i
+  return factor_in_place(block, f, false, "ILU(0)", [](auto& m) {
+    using V = std::remove_pointer_t<decltype(m.val)>;
+    auto& [n, rp, ci, val, dg, inv, pos] = m;
+    std::int64_t failed = -1;
     for (std::int64_t i = 0; i < n && failed < 0; ++i) {
       dg[i] = -1;
       V scale{};
@@ -130,8 +152,8 @@ inline std::int64_t factor_ilu0(const Csr& block, IncompleteFactor& f) {
         inv[i] = V(1) / val[dg[i]];
       for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) pos[static_cast<std::size_t>(ci[k])] = -1;
     }
+    return failed;
   });
-  return failed;
 }
 
 /// IC(0) of a symmetric block given by its lower triangle (leading_block(..., true)); the upper
@@ -141,22 +163,10 @@ inline std::int64_t factor_ilu0(const Csr& block, IncompleteFactor& f) {
 /// (L_IC = L_ILU D^½), the same preconditioner at half the storage. Returns the first row whose
 /// pivot a_ii − Σ l_ij² fails (is not positive: A is not SPD enough for IC(0)), -1 when none does.
 inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
-  f.cholesky = true;
-  f.lu = lower;
-  f.lu.values = lower.values.clone();
-  const auto n = lower.rows;
-  f.diag = at::empty({n}, at::kLong);
-  f.inv_diag = at::empty({n}, lower.values.options());
-  std::int64_t failed = -1;
-  dispatch_real_csr(lower, "IC(0)", [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* rp = f.lu.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = f.lu.col.data_ptr<I>();
-    auto* val = f.lu.values.data_ptr<V>();
-    auto* dg = f.diag.data_ptr<std::int64_t>();
-    auto* inv = f.inv_diag.data_ptr<V>();
-    std::vector<std::int64_t> pos(static_cast<std::size_t>(n), -1);
+  return factor_in_place(lower, f, true, "IC(0)", [](auto& m) {
+    using V = std::remove_pointer_t<decltype(m.val)>;
+    auto& [n, rp, ci, val, dg, inv, pos] = m;
+    std::int64_t failed = -1;
     for (std::int64_t i = 0; i < n && failed < 0; ++i) {
       V scale{};
       for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
@@ -185,8 +195,8 @@ inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
       }
       for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) pos[static_cast<std::size_t>(ci[k])] = -1;
     }
+    return failed;
   });
-  return failed;
 }
 
 /// z = (L U)⁻¹ r (ILU) or (L Lᵀ)⁻¹ r (IC): a forward and a backward sweep over the factor, in
