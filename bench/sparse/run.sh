@@ -30,41 +30,9 @@ build="${EINSHARD_BENCH_SPARSE_BUILD:-${repo}/build/bench-sparse}"
 source_dir="$(cd "${EINSHARD_SOURCE_DIR:-${repo}}" && pwd)"
 ranks="${EINSHARD_BENCH_RANKS-1 2 4}"
 
-mkdir -p "${build}/project"
-cat > "${build}/project/CMakeLists.txt.new" <<CMAKE
-cmake_minimum_required(VERSION 3.25)
-project(einshard_bench_sparse_build LANGUAGES CXX)
-list(APPEND CMAKE_MODULE_PATH "\${EINSHARD_SOURCE_DIR}/cmake")
-include(einshardDependencies)
-einshard_torch_before_find()
-find_package(Torch REQUIRED)
-einshard_torch_after_find()
-set(EINSHARD_BUILD_TESTS OFF)
-set(EINSHARD_BUILD_EXAMPLES OFF)
-set(EINSHARD_BUILD_BENCHMARKS OFF)
-set(EINSHARD_BUILD_DOCS OFF)
-set(EINSHARD_INSTALL OFF)
-add_subdirectory("\${EINSHARD_SOURCE_DIR}" einshard-build)
-add_subdirectory("\${EINSHARD_BENCH_DIR}" bench-sparse)
-CMAKE
-if ! cmp -s "${build}/project/CMakeLists.txt.new" "${build}/project/CMakeLists.txt"; then
-  mv "${build}/project/CMakeLists.txt.new" "${build}/project/CMakeLists.txt"
-else
-  rm "${build}/project/CMakeLists.txt.new"
-fi
-
-generator=()
-if command -v ninja > /dev/null; then generator=(-G Ninja); fi
-if [[ ! -f "${build}/cmake/CMakeCache.txt" ]]; then
-  cmake -S "${build}/project" -B "${build}/cmake" "${generator[@]}" \
-    -DCMAKE_BUILD_TYPE=Release \
-    "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-    "-DCMAKE_PREFIX_PATH=${EINSHARD_TORCH_CMAKE_PREFIX}" \
-    "-DEINSHARD_SOURCE_DIR=${source_dir}" \
-    "-DEINSHARD_BENCH_DIR=${here}" >&2
-else
-  cmake "${build}/cmake" "-DEINSHARD_SOURCE_DIR=${source_dir}" "-DEINSHARD_BENCH_DIR=${here}" > /dev/null
-fi
+# shellcheck source=bench/scratch-build.sh
+source "${here}/../scratch-build.sh"
+einshard_bench_configure "${build}" "${here}" bench-sparse "${source_dir}"
 
 exe="${build}/cmake/bench-sparse/einshard_bench_sparse_cg"
 if ! grep -q einshard_bench_sparse_cg "${build}/cmake/build.ninja" "${build}/cmake/Makefile" 2> /dev/null; then
