@@ -93,14 +93,19 @@ struct CompiledNotation {
   [[nodiscard]] notation::ExpressionView view() const { return expression.view(source); }
 };
 
+/// `self`: `source` is one operand spec, parsed as the notation `spec->spec` (the stencil
+/// operations name their operand this way); errors point into the spec.
 inline std::shared_ptr<const CompiledNotation> compile_runtime(std::string source,
-                                                              std::string_view written) {
+                                                              std::string_view written, bool self = false) {
+  const auto spec_length = source.size();
+  if (self) source = source + "->" + source;
   auto result = notation::parse(source);
   if (!result.ok) {
     std::string message;
     notation::write_message(result.error, [&](char c) { message += c; });
-    if (written != source) message += " (in the expansion of '" + std::string(written) + "')";
-    throw NotationError(source, result.error.column + 1, std::move(message));
+    const auto shown = self ? source.substr(0, spec_length) : source;
+    if (written != shown) message += " (in the expansion of '" + std::string(written) + "')";
+    throw NotationError(shown, std::min<std::size_t>(result.error.column, shown.size()) + 1, std::move(message));
   }
   auto c = std::make_shared<CompiledNotation>();
   c->source = std::move(source);
@@ -126,11 +131,14 @@ class NotationCache {
     return cache;
   }
 
-  std::shared_ptr<const CompiledNotation> get(std::string_view text, const Families& families) {
+  /// `self`: `text` is one operand spec, compiled as `spec->spec` (see compile_runtime).
+  std::shared_ptr<const CompiledNotation> get(std::string_view text, const Families& families,
+                                              bool self = false) {
     std::string key_storage;
     std::string_view key = text;
-    if (!families.empty()) {  // the families are part of the key: serialize them after the text
+    if (!families.empty() || self) {  // families and the form are part of the key, after the text
       key_storage.assign(text);
+      if (self) key_storage += '\x1d';
       for (const auto& [name, members] : families) {
         key_storage += '\x1e';
         key_storage += name;
@@ -145,7 +153,7 @@ class NotationCache {
     const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
     auto compiled = compile_runtime(expand ? notation::expand_families(text, families)
                                            : std::string(text),
-                                    text);
+                                    text, self);
     std::lock_guard lock(mutex_);
     if (map_.size() >= capacity) map_.clear();  // bounded: user-built strings may be unbounded
     return map_.emplace(std::string(key), std::move(compiled)).first->second;

@@ -16,12 +16,10 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -36,6 +34,7 @@
 #include "einshard/notation/fixed_string.hpp"
 #include "einshard/notation/parser.hpp"
 #include "einshard/notation/static_expression.hpp"
+#include "einshard/ops/einshard.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/halo.hpp"
 #include "einshard/plan/layout.hpp"
@@ -84,49 +83,16 @@ inline constexpr auto side_spec =
 template <fixed_string S, bool In>
 inline constexpr auto side_v = self_map<side_spec<S, In>>();
 
-/// A run-time notation parsed once (text, then tables of slices into it).
-struct ParsedNotation {
-  std::string source;
-  notation::Expression expression;
-  [[nodiscard]] notation::ExpressionView view() const { return expression.view(source); }
-};
-
-/// Parses `text` (family references expanded) as a whole notation, or, with `self`, as one operand
-/// spec; a malformed one throws `NotationError` pointing into what the caller wrote. Cached.
-inline std::shared_ptr<const ParsedNotation> parse_cached(std::string_view text, bool self,
-                                                         const Families& families) {
-  static std::mutex mutex;
-  static std::unordered_map<std::string, std::shared_ptr<const ParsedNotation>> cache;
-  std::string key(text);
-  key += self ? "\x1d" : "\x1c";
-  for (const auto& [name, members] : families) {
-    key += '\x1e' + name;
-    for (const auto& m : members) key += '\x1f' + m;
-  }
-  {
-    std::lock_guard lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
-  const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
-  const auto spec = expand ? notation::expand_families(text, families) : std::string(text);
-  auto parsed = std::make_shared<ParsedNotation>();
-  parsed->source = self ? spec + "->" + spec : spec;
-  auto result = notation::parse(parsed->source);
-  if (!result.ok) {
-    std::string message;
-    notation::write_message(result.error, [&](char c) { message += c; });
-    if (spec != text) message += " (in the expansion of '" + std::string(text) + "')";
-    throw NotationError(spec, std::min<std::size_t>(result.error.column, spec.size()) + 1, std::move(message));
-  }
-  parsed->expression = std::move(result.expression);
-  std::lock_guard lock(mutex);
-  if (cache.size() >= 4096) cache.clear();
-  return cache.emplace(std::move(key), std::move(parsed)).first->second;
+/// A run-time notation, or with `self` one operand spec as `spec->spec`, families expanded;
+/// parsed once (the process-wide NotationCache).
+inline std::shared_ptr<const CompiledNotation> parse_cached(std::string_view text, bool self,
+                                                           const Families& families) {
+  return NotationCache::instance().get(text, families, self);
 }
 
 /// A window notation `in -> out` as two single-operand notations (the output names window axes no
 /// input has, which the einsum grammar's checks reject).
-inline std::pair<std::shared_ptr<const ParsedNotation>, std::shared_ptr<const ParsedNotation>>
+inline std::pair<std::shared_ptr<const CompiledNotation>, std::shared_ptr<const CompiledNotation>>
 parse_sides(std::string_view text, const Families& families) {
   const auto arrow = text.find("->");
   if (arrow == std::string_view::npos) throw NotationError(text, text.size() + 1, "expected '->'");

@@ -85,6 +85,9 @@ struct PreconditionerOp {
   virtual ~PreconditionerOp() = default;
   virtual void apply(const at::Tensor& r, at::Tensor& z) const = 0;
   [[nodiscard]] virtual std::string name() const = 0;
+  /// M⁻¹ as a vector when it is diagonal (undefined otherwise), so a Krylov method can fuse it
+  /// into its vector updates instead of applying it in a pass of its own.
+  [[nodiscard]] virtual at::Tensor diagonal() const { return {}; }
 };
 
 /// Runs a rank's local setup and turns any `Error` it throws into a collective one (the lowest
@@ -133,7 +136,7 @@ class DiagonalOp final : public PreconditionerOp {
   DiagonalOp(at::Tensor scale, std::string name) : scale_(std::move(scale)), name_(std::move(name)) {}
   void apply(const at::Tensor& r, at::Tensor& z) const override { at::mul_out(z, r, scale_); }
   [[nodiscard]] std::string name() const override { return name_; }
-  [[nodiscard]] const at::Tensor& scale() const { return scale_; }
+  [[nodiscard]] at::Tensor diagonal() const override { return scale_; }
 
  private:
   at::Tensor scale_;

@@ -89,7 +89,7 @@ struct PreconditionerUse {
   PreconditionerUse(Preconditioner kind, const PreconditionerOp* m, const at::Tensor& like) : op(m) {
     if (kind == Preconditioner::none || m == nullptr) return;
     identity = false;
-    if (const auto* d = dynamic_cast<const DiagonalOp*>(m)) diagonal = d->scale().to(like.scalar_type()).contiguous();
+    if (const auto d = m->diagonal(); d.defined()) diagonal = d.to(like.scalar_type()).contiguous();
   }
   [[nodiscard]] bool general() const { return !identity && !diagonal.defined(); }
   void apply(const at::Tensor& r, at::Tensor& z) const {
