@@ -221,7 +221,12 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
                                  const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                  MPI_Comm comm, int tag = 7101) {
   require_cpu(x, "redistribute");
-  auto out = at::empty(out_shape, x.options());
+  // Elements no message covers are zero: the reverse of a schedule that drops elements (a clipped
+  // range's backward) gives them no gradient.
+  std::int64_t covered = 0;
+  for (const auto& r : recvs) covered += r.box.numel();
+  auto out = covered == c10::multiply_integers(out_shape) ? at::empty(out_shape, x.options())
+                                                           : at::zeros(out_shape, x.options());
   const int me = rank_of(comm);
   const auto elem = datatype(x.scalar_type());
   const bool x_flat = x.is_contiguous();

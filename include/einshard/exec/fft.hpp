@@ -20,6 +20,7 @@
 #include "einshard/error.hpp"
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
+#include "einshard/exec/fft_factored.hpp"
 #include "einshard/exec/program.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/mesh.hpp"
@@ -35,6 +36,7 @@ struct FftCall {
   plan::FftPlan plan;
   std::vector<SizeTable> tables;  ///< by stage (empty for FFT stages)
   std::vector<Program> programs;  ///< by stage (empty for FFT stages)
+  std::vector<std::shared_ptr<const FactoredFftCall>> factored;  ///< by stage (null but for factored stages)
   std::optional<std::string> norm;
 };
 
@@ -140,9 +142,11 @@ inline bool merge_fft(plan::FftStage& prev, const plan::FftStage& next) {
 
 /// Plans `p` (lengths set) and prepares every layout change. `in` holds the input's measured sizes;
 /// the output's shard sizes come from `shapes` or the split rule, intermediate layouts' from the
-/// split rule. Pure given its arguments (the mesh is only read), so every rank prepares the same.
-inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& mesh,
-                           const Shapes& shapes, std::optional<std::string> norm, const std::string& what) {
+/// split rule. `dtype` is the input's, agreed by every rank. Pure given its arguments (the mesh is
+/// only read; its group communicators are created on first use, collectively), so every rank
+/// prepares the same.
+inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& mesh, const Shapes& shapes,
+                           std::optional<std::string> norm, at::ScalarType dtype, const std::string& what) {
   FftCall call;
   call.plan = plan::plan_fft(p, mesh ? mesh.shape() : MeshShape{});
   call.norm = std::move(norm);
@@ -154,6 +158,23 @@ inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& 
   resolve(out, call.plan.out, mesh, shapes, what);
   std::vector<plan::FftStage> kept;
   for (auto& s : call.plan.stages) {
+    if (s.kind == plan::FftStage::Kind::factored && mesh.size(s.before.axes[0].group) == 1)
+      s.kind = plan::FftStage::Kind::fft;  // over one rank the axis is whole
+    if (s.kind == plan::FftStage::Kind::factored) {
+      const auto& a = p.axes[0];
+      const auto& g = s.before.axes[0].group;
+      const auto it = out.shards.find({a.out, g});
+      const auto out_sizes = it != out.shards.end() ? it->second : compute_split_shapes(a.out_length, mesh.size(g));
+      const auto n = s.op == plan::FftOp::real_inverse ? a.out_length : a.in_length;
+      const auto complex = c10::isComplexType(dtype) ? dtype : c10::toComplexType(dtype);
+      call.factored.resize(kept.size());
+      call.factored.push_back(std::make_shared<const FactoredFftCall>(prepare_factored(
+          s.op, n, in.of(a.in, g), out_sizes, mesh.comm(g), mesh.coordinate(g), complex, call.norm)));
+      call.programs.emplace_back();
+      call.tables.emplace_back();
+      kept.push_back(std::move(s));
+      continue;
+    }
     if (s.kind == plan::FftStage::Kind::fft) {
       // FFT stages with nothing between them run as one call (torch's n-d transforms are faster
       // than their 1-d passes one by one).
@@ -191,6 +212,7 @@ inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& 
     kept.push_back(std::move(s));
   }
   call.plan.stages = std::move(kept);
+  call.factored.resize(call.plan.stages.size());
   call.problem = std::move(p);
   return call;
 }
@@ -203,11 +225,52 @@ inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const Mesh& mesh) {
       x = run(call.programs[i], x, call.tables[i], mesh);
       continue;
     }
+    if (s.kind == plan::FftStage::Kind::factored) {
+      x = (*call.factored[i])(x);
+      continue;
+    }
     std::vector<std::int64_t> lengths;
     for (auto d : s.dims) lengths.push_back(call.problem.axes[static_cast<std::size_t>(d)].out_length);
     x = local_fft(x, s.op, s.dims, lengths, call.norm);
   }
   return x;
+}
+
+/// The exchanges of a factored stage (the same names and costs as the other transposes), then its
+/// local FFTs as one step. `element` is the input's element size, `complex` the working one's.
+inline void describe_factored(const FactoredFftCall& c, const plan::FftStage& s, std::int64_t element,
+                              std::int64_t complex, std::vector<PlanStep>& out) {
+  const auto& group = s.before.axes[0].group;
+  const auto me = static_cast<int>(c.me);
+  auto add = [&](const detail::Exchange& e, std::int64_t bytes, const std::string& before, const std::string& after) {
+    if (!e.op) return;
+    const auto& f = e.op->forward_schedule;
+    PlanStep ps{plan::step_name(plan::StepKind::redistribute), group, s.before.axes[0].axis, before, after, {}, {}, -1};
+    ps.forward = {detail::message_bytes(f.sends, me, bytes), detail::message_bytes(f.recvs, me, bytes), 1,
+                  f.out_shape.empty() ? 0 : f.out_shape[0] * bytes};
+    ps.backward = {ps.forward.bytes_received, ps.forward.bytes_sent, 1, 0};
+    out.push_back(std::move(ps));
+  };
+  const auto in = s.before.str(), done = s.after.str();
+  add(c.enter, element, in, in + " (six-step rows)");
+  add(c.mirror, element, in, in + " (mirrored half spectrum)");
+  auto six = [&](const SixStep& t, bool real_out) {
+    add(t.to_columns, complex, "rows", "columns");
+    add(t.to_rows, complex, "columns", "rows");
+    add(t.to_output, real_out ? complex / 2 : complex, "rows", "k2 blocks");
+  };
+  const bool real_out = s.op == plan::FftOp::real_inverse;
+  if (c.factors.bluestein()) {
+    six(*c.first, false);  // the chirp kernel's transform
+    six(*c.first, false);
+    six(*c.second, false);
+  } else {
+    six(*c.first, real_out);
+  }
+  add(c.leave, real_out ? complex / 2 : complex, "k2 blocks", done);
+  const auto how = c.factors.bluestein() ? "bluestein m=" + std::to_string(c.factors.m) + " " : std::string();
+  out.push_back({std::string(plan::fft_op_name(s.op)) + "_factored", group, s.before.axes[0].axis, in, done, {}, {}, -1});
+  out.back().before = in + " (" + how + std::to_string(c.factors.m1) + "x" + std::to_string(c.factors.m2) + ")";
 }
 
 /// The plan with this rank's traffic per step (`element`: the input's element size in bytes).
@@ -219,6 +282,11 @@ inline Plan describe_fft(std::string_view source, const FftCall& call, const Mes
     const auto& s = call.plan.stages[i];
     if (s.kind == plan::FftStage::Kind::move) {
       describe(call.programs[i], call.tables[i], mesh, element, -1, out.steps);
+      continue;
+    }
+    if (s.kind == plan::FftStage::Kind::factored) {
+      describe_factored(*call.factored[i], s, element, 2 * real, out.steps);
+      element = s.op == plan::FftOp::real_inverse ? real : 2 * real;
       continue;
     }
     std::string axes;

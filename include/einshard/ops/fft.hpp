@@ -112,7 +112,7 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
   exec::check_fft_dtype(dtype, problem, what);
   auto call = exec::CallCache<exec::FftCall>::instance().get(key, [&] {
     exec::set_lengths(problem, lengths, o.signal_sizes, what);
-    return exec::prepare_fft(std::move(problem), in, mesh, o.shapes, o.norm, what);
+    return exec::prepare_fft(std::move(problem), in, mesh, o.shapes, o.norm, dtype, what);
   });
   return {std::move(call), dtype};
 }

@@ -14,6 +14,9 @@
 /// heFFTe). Then one last layout change (`plan_unary`) reaches the output. Nothing is gathered
 /// except where the output itself is whole.
 ///
+/// A tensor whose only axis is sharded has no partner to transpose with: that axis is transformed
+/// in place by a factored (six-step or Bluestein) transform over its group.
+///
 /// Real transforms add order constraints: a forward (r2c) transform starts with the half-spectrum
 /// axis (the data is real only until then); an inverse (c2r) transform ends with it.
 
@@ -63,10 +66,11 @@ struct FftProblem {
   bool real = false;
 };
 
-/// A stage of the plan: a local FFT over `dims` (tensor dimensions; the half axis last), or a
-/// layout change (`steps`, from `plan_unary`; a transpose is one redistribute step).
+/// A stage of the plan: a local FFT over `dims` (tensor dimensions; the half axis last), a layout
+/// change (`steps`, from `plan_unary`; a transpose is one redistribute step), or the factored
+/// transform of the one axis of the tensor while it stays sharded (plan/fft_factored.hpp).
 struct FftStage {
-  enum class Kind { fft, move } kind = Kind::fft;
+  enum class Kind { fft, move, factored } kind = Kind::fft;
   FftOp op = FftOp::forward;
   std::vector<std::int64_t> dims;
   std::vector<Step> steps;
@@ -302,10 +306,20 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
       std::size_t best = n;
       for (std::size_t c = 0; c < n; ++c)
         if (c != f && (best == n || rank(c, group[f]) < rank(best, group[f]))) best = c;
-      if (best == n)
-        throw Error("einfft: the only axis '" + p.axes[f].in + "' is sharded over '" + group[f] +
-                    "'; a distributed FFT transposes into another axis, and this tensor has none "
-                    "(a 1-D FFT of a lone sharded axis is not supported: gather the axis first)");
+      if (best == n) {
+        // The only axis: no partner to transpose into, so it is transformed in place over its
+        // group by a factored transform (plan/fft_factored.hpp).
+        FftStage s;
+        s.kind = FftStage::Kind::factored;
+        s.op = p.real ? (p.inverse ? FftOp::real_inverse : FftOp::real_forward)
+                      : (p.inverse ? FftOp::inverse : FftOp::forward);
+        s.dims = {static_cast<std::int64_t>(f)};
+        s.before = layout();
+        done[f] = true;
+        s.after = layout();
+        plan.stages.push_back(std::move(s));
+        continue;
+      }
       auto mask = mesh.mask(group[best]);
       const auto add = mesh.mask(group[f]);
       for (std::size_t d = 0; d < mask.size(); ++d) mask[d] = mask[d] || add[d];

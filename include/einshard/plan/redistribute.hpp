@@ -79,6 +79,20 @@ inline Box intersect(const Box& a, const Box& b, const Box& origin) {
 
 }  // namespace detail
 
+/// The messages of rank `me` when rank r holds box `from[r]` of a tensor and is to hold box
+/// `to[r]` (every element of a `to` box lies in exactly one `from` box).
+inline Schedule schedule_boxes(std::span<const Box> from, std::span<const Box> to, int me) {
+  const auto m = static_cast<std::size_t>(me);
+  Schedule s{{}, {}, from[m].size, to[m].size};
+  for (std::size_t peer = 0; peer < from.size(); ++peer) {
+    auto send = detail::intersect(from[m], to[peer], from[m]);
+    if (send.numel() > 0) s.sends.push_back({static_cast<int>(peer), std::move(send)});
+    auto recv = detail::intersect(from[peer], to[m], to[m]);
+    if (recv.numel() > 0) s.recvs.push_back({static_cast<int>(peer), std::move(recv)});
+  }
+  return s;
+}
+
 /// The messages of rank `me` (of `world` ranks) to go from layout `from` to layout `to` (same axes,
 /// same order).
 inline Schedule schedule_redistribute(const Layout& from, const Layout& to,
@@ -94,23 +108,17 @@ inline Schedule schedule_redistribute(const Layout& from, const Layout& to,
       if (!sharded[d] && p[d] != q[d]) return false;
     return true;
   };
-  Schedule s;
+  // Ranks of other replicas hold and want nothing from this one: empty boxes.
   const auto mine = coords_of(me);
-  const auto my_from = detail::box_of(from, global, shards, mesh, mine);
-  const auto my_to = detail::box_of(to, global, shards, mesh, mine);
-  s.in_shape = my_from.size;
-  s.out_shape = my_to.size;
+  const Box none{std::vector<std::int64_t>(from.axes.size(), 0), std::vector<std::int64_t>(from.axes.size(), 0)};
+  std::vector<Box> held, wanted;
   for (int peer = 0; peer < world; ++peer) {
     const auto theirs = coords_of(peer);
-    if (!same_replica(mine, theirs)) continue;
-    // What I send them: my source box inside their destination box.
-    auto send = detail::intersect(my_from, detail::box_of(to, global, shards, mesh, theirs), my_from);
-    if (send.numel() > 0) s.sends.push_back({peer, std::move(send)});
-    // What they send me: their source box inside my destination box.
-    auto recv = detail::intersect(detail::box_of(from, global, shards, mesh, theirs), my_to, my_to);
-    if (recv.numel() > 0) s.recvs.push_back({peer, std::move(recv)});
+    const bool replica = same_replica(mine, theirs);
+    held.push_back(replica ? detail::box_of(from, global, shards, mesh, theirs) : none);
+    wanted.push_back(replica ? detail::box_of(to, global, shards, mesh, theirs) : none);
   }
-  return s;
+  return schedule_boxes(held, wanted, me);
 }
 
 }  // namespace einshard::plan
