@@ -22,6 +22,7 @@
 #include "einshard/mesh.hpp"
 #include "einshard/plan/halo.hpp"
 #include "einshard/plan/layout.hpp"
+#include "einshard/plan/plan.hpp"
 
 namespace einshard::exec {
 
@@ -265,28 +266,48 @@ inline std::vector<StencilAxis> stencil_axes(const plan::Layout& layout, const S
   return axes;
 }
 
+/// This rank's coordinate in the group splitting `axis` (0 for a whole axis).
+inline int coordinate(const StencilAxis& axis, const Mesh& mesh) {
+  return axis.group.empty() ? 0 : mesh.coordinate(axis.group);
+}
+
 /// The exchange of this rank along `axis` when every rank of its group asks for
 /// `requests[coordinate]`.
 inline std::shared_ptr<const plan::AxisExchange> plan_axis(const StencilAxis& axis, const Mesh& mesh,
                                                           std::span<const plan::Interval> requests, plan::Edge edge) {
-  const int me = axis.group.empty() ? 0 : mesh.coordinate(axis.group);
-  return std::make_shared<const plan::AxisExchange>(plan::plan_exchange(axis.shards, requests, edge, me, axis.name));
+  return std::make_shared<const plan::AxisExchange>(
+      plan::plan_exchange(axis.shards, requests, edge, coordinate(axis, mesh), axis.name));
 }
 
 /// Runs a planned exchange along `axis`; differentiable, collective over the axis's group.
 inline at::Tensor exchange_axis(const at::Tensor& x, const StencilAxis& axis, const Mesh& mesh,
                                 std::shared_ptr<const plan::AxisExchange> ex, plan::Edge edge, double fill) {
-  const bool whole = axis.group.empty();
-  return apply_op(x, c10::make_intrusive<AxisExchangeOp>(whole ? MPI_COMM_NULL : mesh.comm(axis.group),
-                                                         whole ? 0 : mesh.coordinate(axis.group), axis.dim,
-                                                         std::move(ex), edge, fill));
+  return apply_op(x, c10::make_intrusive<AxisExchangeOp>(axis.group.empty() ? MPI_COMM_NULL : mesh.comm(axis.group),
+                                                         coordinate(axis, mesh), axis.dim, std::move(ex), edge, fill));
 }
 
-/// Fetches along `axis`: every rank of its group asks for `requests[coordinate]` (all ranks of the
-/// group must pass the same requests). Differentiable; collective over the axis's group.
-inline at::Tensor fetch_axis(const at::Tensor& x, const StencilAxis& axis, const Mesh& mesh,
-                             std::span<const plan::Interval> requests, plan::Edge edge, double fill) {
-  return exchange_axis(x, axis, mesh, plan_axis(axis, mesh, requests, edge), edge, fill);
+/// The plan step of an exchange along `axis` run on this rank's tensor of shape `shape`, which it
+/// then extends to the exchange's output. Bytes are AxisExchangeOp's messages (rows times the
+/// bytes of a row); backward mirrors forward, every fetched row's gradient going back to its
+/// owner. A whole axis's exchange is local padding.
+inline PlanStep describe_exchange(const StencilAxis& axis, const plan::AxisExchange& ex, const Mesh& mesh,
+                                  std::vector<std::int64_t>& shape, std::int64_t element, const std::string& layout) {
+  const detail::Slabs slabs(shape, axis.dim);
+  const auto bytes = [&](std::int64_t rows) { return slabs.elements(rows) * element; };
+  const int me = coordinate(axis, mesh);
+  const auto sent = bytes(ex.rows_sent(me)), received = bytes(ex.rows_received(me));
+  const int messages = sent + received > 0 ? 1 : 0;
+  // Slabs not contiguous in memory (something before the axis) travel through packing buffers.
+  const auto packed = slabs.outer == 1 ? 0 : sent + received;
+  shape[static_cast<std::size_t>(axis.dim)] = ex.output();
+  return {axis.group.empty() ? "pad" : "halo_forward_accumulate_backward",
+          axis.group,
+          axis.name,
+          layout,
+          layout,
+          {sent, received, messages, bytes(ex.output()) + packed},
+          {received, sent, messages, bytes(ex.local) + sent + (packed > 0 ? received : 0)},
+          -1};
 }
 
 /// The agreed facts of a stencil call: every rank's description of every operand, checked.

@@ -34,6 +34,7 @@
 #include "einshard/ops/window.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/halo.hpp"
+#include "einshard/plan/plan.hpp"
 
 namespace einshard {
 
@@ -101,13 +102,24 @@ inline ConvAxes conv_axes(const notation::ExpressionView& e, const AxisMap& wind
   return a;
 }
 
-inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
-                           const at::Tensor& weight, const AxisMap& windows, const Options& o) {
+/// An einconv call prepared: checked, agreed (collective over the mesh when an axis is sharded) and
+/// planned. Per spatial axis (in the input's order): stride, dilation.
+struct ConvCall {
+  StencilPlan plan;
+  plan::Edge edge;
+  double fill;
+  ConvAxes axes;
+  std::vector<std::int64_t> strides, dilations, perm;
+  std::int64_t groups;
+};
+
+inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                             const at::Tensor& weight, const AxisMap& windows, const Options& o) {
   const auto what = "einconv '" + std::string(written) + "'";
   check_unused_options(o, "einconv",
                        {"shapes", "families", "boundary", "fill", "bias", "stride", "padding", "dilation", "groups"});
   const auto [edge, fill] = boundary_of(o, what);
-  const auto a = conv_axes(e, windows, what);
+  auto a = conv_axes(e, windows, what);
   for (const auto& m : meshes_of(e, e.input(1)))
     if (!m.empty()) throw Error(what + ": the weight must be whole on every rank (no sharded axes)");
   const auto x_mesh = meshes_of(e, e.input(0));
@@ -119,10 +131,10 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
   expected.insert(expected.end(), a.spatial.begin(), a.spatial.end());
   for (const auto& n : expected)
     sharding.push_back(n == a.out_channel ? std::string() : x_mesh[static_cast<std::size_t>(positions(a.x, {n})[0])]);
-  const auto perm = output_order(e, e.output(), expected, sharding, what);
+  auto perm = output_order(e, e.output(), expected, sharding, what);
 
-  const auto strides = per_axis(o.stride, a.spatial, what, "stride");
-  const auto dilations = per_axis(o.dilation, a.spatial, what, "dilation");
+  auto strides = per_axis(o.stride, a.spatial, what, "stride");
+  auto dilations = per_axis(o.dilation, a.spatial, what, "dilation");
   const auto groups = o.groups.value_or(1);
   if (groups < 1) throw Error(what + ": '.groups' must be positive (got " + std::to_string(groups) + ")");
   std::vector<std::optional<std::pair<std::int64_t, std::int64_t>>> pads(a.spatial.size());
@@ -147,7 +159,7 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
     operands.push_back(*o.bias);
     extra.push_back(1);
   }
-  const auto in = resolve_input(e, e.input(0), operands, extra, o, what, key);
+  auto in = agree_input(e, e.input(0), operands, extra, o, what, key);
   if (!in.distributed) {
     if (weight.dim() != static_cast<std::int64_t>(a.w.size()))
       throw Error(what + ": the weight has " + std::to_string(weight.dim()) + " dimensions, but the notation names " +
@@ -155,55 +167,74 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
     if (o.bias && o.bias->dim() != 1)
       throw Error(what + ": the bias must have one dimension, but has " + std::to_string(o.bias->dim()));
   }
-  // Shapes every rank agrees on: the whole channel extent and the weight (checked equal everywhere).
-  const auto C = in.axis(a.in_channel).shards[0];
   const auto w_size = [&](const std::string& n) { return weight.size(positions(a.w, {n})[0]); };
-  const auto O = w_size(a.out_channel);
-  if (C % groups != 0 || O % groups != 0 || w_size(a.in_channel) * groups != C)
-    throw Error(what + ": with " + std::to_string(groups) + " groups, " + std::to_string(C) + " input and " +
-                std::to_string(O) + " output channels need a weight with " +
-                (C % groups == 0 ? std::to_string(C / groups) : std::string("C/groups")) + " input channels (got " +
-                std::to_string(w_size(a.in_channel)) + ") and both counts divisible by the groups");
-  if (o.bias && o.bias->size(0) != O)
-    throw Error(what + ": the bias has " + std::to_string(o.bias->size(0)) + " elements, but there are " +
-                std::to_string(O) + " output channels");
-
-  // The halo (and boundary padding) of each spatial axis, then one local convolution without
-  // padding.
-  struct AxisPlan {
-    const exec::StencilAxis* axis;
-    int me;
-    std::shared_ptr<const plan::AxisExchange> exchange;
-    plan::Interval request;  // the input rows this rank's outputs read
-    std::int64_t span;       // rows one window spans
-  };
-  std::vector<AxisPlan> plans;
-  std::vector<std::int64_t> counts;  // this rank's outputs along each spatial axis
-  for (std::size_t i = 0; i < a.spatial.size(); ++i) {
-    const auto& axis = in.axis(a.spatial[i]);
-    const auto k = w_size(a.kernels[i]), d = dilations[i];
-    const auto total = d * (k - 1);
-    const auto [left, right] = pads[i].value_or(std::pair{total / 2, total - total / 2});
-    const auto wp = plan::plan_window(axis.shards, {k, d, strides[i], left, right, total / 2}, axis.name);
-    const int me = axis.group.empty() ? 0 : o.mesh.coordinate(axis.group);
-    counts.push_back(wp.shards[static_cast<std::size_t>(me)]);
-    plans.push_back({&axis, me, exec::plan_axis(axis, o.mesh, wp.requests, edge),
-                     wp.requests[static_cast<std::size_t>(me)], total + 1});
+  // The halo (and boundary padding) of each spatial axis, for one local convolution without padding.
+  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&](const StencilInput& measured) {
+    // Shapes every rank agrees on: the whole channel extent and the weight (checked equal everywhere).
+    const auto C = measured.axis(a.in_channel).shards[0];
+    const auto O = w_size(a.out_channel);
+    if (C % groups != 0 || O % groups != 0 || w_size(a.in_channel) * groups != C)
+      throw Error(what + ": with " + std::to_string(groups) + " groups, " + std::to_string(C) + " input and " +
+                  std::to_string(O) + " output channels need a weight with " +
+                  (C % groups == 0 ? std::to_string(C / groups) : std::string("C/groups")) + " input channels (got " +
+                  std::to_string(w_size(a.in_channel)) + ") and both counts divisible by the groups");
+    if (o.bias && o.bias->size(0) != O)
+      throw Error(what + ": the bias has " + std::to_string(o.bias->size(0)) + " elements, but there are " +
+                  std::to_string(O) + " output channels");
+    PreparedExchanges p;
+    for (std::size_t i = 0; i < a.spatial.size(); ++i) {
+      const auto& axis = measured.axis(a.spatial[i]);
+      const auto k = w_size(a.kernels[i]), d = dilations[i];
+      const auto total = d * (k - 1);
+      const auto [left, right] = pads[i].value_or(std::pair{total / 2, total - total / 2});
+      const auto wp = plan::plan_window(axis.shards, {k, d, strides[i], left, right, total / 2}, axis.name);
+      p.push_back({axis, exec::plan_axis(axis, o.mesh, wp.requests, edge),
+                   wp.shards[static_cast<std::size_t>(exec::coordinate(axis, o.mesh))]});
+    }
+    return p;
+  });
+  auto output = output_layout(in.layout, expected, perm);
+  ConvCall call{stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill, std::move(a),
+                std::move(strides), std::move(dilations), std::move(perm), groups};
+  call.plan.output = std::move(output);
+  call.plan.local = "convolution";
+  if (in.distributed) {
+    // The weight and bias gradients of this rank are its share of the sum over every mesh dimension
+    // the input is split over.
+    std::vector<bool> split(static_cast<std::size_t>(o.mesh.ndim()), false);
+    for (const auto& axis : call.plan.input.axes)
+      if (!axis.group.empty())
+        for (int m : o.mesh.components(axis.group)) split[static_cast<std::size_t>(m)] = true;
+    call.plan.partial_group = o.mesh.shape().group(split);
+    plan::Layout w;
+    for (const auto& n : call.axes.w) w.axes.push_back({n, ""});
+    call.plan.partials.emplace_back(std::move(w), weight.numel() * static_cast<std::int64_t>(weight.element_size()));
+    if (o.bias)
+      call.plan.partials.emplace_back(plan::Layout{{{call.axes.out_channel, ""}}, ""},
+                                      o.bias->numel() * static_cast<std::int64_t>(o.bias->element_size()));
   }
-  // The weight and bias gradients of this rank are its share of the sum over every mesh dimension
-  // the input is split over.
+  return call;
+}
+
+inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                           const at::Tensor& weight, const AxisMap& windows, const Options& o) {
+  const auto call = prepare_conv(e, written, x, weight, windows, o);
+  remember_plan(o, call.plan);
+  const auto& a = call.axes;
+  const auto& prepared = *call.plan.exchanges;
+  const auto& strides = call.strides;
+  const auto& dilations = call.dilations;
+  const auto edge = call.edge;
+  const auto fill = call.fill;
+  const auto w_size = [&](const std::string& n) { return weight.size(positions(a.w, {n})[0]); };
   auto w = weight;
   auto b = o.bias ? *o.bias : at::Tensor();
   const bool recording = at::GradMode::is_enabled() &&
                          (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
-  if (in.distributed) {
-    std::vector<bool> split(static_cast<std::size_t>(o.mesh.ndim()), false);
-    for (const auto& axis : in.axes)
-      if (!axis.group.empty())
-        for (int m : o.mesh.components(axis.group)) split[static_cast<std::size_t>(m)] = true;
-    const auto group = o.mesh.shape().group(split);
-    w = exec::apply_op(w, c10::make_intrusive<exec::AddPartialOp>(o.mesh.comm(group)));
-    if (b.defined()) b = exec::apply_op(b, c10::make_intrusive<exec::AddPartialOp>(o.mesh.comm(group)));
+  if (!call.plan.partial_group.empty()) {
+    const auto comm = o.mesh.comm(call.plan.partial_group);
+    w = exec::apply_op(w, c10::make_intrusive<exec::AddPartialOp>(comm));
+    if (b.defined()) b = exec::apply_op(b, c10::make_intrusive<exec::AddPartialOp>(comm));
   }
   // (batch..., channels, spatial...) flattened to (B, C, spatial...), as at::convolution wants it.
   std::vector<std::string> x_order = a.batch;
@@ -225,25 +256,28 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
     std::vector<std::int64_t> flat{batch};
     flat.insert(flat.end(), xc.sizes().begin() + static_cast<std::ptrdiff_t>(a.batch.size()), xc.sizes().end());
     return at::convolution(xc.reshape(flat), wc, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt,
-                           strides, zeros, dilations, false, zeros, groups);
+                           strides, zeros, dilations, false, zeros, call.groups);
   };
   // Without autograd, when one axis alone exchanges with other ranks, the outputs whose windows
   // lie in this rank's own rows are computed while its messages are in flight.
   std::ptrdiff_t remote = -1;
   int remotes = 0;
-  for (std::size_t i = 0; i < plans.size(); ++i)
-    if (plans[i].exchange->rows_received(plans[i].me) + plans[i].exchange->rows_sent(plans[i].me) > 0) {
+  for (std::size_t i = 0; i < prepared.size(); ++i) {
+    const int me = exec::coordinate(prepared[i].axis, o.mesh);
+    if (prepared[i].exchange->rows_received(me) + prepared[i].exchange->rows_sent(me) > 0) {
       remote = static_cast<std::ptrdiff_t>(i);
       ++remotes;
     }
-  const bool empty = std::find(counts.begin(), counts.end(), 0) != counts.end();
+  }
+  const bool empty = std::any_of(prepared.begin(), prepared.end(), [](const auto& p) { return p.outputs == 0; });
   const bool overlap = !recording && !empty && remotes == 1;
   // Axes are extended in order on every rank (the messages of one axis carry the rows of the
   // axes before it): with overlap, the axes after the remote one (local for this rank) extend the
   // interior and the completed result separately.
-  const auto last = overlap ? static_cast<std::size_t>(remote) : plans.size();
+  const auto last = overlap ? static_cast<std::size_t>(remote) : prepared.size();
   auto extend = [&](at::Tensor t, std::size_t from, std::size_t to) {
-    for (std::size_t i = from; i < to; ++i) t = exec::exchange_axis(t, *plans[i].axis, o.mesh, plans[i].exchange, edge, fill);
+    for (std::size_t i = from; i < to; ++i)
+      t = exec::exchange_axis(t, prepared[i].axis, o.mesh, prepared[i].exchange, edge, fill);
     return t;
   };
   auto y = extend(x, 0, last);
@@ -251,43 +285,45 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
   if (empty) {
     // No outputs here; the result still depends on the fetched rows and the weight, so this rank
     // joins the backward exchanges and reductions like every other.
-    std::vector<std::int64_t> shape{batch, O};
-    shape.insert(shape.end(), counts.begin(), counts.end());
+    std::vector<std::int64_t> shape{batch, w_size(a.out_channel)};
+    for (const auto& p : prepared) shape.push_back(p.outputs);
     auto anchor = y.sum() + wc.sum();
     if (b.defined()) anchor = anchor + b.sum();
     out = at::zeros(shape, y.options()) + anchor * 0;
   } else if (!overlap) {
     out = convolve(y);
   } else {
-    const auto& p = plans[static_cast<std::size_t>(remote)];
-    const auto dim = p.axis->dim;
-    const auto st = strides[static_cast<std::size_t>(remote)], n = counts[static_cast<std::size_t>(remote)];
-    const auto op = c10::make_intrusive<exec::AxisExchangeOp>(o.mesh.comm(p.axis->group), p.me, dim, p.exchange,
+    const auto i = static_cast<std::size_t>(remote);
+    const auto& p = prepared[i];
+    const auto dim = p.axis.dim;
+    const int me = exec::coordinate(p.axis, o.mesh);
+    const auto st = strides[i], n = p.outputs;
+    const auto span = dilations[i] * (w_size(a.kernels[i]) - 1) + 1;  // rows one window spans
+    const auto op = c10::make_intrusive<exec::AxisExchangeOp>(o.mesh.comm(p.axis.group), me, dim, p.exchange,
                                                               edge, fill);
     auto flight = op->start(y);
     // Output jj reads fetched rows [jj*st, jj*st + span); this rank's own rows are fetched rows
     // [lo, lo + size).
-    const auto& shards = p.axis->shards;
-    const auto lo = plan::shard_offsets(shards)[static_cast<std::size_t>(p.me)] - p.request.begin;
+    const auto lo = plan::shard_offsets(p.axis.shards)[static_cast<std::size_t>(me)] - p.exchange->fetch.request.begin;
     const auto size = y.size(dim);
     const auto j0 = std::clamp<std::int64_t>(plan::detail::ceil_div(lo, st), 0, n);
-    const auto j1 = std::clamp<std::int64_t>(plan::detail::floor_div(lo + size - p.span, st) + 1, j0, n);
+    const auto j1 = std::clamp<std::int64_t>(plan::detail::floor_div(lo + size - span, st) + 1, j0, n);
     at::Tensor interior;
-    if (j1 > j0) interior = convolve(extend(y.narrow(dim, j0 * st - lo, (j1 - j0 - 1) * st + p.span), last + 1, plans.size()));
-    const auto full = extend(op->finish(std::move(flight)), last + 1, plans.size());
+    if (j1 > j0) interior = convolve(extend(y.narrow(dim, j0 * st - lo, (j1 - j0 - 1) * st + span), last + 1, prepared.size()));
+    const auto full = extend(op->finish(std::move(flight)), last + 1, prepared.size());
     if (j1 == j0) {
       out = convolve(full);
     } else {
       std::vector<at::Tensor> parts;
-      if (j0 > 0) parts.push_back(convolve(full.narrow(dim, 0, (j0 - 1) * st + p.span)));
+      if (j0 > 0) parts.push_back(convolve(full.narrow(dim, 0, (j0 - 1) * st + span)));
       parts.push_back(interior);
-      if (j1 < n) parts.push_back(convolve(full.narrow(dim, j1 * st, (n - 1 - j1) * st + p.span)));
+      if (j1 < n) parts.push_back(convolve(full.narrow(dim, j1 * st, (n - 1 - j1) * st + span)));
       out = parts.size() == 1 ? interior : at::cat(parts, 2 + remote);
     }
   }
   std::vector<std::int64_t> unflat = batch_sizes;
   unflat.insert(unflat.end(), out.sizes().begin() + 1, out.sizes().end());
-  return out.reshape(unflat).permute(perm);
+  return out.reshape(unflat).permute(call.perm);
 }
 
 }  // namespace detail
@@ -310,6 +346,22 @@ inline at::Tensor einconv(std::string_view notation, const at::Tensor& x, const 
                           const AxisMap& windows, const Options& o = {}) {
   const auto parsed = detail::parse_cached(notation, false, o.families);
   return detail::run_conv(parsed->view(), notation, x, weight, windows, o);
+}
+
+/// What `einconv<S>(x, weight, windows, o)` would run: the exchange of each spatial axis, in the
+/// input's order ("pad" for a whole axis, "halo_forward_accumulate_backward" for a sharded one), the
+/// local "convolution", and on a split input the weight's (operand 1) and bias's (operand 2)
+/// "identity_forward_allreduce_backward", with this rank's bytes sent and received forward and
+/// backward. Collective over the mesh when an axis is sharded; moves no data.
+template <fixed_string S>
+Plan explain_conv(const at::Tensor& x, const at::Tensor& weight, const AxisMap& windows, const Options& o = {}) {
+  return detail::prepare_conv(notation::static_expression<S>.view(), S.view(), x, weight, windows, o).plan.describe();
+}
+
+inline Plan explain_conv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                         const AxisMap& windows, const Options& o = {}) {
+  const auto parsed = detail::parse_cached(notation, false, o.families);
+  return detail::prepare_conv(parsed->view(), notation, x, weight, windows, o).plan.describe();
 }
 
 }  // namespace einshard

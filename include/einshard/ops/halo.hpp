@@ -38,6 +38,7 @@
 #include "einshard/options.hpp"
 #include "einshard/plan/halo.hpp"
 #include "einshard/plan/layout.hpp"
+#include "einshard/plan/plan.hpp"
 
 namespace einshard {
 
@@ -206,32 +207,26 @@ inline void measure_input(StencilInput& in, const Options& o, const std::string&
                     "but its shape on rank " + std::to_string(r) + " differs from rank 0's");
 }
 
-inline StencilInput resolve_input(const notation::ExpressionView& e, const notation::Spec& spec,
-                                  std::span<const at::Tensor> xs, std::span<const std::int64_t> extra_dims,
-                                  const Options& o, const std::string& what, const std::string& key) {
-  auto in = agree_input(e, spec, xs, extra_dims, o, what, key);
-  measure_input(in, o, what);
-  return in;
-}
-
-/// The exchanges of a halo-like call (one per axis that moves), planned once per distinct call:
-/// the notation and parameters, the mesh, the shapes metadata and every rank's shapes. A repeated
-/// call (a stencil loop) then costs the agreement and the messages.
+/// The exchanges of a halo-like call (one per axis that moves, in the order they run), planned
+/// once per distinct call: the notation and parameters, the mesh, the shapes metadata and every
+/// rank's shapes. A repeated call (a stencil loop) then costs the agreement and the messages.
 struct PreparedAxis {
   exec::StencilAxis axis;
-  std::shared_ptr<const plan::AxisExchange> exchange;
+  std::shared_ptr<const plan::AxisExchange> exchange;  ///< null: einroll's local roll of a whole axis
+  std::int64_t outputs = 0;  ///< einwindow, einconv: this rank's output positions (plan::plan_window)
 };
 using PreparedExchanges = std::vector<PreparedAxis>;
 
-/// `plan(in)` plans the exchanges of a call whose sizes are measured.
-template <class Plan>
-std::shared_ptr<const PreparedExchanges> prepare_exchanges(StencilInput& in, const Options& o,
+/// `plan(in)` plans the exchanges of a call whose sizes are measured. `source` is the notation as
+/// parsed: with families, one written text may expand to different axes.
+template <class Make>
+std::shared_ptr<const PreparedExchanges> prepare_exchanges(StencilInput& in, const Options& o, std::string_view source,
                                                            const std::string& what, const std::string& key,
-                                                           Plan&& plan) {
+                                                           Make&& plan) {
   if (!in.distributed) return std::make_shared<const PreparedExchanges>(plan(in));
   // The mesh's shape too: a freed communicator's handle may come back for a differently shaped mesh.
-  std::string cache_key = what + '\x1f' + key + '\x1f' + std::to_string(comm::to_handle(o.mesh.comm())) + ':' +
-                          o.shapes.key();
+  std::string cache_key = what + '\x1f' + std::string(source) + '\x1f' + key + '\x1f' +
+                          std::to_string(comm::to_handle(o.mesh.comm())) + ':' + o.shapes.key();
   for (std::size_t d = 0; d < o.mesh.names().size(); ++d)
     cache_key += o.mesh.names()[d] + '=' + std::to_string(o.mesh.sizes()[d]) + ';';
   for (const auto& rank : in.agreed)
@@ -241,6 +236,57 @@ std::shared_ptr<const PreparedExchanges> prepare_exchanges(StencilInput& in, con
     measure_input(in, o, what);
     return plan(in);
   });
+}
+
+/// A prepared stencil call as its plan is described from: `last_plan()` keeps it and describes it
+/// only when asked.
+struct StencilPlan {
+  std::string source;
+  Mesh mesh;
+  std::shared_ptr<const PreparedExchanges> exchanges;
+  std::vector<std::int64_t> shape;  ///< this rank's input
+  std::int64_t element = 0;
+  plan::Layout input{}, output{};   ///< output: after `local`
+  std::string local{};              ///< the local computation after the exchanges, if any
+  /// Whole operands whose gradients are partial sums over `partial_group` (einconv's weight and
+  /// bias): their layouts and bytes.
+  std::string partial_group{};
+  std::vector<std::pair<plan::Layout, std::int64_t>> partials{};
+
+  [[nodiscard]] Plan describe() const {
+    Plan p{source, {}, {}};
+    auto extended = shape;
+    const auto layout = input.str();
+    for (const auto& [axis, exchange, outputs] : *exchanges)
+      p.steps.push_back(exchange ? exec::describe_exchange(axis, *exchange, mesh, extended, element, layout)
+                                 : PlanStep{"roll", "", axis.name, layout, layout, {}, {}, -1});
+    if (!local.empty()) p.steps.push_back({local, "", "", layout, output.str(), {}, {}, -1});
+    const std::int64_t P = partial_group.empty() ? 1 : mesh.size(partial_group);
+    for (std::size_t i = 0; i < partials.size(); ++i) {
+      // Costed as einshard's identity/all-reduce pair: a copy forward, a ring all-reduce backward.
+      const auto& [operand, bytes] = partials[i];
+      const auto ring = 2 * (P - 1) * bytes / P;
+      p.steps.push_back({"identity_forward_allreduce_backward", partial_group, "", operand.str(), operand.str(),
+                         {0, 0, 0, bytes}, {ring, ring, 1, bytes}, static_cast<int>(i) + 1});
+    }
+    return p;
+  }
+};
+
+/// The plan of a call prepared on `x`; the caller adds its operation's parts (`output`, `local`,
+/// partials).
+inline StencilPlan stencil_plan(std::string_view written, const at::Tensor& x, const Options& o,
+                                std::shared_ptr<const PreparedExchanges> exchanges, plan::Layout input) {
+  return {std::string(written), o.mesh, std::move(exchanges), x.sizes().vec(),
+          static_cast<std::int64_t>(x.element_size()), std::move(input)};
+}
+
+/// Keeps a call on a mesh for `last_plan()`.
+inline void remember_plan(const Options& o, const StencilPlan& call) {
+  if (!o.mesh) return;
+  auto& last = last_plan_storage();
+  last.plan.reset();
+  last.make = [call] { return call.describe(); };
 }
 
 /// Halo widths checked against the operand's axes (in the operand's order, as the exchange runs).
@@ -279,8 +325,15 @@ inline std::vector<std::int64_t> per_axis(const std::optional<PerAxis>& v, const
   return out;
 }
 
-inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
-                           const at::Tensor& x, const Halos& halos, const Options& o) {
+/// An einhalo call prepared: agreed (collective over the mesh when an axis is sharded) and planned.
+struct HaloCall {
+  StencilPlan plan;
+  plan::Edge edge;
+  double fill;
+};
+
+inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                             const Halos& halos, const Options& o) {
   const auto what = "einhalo '" + std::string(written) + "'";
   check_unused_options(o, "einhalo", {"shapes", "families", "boundary", "fill"});
   const auto [edge, fill] = boundary_of(o, what);
@@ -288,7 +341,7 @@ inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view w
   const auto key = halo_key(halos, axis_names(e, spec), what, "halo") + std::to_string(static_cast<int>(edge)) + ':' +
                    std::to_string(fill);
   auto in = agree_input(e, spec, {&x, 1}, {}, o, what, key);
-  const auto prepared = prepare_exchanges(in, o, what, key, [&](const StencilInput& measured) {
+  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&](const StencilInput& measured) {
     PreparedExchanges p;
     for (const auto& axis : measured.axes)
       if (const auto h = halos.find(axis.name); h != halos.end())
@@ -296,8 +349,15 @@ inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view w
                                            edge)});
     return p;
   });
+  return {stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill};
+}
+
+inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
+                           const at::Tensor& x, const Halos& halos, const Options& o) {
+  const auto call = prepare_halo(e, written, x, halos, o);
+  remember_plan(o, call.plan);
   auto y = x;
-  for (const auto& [axis, exchange] : *prepared) y = exec::exchange_axis(y, axis, o.mesh, exchange, edge, fill);
+  for (const auto& p : *call.plan.exchanges) y = exec::exchange_axis(y, p.axis, o.mesh, p.exchange, call.edge, call.fill);
   return y;
 }
 
@@ -319,6 +379,21 @@ at::Tensor einhalo(const at::Tensor& x, const Halos& halos, const Options& o = {
 inline at::Tensor einhalo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o = {}) {
   const auto parsed = detail::parse_cached(spec, true, o.families);
   return detail::run_halo(parsed->view(), spec, x, halos, o);
+}
+
+/// What `einhalo<S>(x, halos, o)` would run: one step per extended axis, in order ("pad" for a
+/// whole axis, "halo_forward_accumulate_backward" for a sharded one), with this rank's bytes sent
+/// and received forward and backward. Collective over the mesh when an axis is sharded; moves no
+/// data.
+template <fixed_string S>
+Plan explain_halo(const at::Tensor& x, const Halos& halos, const Options& o = {}) {
+  return detail::prepare_halo(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, halos, o)
+      .plan.describe();
+}
+
+inline Plan explain_halo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o = {}) {
+  const auto parsed = detail::parse_cached(spec, true, o.families);
+  return detail::prepare_halo(parsed->view(), spec, x, halos, o).plan.describe();
 }
 
 }  // namespace einshard

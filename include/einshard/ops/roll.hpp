@@ -22,6 +22,7 @@
 #include "einshard/ops/halo.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/halo.hpp"
+#include "einshard/plan/plan.hpp"
 
 namespace einshard {
 
@@ -30,8 +31,9 @@ using Shifts = std::map<std::string, std::int64_t, std::less<>>;
 
 namespace detail {
 
-inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
-                           const Shifts& shifts, const Options& o) {
+/// Checks and plans an einroll call (collective over the mesh when an axis is sharded).
+inline StencilPlan prepare_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                                const Shifts& shifts, const Options& o) {
   const auto what = "einroll '" + std::string(written) + "'";
   check_unused_options(o, "einroll", {"shapes", "families"});
   const auto& spec = e.input(0);
@@ -43,7 +45,7 @@ inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view w
     key += axis + ':' + std::to_string(shift) + ';';
   }
   auto in = agree_input(e, spec, {&x, 1}, {}, o, what, key);
-  const auto prepared = prepare_exchanges(in, o, what, key, [&](const StencilInput& measured) {
+  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&](const StencilInput& measured) {
     PreparedExchanges p;
     for (const auto& axis : measured.axes) {
       const auto s = shifts.find(axis.name);
@@ -56,10 +58,17 @@ inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view w
     }
     return p;
   });
+  return stencil_plan(written, x, o, std::move(prepared), std::move(in.layout));
+}
+
+inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                           const Shifts& shifts, const Options& o) {
+  const auto call = prepare_roll(e, written, x, shifts, o);
+  remember_plan(o, call);
   auto y = x;
-  for (const auto& [axis, exchange] : *prepared)
-    y = exchange ? exec::exchange_axis(y, axis, o.mesh, exchange, plan::Edge::periodic, 0.0)
-                 : at::roll(y, {shifts.find(axis.name)->second}, {axis.dim});
+  for (const auto& p : *call.exchanges)
+    y = p.exchange ? exec::exchange_axis(y, p.axis, o.mesh, p.exchange, plan::Edge::periodic, 0.0)
+                   : at::roll(y, {shifts.find(p.axis.name)->second}, {p.axis.dim});
   return y;
 }
 
@@ -78,6 +87,21 @@ at::Tensor einroll(const at::Tensor& x, const Shifts& shifts, const Options& o =
 inline at::Tensor einroll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o = {}) {
   const auto parsed = detail::parse_cached(spec, true, o.families);
   return detail::run_roll(parsed->view(), spec, x, shifts, o);
+}
+
+/// What `einroll<S>(x, shifts, o)` would run: per rolled axis, a local "roll" (whole axis) or the
+/// periodic fetch of the shifted range, "halo_forward_accumulate_backward" (sharded axis), with
+/// this rank's bytes sent and received forward and backward. Collective over the mesh when an axis
+/// is sharded; moves no data.
+template <fixed_string S>
+Plan explain_roll(const at::Tensor& x, const Shifts& shifts, const Options& o = {}) {
+  return detail::prepare_roll(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, shifts, o)
+      .describe();
+}
+
+inline Plan explain_roll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o = {}) {
+  const auto parsed = detail::parse_cached(spec, true, o.families);
+  return detail::prepare_roll(parsed->view(), spec, x, shifts, o).describe();
 }
 
 }  // namespace einshard

@@ -29,6 +29,7 @@
 #include "einshard/ops/halo.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/halo.hpp"
+#include "einshard/plan/plan.hpp"
 
 namespace einshard {
 
@@ -77,67 +78,108 @@ inline std::vector<std::int64_t> output_order(const notation::ExpressionView& e,
   return perm;
 }
 
-inline at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
-                             std::string_view written, const at::Tensor& x, const AxisMap& windows,
-                             const Halos& radius, const Options& o) {
+/// The layout of an output naming `expected[perm[i]]` at position i: the input's axes keep their
+/// groups, the others are whole.
+inline plan::Layout output_layout(const plan::Layout& in, const std::vector<std::string>& expected,
+                                  const std::vector<std::int64_t>& perm) {
+  plan::Layout out;
+  for (const auto p : perm) {
+    const auto& name = expected[static_cast<std::size_t>(p)];
+    const auto d = in.find(name);
+    out.axes.push_back({name, d < 0 ? std::string() : in.axes[static_cast<std::size_t>(d)].group});
+  }
+  return out;
+}
+
+/// An einwindow call prepared: agreed (collective over the mesh when an axis is sharded) and
+/// planned. Per window axis, in `windows` order: taps (left + right + 1), stride, dilation.
+struct WindowCall {
+  StencilPlan plan;
+  plan::Edge edge;
+  double fill;
+  std::vector<std::int64_t> taps, strides, dilations, perm;
+};
+
+inline WindowCall prepare_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+                                 std::string_view written, const at::Tensor& x, const AxisMap& windows,
+                                 const Halos& radius, const Options& o) {
   const auto what = "einwindow '" + std::string(written) + "'";
   check_unused_options(o, "einwindow", {"shapes", "families", "boundary", "fill", "stride", "dilation"});
   const auto [edge, fill] = boundary_of(o, what);
   const auto& spec = in_e.input(0);
   const auto names = axis_names(in_e, spec);
   std::vector<std::string> sources, kernels;
+  std::vector<std::int64_t> taps;
   for (const auto& [source, window] : windows) {
     if (!has_name(names, source))
       throw Error(what + ": window axis '" + source + "' is not an axis of the input (" + joined(names) + ")");
     if (has_name(sources, source)) throw Error(what + ": axis '" + source + "' has two windows");
     if (has_name(names, window) || has_name(kernels, window))
       throw Error(what + ": window name '" + window + "' must be new and distinct");
-    if (!radius.contains(source)) throw Error(what + ": window axis '" + source + "' has no radius");
+    const auto r = radius.find(source);
+    if (r == radius.end()) throw Error(what + ": window axis '" + source + "' has no radius");
     sources.push_back(source);
     kernels.push_back(window);
+    taps.push_back(r->second.left + r->second.right + 1);
   }
   for (const auto& [axis, r] : radius)
     if (!has_name(sources, axis)) throw Error(what + ": radius of '" + axis + "', which has no window");
-  const auto strides = per_axis(o.stride, sources, what, "stride");
-  const auto dilations = per_axis(o.dilation, sources, what, "dilation");
+  auto strides = per_axis(o.stride, sources, what, "stride");
+  auto dilations = per_axis(o.dilation, sources, what, "dilation");
   auto expected = names;
   expected.insert(expected.end(), kernels.begin(), kernels.end());
   auto sharding = meshes_of(in_e, spec);
   sharding.resize(expected.size());
-  const auto perm = output_order(out_e, out_e.input(0), expected, sharding, what);
+  auto perm = output_order(out_e, out_e.input(0), expected, sharding, what);
   std::string key = halo_key(radius, names, what, "radius") + std::to_string(static_cast<int>(edge)) + ':' +
                     std::to_string(fill);
   for (std::size_t i = 0; i < sources.size(); ++i)
     key += sources[i] + '>' + kernels[i] + ':' + std::to_string(strides[i]) + ',' + std::to_string(dilations[i]) + ';';
-  const auto in = resolve_input(in_e, spec, {&x, 1}, {}, o, what, key);
+  auto in = agree_input(in_e, spec, {&x, 1}, {}, o, what, key);
+  auto prepared = prepare_exchanges(in, o, in_e.source, what, key, [&](const StencilInput& measured) {
+    PreparedExchanges p;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      const auto& axis = measured.axis(sources[i]);
+      const auto& r = radius.at(sources[i]);
+      const auto d = dilations[i];
+      const auto wp = plan::plan_window(axis.shards, {taps[i], d, strides[i], d * r.left, d * r.right, d * r.left},
+                                        axis.name);
+      p.push_back({axis, exec::plan_axis(axis, o.mesh, wp.requests, edge),
+                   wp.shards[static_cast<std::size_t>(exec::coordinate(axis, o.mesh))]});
+    }
+    return p;
+  });
+  auto output = output_layout(in.layout, expected, perm);
+  WindowCall call{stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill, std::move(taps),
+                  std::move(strides), std::move(dilations), std::move(perm)};
+  call.plan.output = std::move(output);
+  call.plan.local = "unfold";
+  return call;
+}
 
+inline at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+                             std::string_view written, const at::Tensor& x, const AxisMap& windows,
+                             const Halos& radius, const Options& o) {
+  const auto call = prepare_window(in_e, out_e, written, x, windows, radius, o);
+  remember_plan(o, call.plan);
+  const auto& prepared = *call.plan.exchanges;
   auto y = x;
-  std::vector<std::int64_t> counts(sources.size());  // this rank's output positions per window axis
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    const auto& axis = in.axis(sources[i]);
-    const auto& r = radius.at(sources[i]);
-    const auto d = dilations[i];
-    const auto wp = plan::plan_window(axis.shards, {r.left + r.right + 1, d, strides[i], d * r.left, d * r.right, d * r.left},
-                                      axis.name);
-    counts[i] = wp.shards[static_cast<std::size_t>(axis.group.empty() ? 0 : o.mesh.coordinate(axis.group))];
-    y = exec::fetch_axis(y, axis, o.mesh, wp.requests, edge, fill);
-  }
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    const auto& axis = in.axis(sources[i]);
-    const auto& r = radius.at(sources[i]);
-    const auto k = r.left + r.right + 1;
-    const auto span = dilations[i] * (k - 1) + 1;
-    if (counts[i] == 0) {  // no windows here: an empty axis, still in the graph for the backward
-      auto empty = y.narrow(axis.dim, 0, 0).unsqueeze(-1);
+  for (const auto& p : prepared) y = exec::exchange_axis(y, p.axis, o.mesh, p.exchange, call.edge, call.fill);
+  for (std::size_t i = 0; i < prepared.size(); ++i) {
+    const auto& p = prepared[i];
+    const auto k = call.taps[i];
+    const auto span = call.dilations[i] * (k - 1) + 1;
+    if (p.outputs == 0) {  // no windows here: an empty axis, still in the graph for the backward
+      auto empty = y.narrow(p.axis.dim, 0, 0).unsqueeze(-1);
       auto sizes = empty.sizes().vec();
       sizes.back() = k;
       y = empty.expand(sizes);
       continue;
     }
-    y = y.unfold(axis.dim, span, strides[i]);
-    if (dilations[i] > 1) y = y.slice(-1, 0, span, dilations[i]);
+    y = y.unfold(p.axis.dim, span, call.strides[i]);
+    if (call.dilations[i] > 1) y = y.slice(-1, 0, span, call.dilations[i]);
   }
-  return y.permute(perm);
+  return y.permute(call.perm);
 }
 
 }  // namespace detail
@@ -160,6 +202,24 @@ inline at::Tensor einwindow(std::string_view notation, const at::Tensor& x, cons
                             const Halos& radius, const Options& o = {}) {
   const auto [in, out] = detail::parse_sides(notation, o.families);
   return detail::run_window(in->view(), out->view(), notation, x, windows, radius, o);
+}
+
+/// What `einwindow<S>(x, windows, radius, o)` would run: the exchange of each window axis, in
+/// `windows` order ("pad" for a whole axis, "halo_forward_accumulate_backward" for a sharded one),
+/// with this rank's bytes sent and received forward and backward, then the local "unfold".
+/// Collective over the mesh when an axis is sharded; moves no data.
+template <fixed_string S>
+Plan explain_window(const at::Tensor& x, const AxisMap& windows, const Halos& radius, const Options& o = {}) {
+  return detail::prepare_window(notation::static_expression<detail::side_v<S, true>>.view(),
+                                notation::static_expression<detail::side_v<S, false>>.view(), S.view(), x, windows,
+                                radius, o)
+      .plan.describe();
+}
+
+inline Plan explain_window(std::string_view notation, const at::Tensor& x, const AxisMap& windows, const Halos& radius,
+                           const Options& o = {}) {
+  const auto [in, out] = detail::parse_sides(notation, o.families);
+  return detail::prepare_window(in->view(), out->view(), notation, x, windows, radius, o).plan.describe();
 }
 
 }  // namespace einshard
