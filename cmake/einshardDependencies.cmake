@@ -4,6 +4,7 @@
 #   einshard_torch_before_find()   call right before find_package(Torch) / find_dependency(Torch)
 #   einshard_torch_after_find()    call right after it
 #   einshard_find_metis()          defines einshard::metis (see 3.)
+#   einshard_find_fftw()           defines einshard::fftw (see 4.)
 #
 # 1. The CUDA toolkit shim (einshard_torch_before_find)
 #
@@ -44,6 +45,15 @@
 #    metis.h and libmetis are found the target carries them and EINSHARD_HAS_METIS=1; otherwise it
 #    is empty and PartitionMethod::metis throws einshard::Error. EINSHARD_USE_METIS=OFF (or
 #    METIS_INCLUDE_DIR / METIS_LIBRARY set by hand) overrides the search.
+
+# 4. FFTW (einshard_find_fftw)
+#
+#    einfft's local complex passes run as planned FFTW transforms when autograd does not record
+#    them (exec/local_fft.hpp): torch plans nothing ahead on the CPU and measured 2-3x slower.
+#    Optional, found the same way as METIS (einshard::fftw, re-found at the consumer's configure
+#    time): fftw3.h with libfftw3 and libfftw3f (double and single precision) give
+#    EINSHARD_HAS_FFTW=1; without them every local FFT is torch's. EINSHARD_USE_FFTW=OFF turns it
+#    off.
 
 macro(einshard_torch_before_find)
   if(NOT EINSHARD_TORCH_CUDA_TOOLKIT AND NOT TARGET torch AND NOT TARGET torch::cudart)
@@ -90,5 +100,28 @@ function(einshard_find_metis)
     message(STATUS "einshard: METIS found: ${METIS_LIBRARY}")
   else()
     message(STATUS "einshard: METIS not found; sparse PartitionMethod::metis will throw")
+  endif()
+endfunction()
+
+function(einshard_find_fftw)
+  if(TARGET einshard::fftw)
+    return()
+  endif()
+  add_library(einshard::fftw INTERFACE IMPORTED GLOBAL)
+  if(DEFINED EINSHARD_USE_FFTW AND NOT EINSHARD_USE_FFTW)
+    message(STATUS "einshard: FFTW disabled (EINSHARD_USE_FFTW=OFF)")
+    return()
+  endif()
+  find_path(FFTW3_INCLUDE_DIR fftw3.h)
+  find_library(FFTW3_LIBRARY fftw3)
+  find_library(FFTW3F_LIBRARY fftw3f)
+  if(FFTW3_INCLUDE_DIR AND FFTW3_LIBRARY AND FFTW3F_LIBRARY)
+    set_target_properties(einshard::fftw PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${FFTW3_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${FFTW3_LIBRARY};${FFTW3F_LIBRARY}"
+      INTERFACE_COMPILE_DEFINITIONS EINSHARD_HAS_FFTW=1)
+    message(STATUS "einshard: FFTW found: ${FFTW3_LIBRARY}")
+  else()
+    message(STATUS "einshard: FFTW (fftw3.h, libfftw3, libfftw3f) not found; einfft's local FFTs are torch's")
   endif()
 endfunction()

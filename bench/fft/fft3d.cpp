@@ -15,6 +15,9 @@
 //
 //   mpirun -n P einshard_bench_fft [--n 128|256|N] [--iters R]
 //
+// einshard runs twice per round: with its default local FFTs (FFTW when built with it) and with
+// torch's (`einshard_torch_fft_ms`, exec::LocalFft::torch).
+//
 // Output: one JSON line per layout on rank 0:
 //   {"bench":"fft3d","n":N,"ranks":P,"layout":...,"einshard_ms":...,"fftw_ms":...,"ratio":...,
 //    "ratio_paired" (median of the per-round ratios),"einshard_min_ms":...,"fftw_min_ms":...,
@@ -145,13 +148,16 @@ int main(int argc, char** argv) {
       const auto a = at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2});
       const auto b = es::einshard("x/p ky kz -> x ky/p kz", {a}, move);
       const auto c = at::fft_fft(b, std::nullopt, 0);
-      std::vector<double> t_es, t_fftw, t_fft1, t_t1, t_fft2, t_t2, t_ftr, t_fft3;
+      std::vector<double> t_es, t_es_torch, t_fftw, t_fft1, t_t1, t_fft2, t_t2, t_ftr, t_fft3;
       for (int r = 0; r < iters + 1; ++r) {
         const bool warm = r == 0;
         auto keep = [&](std::vector<double>& v, double t) {
           if (!warm) v.push_back(t);
         };
         keep(t_es, timed([&] { ours = run_einshard(); }));
+        es::exec::local_fft_backend() = es::exec::LocalFft::torch;
+        keep(t_es_torch, timed([&] { (void)run_einshard(); }));
+        es::exec::local_fft_backend() = es::exec::LocalFft::automatic;
         fill();
         keep(t_fftw, timed([&] { fftw_execute(l.plan); }));
         keep(t_fft1, timed([&] { (void)at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2}); }));
@@ -174,11 +180,13 @@ int main(int argc, char** argv) {
             "\"einshard_ms\":%.3f,\"fftw_ms\":%.3f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
             "\"einshard_min_ms\":%.3f,\"fftw_min_ms\":%.3f,\"einshard_local_fft_ms\":%.3f,"
             "\"einshard_transpose_ms\":%.3f,\"einshard_transposes\":%d,\"fftw_transpose_ms\":%.3f,"
-            "\"fftw_local_fft_ms\":%.3f,\"iters\":%d,\"max_rel_err\":%.2e}\n",
+            "\"fftw_local_fft_ms\":%.3f,\"einshard_torch_fft_ms\":%.3f,\"local_fft\":\"%s\",\"iters\":%d,"
+            "\"max_rel_err\":%.2e}\n",
             static_cast<long long>(n), P, l.name, es_ms, fftw_ms, es_ms / fftw_ms, median(paired),
             *std::min_element(t_es.begin(), t_es.end()), *std::min_element(t_fftw.begin(), t_fftw.end()),
             local_ms, trans_ms,
-            transposes, fftw_tr_ms, fftw_ms - fftw_tr_ms, iters, err);
+            transposes, fftw_tr_ms, fftw_ms - fftw_tr_ms, median(t_es_torch),
+            es::exec::has_fftw() ? "fftw" : "torch", iters, err);
       std::fflush(stdout);
     }
     fftw_destroy_plan(standard);

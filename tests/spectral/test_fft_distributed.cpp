@@ -310,6 +310,8 @@ TEST_CASE("einfft distributed: a 1-D FFT of a lone sharded axis, six-step and Bl
       check_case(c, at::randn({n}, at::kComplexDouble), *m);
     }
     check_case({"x/" + g + " -> k/" + g, {{"x", "k"}}}, at::randn({48}, at::kComplexFloat), *m, 1e-4);
+    // No transform axes: the layout change alone.
+    check_case({"b x/" + g + " -> x b/" + g, {}}, at::randn({5, 6}, at::kComplexDouble), *m);
     if (m->names().size() > 1) {
       const auto& h = m->names()[1];
       check_case({"x/" + g + " -> k/" + h, {{"x", "k"}}}, at::randn({40}, at::kComplexDouble), *m);
@@ -327,6 +329,34 @@ TEST_CASE("einfft distributed: a 1-D FFT of a lone sharded axis, six-step and Bl
     MPI_Allreduce(MPI_IN_PLACE, &sent, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &received, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     CHECK(sent == received);
+  }
+}
+
+TEST_CASE("einfft distributed: without autograd (FFTW passes, in place on the transposes' output)", "[spectral][fft]") {
+  // Nothing recorded: the local complex passes may run on FFTW, in place on tensors the call owns.
+  // The input must come back untouched and the values equal one process's.
+  at::manual_seed(11);
+  at::NoGradGuard no_grad;
+  for (const auto* m : meshes()) {
+    const auto g = m->names()[0];
+    auto values = [&](const std::string& notation, const es::AxisMap& axes, const at::Tensor& full, bool inverse,
+                      double tol) {
+      const auto in = side(notation, false), out = side(notation, true);
+      const auto want = es::einfft(unsharded(notation), {full}, {.axes = axes, .inverse = inverse});
+      const auto x = block(full, in, *m, {});
+      const auto before = x.clone();
+      const auto y = es::einfft(notation, {x}, {.mesh = *m, .axes = axes, .inverse = inverse});
+      INFO(notation << " on " << label(*m));
+      CHECK(at::allclose(y, block(want, out, *m, {}), tol, tol));
+      CHECK(at::equal(x, before));
+    };
+    const es::AxisMap xyz{{"x", "kx"}, {"y", "ky"}, {"z", "kz"}};
+    for (const bool inverse : {false, true}) {
+      values("x/" + g + " y z -> kx/" + g + " ky kz", xyz, at::randn({8, 6, 5}, at::kComplexDouble), inverse, 1e-9);
+      values("x/" + g + " y z -> kx ky/" + g + " kz", xyz, at::randn({8, 6, 5}, at::kComplexFloat), inverse, 1e-4);
+      values("x/" + g + " -> k/" + g, {{"x", "k"}}, at::randn({64}, at::kComplexDouble), inverse, 1e-9);
+      values("x/" + g + " -> k/" + g, {{"x", "k"}}, at::randn({97}, at::kComplexDouble), inverse, 1e-9);
+    }
   }
 }
 

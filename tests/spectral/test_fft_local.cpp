@@ -138,7 +138,9 @@ TEST_CASE("einfft local: faults", "[spectral][fft]") {
       CHECK(std::string(e.what()).find(part) != std::string::npos);
     }
   };
-  fails([&] { (void)es::einfft<"b x -> b k">(x, {}); }, "no transform axes");
+  // No transform axes: a layout change (torch-einshard's layout-only einfft), but not a real one.
+  CHECK(at::equal(es::einfft<"b x -> x b">(x, {}), x.t()));
+  fails([&] { (void)es::einfft<"b x -> b x">(x, {.real = true}); }, "no transform axes");
   fails([&] { (void)es::einfft<"b x -> b k">(x, {.axes = {{"z", "k"}}}); }, "not an axis of the input");
   fails([&] { (void)es::einfft<"b x -> b k">(x, {.axes = {{"x", "q"}}}); }, "not an axis of the output");
   fails([&] { (void)es::einfft<"b x -> c k">(x, {.axes = {{"x", "k"}}}); }, "must keep it");
@@ -154,4 +156,33 @@ TEST_CASE("einfft local: faults", "[spectral][fft]") {
   fails([&] { (void)es::einfft<"b x -> b k">(x.to(at::kLong), {.axes = {{"x", "k"}}}); }, "float32");
   CHECK_THROWS_AS(es::einfft("b x -> b", {x}, {.axes = {{"x", "k"}}}), es::Error);
   CHECK_THROWS_AS(es::einfft("b x -> b (", {x}, {.axes = {{"x", "k"}}}), es::NotationError);
+}
+
+TEST_CASE("einfft local: the FFTW backend equals torch's FFT, strided and every norm", "[spectral][fft]") {
+  // Without a recorded gradient the complex passes run on FFTW when the build has it; with the
+  // backend set to torch, or with autograd recording, they are torch's. All must agree.
+  INFO("FFTW backend built: " << es::exec::has_fftw());
+  at::manual_seed(21);
+  at::NoGradGuard no_grad;
+  for (const auto dtype : {at::kComplexDouble, at::kComplexFloat}) {
+    const double tol = dtype == at::kComplexDouble ? 1e-10 : 1e-4;
+    const auto base = at::randn({6, 5, 8, 3}, dtype);
+    // A permuted (strided) input and a narrowed one (offset data, maybe unaligned: torch then).
+    for (const auto& x : {base, base.permute({2, 0, 3, 1}), base.narrow(0, 1, 4)}) {
+      for (const std::optional<std::string> norm : {std::optional<std::string>{}, std::optional<std::string>{"forward"},
+                                                    std::optional<std::string>{"ortho"}})
+        for (const bool inverse : {false, true}) {
+          const es::Options o{.axes = {{"a", "ka"}, {"c", "kc"}}, .inverse = inverse, .norm = norm};
+          std::optional<c10::string_view> n;
+          if (norm) n = *norm;
+          const auto want = inverse ? at::fft_ifftn(x, std::nullopt, at::IntArrayRef{0, 2}, n)
+                                    : at::fft_fftn(x, std::nullopt, at::IntArrayRef{0, 2}, n);
+          const auto got = es::einfft("a b c d -> ka b kc d", {x}, o);
+          CHECK(at::allclose(got, want, tol, tol));
+          es::exec::local_fft_backend() = es::exec::LocalFft::torch;
+          CHECK(at::allclose(es::einfft("a b c d -> ka b kc d", {x}, o), want, tol, tol));
+          es::exec::local_fft_backend() = es::exec::LocalFft::automatic;
+        }
+    }
+  }
 }

@@ -21,6 +21,7 @@
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/fft_factored.hpp"
+#include "einshard/exec/local_fft.hpp"
 #include "einshard/exec/program.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/mesh.hpp"
@@ -39,24 +40,6 @@ struct FftCall {
   std::vector<std::shared_ptr<const FactoredFftCall>> factored;  ///< by stage (null but for factored stages)
   std::optional<std::string> norm;
 };
-
-/// torch's FFT over `dims` of `x` (c2r: `lengths` are the output lengths of `dims`).
-///
-/// Seam for a direct cuFFT path: a CUDA tensor could run a cached cufftPlanMany (batched over the
-/// other dimensions, with the strides the transposes leave) here instead; at::fft_* already
-/// dispatches CUDA tensors to cuFFT with torch's own plan cache, which is what runs today.
-inline at::Tensor local_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef dims,
-                            at::IntArrayRef lengths, const std::optional<std::string>& norm) {
-  std::optional<c10::string_view> n;
-  if (norm) n = c10::string_view(norm->data(), norm->size());
-  switch (op) {
-    case plan::FftOp::forward: return at::fft_fftn(x, std::nullopt, dims, n);
-    case plan::FftOp::inverse: return at::fft_ifftn(x, std::nullopt, dims, n);
-    case plan::FftOp::real_forward: return at::fft_rfftn(x, std::nullopt, dims, n);
-    case plan::FftOp::real_inverse: return at::fft_irfftn(x, lengths, dims, n);
-  }
-  return x;
-}
 
 /// The input layout a problem states (input order, input names and groups).
 inline plan::Layout input_layout(const plan::FftProblem& p) {
@@ -219,6 +202,7 @@ inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& 
 
 /// Runs a prepared call on this rank's block `x`.
 inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const Mesh& mesh) {
+  const auto input = x;
   for (std::size_t i = 0; i < call.plan.stages.size(); ++i) {
     const auto& s = call.plan.stages[i];
     if (s.kind == plan::FftStage::Kind::move) {
@@ -231,7 +215,8 @@ inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const Mesh& mesh) {
     }
     std::vector<std::int64_t> lengths;
     for (auto d : s.dims) lengths.push_back(call.problem.axes[static_cast<std::size_t>(d)].out_length);
-    x = local_fft(x, s.op, s.dims, lengths, call.norm);
+    // A stage's own result (not the input, nor a view of it) may be transformed in place.
+    x = local_fft(x, s.op, s.dims, lengths, call.norm, !records(x) && !x.is_alias_of(input));
   }
   return x;
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "einshard/exec/autograd.hpp"
+#include "einshard/exec/local_fft.hpp"
 #include "einshard/exec/steps.hpp"
 #include "einshard/plan/fft.hpp"
 #include "einshard/plan/fft_factored.hpp"
@@ -79,11 +80,16 @@ struct SixStep {
   /// (1-D, rows·r2 long); `real`: keep the real part before the last transpose, which then moves
   /// half the bytes.
   [[nodiscard]] at::Tensor operator()(const at::Tensor& x, bool inverse, bool real = false) const {
+    const auto op = inverse ? plan::FftOp::inverse : plan::FftOp::forward;
+    const std::optional<std::string> unscaled = inverse ? "forward" : "backward";
+    // Each exchange returns a fresh tensor: without autograd recording, work on it in place.
+    const bool owned = !records(x);
+    const auto w = inverse ? twiddle.conj() : twiddle;
     auto a = to_columns(x.reshape({plan.rows[me], plan.r2}));
-    a = inverse ? at::fft_ifft(a, std::nullopt, 0, "forward") : at::fft_fft(a, std::nullopt, 0, "backward");
-    a = a * (inverse ? twiddle.conj() : twiddle);
+    a = local_fft(a, op, {0}, {}, unscaled, owned);
+    a = owned ? a.mul_(w) : a * w;
     a = to_rows(a);
-    a = inverse ? at::fft_ifft(a, std::nullopt, 1, "forward") : at::fft_fft(a, std::nullopt, 1, "backward");
+    a = local_fft(a, op, {1}, {}, unscaled, owned);
     if (real) a = at::real(a);
     // The exchange packs straight from the transposed view: no separate transpose copy.
     return to_output(a.t()).reshape({-1});

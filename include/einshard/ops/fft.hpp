@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,9 +118,21 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
   return {std::move(call), dtype};
 }
 
+/// Without transform axes einfft is the layout change `in -> out` (torch-einshard's "layout-only"
+/// path): the einshard call of the same notation.
+inline std::optional<Options> layout_only(std::string_view source, const Options& o) {
+  if (!expand_fft_axes(o.axes, o.families).empty()) return std::nullopt;
+  if (o.real.value_or(false) || !o.signal_sizes.empty())
+    throw Error("einfft '" + std::string(source) +
+                "': no transform axes (.axes) given, so there is no real transform or signal size; "
+                "name the transform axes, or drop .real and .signal_sizes for a layout change");
+  return Options{.mesh = o.mesh, .shapes = o.shapes, .families = o.families};
+}
+
 inline at::Tensor run_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
                           const Options& o) {
   check_fft_options(o);
+  if (const auto layout = layout_only(source, o)) return einshard(source, {x}, *layout);
   const auto prepared = prepare_fft_call(e, source, x, o);
   if (o.mesh) {
     auto& last = last_plan_storage();
@@ -135,6 +148,7 @@ inline at::Tensor run_fft(const notation::ExpressionView& e, std::string_view so
 inline Plan explain_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
                         const Options& o) {
   check_fft_options(o);
+  if (const auto layout = layout_only(source, o)) return explain(source, {x}, *layout);
   const auto prepared = prepare_fft_call(e, source, x, o);
   return exec::describe_fft(source, *prepared.call, o.mesh, x.element_size(), x.is_complex());
 }
@@ -174,7 +188,8 @@ inline constexpr auto fft_form_v = fft_form<S>();
 }  // namespace detail
 
 /// `einfft<"b x y -> b kx ky">(x, {.axes = {{"x", "kx"}, {"y", "ky"}}})`: the FFT of `x` over the
-/// axes listed in `.axes` (input name, output name), checked at compile time. Options: `.inverse`,
+/// axes listed in `.axes` (input name, output name), checked at compile time; with no axes it is
+/// the layout change `in -> out` (einshard). Options: `.inverse`,
 /// `.real` (rfftn forward, irfftn inverse; the last pair of `.axes` is the half-spectrum axis),
 /// `.norm` ("backward" when unset, "forward", "ortho"), `.signal_sizes` (inverse real: the half
 /// axis's output length, default 2(n-1)), `.mesh`, `.shapes`, `.families` (family names in `.axes`).
