@@ -147,7 +147,7 @@ inline void describe(const Program& p, const SizeTable& t, const Mesh& mesh, std
     const auto in = detail::bytes_of(s.before, t, mesh, element);
     const auto outb = detail::bytes_of(s.after, t, mesh, element);
     const std::int64_t P = s.group.empty() ? 1 : mesh.size(s.group);
-    const StepCost all_reduce_in{2 * (P - 1) * in / P, 2 * (P - 1) * in / P, 1, in};
+    const StepCost all_reduce_in = ring_all_reduce(in, P);
     const StepCost gather_from_in{outb - in, outb - in, 1, outb};  // ring all-gather: in -> out
     const StepCost gather_from_out{in - outb, in - outb, 1, in};   // ring all-gather: out -> in
     switch (s.kind) {

@@ -265,9 +265,8 @@ struct StencilPlan {
     for (std::size_t i = 0; i < partials.size(); ++i) {
       // Costed as einshard's identity/all-reduce pair: a copy forward, a ring all-reduce backward.
       const auto& [operand, bytes] = partials[i];
-      const auto ring = 2 * (P - 1) * bytes / P;
       p.steps.push_back({"identity_forward_allreduce_backward", partial_group, "", operand.str(), operand.str(),
-                         {0, 0, 0, bytes}, {ring, ring, 1, bytes}, static_cast<int>(i) + 1});
+                         {0, 0, 0, bytes}, ring_all_reduce(bytes, P), static_cast<int>(i) + 1});
     }
     return p;
   }

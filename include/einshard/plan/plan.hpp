@@ -20,6 +20,12 @@ struct StepCost {
   std::int64_t peak_bytes = 0;   ///< extra memory the step allocates beyond its input
 };
 
+/// A ring all-reduce of `bytes` over `P` ranks: each rank sends and receives 2(P-1)/P of it.
+inline StepCost ring_all_reduce(std::int64_t bytes, std::int64_t P) {
+  const auto moved = 2 * (P - 1) * bytes / P;
+  return {moved, moved, 1, bytes};
+}
+
 struct PlanStep {
   std::string name;    ///< e.g. "allgather_forward_split_backward", "alltoall_repartition"
   std::string group;   ///< mesh group it communicates over ("" for local and all-to-all steps)
