@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "einshard/comm/mpi.hpp"
+#include "einshard/comm/pool.hpp"
 #include "einshard/error.hpp"
 #include "einshard/plan/redistribute.hpp"
 
@@ -48,7 +49,7 @@ inline void require_cpu(const at::Tensor& x, const char* op) {
 inline at::Tensor all_reduce(const at::Tensor& x, MPI_Comm comm) {
   require_cpu(x, "all_reduce");
   const auto in = x.contiguous();
-  auto out = at::empty_like(in, at::MemoryFormat::Contiguous);
+  auto out = pooled_empty(in.sizes(), in.options());
   if (in.numel() == 0) return out;
   check(MPI_Allreduce(in.data_ptr(), out.data_ptr(), count(in.numel()), datatype(in.scalar_type()),
                       sum_op(in.scalar_type()), comm),
@@ -108,7 +109,7 @@ inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<co
   const auto off = detail::offsets(sizes);
   auto shape = in.sizes().vec();
   shape[static_cast<std::size_t>(dim)] = off.back();
-  auto out = at::empty(shape, in.options());
+  auto out = pooled_empty(shape, in.options());
   const auto [outer, inner] = detail::around(shape, dim);
   if (out.numel() == 0) return out;
   const auto elem = datatype(in.scalar_type());
@@ -152,7 +153,7 @@ inline at::Tensor reduce_scatter(const at::Tensor& x, std::int64_t dim,
   const auto [outer, inner] = detail::around(x.sizes(), dim);
   auto shape = x.sizes().vec();
   shape[static_cast<std::size_t>(dim)] = sizes[me];
-  auto out = at::empty(shape, x.options());
+  auto out = pooled_empty(shape, x.options());
   if (x.numel() == 0) return out;
   at::Tensor send;
   if (outer == 1) {
@@ -225,8 +226,8 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
   // range's backward) gives them no gradient.
   std::int64_t covered = 0;
   for (const auto& r : recvs) covered += r.box.numel();
-  auto out = covered == c10::multiply_integers(out_shape) ? at::empty(out_shape, x.options())
-                                                           : at::zeros(out_shape, x.options());
+  auto out = pooled_empty(out_shape, x.options());
+  if (covered != c10::multiply_integers(out_shape)) out.zero_();
   const int me = rank_of(comm);
   const auto elem = datatype(x.scalar_type());
   const bool x_flat = x.is_contiguous();

@@ -100,7 +100,7 @@ struct AxisExchangeOp final : CommOp {
     const auto& f = ex.fetch;
     auto shape = in.sizes().vec();
     shape[static_cast<std::size_t>(dim)] = ex.output();
-    flight.out = at::empty(shape, in.options());
+    flight.out = comm::pooled_empty(shape, in.options());
     auto& out = flight.out;
     const detail::Slabs slabs(shape, dim);
     const auto elem = comm::datatype(in.scalar_type());

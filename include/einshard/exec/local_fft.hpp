@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "einshard/comm/pool.hpp"
 #include "einshard/exec/autograd.hpp"
 #include "einshard/plan/fft.hpp"
 
@@ -150,7 +151,7 @@ std::optional<at::Tensor> fftw_c2c(at::Tensor x, at::IntArrayRef dims, bool inve
   using Api = Fftw<Real>;
   in_place = in_place && !x.is_conj();
   x = x.resolve_conj();
-  auto out = in_place ? x : at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  auto out = in_place ? x : comm::pooled_empty(x.sizes(), x.options());
   if (x.numel() == 0 || Api::alignment(x.data_ptr()) != 0 || Api::alignment(out.data_ptr()) != 0)
     return std::nullopt;
   const auto plan = FftwPlans<Real>::instance().get(x, dims, inverse ? FFTW_BACKWARD : FFTW_FORWARD, in_place);
