@@ -246,7 +246,6 @@ inline void describe_factored(const FactoredFftCall& c, const plan::FftStage& s,
   };
   const bool real_out = s.op == plan::FftOp::real_inverse;
   if (c.factors.bluestein()) {
-    six(*c.first, false);  // the chirp kernel's transform
     six(*c.first, false);
     six(*c.second, false);
   } else {

@@ -110,6 +110,9 @@ struct FactoredFftCall {
   detail::Exchange enter, mirror, leave;
   std::optional<SixStep> first, second;  ///< second: Bluestein's inverse, the factors swapped
   at::Tensor chirp_in, chirp_out;        ///< Bluestein's chirps over this rank's entry and exit
+  /// Bluestein's kernel: the forward transform of b[j] = conj(chirp[min(j, m−j)]) (zero where that
+  /// distance is n or more), over this rank's k2 block.
+  at::Tensor kernel;
 
   [[nodiscard]] bool inverse() const { return op == plan::FftOp::inverse || op == plan::FftOp::real_inverse; }
 
@@ -120,7 +123,7 @@ struct FactoredFftCall {
     if (factors.bluestein()) {
       const auto rows = first->plan.input()[me];
       y = at::constant_pad_nd(y * chirp_in, {0, rows.size() - entry[me].size()});
-      y = (*second)((*first)(y, false) * kernel(y.scalar_type()), true);
+      y = (*second)((*first)(y, false) * kernel, true);
       y = y.narrow(0, 0, exit[me].size()) * chirp_out;
       if (real_out) y = at::real(y);
     } else {
@@ -138,19 +141,6 @@ struct FactoredFftCall {
     const auto b = at::conj_physical(at::flip(mirror(x), {0}));
     const auto gap = entry[me].size() - direct[me].size() - mirrored[me].size();
     return at::cat({a, at::zeros({gap}, a.options()), b});
-  }
-
-  /// Bluestein's kernel: the forward transform of b[j] = conj(chirp[min(j, m−j)]) (zero where that
-  /// distance is n or more) over this rank's k2 block. Recomputed per call: one more six-step, where
-  /// caching it would keep it alive between calls.
-  [[nodiscard]] at::Tensor kernel(at::ScalarType complex) const {
-    at::NoGradGuard no_grad;
-    const auto rows = first->plan.input()[me];
-    const auto n = factors.n, m = factors.m;
-    const auto j = at::arange(rows.lo, rows.hi, at::kLong);
-    const auto d = at::minimum(j, m - j);
-    const auto b = detail::phase(d * d, n, inverse() ? -1.0 : 1.0, complex) * (d < n).to(complex);
-    return (*first)(b, false);
   }
 };
 
@@ -191,6 +181,14 @@ inline FactoredFftCall prepare_factored(plan::FftOp op, std::int64_t n, std::spa
     };
     c.chirp_in = chirp(c.entry[c.me]);
     c.chirp_out = chirp(c.exit[c.me]);
+    // One forward transform, collective like the rest of the preparation (every rank prepares the
+    // same call at the same point).
+    at::NoGradGuard no_grad;
+    const auto rows = c.first->plan.input()[c.me];
+    const auto j = at::arange(rows.lo, rows.hi, at::kLong);
+    const auto d = at::minimum(j, f.m - j);
+    const auto b = detail::phase(d * d, n, -sign, complex) * (d < n).to(complex);
+    c.kernel = (*c.first)(b, false);
   }
   const auto length = static_cast<double>(n);
   const auto mode = norm.value_or("backward");
