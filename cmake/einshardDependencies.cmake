@@ -79,49 +79,47 @@ function(einshard_torch_after_find)
   endforeach()
 endfunction()
 
+# An optional library as the INTERFACE target einshard::<name>: empty when switched off
+# (EINSHARD_USE_<NAME>=OFF) or not found; otherwise it carries `header`'s directory, the libraries
+# and EINSHARD_HAS_<NAME>=1. GLOBAL, like torch::cudart above: consumers in other directories
+# resolve einshard's INTERFACE_LINK_LIBRARIES from their own scope. `missing` says what happens
+# without it.
+function(_einshard_optional_library name header missing)
+  string(TOUPPER "${name}" upper)
+  if(TARGET einshard::${name})
+    return()
+  endif()
+  add_library(einshard::${name} INTERFACE IMPORTED GLOBAL)
+  if(DEFINED EINSHARD_USE_${upper} AND NOT EINSHARD_USE_${upper})
+    message(STATUS "einshard: ${upper} disabled (EINSHARD_USE_${upper}=OFF)")
+    return()
+  endif()
+  find_path(${upper}_INCLUDE_DIR ${header})
+  set(libraries "")
+  foreach(library IN LISTS ARGN)
+    string(TOUPPER "${library}" variable)
+    find_library(${variable}_LIBRARY ${library})
+    if(NOT ${variable}_LIBRARY)
+      message(STATUS "einshard: ${upper} (${header}, lib${library}) not found; ${missing}")
+      return()
+    endif()
+    list(APPEND libraries "${${variable}_LIBRARY}")
+  endforeach()
+  if(NOT ${upper}_INCLUDE_DIR)
+    message(STATUS "einshard: ${upper} (${header}) not found; ${missing}")
+    return()
+  endif()
+  set_target_properties(einshard::${name} PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${${upper}_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${libraries}"
+    INTERFACE_COMPILE_DEFINITIONS EINSHARD_HAS_${upper}=1)
+  message(STATUS "einshard: ${upper} found: ${libraries}")
+endfunction()
+
 function(einshard_find_metis)
-  if(TARGET einshard::metis)
-    return()
-  endif()
-  # GLOBAL, like torch::cudart above: consumers in other directories resolve einshard's
-  # INTERFACE_LINK_LIBRARIES from their own scope.
-  add_library(einshard::metis INTERFACE IMPORTED GLOBAL)
-  if(DEFINED EINSHARD_USE_METIS AND NOT EINSHARD_USE_METIS)
-    message(STATUS "einshard: METIS disabled (EINSHARD_USE_METIS=OFF)")
-    return()
-  endif()
-  find_path(METIS_INCLUDE_DIR metis.h)
-  find_library(METIS_LIBRARY metis)
-  if(METIS_INCLUDE_DIR AND METIS_LIBRARY)
-    set_target_properties(einshard::metis PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${METIS_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${METIS_LIBRARY}"
-      INTERFACE_COMPILE_DEFINITIONS EINSHARD_HAS_METIS=1)
-    message(STATUS "einshard: METIS found: ${METIS_LIBRARY}")
-  else()
-    message(STATUS "einshard: METIS not found; sparse PartitionMethod::metis will throw")
-  endif()
+  _einshard_optional_library(metis metis.h "sparse PartitionMethod::metis will throw" metis)
 endfunction()
 
 function(einshard_find_fftw)
-  if(TARGET einshard::fftw)
-    return()
-  endif()
-  add_library(einshard::fftw INTERFACE IMPORTED GLOBAL)
-  if(DEFINED EINSHARD_USE_FFTW AND NOT EINSHARD_USE_FFTW)
-    message(STATUS "einshard: FFTW disabled (EINSHARD_USE_FFTW=OFF)")
-    return()
-  endif()
-  find_path(FFTW3_INCLUDE_DIR fftw3.h)
-  find_library(FFTW3_LIBRARY fftw3)
-  find_library(FFTW3F_LIBRARY fftw3f)
-  if(FFTW3_INCLUDE_DIR AND FFTW3_LIBRARY AND FFTW3F_LIBRARY)
-    set_target_properties(einshard::fftw PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${FFTW3_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${FFTW3_LIBRARY};${FFTW3F_LIBRARY}"
-      INTERFACE_COMPILE_DEFINITIONS EINSHARD_HAS_FFTW=1)
-    message(STATUS "einshard: FFTW found: ${FFTW3_LIBRARY}")
-  else()
-    message(STATUS "einshard: FFTW (fftw3.h, libfftw3, libfftw3f) not found; einfft's local FFTs are torch's")
-  endif()
+  _einshard_optional_library(fftw fftw3.h "einfft's local FFTs are torch's" fftw3 fftw3f)
 endfunction()

@@ -43,31 +43,14 @@
 
 #include <einshard/einshard.hpp>
 
+#include "common.hpp"
+
 namespace es = einshard;
+using einshard_bench::all_sizes;
+using einshard_bench::median;
+using einshard_bench::timed;
 
 namespace {
-
-double timed(const std::function<void()>& f) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = MPI_Wtime();
-  f();
-  double dt = MPI_Wtime() - t0;
-  MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return dt * 1e3;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::vector<std::int64_t> all_sizes(std::int64_t mine) {
-  int P = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &P);
-  std::vector<std::int64_t> out(static_cast<std::size_t>(P));
-  MPI_Allgather(&mine, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
-  return out;
-}
 
 double max_rel_err(const at::Tensor& a, const at::Tensor& b) {
   double err = (a - b).abs().max().item<double>(), ref = b.abs().max().item<double>();
