@@ -66,6 +66,37 @@ TEST_CASE("CG solves 2-D Poisson with every preconditioner and both variants", "
     }
 }
 
+TEST_CASE("CG reuses the matrix's preconditioner between solves, and only while it applies", "[sparse][cg]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 13, ny = 11;
+  const auto D = poisson(nx, ny, mesh);
+  const auto dense = es::testing::dense(es::testing::poisson2d(nx, ny));
+  const auto b = global_vector(nx * ny, 31), c = global_vector(nx * ny, 32);
+  using P = sp::Preconditioner;
+  for (auto pc : {P::jacobi, P::block_jacobi, P::chebyshev}) {
+    CAPTURE(static_cast<int>(pc));
+    const sp::SolveOptions o{.preconditioner = pc, .rtol = 1e-11};
+    const auto first = D.solve(D.scatter(b), o);
+    CHECK_FALSE(first.info.preconditioner_reused);
+    // A second right-hand side: the same setup, no new one; the solution still the dense one's.
+    const auto second = D.solve(D.scatter(c), o);
+    CHECK(second.info.preconditioner_reused);
+    CHECK(relative_error(second.x.full_tensor(), at::linalg_solve(dense, c)) < 1e-9);
+    // The same right-hand side again: bit-identical to the first solve.
+    CHECK(at::equal(D.solve(D.scatter(b), o).x.local(), first.x.local()));
+    // Other options, then other values (a new matrix): set up afresh, and correct for that matrix.
+    auto other = o;
+    other.preconditioner_options.chebyshev_degree = 2;
+    other.preconditioner_options.ic0 = true;
+    CHECK_FALSE(D.solve(D.scatter(b), other).info.preconditioner_reused);
+    const auto scaled = D * 2.0;
+    const auto s = scaled.solve(scaled.scatter(b), o);
+    CHECK_FALSE(s.info.preconditioner_reused);
+    CHECK(relative_error(s.x.full_tensor(), at::linalg_solve(2.0 * dense, b)) < 1e-9);
+    CHECK(scaled.solve(scaled.scatter(c), o).info.preconditioner_reused);
+  }
+}
+
 TEST_CASE("CG is rank invariant: every partition method gives the one-process solution", "[sparse][cg][partition]") {
   const auto mesh = world_mesh();
   const std::int64_t nx = 15, ny = 11;

@@ -276,12 +276,22 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
     check_vector(b, "solve");
     const auto start = MPI_Wtime();
-    const auto precond = detail::make_preconditioner(
-        options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
-        [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+    auto make = [&] {
+      return detail::make_preconditioner(
+          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
+          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+    };
+    std::shared_ptr<const detail::PreconditionerOp> precond;
+    bool reused = false;
+    if (options.preconditioner == Preconditioner::none)
+      precond = make();
+    else
+      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
+                                                            local_.values, layout_->comm(), make);
     const auto setup = MPI_Wtime() - start;
     auto result = detail::cg(*this, b, options.preconditioner, precond.get(), options);
     result.info.setup_seconds = setup;
+    result.info.preconditioner_reused = reused;
     return result;
   }
 
@@ -460,6 +470,8 @@ class DSparseTensor final : public detail::Operator {
   Csr off_;       // rows off_rows_ x ghosts
   at::Tensor off_rows_, diag_pos_, off_pos_;
   mutable at::Tensor ghost_buffer_;
+  /// The last solve's preconditioner (empty in a copy: `with_values` copies).
+  mutable detail::PreconditionerCache preconditioner_cache_;
 };
 
 }  // namespace einshard::sparse

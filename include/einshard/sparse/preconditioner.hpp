@@ -22,9 +22,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -356,6 +358,46 @@ inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind
   }
   throw Error("sparse: unknown preconditioner kind");
 }
+
+/// The last preconditioner a matrix built, kept for its next solve: time-stepping and Newton loops
+/// solve with one matrix many times, and an ILU(0) or Chebyshev setup costs several products
+/// (PETSc makes reuse an opt-in, KSPSetReusePreconditioner; here it is safe by construction, the
+/// key holding everything the setup read). A copy starts empty: copies are how a matrix gets other
+/// values (`with_values`), and a cached Chebyshev operator refers to its own matrix.
+class PreconditionerCache {
+ public:
+  PreconditionerCache() = default;
+  PreconditionerCache(const PreconditionerCache&) {}
+  PreconditionerCache& operator=(const PreconditionerCache&) {
+    std::lock_guard lock(mutex_);
+    op_.reset();
+    return *this;
+  }
+
+  /// The preconditioner for `kind` and `opts` on a matrix with local `values`, and whether it was
+  /// reused; `make` builds it. Collective over `comm`: every rank reuses, or every rank builds
+  /// (a setup may itself be collective).
+  template <class Make>
+  std::pair<std::shared_ptr<const PreconditionerOp>, bool> get(Preconditioner kind, const PreconditionerOptions& opts,
+                                                               const at::Tensor& values, MPI_Comm comm, Make&& make) {
+    const Key key{static_cast<int>(kind), opts.ic0, opts.chebyshev_degree, opts.chebyshev_lower, opts.eig_iterations,
+                  values.unsafeGetTensorImpl(), values._version(), static_cast<int>(values.scalar_type())};
+    std::lock_guard lock(mutex_);
+    int reuse = op_ != nullptr && key == key_ ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &reuse, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+    if (reuse == 1) return {op_, true};
+    op_.reset();  // free the old setup before building the new one
+    op_ = make();
+    key_ = key;
+    return {op_, false};
+  }
+
+ private:
+  using Key = std::tuple<int, bool, int, double, int, const void*, std::uint32_t, int>;
+  std::mutex mutex_;
+  Key key_{};
+  std::shared_ptr<const PreconditionerOp> op_;
+};
 
 }  // namespace detail
 }  // namespace einshard::sparse

@@ -79,6 +79,9 @@ struct SolveInfo {
   std::vector<double> residual_history;  ///< ||r_0||, ..., ||r_iterations||
   double seconds = 0.0;                ///< wall time of the iterations (setup excluded)
   double setup_seconds = 0.0;          ///< preconditioner setup
+  /// The matrix's preconditioner from its previous solve was reused (same kind and options): no
+  /// setup ran.
+  bool preconditioner_reused = false;
 };
 
 struct SolveResult {
