@@ -31,7 +31,10 @@
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/halo.hpp"
+#include "einshard/sparse/krylov/bicgstab.hpp"
 #include "einshard/sparse/krylov/cg.hpp"
+#include "einshard/sparse/krylov/gmres.hpp"
+#include "einshard/sparse/krylov/minres.hpp"
 #include "einshard/sparse/layout.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/partition.hpp"
@@ -289,7 +292,15 @@ class DSparseTensor final : public detail::Operator {
       std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
                                                             local_.values, layout_->comm(), make);
     const auto setup = MPI_Wtime() - start;
-    auto result = detail::cg(*this, b, options.preconditioner, precond.get(), options);
+    auto result = [&] {
+      switch (options.method) {
+        case Method::cg: return detail::cg(*this, b, options.preconditioner, precond.get(), options);
+        case Method::bicgstab: return detail::bicgstab(*this, b, options.preconditioner, precond.get(), options);
+        case Method::gmres: return detail::gmres(*this, b, options.preconditioner, precond.get(), options);
+        case Method::minres: return detail::minres(*this, b, options.preconditioner, precond.get(), options);
+      }
+      throw Error("DSparseTensor::solve: unknown method");
+    }();
     result.info.setup_seconds = setup;
     result.info.preconditioner_reused = reused;
     return result;

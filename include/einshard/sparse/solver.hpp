@@ -15,8 +15,21 @@
 namespace einshard::sparse {
 
 enum class Method {
-  cg,  ///< conjugate gradients (symmetric / Hermitian positive definite A and M)
+  cg,        ///< conjugate gradients (symmetric / Hermitian positive definite A and M)
+  bicgstab,  ///< BiCGStab, right-preconditioned (general A)
+  gmres,     ///< restarted GMRES(m), right-preconditioned, CGS2 Arnoldi (general A)
+  minres,    ///< MINRES (symmetric / Hermitian A, possibly indefinite; M positive definite)
 };
+
+inline const char* to_string(Method m) {
+  switch (m) {
+    case Method::cg: return "cg";
+    case Method::bicgstab: return "bicgstab";
+    case Method::gmres: return "gmres";
+    case Method::minres: return "minres";
+  }
+  return "?";
+}
 
 /// How CG organises its reductions. `standard`: Hestenes–Stiefel, two all-reduces per iteration
 /// (<p, Ap>, then <r, z> with <r, r>). `single_reduction`: Chronopoulos–Gear, one all-reduce of
@@ -31,7 +44,8 @@ enum class StopReason {
   zero_rhs,        ///< b = 0: x = 0 exactly
   maxiter,         ///< the iteration limit was reached first
   diverged,        ///< ||r|| > dtol * ||b||
-  breakdown,       ///< <p, Ap> or <r, M r> zero or of different signs: A or M is indefinite
+  breakdown,       ///< the method cannot continue: CG's <p, Ap> or <r, M r> zero or of different
+                   ///< signs (A or M indefinite), BiCGStab's <r̂, r> or ω zero, MINRES's M indefinite
   nan,             ///< a NaN or infinity appeared in the residual
 };
 
@@ -42,7 +56,7 @@ inline const char* to_string(StopReason r) {
     case StopReason::zero_rhs: return "converged (b = 0)";
     case StopReason::maxiter: return "maxiter reached";
     case StopReason::diverged: return "diverged (||r|| > dtol ||b||)";
-    case StopReason::breakdown: return "breakdown (A or M indefinite)";
+    case StopReason::breakdown: return "breakdown";
     case StopReason::nan: return "NaN or Inf in the residual";
   }
   return "?";
@@ -66,6 +80,7 @@ struct SolveOptions {
   std::optional<DVector> x0{};       ///< initial guess (default zero)
   Monitor monitor{};
   CgVariant cg_variant = CgVariant::standard;
+  int restart = 30;                  ///< gmres: Krylov vectors per cycle (PETSc's and SciPy's 30)
   PreconditionerOptions preconditioner_options{};
   bool residual_history = true;      ///< record every residual norm in `SolveInfo`
 };

@@ -16,6 +16,7 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/krylov/kernels.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
@@ -23,92 +24,13 @@
 
 namespace einshard::sparse::detail {
 
-/// Sums the real parts of `v` over the ranks (the dots of a Hermitian method are real).
-template <std::size_t N>
-std::array<double, N> sum_real(const std::array<std::complex<double>, N>& v, MPI_Comm comm) {
-  std::array<double, N> out{};
-  for (std::size_t i = 0; i < N; ++i) out[i] = v[i].real();
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, out.data(), static_cast<int>(N), MPI_DOUBLE, MPI_SUM, comm),
-              "MPI_Allreduce");
-  return out;
-}
-
-/// Bookkeeping shared by both variants: the stop test, the history, the monitor.
-class CgProgress {
- public:
-  CgProgress(const SolveOptions& o, SolveInfo& info) : o_(o), info_(info) {}
-
-  void start(double rhs_norm) {
-    info_.rhs_norm = rhs_norm;
-    tol_ = std::max(o_.atol, o_.rtol * rhs_norm);
-  }
-  /// Records ||r_k|| and says whether to stop (setting the reason).
-  bool record(int k, double rnorm) {
-    info_.iterations = k;
-    info_.residual_norm = rnorm;
-    if (o_.residual_history) info_.residual_history.push_back(rnorm);
-    if (o_.monitor) o_.monitor(k, rnorm);
-    if (!std::isfinite(rnorm)) return stop(StopReason::nan);
-    if (rnorm <= tol_) return stop(rnorm <= o_.atol ? StopReason::converged_atol : StopReason::converged_rtol);
-    if (rnorm > o_.dtol * info_.rhs_norm) return stop(StopReason::diverged);
-    if (k >= o_.maxiter) return stop(StopReason::maxiter);
-    return false;
-  }
-  /// CG needs <r, M r> and <p, A p> of one sign: both positive (SPD A and M) or both negative
-  /// (negative definite A with a negative definite M, e.g. Jacobi on -A, which is why Jacobi keeps
-  /// negative diagonals). A zero or a change of sign is a breakdown.
-  bool check_same_sign(double rz, double curvature) {
-    if (!std::isfinite(rz) || !std::isfinite(curvature)) return stop(StopReason::nan);
-    if (rz * curvature <= 0.0) return stop(StopReason::breakdown);
-    return false;
-  }
-  bool check_nonzero(double rz) {
-    if (!std::isfinite(rz)) return stop(StopReason::nan);
-    if (rz == 0.0) return stop(StopReason::breakdown);
-    return false;
-  }
-
- private:
-  bool stop(StopReason r) {
-    info_.reason = r;
-    info_.converged = r == StopReason::converged_atol || r == StopReason::converged_rtol || r == StopReason::zero_rhs;
-    return true;
-  }
-  const SolveOptions& o_;
-  SolveInfo& info_;
-  double tol_ = 0.0;
-};
-
-/// z = M^-1 r as the CG kernels want it: a diagonal `d` for the fused kernels (Jacobi kinds), the
-/// identity, or a general operator applied in its own pass.
-struct PreconditionerUse {
-  const PreconditionerOp* op = nullptr;
-  at::Tensor diagonal;
-  bool identity = true;
-
-  PreconditionerUse(Preconditioner kind, const PreconditionerOp* m, const at::Tensor& like) : op(m) {
-    if (kind == Preconditioner::none || m == nullptr) return;
-    identity = false;
-    if (const auto d = m->diagonal(); d.defined()) diagonal = d.to(like.scalar_type()).contiguous();
-  }
-  [[nodiscard]] bool general() const { return !identity && !diagonal.defined(); }
-  void apply(const at::Tensor& r, at::Tensor& z) const {
-    if (diagonal.defined())
-      at::mul_out(z, diagonal, r);
-    else if (identity)
-      z.copy_(r);
-    else
-      op->apply(r, z);
-  }
-};
-
 inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
                       const SolveOptions& o) {
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();
   SolveResult result;
   auto& info = result.info;
-  CgProgress progress(o, info);
+  Progress progress(o, info);
   const auto bl = b.local().detach().contiguous();
   const auto dtype = bl.scalar_type();
   auto x = o.x0 ? o.x0->local().detach().to(dtype).clone().contiguous() : at::zeros_like(bl);
@@ -125,13 +47,8 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
   const auto init = sum_real<3>({local_dot(r, z), local_dot(r, r), local_dot(bl, bl)}, comm);
   progress.start(std::sqrt(init[2]));
   result.x = DVector(layout, x);
-  if (init[2] == 0.0) {  // b = 0: the solution is 0, whatever x0 was
-    x.zero_();
-    info.reason = StopReason::zero_rhs;
-    info.converged = true;
-    info.residual_norm = 0.0;
-    if (o.residual_history) info.residual_history.push_back(0.0);
-    if (o.monitor) o.monitor(0, 0.0);
+  if (init[2] == 0.0) {
+    zero_rhs(result, o);
     return result;
   }
   double rz = init[0];
