@@ -11,10 +11,13 @@
 // KSPSetTolerances(0, 0, default, iters)), both testing the unpreconditioned residual norm every
 // iteration (PETSc: KSP_NORM_UNPRECONDITIONED), zero initial guess. Preconditioners: none (PETSc
 // PCNONE), jacobi (PCJACOBI), and on request block_jacobi (PCBJACOBI: one block per rank, ILU(0)
-// inside: PETSc's default sub-solver, the same preconditioner as einshard's). einshard's solve
-// builds its preconditioner in every call; PETSc sets its up once (KSPSetUp) and reuses it: the
-// time per iteration below is the whole solve call for both, so einshard's setup is charged to it
-// ("einshard_setup_ms" says how much that was; "ratio_iter_only" leaves it out). A short warm-up
+// inside: PETSc's default sub-solver, the same preconditioner as einshard's). Both set the
+// preconditioner up once and reuse it (PETSc: KSPSetUp; einshard: the matrix keeps its last
+// solve's); the time per iteration below is the whole solve call ("einshard_setup_ms" says what
+// einshard's setup cost in it; "ratio_iter_only" leaves it out). `--method bicgstab|gmres` runs
+// that method on both sides instead (PETSc KSPBCGS / KSPGMRES with restart 30, right
+// preconditioning: the unpreconditioned norm, as einshard's; PETSc's default classical Gram–Schmidt
+// without refinement, einshard's with DGKS refinement unless `--gmres-one-pass`). A short warm-up
 // solve of each comes first; the first timed rep checks that both ran every iteration and compares
 // their solutions (x_rel_diff: the same algorithm in a different summation order).
 //
@@ -39,7 +42,9 @@
 //    "ratio":einshard matvec / PETSc}
 //
 //   mpirun -n P einshard_bench_sparse_cg [--grid 2000] [--iters 200] [--reps 5]
-//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv] [--spmv-reps 20] [--triad-mib 128]
+//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv] [--method cg|bicgstab|gmres]
+//        [--gmres-one-pass]
+//        [--spmv-reps 20] [--triad-mib 128]
 //        [--quick]
 //
 // --quick: grid 300, 3 reps (a smoke test). --cases: which parts to run (default both). Environment: EINSHARD_NUM_THREADS (torch intra-op
@@ -75,6 +80,8 @@ struct Config {
   double triad_mib = 128;
   std::vector<std::string> precond{"none", "jacobi"};
   bool cg = true, spmv = true;
+  std::string method = "cg";  ///< the Krylov method of the solve case: cg, bicgstab or gmres
+  bool one_pass = false;      ///< gmres: one Gram–Schmidt pass (PETSc's default) instead of DGKS
 };
 
 void petsc_check(PetscErrorCode code, const char* what) {
@@ -119,6 +126,8 @@ Config parse(int argc, char** argv) {
     else if (a == "--spmv-reps") c.spmv_reps = std::stoi(value());
     else if (a == "--triad-mib") c.triad_mib = std::stod(value());
     else if (a == "--precond") c.precond = split(value());
+    else if (a == "--method") c.method = value();
+    else if (a == "--gmres-one-pass") c.one_pass = true;
     else if (a == "--cases") {
       const auto cases = split(value());
       c.cg = std::find(cases.begin(), cases.end(), "cg") != cases.end();
@@ -221,11 +230,15 @@ struct Petsc {
     PETSC(VecSet(b, 1.0));
   }
 
-  void configure(const std::string& precond, int iters) {
+  void configure(const std::string& precond, int iters, const std::string& method) {
     if (ksp) PETSC(KSPDestroy(&ksp));
     PETSC(KSPCreate(PETSC_COMM_WORLD, &ksp));
     PETSC(KSPSetOperators(ksp, A, A));
-    PETSC(KSPSetType(ksp, KSPCG));
+    PETSC(KSPSetType(ksp, method == "cg" ? KSPCG : method == "bicgstab" ? KSPBCGS : KSPGMRES));
+    // PETSc's BiCGStab and GMRES test the unpreconditioned norm only with right preconditioning,
+    // which is einshard's.
+    if (method != "cg") PETSC(KSPSetPCSide(ksp, PC_RIGHT));
+    if (method == "gmres") PETSC(KSPGMRESSetRestart(ksp, 30));
     PC pc = nullptr;
     PETSC(KSPGetPC(ksp, &pc));
     PETSC(PCSetType(pc, precond == "none" ? PCNONE : precond == "jacobi" ? PCJACOBI : PCBJACOBI));
@@ -264,6 +277,13 @@ double relative_difference(const at::Tensor& a, Vec b) {
   PETSC(VecRestoreArrayRead(b, &p));
   MPI_Allreduce(MPI_IN_PLACE, d, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return std::sqrt(d[0] / std::max(d[1], 1e-300));
+}
+
+sp::Method method_of(const std::string& name) {
+  if (name == "cg") return sp::Method::cg;
+  if (name == "bicgstab") return sp::Method::bicgstab;
+  if (name == "gmres") return sp::Method::gmres;
+  throw std::runtime_error("--method: expected cg, bicgstab or gmres, got " + name);
 }
 
 sp::Preconditioner kind_of(const std::string& name) {
@@ -319,18 +339,19 @@ int run(const Config& cfg) {
   auto b = D.zeros();
   b.local().fill_(1.0);
   for (const auto& name : cfg.cg ? cfg.precond : std::vector<std::string>{}) {
-    const sp::SolveOptions opts{.method = sp::Method::cg, .preconditioner = kind_of(name), .rtol = 0, .atol = 0,
-                                .maxiter = cfg.iters, .residual_history = false};
-    petsc.configure(name, cfg.iters);
+    sp::SolveOptions opts{.method = method_of(cfg.method), .preconditioner = kind_of(name), .rtol = 0,
+                          .atol = 0, .maxiter = cfg.iters, .residual_history = false};
+    if (cfg.one_pass) opts.reorthogonalize = sp::Reorthogonalize::never;
+    petsc.configure(name, cfg.iters, cfg.method);
     // Warm-up (a few iterations of each: first touches, caches), then the timed reps; the first
     // rep's results are checked: both ran every iteration and their solutions agree.
     {
       auto short_opts = opts;
       short_opts.maxiter = std::min(cfg.iters, 5);
       (void)D.solve(b, short_opts);
-      petsc.configure(name, short_opts.maxiter);
+      petsc.configure(name, short_opts.maxiter, cfg.method);
       petsc.solve();
-      petsc.configure(name, cfg.iters);
+      petsc.configure(name, cfg.iters, cfg.method);
     }
     double diff = -1;
     std::vector<double> t_es, t_es_iter, t_es_setup, t_petsc;
@@ -348,7 +369,7 @@ int run(const Config& cfg) {
         t_es_iter.push_back(max_over_ranks(iterations));
         if (rep > 0) return;
         if (r.info.iterations != cfg.iters)
-          throw std::runtime_error("einshard CG (" + name + ") ran " + std::to_string(r.info.iterations) +
+          throw std::runtime_error("einshard " + cfg.method + " (" + name + ") ran " + std::to_string(r.info.iterations) +
                                    " iterations, expected " + std::to_string(cfg.iters));
         x_es = r.x.local();
       };
@@ -356,7 +377,7 @@ int run(const Config& cfg) {
         int its = 0;
         t_petsc.push_back(timed([&] { its = petsc.solve(); }));
         if (rep == 0 && its != cfg.iters)
-          throw std::runtime_error("PETSc CG (" + name + ") ran " + std::to_string(its) + " iterations, expected " +
+          throw std::runtime_error("PETSc " + cfg.method + " (" + name + ") ran " + std::to_string(its) + " iterations, expected " +
                                    std::to_string(cfg.iters));
       };
       if (rep % 2 == 0) {
@@ -373,12 +394,13 @@ int run(const Config& cfg) {
     for (std::size_t i = 0; i < t_es.size(); ++i) paired.push_back(t_petsc[i] / t_es[i]);
     const double rows_it = static_cast<double>(n);
     if (rank == 0) {
-      std::printf("{\"bench\":\"sparse_cg\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"precond\":\"%s\","
+      std::printf("{\"bench\":\"sparse_cg\",\"method\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"precond\":\"%s\","
                   "\"iterations\":%d,\"einshard_ms_per_it\":%.4f,\"petsc_ms_per_it\":%.4f,"
                   "\"einshard_mrow_it_s\":%.1f,\"petsc_mrow_it_s\":%.1f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
                   "\"einshard_iter_only_ms_per_it\":%.4f,\"ratio_iter_only\":%.3f,\"einshard_setup_ms\":%.2f,"
                   "\"x_rel_diff\":%.2e,\"reps\":%d}\n",
-                  p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.iters, es_it * 1e3,
+                  (cfg.method + (cfg.one_pass ? "-one-pass" : "")).c_str(), p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.iters,
+                  es_it * 1e3,
                   pe_it * 1e3, rows_it / es_it / 1e6, rows_it / pe_it / 1e6, pe_it / es_it, median(paired),
                   median(t_es_iter) / cfg.iters * 1e3, pe_it * cfg.iters / median(t_es_iter),
                   median(t_es_setup) * 1e3, diff, cfg.reps);

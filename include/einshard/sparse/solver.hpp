@@ -37,6 +37,14 @@ inline const char* to_string(Method m) {
 /// vector update, slightly different rounding.
 enum class CgVariant { standard, single_reduction };
 
+/// When GMRES's classical Gram–Schmidt runs a second pass. `if_needed` (DGKS): when the first
+/// cancelled more than half of ‖w‖², which keeps the basis orthogonal to rounding (on a PDE matrix
+/// that is nearly every step: twice the orthogonalization traffic). `never`: one pass, PETSc's
+/// default (KSP_GMRES_CGS_REFINE_NEVER), a second only when nothing of ‖w‖² is left; cheaper, but
+/// the basis loses orthogonality over long cycles and the residual estimate drifts from the true
+/// residual below about 1e-9 relative.
+enum class Reorthogonalize { if_needed, never };
+
 /// Why a solve stopped. The first three are convergence.
 enum class StopReason {
   converged_rtol,  ///< ||r|| <= rtol * ||b||
@@ -81,6 +89,7 @@ struct SolveOptions {
   Monitor monitor{};
   CgVariant cg_variant = CgVariant::standard;
   int restart = 30;                  ///< gmres: Krylov vectors per cycle (PETSc's and SciPy's 30)
+  Reorthogonalize reorthogonalize = Reorthogonalize::if_needed;  ///< gmres: see `Reorthogonalize`
   PreconditionerOptions preconditioner_options{};
   bool residual_history = true;      ///< record every residual norm in `SolveInfo`
 };

@@ -122,7 +122,7 @@ inline at::Tensor tensor_like(const std::vector<std::complex<double>>& v, const 
   return (like.is_complex() ? t : at::real(t)).to(like.scalar_type());
 }
 
-/// A 1-D tensor's values as complex<double> (the host side of a small reduction).
+/// A 1-D tensor's values as complex<double>.
 inline std::vector<std::complex<double>> host_complex(const at::Tensor& t) {
   const auto c = t.to(at::kComplexDouble).contiguous();
   const auto* p = reinterpret_cast<const std::complex<double>*>(c.data_ptr());

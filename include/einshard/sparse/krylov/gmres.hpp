@@ -4,10 +4,11 @@
 /// Right preconditioning keeps the Arnoldi residual estimate |g_{j+1}| equal to the true
 /// unpreconditioned ‖b − A x‖, so the stop test is the same as every other method's.
 ///
-/// The Arnoldi step orthogonalizes by classical Gram–Schmidt done twice (CGS2, "twice is enough"):
-/// two all-reduces per step whatever j, where the modified Gram–Schmidt of the original costs j+2.
-/// The second pass also gives ‖w‖ (‖w‖² − ‖h₂‖² by Pythagoras, the basis being orthonormal), so no
-/// third reduction. The small least-squares problem is solved on every rank redundantly with
+/// The Arnoldi step orthogonalizes by classical Gram–Schmidt with <w, w> in the same all-reduce, so
+/// ‖w‖ after it is ‖w‖² − ‖h‖² (Pythagoras, the basis being orthonormal): one all-reduce per pass
+/// whatever j, where the modified Gram–Schmidt of the original costs j+2 and PETSc's default two.
+/// A second pass follows when the first cancelled more than half of ‖w‖² (DGKS; "twice is
+/// enough"), or, with `Reorthogonalize::never`, only when it cancelled all of it. The small least-squares problem is solved on every rank redundantly with
 /// Givens rotations in complex<double>, from all-reduced values, so every rank takes the same
 /// decisions. Each restart recomputes the true residual.
 
@@ -51,7 +52,9 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
   const auto n = bl.numel();
   const int mm = o.restart;
   auto V = at::empty({mm + 1, n}, bl.options());  // the Krylov basis, one row per vector
-  auto w = at::empty_like(bl), z = M.identity ? at::Tensor() : at::empty_like(bl);
+  auto z = M.identity ? at::Tensor() : at::empty_like(bl);
+  // A second Gram–Schmidt pass runs when no more than `keep` of ‖w‖² is left after the first.
+  const double keep = o.reorthogonalize == Reorthogonalize::if_needed ? 0.5 : 0.0;
   std::vector<C> H(static_cast<std::size_t>((mm + 1) * mm)), g(static_cast<std::size_t>(mm + 1)), cs(mm), sn(mm);
   auto h = [&](int i, int j) -> C& { return H[static_cast<std::size_t>(i * mm + j)]; };
   int k = 0;
@@ -62,25 +65,26 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
     int j = 0;
     for (; j < mm; ++j) {
       const auto vj = V[j];
+      auto w = V[j + 1];  // the new vector is built in place, in the basis's next row
       if (!M.identity) M.apply(vj, z);
       A.apply(M.identity ? vj : z, w, {});
-      // CGS2: h = Vᴴw, w -= V h, twice; the second reduction carries <w, w> too.
+      // Classical Gram–Schmidt, h = Vᴴw and w −= V h, with <w, w> in the same reduction; a second
+      // pass when the first left no more than `keep` of ‖w‖².
       const auto basis = V.narrow(0, 0, j + 1);
-      auto first = host_complex(at::mv(basis.conj(), w));
-      first = sum_complex(std::move(first), comm);
-      const auto h1 = tensor_like(first, bl);
-      w.sub_(at::mv(basis.t(), h1));
-      auto second = host_complex(at::mv(basis.conj(), w));
-      second.push_back(local_dot(w, w));
-      second = sum_complex(std::move(second), comm);
-      const double ww = second.back().real();
-      second.pop_back();
-      const auto h2 = tensor_like(second, bl);
-      w.sub_(at::mv(basis.t(), h2));
-      double norm2 = ww;
-      for (int i = 0; i <= j; ++i) {
-        h(i, j) = first[static_cast<std::size_t>(i)] + second[static_cast<std::size_t>(i)];
-        norm2 -= std::norm(second[static_cast<std::size_t>(i)]);
+      double norm2 = 0.0;
+      for (int pass = 0; pass < 2; ++pass) {
+        auto dots = host_complex(at::mv(basis.conj(), w));
+        dots.push_back(local_dot(w, w));
+        dots = sum_complex(std::move(dots), comm);
+        const double ww = dots.back().real();
+        dots.pop_back();
+        w.addmv_(basis.t(), tensor_like(dots, bl), 1, -1);
+        norm2 = ww;
+        for (int i = 0; i <= j; ++i) {
+          h(i, j) = (pass == 0 ? C(0) : h(i, j)) + dots[static_cast<std::size_t>(i)];
+          norm2 -= std::norm(dots[static_cast<std::size_t>(i)]);
+        }
+        if (norm2 > keep * ww) break;
       }
       const double hn = std::sqrt(std::max(norm2, 0.0));
       h(j + 1, j) = hn;
@@ -112,7 +116,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
         ++j;
         break;
       }
-      V[j + 1].copy_(w).div_(hn);
+      w.div_(hn);
     }
     // x += M⁻¹ V y, with H y = g solved on the j columns built.
     if (j > 0) {
@@ -122,19 +126,19 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
         for (int l = i + 1; l < j; ++l) s -= h(i, l) * y[static_cast<std::size_t>(l)];
         y[static_cast<std::size_t>(i)] = s / h(i, i);
       }
-      const auto yt = tensor_like(y, bl);
-      const auto update = at::mv(V.narrow(0, 0, j).t(), yt).contiguous();
+      const auto vy = at::mv(V.narrow(0, 0, j).t(), tensor_like(y, bl));
       if (M.identity) {
-        x.add_(update);
+        x.add_(vy);
       } else {
-        M.apply(update, z);
+        M.apply(vy.contiguous(), z);
         x.add_(z);
       }
     }
     if (done) break;
     // Restart from the true residual.
-    A.apply(x, w, {});
-    at::sub_out(r, bl, w);
+    auto ax = V[0];
+    A.apply(x, ax, {});
+    at::sub_out(r, bl, ax);
     beta = std::sqrt(sum_complex({local_dot(r, r)}, comm)[0].real());
     if (beta == 0.0 || !std::isfinite(beta)) {  // exact, or lost: the recorded estimate was not
       progress.stop(beta == 0.0 ? StopReason::converged_rtol : StopReason::nan);

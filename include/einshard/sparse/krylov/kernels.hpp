@@ -103,18 +103,13 @@ inline std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor
   return out;
 }
 
-/// <a, b> (a conjugated) of this rank's slices.
+/// <a, b> (a conjugated) of this rank's slices. BLAS's dot (torch's vdot): a plain loop's
+/// floating-point reduction does not vectorize without reassociation and ran 5x slower.
 inline std::complex<double> local_dot(const at::Tensor& a, const at::Tensor& b) {
-  std::complex<double> out{};
-  dispatch_values(a.scalar_type(), [&](auto v0) {
-    using V = decltype(v0);
-    const auto* av = a.data_ptr<V>();
-    const auto* bv = b.data_ptr<V>();
-    V acc{};
-    for (std::int64_t i = 0; i < a.numel(); ++i) acc += conj_if_complex(av[i]) * bv[i];
-    out = widen(acc);
-  });
-  return out;
+  const auto d = at::vdot(a, b);
+  if (!d.is_complex()) return {d.item<double>(), 0.0};
+  const auto c = d.item<c10::complex<double>>();
+  return {c.real(), c.imag()};
 }
 
 }  // namespace einshard::sparse::detail
