@@ -19,27 +19,19 @@ namespace einshard::sparse::detail {
 inline SolveResult bicgstab(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
                             const SolveOptions& o) {
   using C = std::complex<double>;
-  const auto& layout = A.layout();
-  const MPI_Comm comm = layout->comm();
+  const MPI_Comm comm = A.layout()->comm();
   SolveResult result;
   auto& info = result.info;
   Progress progress(o, info);
-  auto [bl, x, r] = initial(A, b, o);
-  result.x = DVector(layout, x);
-  const PreconditionerUse M(kind, m, bl);
   const auto t0 = MPI_Wtime();
-  const auto init = sum_complex({local_dot(r, r), local_dot(bl, bl)}, comm);
-  progress.start(std::sqrt(init[1].real()));
-  if (init[1].real() == 0.0) {
-    zero_rhs(result, o);
-    return result;
-  }
-  const auto rhat = r.clone();  // the shadow residual r̂ = r₀
-  C rho = init[0];
-  if (progress.record(0, std::sqrt(init[0].real()))) {
+  auto [bl, x, r, rnorm, done] = start(A, b, o, progress, result);
+  if (done) {
     info.seconds = MPI_Wtime() - t0;
     return result;
   }
+  const PreconditionerUse M(kind, m, bl);
+  const auto rhat = r.clone();  // the shadow residual r̂ = r₀
+  C rho = rnorm * rnorm;
   auto p = r.clone(), v = at::zeros_like(bl), s = at::empty_like(bl), t = at::empty_like(bl);
   auto phat = M.identity ? p : at::empty_like(bl);
   auto shat = M.identity ? s : at::empty_like(bl);

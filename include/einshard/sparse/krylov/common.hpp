@@ -15,6 +15,7 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/krylov/kernels.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
@@ -156,6 +157,30 @@ inline void zero_rhs(SolveResult& result, const SolveOptions& o) {
   info.residual_norm = 0.0;
   if (o.residual_history) info.residual_history.push_back(0.0);
   if (o.monitor) o.monitor(0, 0.0);
+}
+
+/// The start BiCGStab and GMRES share: x = x0 (or 0) and r = b − A x (`initial`), ‖b‖ for the stop
+/// test, x = 0 for b = 0, and the iteration-0 record. `done`: the solve ended before iterating.
+struct Started {
+  at::Tensor b, x, r;
+  double rnorm = 0.0;
+  bool done = false;
+};
+
+inline Started start(const Operator& A, const DVector& b, const SolveOptions& o, Progress& progress,
+                     SolveResult& result) {
+  auto [bl, x, r] = initial(A, b, o);
+  result.x = DVector(A.layout(), x);
+  const auto init = sum_complex({local_dot(r, r), local_dot(bl, bl)}, A.layout()->comm());
+  progress.start(std::sqrt(init[1].real()));
+  Started s{bl, x, r, std::sqrt(init[0].real())};
+  if (init[1].real() == 0.0) {
+    zero_rhs(result, o);
+    s.done = true;
+    return s;
+  }
+  s.done = progress.record(0, s.rnorm);
+  return s;
 }
 
 }  // namespace einshard::sparse::detail

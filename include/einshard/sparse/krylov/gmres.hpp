@@ -29,26 +29,17 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
                          const SolveOptions& o) {
   using C = std::complex<double>;
   if (o.restart < 1) throw Error("DSparseTensor::solve (gmres): .restart must be at least 1, got " + std::to_string(o.restart));
-  const auto& layout = A.layout();
-  const MPI_Comm comm = layout->comm();
+  const MPI_Comm comm = A.layout()->comm();
   SolveResult result;
   auto& info = result.info;
   Progress progress(o, info);
-  auto [bl, x, r] = initial(A, b, o);
-  result.x = DVector(layout, x);
-  const PreconditionerUse M(kind, m, bl);
   const auto t0 = MPI_Wtime();
-  const auto init = sum_complex({local_dot(r, r), local_dot(bl, bl)}, comm);
-  progress.start(std::sqrt(init[1].real()));
-  if (init[1].real() == 0.0) {
-    zero_rhs(result, o);
-    return result;
-  }
-  double beta = std::sqrt(init[0].real());
-  if (progress.record(0, beta)) {
+  auto [bl, x, r, beta, done_at_start] = start(A, b, o, progress, result);
+  if (done_at_start) {
     info.seconds = MPI_Wtime() - t0;
     return result;
   }
+  const PreconditionerUse M(kind, m, bl);
   const auto n = bl.numel();
   const int mm = o.restart;
   auto V = at::empty({mm + 1, n}, bl.options());  // the Krylov basis, one row per vector
