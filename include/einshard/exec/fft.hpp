@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -231,9 +232,8 @@ inline void describe_factored(const FactoredFftCall& c, const plan::FftStage& s,
     if (!e.op) return;
     const auto& f = e.op->forward_schedule;
     PlanStep ps{plan::step_name(plan::StepKind::redistribute), group, s.before.axes[0].axis, before, after, {}, {}, -1};
-    ps.forward = {detail::message_bytes(f.sends, me, bytes), detail::message_bytes(f.recvs, me, bytes), 1,
-                  f.out_shape.empty() ? 0 : f.out_shape[0] * bytes};
-    ps.backward = {ps.forward.bytes_received, ps.forward.bytes_sent, 1, 0};
+    std::tie(ps.forward, ps.backward) = detail::redistribute_cost(f, me, bytes, c10::multiply_integers(f.out_shape) * bytes,
+                                                                  c10::multiply_integers(f.in_shape) * bytes);
     out.push_back(std::move(ps));
   };
   const auto in = s.before.str(), done = s.after.str();
@@ -252,9 +252,10 @@ inline void describe_factored(const FactoredFftCall& c, const plan::FftStage& s,
     six(*c.first, real_out);
   }
   add(c.leave, real_out ? complex / 2 : complex, "k2 blocks", done);
-  const auto how = c.factors.bluestein() ? "bluestein m=" + std::to_string(c.factors.m) + " " : std::string();
-  out.push_back({std::string(plan::fft_op_name(s.op)) + "_factored", group, s.before.axes[0].axis, in, done, {}, {}, -1});
-  out.back().before = in + " (" + how + std::to_string(c.factors.m1) + "x" + std::to_string(c.factors.m2) + ")";
+  const auto how = (c.factors.bluestein() ? "bluestein m=" + std::to_string(c.factors.m) + " " : std::string()) +
+                   std::to_string(c.factors.m1) + "x" + std::to_string(c.factors.m2);
+  out.push_back({std::string(plan::fft_op_name(s.op)) + "_factored", group, s.before.axes[0].axis,
+                 in + " (" + how + ")", done, {}, {}, -1});
 }
 
 /// The plan with this rank's traffic per step (`element`: the input's element size in bytes).

@@ -36,17 +36,17 @@ struct Exchange {
   [[nodiscard]] at::Tensor operator()(const at::Tensor& x) const { return op ? apply_op(x, op) : x; }
 };
 
+/// The exchange of schedule `s` over `comm`; its backward runs the same messages reversed.
+inline Exchange schedule_exchange(const plan::Schedule& s, MPI_Comm comm) {
+  return {c10::make_intrusive<RedistributeOp>(comm, s, plan::Schedule{s.recvs, s.sends, s.out_shape, s.in_shape})};
+}
+
 /// The exchange over `comm` from rank r holding `from[r]` of an axis to it holding `to[r]`; the
 /// identity when the distributions agree (every rank sees all of them, so all decide alike).
 inline Exchange ranges_exchange(std::span<const plan::Range> from, std::span<const plan::Range> to,
                                 MPI_Comm comm, int me) {
   if (std::equal(from.begin(), from.end(), to.begin(), to.end())) return {};
-  return {c10::make_intrusive<RedistributeOp>(comm, plan::schedule_ranges(from, to, me),
-                                              plan::schedule_ranges(to, from, me))};
-}
-
-inline Exchange schedule_exchange(const plan::Schedule& s, MPI_Comm comm) {
-  return {c10::make_intrusive<RedistributeOp>(comm, s, plan::Schedule{s.recvs, s.sends, s.out_shape, s.in_shape})};
+  return schedule_exchange(plan::schedule_ranges(from, to, me), comm);
 }
 
 /// e^(iθ), θ = sign·π·(num mod 2·den)/den: reducing the integer first keeps large products exact.

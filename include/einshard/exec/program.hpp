@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -63,6 +64,14 @@ inline std::int64_t message_bytes(const std::vector<plan::Transfer>& ts, int me,
   for (const auto& t : ts)
     if (t.peer != me) n += t.box.numel() * element;
   return n;
+}
+
+/// Forward and backward cost of an all-to-all(v) with schedule `f` on rank `me`: the backward
+/// runs the reverse messages. `out_bytes`/`in_bytes`: the new tensor's and the input's size.
+inline std::pair<StepCost, StepCost> redistribute_cost(const plan::Schedule& f, int me, std::int64_t element,
+                                                       std::int64_t out_bytes, std::int64_t in_bytes) {
+  const StepCost forward{message_bytes(f.sends, me, element), message_bytes(f.recvs, me, element), 1, out_bytes};
+  return {forward, {forward.bytes_received, forward.bytes_sent, 1, in_bytes}};
 }
 
 }  // namespace detail
@@ -173,11 +182,8 @@ inline void describe(const Program& p, const SizeTable& t, const Mesh& mesh, std
         ps.backward.peak_bytes = in;
         break;
       case plan::StepKind::redistribute: {
-        const auto& f = p.schedules.at(i).first;
-        const int me = mesh.rank();
-        ps.forward = {detail::message_bytes(f.sends, me, element),
-                      detail::message_bytes(f.recvs, me, element), 1, outb};
-        ps.backward = {ps.forward.bytes_received, ps.forward.bytes_sent, 1, in};
+        std::tie(ps.forward, ps.backward) =
+            detail::redistribute_cost(p.schedules.at(i).first, mesh.rank(), element, outb, in);
         break;
       }
       case plan::StepKind::permute: break;

@@ -34,9 +34,12 @@ inline SolveResult minres(const Operator& A, const DVector& b, Preconditioner ki
   const auto t0 = MPI_Wtime();
   auto y = at::empty_like(bl);
   M.apply(r1, y);
-  // ‖b‖ in the same norm as the residual: <b, M b>.
-  auto mb = at::empty_like(bl);
-  M.apply(bl, mb);
+  // ‖b‖ in the same norm as the residual: <b, M b> (M b is y when there is no x0: r = b).
+  auto mb = y;
+  if (o.x0) {
+    mb = at::empty_like(bl);
+    M.apply(bl, mb);
+  }
   const auto init = sum_real<2>({local_dot(r1, y), local_dot(bl, mb)}, comm);
   if (init[1] == 0.0) {
     zero_rhs(result, o);
