@@ -218,10 +218,12 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
 
 inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                            const at::Tensor& weight, const AxisMap& windows, const Options& o) {
-  const auto call = prepare_conv(e, written, x, weight, windows, o);
-  remember_plan(o, call.plan);
+  auto call = prepare_conv(e, written, x, weight, windows, o);
+  const auto exchanges = call.plan.exchanges;
+  const auto partial_group = call.plan.partial_group;
+  remember_plan(o, std::move(call.plan));
   const auto& a = call.axes;
-  const auto& prepared = *call.plan.exchanges;
+  const auto& prepared = *exchanges;
   const auto& strides = call.strides;
   const auto& dilations = call.dilations;
   const auto edge = call.edge;
@@ -231,8 +233,8 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
   auto b = o.bias ? *o.bias : at::Tensor();
   const bool recording = at::GradMode::is_enabled() &&
                          (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
-  if (!call.plan.partial_group.empty()) {
-    const auto comm = o.mesh.comm(call.plan.partial_group);
+  if (!partial_group.empty()) {
+    const auto comm = o.mesh.comm(partial_group);
     w = exec::apply_op(w, c10::make_intrusive<exec::AddPartialOp>(comm));
     if (b.defined()) b = exec::apply_op(b, c10::make_intrusive<exec::AddPartialOp>(comm));
   }

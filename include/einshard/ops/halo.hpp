@@ -280,12 +280,12 @@ inline StencilPlan stencil_plan(std::string_view written, const at::Tensor& x, c
           static_cast<std::int64_t>(x.element_size()), std::move(input)};
 }
 
-/// Keeps a call on a mesh for `last_plan()`.
-inline void remember_plan(const Options& o, const StencilPlan& call) {
+/// Keeps a call on a mesh for `last_plan()` (moved in: this runs on every call).
+inline void remember_plan(const Options& o, StencilPlan&& call) {
   if (!o.mesh) return;
   auto& last = last_plan_storage();
   last.plan.reset();
-  last.make = [call] { return call.describe(); };
+  last.make = [call = std::move(call)] { return call.describe(); };
 }
 
 /// Halo widths checked against the operand's axes (in the operand's order, as the exchange runs).
@@ -353,10 +353,11 @@ inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view
 
 inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
                            const at::Tensor& x, const Halos& halos, const Options& o) {
-  const auto call = prepare_halo(e, written, x, halos, o);
-  remember_plan(o, call.plan);
+  auto call = prepare_halo(e, written, x, halos, o);
+  const auto exchanges = call.plan.exchanges;
+  remember_plan(o, std::move(call.plan));
   auto y = x;
-  for (const auto& p : *call.plan.exchanges) y = exec::exchange_axis(y, p.axis, o.mesh, p.exchange, call.edge, call.fill);
+  for (const auto& p : *exchanges) y = exec::exchange_axis(y, p.axis, o.mesh, p.exchange, call.edge, call.fill);
   return y;
 }
 

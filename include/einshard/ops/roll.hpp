@@ -63,10 +63,11 @@ inline StencilPlan prepare_roll(const notation::ExpressionView& e, std::string_v
 
 inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                            const Shifts& shifts, const Options& o) {
-  const auto call = prepare_roll(e, written, x, shifts, o);
-  remember_plan(o, call);
+  auto call = prepare_roll(e, written, x, shifts, o);
+  const auto exchanges = call.exchanges;
+  remember_plan(o, std::move(call));
   auto y = x;
-  for (const auto& p : *call.exchanges)
+  for (const auto& p : *exchanges)
     y = p.exchange ? exec::exchange_axis(y, p.axis, o.mesh, p.exchange, plan::Edge::periodic, 0.0)
                    : at::roll(y, {shifts.find(p.axis.name)->second}, {p.axis.dim});
   return y;

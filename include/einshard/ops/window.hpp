@@ -160,9 +160,10 @@ inline WindowCall prepare_window(const notation::ExpressionView& in_e, const not
 inline at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
                              std::string_view written, const at::Tensor& x, const AxisMap& windows,
                              const Halos& radius, const Options& o) {
-  const auto call = prepare_window(in_e, out_e, written, x, windows, radius, o);
-  remember_plan(o, call.plan);
-  const auto& prepared = *call.plan.exchanges;
+  auto call = prepare_window(in_e, out_e, written, x, windows, radius, o);
+  const auto exchanges = call.plan.exchanges;
+  remember_plan(o, std::move(call.plan));
+  const auto& prepared = *exchanges;
   auto y = x;
   for (const auto& p : prepared) y = exec::exchange_axis(y, p.axis, o.mesh, p.exchange, call.edge, call.fill);
   for (std::size_t i = 0; i < prepared.size(); ++i) {
