@@ -21,6 +21,8 @@
 
 #include <einshard/einshard.hpp>
 
+#include "common.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -30,25 +32,12 @@
 #include <vector>
 
 namespace es = einshard;
+using einshard_bench::median;
+using einshard_bench::timed;
 
 namespace {
 
 int rank_ = 0, world_ = 1;
-
-template <class F>
-double timed(F&& f) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = MPI_Wtime();
-  f();
-  double t = MPI_Wtime() - t0, worst = 0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 /// Median time of each function over `rounds` interleaved rounds (the starting one rotating).
 std::vector<double> interleaved(const std::vector<std::function<void()>>& fs, int rounds) {

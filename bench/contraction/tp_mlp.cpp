@@ -16,6 +16,8 @@
 
 #include <einshard/einshard.hpp>
 
+#include "../common.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -24,26 +26,10 @@
 #include <vector>
 
 namespace es = einshard;
+using einshard_bench::median;
+using einshard_bench::timed;
 
 namespace {
-
-double now() { return MPI_Wtime(); }
-
-/// Times `f` as the slowest rank's time (what a collective step really costs), after a barrier.
-template <class F>
-double timed(F&& f) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = now();
-  f();
-  double t = now() - t0, worst = 0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());

@@ -32,12 +32,12 @@
 
 #include <einshard/einshard.hpp>
 
-#include "common.hpp"
+#include "../common.hpp"
 
 namespace es = einshard;
 using einshard_bench::all_sizes;
 using einshard_bench::median;
-using einshard_bench::timed;
+using einshard_bench::timed_ms;
 
 namespace {
 
@@ -93,9 +93,9 @@ int main(int argc, char** argv) {
 
     std::vector<double> t_es, t_fftw, paired;
     for (int r = 0; r < iters + 1; ++r) {
-      const double a = timed([&] { ours = es::einfft("x/p -> k/p", {x}, o); });
+      const double a = timed_ms([&] { ours = es::einfft("x/p -> k/p", {x}, o); });
       fill();
-      const double b = timed([&] { fftw_execute(plan); });
+      const double b = timed_ms([&] { fftw_execute(plan); });
       if (r == 0) continue;  // warm-up
       t_es.push_back(a);
       t_fftw.push_back(b);
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
       const es::Options op{.mesh = mesh, .axes = {{"x", "k"}}};
       std::vector<double> t_p;
       for (int r = 0; r < iters / 2 + 2; ++r) {
-        const double t = timed([&] { (void)es::einfft("x/p -> k/p", {xp}, op); });
+        const double t = timed_ms([&] { (void)es::einfft("x/p -> k/p", {xp}, op); });
         if (r > 0) t_p.push_back(t);
       }
       const auto fp = es::plan::factor_fft(p, P);

@@ -43,12 +43,12 @@
 
 #include <einshard/einshard.hpp>
 
-#include "common.hpp"
+#include "../common.hpp"
 
 namespace es = einshard;
 using einshard_bench::all_sizes;
 using einshard_bench::median;
-using einshard_bench::timed;
+using einshard_bench::timed_ms;
 
 namespace {
 
@@ -137,18 +137,18 @@ int main(int argc, char** argv) {
         auto keep = [&](std::vector<double>& v, double t) {
           if (!warm) v.push_back(t);
         };
-        keep(t_es, timed([&] { ours = run_einshard(); }));
+        keep(t_es, timed_ms([&] { ours = run_einshard(); }));
         es::exec::local_fft_backend() = es::exec::LocalFft::torch;
-        keep(t_es_torch, timed([&] { (void)run_einshard(); }));
+        keep(t_es_torch, timed_ms([&] { (void)run_einshard(); }));
         es::exec::local_fft_backend() = es::exec::LocalFft::automatic;
         fill();
-        keep(t_fftw, timed([&] { fftw_execute(l.plan); }));
-        keep(t_fft1, timed([&] { (void)at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2}); }));
-        keep(t_t1, timed([&] { (void)es::einshard("x/p ky kz -> x ky/p kz", {a}, move); }));
-        keep(t_fft2, timed([&] { (void)at::fft_fft(b, std::nullopt, 0); }));
-        if (!l.transposed) keep(t_t2, timed([&] { (void)es::einshard("kx ky/p kz -> kx/p ky kz", {c}, move); }));
-        keep(t_ftr, timed([&] { fftw_execute(transpose); }));
-        if (P == 1) keep(t_fft3, timed([&] { (void)at::fft_fftn(x); }));
+        keep(t_fftw, timed_ms([&] { fftw_execute(l.plan); }));
+        keep(t_fft1, timed_ms([&] { (void)at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2}); }));
+        keep(t_t1, timed_ms([&] { (void)es::einshard("x/p ky kz -> x ky/p kz", {a}, move); }));
+        keep(t_fft2, timed_ms([&] { (void)at::fft_fft(b, std::nullopt, 0); }));
+        if (!l.transposed) keep(t_t2, timed_ms([&] { (void)es::einshard("kx ky/p kz -> kx/p ky kz", {c}, move); }));
+        keep(t_ftr, timed_ms([&] { fftw_execute(transpose); }));
+        if (P == 1) keep(t_fft3, timed_ms([&] { (void)at::fft_fftn(x); }));
       }
       // On one rank neither library transposes: einfft runs one 3-D torch FFT, FFTW its serial plan.
       const double es_ms = median(t_es), fftw_ms = median(t_fftw);

@@ -33,7 +33,10 @@
 #include <einshard/einshard.hpp>
 #include <einshard/ops/halo.hpp>
 
+#include "../common.hpp"
+
 namespace es = einshard;
+using einshard_bench::timed;
 
 namespace {
 
@@ -41,16 +44,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const auto n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/// Time of `f` on the slowest rank.
-double timed(const std::function<void()>& f) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = MPI_Wtime();
-  f();
-  double t = MPI_Wtime() - t0, slowest = 0;
-  MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return slowest;
 }
 
 struct Neighbours {

@@ -1,25 +1,33 @@
-// Timing and layout helpers shared by the FFT benchmarks (fft3d.cpp, fft1d.cpp).
+// Timing helpers shared by the MPI benchmarks (bench/*.cpp, bench/*/*.cpp).
 #pragma once
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
+#include <utility>
 #include <vector>
 
 namespace einshard_bench {
 
-/// Milliseconds of `f` on the slowest rank, started together after a barrier.
-inline double timed(const std::function<void()>& f) {
+/// Seconds of `f` on the slowest rank (what a collective step really costs), started together
+/// after a barrier.
+template <class F>
+double timed(F&& f) {
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
   f();
   double dt = MPI_Wtime() - t0;
   MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return dt * 1e3;
+  return dt;
 }
 
+template <class F>
+double timed_ms(F&& f) {
+  return 1e3 * timed(std::forward<F>(f));
+}
+
+/// The upper median.
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
