@@ -15,6 +15,7 @@
 
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/plan/policy.hpp"
 #include "einshard/shapes.hpp"
 
 namespace einshard {
@@ -51,9 +52,6 @@ struct Padding {
   Padding(std::initializer_list<std::pair<const std::string, std::pair<std::int64_t, std::int64_t>>> v)  // NOLINT
       : by_axis(v) {}
 };
-
-/// How the planner weighs candidate plans. The named modes fix the weights.
-enum class Policy { training, inference, memory, communication, latency };
 
 /// Options of every tensor operation. A field an operation does not use is an error if set.
 struct Options {

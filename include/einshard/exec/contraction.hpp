@@ -17,12 +17,12 @@
 #include "einshard/error.hpp"
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
+#include "einshard/exec/local.hpp"
 #include "einshard/exec/program.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/exec/unary.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
-#include "einshard/ops/local.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/binary.hpp"
 #include "einshard/plan/plan.hpp"
@@ -35,7 +35,7 @@ struct Stage {
   std::size_t left = 0, right = 1;
   plan::BinaryPlan plan;
   Program x, y, z;
-  std::optional<ops::MatmulForm> form;  ///< the local einsum as a matrix product, when it is one
+  std::optional<MatmulForm> form;  ///< the local einsum as a matrix product, when it is one
 };
 
 struct ContractionCall {
@@ -53,7 +53,7 @@ inline void make_stage(SizeTable& sizes, Stage& s, const Mesh& mesh, const Shape
   s.x = make_program(c.x_steps, sizes, mesh);
   s.y = make_program(c.y_steps, sizes, mesh);
   s.z = make_program(c.z_steps, sizes, mesh);
-  s.form = ops::matmul_form(s.plan.equation);
+  s.form = matmul_form(s.plan.equation);
 }
 
 /// Plans every stage and resolves all sizes; pure given the agreement.
@@ -154,7 +154,7 @@ inline at::Tensor run_contraction(const ContractionCall& call, at::TensorList xs
   for (const auto& s : call.stages) {
     const auto x = run(s.x, work[s.left], call.sizes, mesh, true);
     const auto y = run(s.y, work[s.right], call.sizes, mesh, true);
-    auto z = run(s.z, ops::contract(s.form, s.plan.equation, x, y), call.sizes, mesh, true);
+    auto z = run(s.z, contract(s.form, s.plan.equation, x, y), call.sizes, mesh, true);
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.right));
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.left));
     work.push_back(std::move(z));

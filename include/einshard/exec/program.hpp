@@ -131,7 +131,7 @@ inline at::Tensor run(const Program& p, at::Tensor x, const SizeTable& /*sizes*/
         break;
       case plan::StepKind::split:
         x = record ? apply_op(x, c10::make_intrusive<SplitOp>(pieces()))
-                   : detail::slice(x, ap.dim, ap.sizes, ap.coordinate);
+                   : comm::detail::slice(x, ap.dim, ap.sizes, ap.coordinate);
         break;
       case plan::StepKind::redistribute: {
         const auto& [forward, backward] = p.schedules.at(i);

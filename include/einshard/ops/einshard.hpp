@@ -13,11 +13,11 @@
 
 #include "einshard/error.hpp"
 #include "einshard/exec/contraction.hpp"
+#include "einshard/exec/local.hpp"
 #include "einshard/exec/unary.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
 #include "einshard/notation/static_expression.hpp"
-#include "einshard/ops/local.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/local.hpp"
 #include "einshard/plan/plan.hpp"
@@ -175,7 +175,7 @@ at::Tensor run_static(at::TensorList xs, const Options& o) {
   if constexpr (plan::is_local(E.view())) {
     // Built once per notation; every call after that does no string work at all.
     static const plan::LocalPlan plan = plan::make_local_plan(E.view());
-    return ops::run_local(plan, S.view(), xs, o);
+    return exec::run_local(plan, S.view(), xs, o.sizes, o.families);
   } else {
     return run_distributed(E.view(), xs, o);
   }
@@ -224,7 +224,7 @@ inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const O
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
   if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o);
-  return ops::run_local(compiled->local_plan, compiled->source, xs, o);
+  return exec::run_local(compiled->local_plan, compiled->source, xs, o.sizes, o.families);
 }
 
 /// What `einshard<S>(xs..., o)` would run on these tensors: its steps and this rank's traffic and

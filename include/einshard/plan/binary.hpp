@@ -23,7 +23,6 @@
 
 #include "einshard/error.hpp"
 #include "einshard/mesh_shape.hpp"
-#include "einshard/options.hpp"
 #include "einshard/plan/cost.hpp"
 #include "einshard/plan/layout.hpp"
 #include "einshard/plan/local.hpp"

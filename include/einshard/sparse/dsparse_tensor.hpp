@@ -23,10 +23,9 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/autograd.hpp"
-#include "einshard/exec/steps.hpp"
+#include "einshard/comm/autograd.hpp"
+#include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
-#include "einshard/sparse/batch.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
@@ -44,6 +43,10 @@
 
 namespace einshard::sparse {
 
+class BatchSparseTensor;
+class DBatchSparseTensor;
+inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
+
 /// Options of `DSparseTensor::from_local`.
 struct FromLocalOptions {
   /// The global rows this rank owns (any set; together the ranks must own every row exactly once).
@@ -55,7 +58,7 @@ namespace detail {
 
 /// x (owned) -> x with ghosts appended. Backward: the ghosts' gradients go back to their owners
 /// and are added (the reverse halo exchange), so d/dx of a distributed product is exact.
-struct HaloOp final : exec::CommOp {
+struct HaloOp final : comm::CommOp {
   std::shared_ptr<HaloExchange> exchange;
   explicit HaloOp(std::shared_ptr<HaloExchange> e) : exchange(std::move(e)) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
@@ -193,7 +196,10 @@ class DSparseTensor final : public detail::Operator {
   }
 
   /// Many matrices with one pattern, the batch split over the mesh's ranks (see batch.hpp).
-  static DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh) {
+  /// A template only so that this header need not include batch.hpp: instantiated where
+  /// `BatchSparseTensor` is complete.
+  template <class Batch>
+  static auto partition_batch(const Batch& A, const Mesh& mesh) {
     return sparse::partition_batch(A, mesh);
   }
 
@@ -237,7 +243,7 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] DVector matvec(const DVector& x) const {
     check_vector(x, "matvec");
     if (at::GradMode::is_enabled() && (x.local().requires_grad() || local_.values.requires_grad())) {
-      const auto with_ghosts = exec::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(exchange_));
+      const auto with_ghosts = comm::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(exchange_));
       return {layout_, detail::csr_matvec(local_, local_.values, with_ghosts)};
     }
     const auto xl = x.local().to(dtype()).contiguous();
@@ -253,7 +259,7 @@ class DSparseTensor final : public detail::Operator {
     check_vector(y, "rmatvec");
     if (at::GradMode::is_enabled() && (y.local().requires_grad() || local_.values.requires_grad())) {
       const auto full = detail::csr_rmatvec(local_, local_.values, y.local());
-      return {layout_, exec::apply_op(full, c10::make_intrusive<ReverseHaloOp>(exchange_))};
+      return {layout_, comm::apply_op(full, c10::make_intrusive<ReverseHaloOp>(exchange_))};
     }
     const auto yl = y.local().to(dtype()).contiguous();
     auto ghosts = at::zeros({plan_->ghost_count()}, yl.options());
@@ -340,7 +346,7 @@ class DSparseTensor final : public detail::Operator {
 
   // ---- reductions over the stored values (collective; replicated results) --------------------
   [[nodiscard]] at::Tensor sum() const {
-    return exec::apply_op(values().sum(), c10::make_intrusive<exec::AllReduceOp>(layout_->comm()));
+    return comm::apply_op(values().sum(), c10::make_intrusive<comm::AllReduceOp>(layout_->comm()));
   }
   /// Row sums (axis 1, A 1) or column sums (axis 0, A^T 1), as a distributed vector.
   [[nodiscard]] DVector sum(int axis) const {
@@ -370,7 +376,7 @@ class DSparseTensor final : public detail::Operator {
 
  private:
   /// A^T's backward pair: ghost contributions (the tail of a local-length vector) to owners.
-  struct ReverseHaloOp final : exec::CommOp {
+  struct ReverseHaloOp final : comm::CommOp {
     std::shared_ptr<HaloExchange> exchange;
     explicit ReverseHaloOp(std::shared_ptr<HaloExchange> e) : exchange(std::move(e)) {}
     [[nodiscard]] at::Tensor forward(const at::Tensor& full) const override {

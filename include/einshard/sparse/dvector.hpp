@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "einshard/error.hpp"
-#include "einshard/exec/autograd.hpp"
-#include "einshard/exec/steps.hpp"
+#include "einshard/comm/autograd.hpp"
+#include "einshard/comm/ops.hpp"
 #include "einshard/sparse/layout.hpp"
 
 namespace einshard::sparse {
@@ -21,7 +21,7 @@ namespace detail {
 
 /// Owned slices -> the global vector on every rank. Backward: each rank keeps the gradient of its
 /// own rows (the global result is replicated, so its gradient is the same on every rank).
-struct GatherRowsOp final : exec::CommOp {
+struct GatherRowsOp final : comm::CommOp {
   std::shared_ptr<const RowLayout> layout;
   explicit GatherRowsOp(std::shared_ptr<const RowLayout> l) : layout(std::move(l)) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override { return layout->gather(x); }
@@ -52,7 +52,7 @@ class DVector {
 
   /// The whole vector in global order, on every rank (collective; differentiable).
   [[nodiscard]] at::Tensor full_tensor() const {
-    return exec::apply_op(local_, c10::make_intrusive<detail::GatherRowsOp>(layout_));
+    return comm::apply_op(local_, c10::make_intrusive<detail::GatherRowsOp>(layout_));
   }
 
   [[nodiscard]] DVector like(at::Tensor local) const { return {layout_, std::move(local)}; }
@@ -89,7 +89,7 @@ class DVector {
   /// Euclidean norm, replicated, as a 0-dim tensor.
   [[nodiscard]] at::Tensor norm() const {
     const auto sq = local_.is_complex() ? at::real(at::vdot(local_, local_)) : at::dot(local_, local_);
-    return at::sqrt(exec::apply_op(sq, c10::make_intrusive<exec::AllReduceOp>(layout_->comm())));
+    return at::sqrt(comm::apply_op(sq, c10::make_intrusive<comm::AllReduceOp>(layout_->comm())));
   }
 
  private:
@@ -102,7 +102,7 @@ inline at::Tensor dot(const DVector& a, const DVector& b) {
   a.check_same(b, "dot");
   const auto& x = a.local();
   const auto partial = x.is_complex() ? at::vdot(x, b.local()) : at::dot(x, b.local());
-  return exec::apply_op(partial, c10::make_intrusive<exec::AllReduceOp>(a.layout()->comm()));
+  return comm::apply_op(partial, c10::make_intrusive<comm::AllReduceOp>(a.layout()->comm()));
 }
 inline at::Tensor norm(const DVector& a) { return a.norm(); }
 

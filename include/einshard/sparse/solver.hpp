@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner_options.hpp"
 
 namespace einshard::sparse {
 
