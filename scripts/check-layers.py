@@ -5,7 +5,7 @@ The layers (docs/design.md, "Layers"), each allowed to include itself and the la
 
   core      error.hpp, version.hpp
   notation  notation.hpp, notation/                     core
-  shape     mesh_shape.hpp, shapes.hpp                  core, notation
+  shape     mesh_shape.hpp, group.hpp, shapes.hpp       core, notation
   plan      plan/                                       ... shape           (pure: no MPI, no torch)
   comm      comm/                                       ... plan
   mesh      mesh.hpp                                    ... comm
@@ -46,6 +46,7 @@ FILES = {
     "version.hpp": "core",
     "notation.hpp": "notation",
     "mesh_shape.hpp": "shape",
+    "group.hpp": "shape",
     "shapes.hpp": "shape",
     "mesh.hpp": "mesh",
     "options.hpp": "options",

@@ -9,19 +9,22 @@
 
 namespace einshard {
 
-/// Base of every einshard error other than a malformed notation. The message says what was expected
-/// and what was found; a distributed failure carries the same message on every rank involved.
+/// Base of every einshard error. The message names the operation, says what was expected and what
+/// was found; a distributed failure carries the same message on every rank involved.
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 /// A malformed notation given as a run-time string. `what()` quotes the expression with a caret under
-/// the fault; `message()` and `column()` (1-based) give the parts.
-class NotationError : public std::invalid_argument {
+/// the fault; `message()` and `column()` (1-based) give the parts. An `Error` like every other
+/// einshard error (one hierarchy: `catch (const es::Error&)` sees them all); it plays the part of
+/// Python's `ValueError`, which an `std::invalid_argument` would, but a class cannot be both
+/// without two `std::exception` bases (and then `catch (const std::exception&)` would miss it).
+class NotationError : public Error {
  public:
   NotationError(std::string_view expression, std::size_t column, std::string message)
-      : std::invalid_argument(format(expression, column, message)),
+      : Error(format(expression, column, message)),
         expression_(expression),
         message_(std::move(message)),
         column_(column) {}

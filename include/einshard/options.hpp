@@ -24,6 +24,7 @@ namespace einshard {
 /// single value given for a family applies to every member.
 struct SizeValue {
   std::vector<std::int64_t> values;
+  SizeValue() = default;  // so that `o.sizes["p"] = 4` compiles
   SizeValue(std::int64_t v) : values{v} {}                               // NOLINT
   SizeValue(std::initializer_list<std::int64_t> v) : values(v) {}        // NOLINT
   SizeValue(std::vector<std::int64_t> v) : values(std::move(v)) {}       // NOLINT

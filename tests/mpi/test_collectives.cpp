@@ -332,7 +332,7 @@ TEST_CASE("collectives: exchange_boxes runs schedule_redistribute repartitions",
     const auto sa = es::compute_split_shapes(A, w.size), sb = es::compute_split_shapes(B, w.size);
     const es::plan::Layout from{{{"a", "dp"}, {"b", ""}}, {}}, to{{{"a", ""}, {"b", "dp"}}, {}};
     const std::vector<std::int64_t> global{A, B};
-    const auto shards = [&](std::size_t axis, const std::string&) -> const std::vector<std::int64_t>& {
+    const auto shards = [&](std::size_t axis, const es::Group&) -> const std::vector<std::int64_t>& {
       return axis == 0 ? sa : sb;
     };
     const auto coords = [&](int r) { return mesh.coordinates_of(r); };

@@ -41,7 +41,7 @@ inline bool records(const at::Tensor& x) { return at::GradMode::is_enabled() && 
 
 /// Runs `op` forward on `x`; differentiable through `op`'s backward. When nothing is recorded the
 /// forward runs directly: the autograd wrapper costs about 1 us per step even under no grad.
-inline at::Tensor apply_op(const at::Tensor& x, c10::intrusive_ptr<CommOp> op) {
+inline at::Tensor apply_op(const at::Tensor& x, const c10::intrusive_ptr<CommOp>& op) {
   if (!records(x)) return op->forward(x);
   return detail::CommFunction::apply(x, op);
 }

@@ -50,9 +50,9 @@ inline void make_stage(SizeTable& sizes, Stage& s, const Mesh& mesh, const Shape
   for (const auto* steps : {&c.x_steps, &c.y_steps, &c.z_steps})
     for (const auto& st : *steps) resolve(sizes, st.after, mesh, shapes, what);
   resolve(sizes, c.result, mesh, shapes, what);
-  s.x = make_program(c.x_steps, sizes, mesh);
-  s.y = make_program(c.y_steps, sizes, mesh);
-  s.z = make_program(c.z_steps, sizes, mesh);
+  s.x = make_program(c.x_steps, sizes, mesh, true);
+  s.y = make_program(c.y_steps, sizes, mesh, true);
+  s.z = make_program(c.z_steps, sizes, mesh, true);
   s.form = matmul_form(s.plan.equation);
 }
 
@@ -87,7 +87,7 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
     };
     for (const auto* l : {&work[i], &work[j]})
       for (const auto& a : l->axes)
-        if (r.find(a.axis) < 0 && needed(a.axis)) r.axes.push_back({a.axis, ""});
+        if (r.find(a.axis) < 0 && needed(a.axis)) r.axes.push_back({a.axis, {}});
     return r;
   };
   while (work.size() > 2) {
@@ -148,13 +148,13 @@ inline Plan describe_contraction(std::string_view source, const ContractionCall&
 }
 
 inline at::Tensor run_contraction(const ContractionCall& call, at::TensorList xs,
-                                  const std::vector<bool>& scalar, const Mesh& mesh) {
+                                  const std::vector<bool>& scalar) {
   std::vector<at::Tensor> work;
   for (std::size_t i = 0; i < xs.size(); ++i) work.push_back(scalar[i] ? xs[i].reshape({1}) : xs[i]);
   for (const auto& s : call.stages) {
-    const auto x = run(s.x, work[s.left], call.sizes, mesh, true);
-    const auto y = run(s.y, work[s.right], call.sizes, mesh, true);
-    auto z = run(s.z, contract(s.form, s.plan.equation, x, y), call.sizes, mesh, true);
+    const auto x = run(s.x, work[s.left]);
+    const auto y = run(s.y, work[s.right]);
+    auto z = run(s.z, contract(s.form, s.plan.equation, x, y));
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.right));
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.left));
     work.push_back(std::move(z));

@@ -86,7 +86,7 @@ inline plan::Layout output_layout(const plan::Layout& in, const std::vector<std:
   for (const auto p : perm) {
     const auto& name = expected[static_cast<std::size_t>(p)];
     const auto d = in.find(name);
-    out.axes.push_back({name, d < 0 ? std::string() : in.axes[static_cast<std::size_t>(d)].group});
+    out.axes.push_back({name, d < 0 ? Group() : in.axes[static_cast<std::size_t>(d)].group});
   }
   return out;
 }

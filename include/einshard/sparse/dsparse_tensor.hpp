@@ -124,8 +124,41 @@ inline Triples send_to_owners(const RowLayout& layout, Triples t) {
           at::cat({t.cols.index_select(0, kept), at::tensor(c, at::kLong).view({n})})};
 }
 
+/// The halo exchange of one DSparseTensor object and its ghost buffer: the scratch its `const`
+/// products write into. A copy gets its own (same plan, fresh buffers), so copies (`A + 1`,
+/// `with_values`) never share buffers; one object is not to be used from two threads at once.
+class HaloScratch {
+ public:
+  HaloScratch() = default;
+  explicit HaloScratch(std::shared_ptr<const HaloPlan> plan)
+      : plan_(std::move(plan)), exchange_(plan_ ? std::make_shared<HaloExchange>(plan_) : nullptr) {}
+  HaloScratch(const HaloScratch& o) : HaloScratch(o.plan_) {}
+  HaloScratch& operator=(const HaloScratch& o) {
+    if (this != &o) *this = HaloScratch(o.plan_);
+    return *this;
+  }
+  HaloScratch(HaloScratch&&) noexcept = default;
+  HaloScratch& operator=(HaloScratch&&) noexcept = default;
+  ~HaloScratch() = default;
+
+  [[nodiscard]] const std::shared_ptr<HaloExchange>& exchange() const { return exchange_; }
+  /// The ghost buffer, (re)made for `like`'s dtype.
+  at::Tensor& ghosts(const at::Tensor& like) {
+    if (!ghosts_.defined() || ghosts_.scalar_type() != like.scalar_type())
+      ghosts_ = at::empty({plan_->ghost_count()}, like.options().requires_grad(false));
+    return ghosts_;
+  }
+
+ private:
+  std::shared_ptr<const HaloPlan> plan_;
+  std::shared_ptr<HaloExchange> exchange_;
+  at::Tensor ghosts_;
+};
+
 }  // namespace detail
 
+/// Thread safety: `const` methods change no value but write into the object's halo scratch, so one
+/// object (not its copies, which are independent) must not be used by two threads at once.
 class DSparseTensor final : public detail::Operator {
  public:
   /// Distributed assembly: each rank passes COO entries (global row and column indices) of any
@@ -243,7 +276,7 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] DVector matvec(const DVector& x) const {
     check_vector(x, "matvec");
     if (at::GradMode::is_enabled() && (x.local().requires_grad() || local_.values.requires_grad())) {
-      const auto with_ghosts = comm::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(exchange_));
+      const auto with_ghosts = comm::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(scratch_.exchange()));
       return {layout_, detail::csr_matvec(local_, local_.values, with_ghosts)};
     }
     const auto xl = x.local().to(dtype()).contiguous();
@@ -259,24 +292,25 @@ class DSparseTensor final : public detail::Operator {
     check_vector(y, "rmatvec");
     if (at::GradMode::is_enabled() && (y.local().requires_grad() || local_.values.requires_grad())) {
       const auto full = detail::csr_rmatvec(local_, local_.values, y.local());
-      return {layout_, comm::apply_op(full, c10::make_intrusive<ReverseHaloOp>(exchange_))};
+      return {layout_, comm::apply_op(full, c10::make_intrusive<ReverseHaloOp>(scratch_.exchange()))};
     }
     const auto yl = y.local().to(dtype()).contiguous();
     auto ghosts = at::zeros({plan_->ghost_count()}, yl.options());
     detail::spmv_transpose_rows_add(off_, off_rows_, yl, ghosts);
-    exchange_->start_reverse(ghosts);
+    scratch_.exchange()->start_reverse(ghosts);
     auto w = at::zeros({layout_->local_size()}, yl.options());
     detail::spmv_transpose_add(diag_, yl, w, 0, diag_.rows);
-    exchange_->finish_reverse(w);
+    scratch_.exchange()->finish_reverse(w);
     return {layout_, w};
   }
 
   /// y = A x on owned slices, returning the local partial <w, y>: the hot path of the solvers.
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
-    exchange_->start(x, ghost_buffer(x));
+    auto& ghosts = scratch_.ghosts(x);
+    scratch_.exchange()->start(x, ghosts);
     auto dot = detail::spmv_dot(diag_, x, y, w);
-    exchange_->finish();
-    if (off_.rows > 0) dot += detail::spmv_rows_add_dot(off_, off_rows_, ghost_buffer_, y, w);
+    scratch_.exchange()->finish();
+    if (off_.rows > 0) dot += detail::spmv_rows_add_dot(off_, off_rows_, ghosts, y, w);
     return dot;
   }
 
@@ -398,7 +432,7 @@ class DSparseTensor final : public detail::Operator {
     const auto owned_col = layout_->is_owned(t.cols);
     const auto ghosts = std::get<0>(at::_unique(t.cols.masked_select(~owned_col), /*sorted=*/true));
     plan_ = HaloPlan::build(layout_, ghosts);
-    exchange_ = std::make_shared<HaloExchange>(plan_);
+    scratch_ = detail::HaloScratch(plan_);
     // Global ghost index -> ghost slot (the plan orders ghosts by owner, then index).
     const auto [sorted_ghosts, slot_of_sorted] = plan_->ghosts.sort();
     auto local_col = at::empty_like(t.cols);
@@ -433,11 +467,6 @@ class DSparseTensor final : public detail::Operator {
     off_.values = v.index_select(0, off_pos_).contiguous();
   }
 
-  at::Tensor& ghost_buffer(const at::Tensor& like) const {
-    if (!ghost_buffer_.defined() || ghost_buffer_.scalar_type() != like.scalar_type())
-      ghost_buffer_ = at::empty({plan_->ghost_count()}, like.options().requires_grad(false));
-    return ghost_buffer_;
-  }
 
   /// The values of `b`, after checking it has this matrix's structure (same halo plan: the
   /// results of value operations on one matrix, or the same assembly).
@@ -463,9 +492,8 @@ class DSparseTensor final : public detail::Operator {
   void check_vector(const DVector& x, const char* op) const {
     if (!x.defined()) throw Error(std::string("DSparseTensor::") + op + ": undefined vector");
     if (x.layout() != layout_ && !x.layout()->same_as(*layout_))
-      throw Error(std::string("DSparseTensor::") + op + ": the vector's partition differs from the matrix's (" +
-                  std::to_string(x.size()) + " rows vs " + std::to_string(n_) +
-                  "); make it with scatter(), vector() or zeros() of this matrix");
+      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's partition, got another (" +
+                  x.layout()->difference(*layout_) + "); make it with scatter(), vector() or zeros() of this matrix");
   }
 
   /// Global size and dtype must be the same on every rank: a fault string, empty when they agree.
@@ -481,12 +509,11 @@ class DSparseTensor final : public detail::Operator {
   std::shared_ptr<const RowLayout> layout_;
   std::int64_t n_ = 0;
   std::shared_ptr<const HaloPlan> plan_;
-  std::shared_ptr<HaloExchange> exchange_;
   Csr local_;     // owned rows x (owned + ghost) columns, the differentiable values
   Csr diag_;      // owned x owned
   Csr off_;       // rows off_rows_ x ghosts
   at::Tensor off_rows_, diag_pos_, off_pos_;
-  mutable at::Tensor ghost_buffer_;
+  mutable detail::HaloScratch scratch_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
 };

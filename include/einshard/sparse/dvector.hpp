@@ -37,13 +37,17 @@ class DVector {
   DVector(std::shared_ptr<const RowLayout> layout, at::Tensor local)
       : layout_(std::move(layout)), local_(std::move(local)) {
     if (!layout_) throw Error("DVector: no layout");
-    if (local_.dim() != 1 || local_.numel() != layout_->local_size())
-      throw Error("DVector: expected an owned slice of length " + std::to_string(layout_->local_size()) +
-                  ", got shape " + std::string(c10::str(local_.sizes())));
+    check_local(local_, "DVector");
   }
 
+  /// This rank's owned entries. Its values may be changed in place (`local().zero_()`); a new slice
+  /// goes through `set_local`, which keeps the length the layout says.
   [[nodiscard]] const at::Tensor& local() const { return local_; }
-  [[nodiscard]] at::Tensor& local() { return local_; }
+  /// Replaces the owned slice (same length; e.g. `x.set_local(x.local().detach().requires_grad_())`).
+  void set_local(at::Tensor local) {
+    check_local(local, "DVector::set_local");
+    local_ = std::move(local);
+  }
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const { return layout_; }
   [[nodiscard]] std::int64_t size() const { return layout_->global_size(); }
   [[nodiscard]] std::int64_t local_size() const { return local_.numel(); }
@@ -66,14 +70,21 @@ class DVector {
     return *this;
   }
 
+  /// Throws unless `local` is an owned slice of this vector's layout.
+  void check_local(const at::Tensor& local, const char* op) const {
+    if (!local.defined() || local.dim() != 1 || local.numel() != layout_->local_size())
+      throw Error(std::string(op) + ": expected an owned slice of length " +
+                  std::to_string(layout_->local_size()) + ", got " +
+                  (local.defined() ? "shape " + std::string(c10::str(local.sizes())) : std::string("an undefined tensor")));
+  }
+
   /// Throws unless `other` has the same partition.
   void check_same(const DVector& other, const char* op) const {
     if (!layout_ || !other.layout_) throw Error(std::string("DVector ") + op + ": undefined vector");
     if (layout_ == other.layout_) return;
     if (!layout_->same_as(*other.layout_))
-      throw Error(std::string("DVector ") + op + ": the vectors have different partitions (" +
-                  std::to_string(layout_->global_size()) + " and " +
-                  std::to_string(other.layout_->global_size()) + " rows); redistribute one first");
+      throw Error(std::string("DVector ") + op + ": expected vectors of one partition, but they have different partitions (" +
+                  layout_->difference(*other.layout_) + "); redistribute one first");
   }
 
   friend DVector operator+(const DVector& a, const DVector& b) { a.check_same(b, "+"); return a.like(a.local_ + b.local_); }

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -137,6 +138,31 @@ class RowLayout {
     int same = n_ == other.n_ && at::equal(owned_, other.owned_) ? 1 : 0;
     comm::check(MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_LAND, *comm_), "MPI_Allreduce");
     return same != 0;
+  }
+
+  /// How `other` differs from this partition, the same text on every rank (collective; for the
+  /// message of a refused operation, after `same_as` said they differ): the first rank whose rows
+  /// differ, with its row count and first row in each.
+  [[nodiscard]] std::string difference(const RowLayout& other) const {
+    if (n_ != other.n_)
+      return std::to_string(n_) + " rows in one and " + std::to_string(other.n_) + " in the other";
+    const auto first = [](const at::Tensor& owned) {
+      return owned.numel() == 0 ? std::int64_t{-1} : owned.data_ptr<std::int64_t>()[0];
+    };
+    const std::array<std::int64_t, 5> mine{at::equal(owned_, other.owned_) ? 1 : 0, owned_.numel(), first(owned_),
+                                           other.owned_.numel(), first(other.owned_)};
+    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size()));
+    comm::check(MPI_Allgather(mine.data(), 5, MPI_INT64_T, all.data(), 5, MPI_INT64_T, *comm_), "MPI_Allgather");
+    auto rows = [](std::int64_t count, std::int64_t from) {
+      return std::to_string(count) + " rows" + (count > 0 ? " from row " + std::to_string(from) : std::string());
+    };
+    for (std::size_t r = 0; r < all.size() / 5; ++r) {
+      const auto* v = all.data() + 5 * r;
+      if (v[0] == 0)
+        return "rank " + std::to_string(r) + " owns " + rows(v[1], v[2]) + " in one and " + rows(v[3], v[4]) +
+               " in the other" + (v[1] == v[3] && v[2] == v[4] ? " (different rows)" : "");
+    }
+    return "the same rows on every rank";
   }
 
   /// The owned slice of a global vector (every rank holds `global`, length n).
