@@ -56,20 +56,31 @@ struct FromLocalOptions {
 
 namespace detail {
 
-/// x (owned) -> x with ghosts appended. Backward: the ghosts' gradients go back to their owners
-/// and are added (the reverse halo exchange), so d/dx of a distributed product is exact.
+/// The halo pair. Forward: x (owned) -> x with ghosts appended; backward: the ghosts' gradients go
+/// back to their owners and are added (the reverse exchange), so d/dx of a distributed product is
+/// exact. `reverse` swaps the two (A^T's product: ghost contributions, the tail of a local-length
+/// vector, to their owners).
 struct HaloOp final : comm::CommOp {
   std::shared_ptr<HaloExchange> exchange;
-  explicit HaloOp(std::shared_ptr<HaloExchange> e) : exchange(std::move(e)) {}
+  bool reverse;
+  explicit HaloOp(std::shared_ptr<HaloExchange> e, bool reverse_pair = false)
+      : exchange(std::move(e)), reverse(reverse_pair) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
+    return reverse ? accumulate(x) : with_ghosts(x);
+  }
+  [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
+    return reverse ? with_ghosts(g) : accumulate(g);
+  }
+
+ private:
+  [[nodiscard]] at::Tensor with_ghosts(const at::Tensor& x) const {
     const auto owned = x.contiguous();
     return at::cat({owned, exchange->ghosts_of(owned)});
   }
-  [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
+  [[nodiscard]] at::Tensor accumulate(const at::Tensor& full) const {
     const auto n = exchange->plan().owned();
-    auto owned = g.narrow(0, 0, n).clone();
-    const auto ghosts = g.narrow(0, n, g.numel() - n).contiguous();
-    exchange->start_reverse(ghosts);
+    auto owned = full.narrow(0, 0, n).clone();
+    exchange->start_reverse(full.narrow(0, n, full.numel() - n).contiguous());
     exchange->finish_reverse(owned);
     return owned;
   }
@@ -292,7 +303,7 @@ class DSparseTensor final : public detail::Operator {
     check_vector(y, "rmatvec");
     if (at::GradMode::is_enabled() && (y.local().requires_grad() || local_.values.requires_grad())) {
       const auto full = detail::csr_rmatvec(local_, local_.values, y.local());
-      return {layout_, comm::apply_op(full, c10::make_intrusive<ReverseHaloOp>(scratch_.exchange()))};
+      return {layout_, comm::apply_op(full, c10::make_intrusive<detail::HaloOp>(scratch_.exchange(), /*reverse=*/true))};
     }
     const auto yl = y.local().to(dtype()).contiguous();
     auto ghosts = at::zeros({plan_->ghost_count()}, yl.options());
@@ -409,23 +420,6 @@ class DSparseTensor final : public detail::Operator {
   }
 
  private:
-  /// A^T's backward pair: ghost contributions (the tail of a local-length vector) to owners.
-  struct ReverseHaloOp final : comm::CommOp {
-    std::shared_ptr<HaloExchange> exchange;
-    explicit ReverseHaloOp(std::shared_ptr<HaloExchange> e) : exchange(std::move(e)) {}
-    [[nodiscard]] at::Tensor forward(const at::Tensor& full) const override {
-      const auto n = exchange->plan().owned();
-      auto owned = full.narrow(0, 0, n).clone();
-      exchange->start_reverse(full.narrow(0, n, full.numel() - n).contiguous());
-      exchange->finish_reverse(owned);
-      return owned;
-    }
-    [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
-      const auto owned = g.contiguous();
-      return at::cat({owned, exchange->ghosts_of(owned)});
-    }
-  };
-
   DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, detail::Triples t)
       : mesh_(std::move(mesh)), layout_(std::move(layout)), n_(layout_->global_size()) {
     const auto n_owned = layout_->local_size();
