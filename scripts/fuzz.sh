@@ -18,6 +18,7 @@ shift || true
 
 cxx="${EINSHARD_CLANGXX:-clang++-14}"
 build="${root}/build/fuzz"
+mkdir -p "${root}/build"
 cmake -S "${root}/tests/fuzz" -B "${build}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CXX_COMPILER="${cxx}" > "${build}.configure.log" 2>&1 || {
   cat "${build}.configure.log"; exit 1; }
