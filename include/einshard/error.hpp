@@ -36,8 +36,23 @@ class NotationError : public Error {
  private:
   static std::string format(std::string_view expression, std::size_t column,
                             const std::string& message) {
-    std::string out = "invalid einshard notation: " + message + " (column " +
-                      std::to_string(column) + ")\n  " + std::string(expression) + "\n  ";
+    // what() is a C string: a NUL (or another control character) in a user-built notation would
+    // cut the message short or garble the terminal, so the message shows it escaped and the quoted
+    // expression as one '?', keeping the caret under its column.
+    auto printable = [](char c) { return c == '\t' || (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f); };
+    std::string out = "invalid einshard notation: ";
+    for (char c : message) {
+      if (printable(c)) {
+        out += c;
+      } else {
+        constexpr char hex[] = "0123456789abcdef";
+        const auto u = static_cast<unsigned char>(c);
+        out += {'\\', 'x', hex[u >> 4], hex[u & 15]};
+      }
+    }
+    out += " (column " + std::to_string(column) + ")\n  ";
+    for (char c : expression) out += printable(c) ? c : '?';
+    out += "\n  ";
     // Keep tabs as tabs so the caret lines up under any whitespace the expression uses.
     for (std::size_t i = 0; i + 1 < column && i < expression.size(); ++i)
       out += expression[i] == '\t' ? '\t' : ' ';

@@ -40,6 +40,9 @@ struct DimShapes {
   DimShapes(std::initializer_list<std::int64_t> shapes) : all(shapes) {}   // NOLINT
   DimShapes(std::initializer_list<std::pair<const std::string, std::vector<std::int64_t>>> axes)
       : by_axis(axes) {}
+  /// Built at run time (from a configuration, a generator): one list per axis.
+  explicit DimShapes(std::map<std::string, std::vector<std::int64_t>, std::less<>> axes)
+      : by_axis(std::move(axes)) {}
 };
 
 /// The three forms of the `shapes` option: one list for every mesh dimension and axis
@@ -51,6 +54,8 @@ class Shapes {
   Shapes() = default;
   explicit Shapes(std::vector<std::int64_t> all) : all_(std::move(all)) {}
   Shapes(std::initializer_list<std::pair<const std::string, DimShapes>> by_dim) : by_dim_(by_dim) {}
+  /// Built at run time: one entry per mesh dimension (or compound group).
+  explicit Shapes(std::map<std::string, DimShapes, std::less<>> by_dim) : by_dim_(std::move(by_dim)) {}
 
   /// The entry of mesh dimension (or group) `dim`, made empty if there is none.
   DimShapes& operator[](std::string_view dim) {

@@ -169,7 +169,8 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
   }
   const auto w_size = [&](const std::string& n) { return weight.size(positions(a.w, {n})[0]); };
   // The halo (and boundary padding) of each spatial axis, for one local convolution without padding.
-  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&](const StencilInput& measured) {
+  // `edge = edge`: clang 14 cannot capture a structured binding (C++20 allows it; clang 16 does).
+  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&, edge = edge](const StencilInput& measured) {
     // Shapes every rank agrees on: the whole channel extent and the weight (checked equal everywhere).
     const auto C = measured.axis(a.in_channel).shards[0];
     const auto O = w_size(a.out_channel);

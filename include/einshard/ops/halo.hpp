@@ -337,7 +337,8 @@ inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view
   const auto key = halo_key(halos, axis_names(e, spec), what, "halo") + std::to_string(static_cast<int>(edge)) + ':' +
                    std::to_string(fill);
   auto in = agree_input(e, spec, {&x, 1}, {}, o, what, key);
-  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&](const StencilInput& measured) {
+  // `edge = edge`: clang 14 cannot capture a structured binding (C++20 allows it; clang 16 does).
+  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&, edge = edge](const StencilInput& measured) {
     PreparedExchanges p;
     for (const auto& axis : measured.axes)
       if (const auto h = halos.find(axis.name); h != halos.end())

@@ -183,7 +183,12 @@ class DSparseTensor final : public detail::Operator {
     if (!mesh) throw Error("DSparseTensor::from_local: needs a mesh");
     const MPI_Comm comm = mesh.comm();
     std::string fault;
-    if (values.dim() != 1 || rows.dim() != 1 || cols.dim() != 1 || values.numel() != rows.numel() ||
+    // First: the checks below read the indices, which a tensor of another device (or the meta
+    // device, which has no data) would fail on this rank alone, leaving the others in the collective.
+    if (!values.device().is_cpu() || !rows.device().is_cpu() || !cols.device().is_cpu())
+      fault = "DSparseTensor::from_local: values, rows and cols must be CPU tensors, got devices " +
+              std::string(c10::str(values.device(), ", ", rows.device(), ", ", cols.device()));
+    else if (values.dim() != 1 || rows.dim() != 1 || cols.dim() != 1 || values.numel() != rows.numel() ||
         values.numel() != cols.numel())
       fault = "DSparseTensor::from_local: values, rows and cols must be 1-D of one length, got " +
               std::string(c10::str(values.sizes(), ", ", rows.sizes(), ", ", cols.sizes()));
