@@ -1,0 +1,134 @@
+"""Turns the benchmarks' JSON lines (bench/results/*.jsonl, written by bench/record.sh) into the
+PNGs under docs/images that docs/performance.md and docs/sparse.md show. Reruns from the committed
+JSON alone; needs matplotlib (pinned in scripts/install-deps.sh).
+
+    /opt/einshard-deps/venv/bin/python bench/plot.py [--results bench/results] [--out docs/images]
+
+Each plot is drawn only when its input file is there, so a partial set of results still plots.
+Every figure shows einshard against the anchor measured in the same run (PETSc, torch::einsum):
+the machine is shared and noisy, so ratios are what carries over, not absolute times.
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit("%s:%d: not JSON: %s" % (path, number, e))
+    return rows
+
+
+def save(fig, out, name, written):
+    path = os.path.join(out, name)
+    fig.tight_layout()
+    # No timestamps in the file, so a rerun on the same data gives the same bytes.
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    written.append(path)
+
+
+def sparse_scaling(rows, out, written):
+    """Strong scaling of CG and SpMV at 1-8 ranks, einshard against PETSc in the same launch."""
+    cg = [r for r in rows if r.get("bench") == "sparse_cg"]
+    spmv = [r for r in rows if r.get("bench") == "sparse_spmv"]
+    if cg:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        by = defaultdict(list)
+        for r in cg:
+            by[r["precond"]].append(r)
+        for precond, rs in sorted(by.items()):
+            rs.sort(key=lambda r: r["ranks"])
+            ranks = [r["ranks"] for r in rs]
+            left.plot(ranks, [r["einshard_ms_per_it"] for r in rs], "o-", label="einshard, %s" % precond)
+            left.plot(ranks, [r["petsc_ms_per_it"] for r in rs], "s--", label="PETSc, %s" % precond)
+            right.plot(ranks, [r["ratio"] for r in rs], "o-", label=precond)
+        g = cg[0]
+        left.set(xscale="log", yscale="log", xlabel="ranks", ylabel="ms per CG iteration",
+                 title="CG, %d x %d Poisson, %d iterations" % (g["grid"], g["grid"], g["iterations"]))
+        left.set_xticks(sorted({r["ranks"] for r in cg}), labels=[str(x) for x in sorted({r["ranks"] for r in cg})])
+        left.legend(fontsize=8)
+        right.axhline(1.0, color="gray", lw=0.8)
+        right.set(xscale="log", xlabel="ranks", ylabel="PETSc time / einshard time",
+                  title="CG throughput against PETSc (higher: einshard faster)")
+        right.set_xticks(sorted({r["ranks"] for r in cg}), labels=[str(x) for x in sorted({r["ranks"] for r in cg})])
+        right.legend(fontsize=8)
+        save(fig, out, "sparse_cg_scaling.png", written)
+    if spmv:
+        spmv.sort(key=lambda r: r["ranks"])
+        ranks = [r["ranks"] for r in spmv]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(ranks, [r["einshard_apply_gbs"] for r in spmv], "o-", label="einshard apply")
+        ax.plot(ranks, [r["einshard_matvec_gbs"] for r in spmv], "^-", label="einshard matvec")
+        ax.plot(ranks, [r["petsc_gbs"] for r in spmv], "s--", label="PETSc MatMult")
+        ax.plot(ranks, [r["triad_gbs"] for r in spmv], ":", color="gray", label="STREAM triad")
+        ax.set(xscale="log", xlabel="ranks", ylabel="GB/s (minimal traffic)",
+               title="SpMV, %d x %d Poisson" % (spmv[0]["grid"], spmv[0]["grid"]))
+        ax.set_xticks(ranks, labels=[str(x) for x in ranks])
+        ax.legend(fontsize=8)
+        save(fig, out, "sparse_spmv_scaling.png", written)
+
+
+def local_overhead(rows, out, written):
+    """Per-call time of local einshard against torch::einsum, case by case."""
+    rs = [r for r in rows if r.get("bench") == "local" and "ratio_to_einsum" in r]
+    if not rs:
+        return
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    cases = sorted({r["case"] for r in rs})
+    variants = sorted({r["variant"] for r in rs if r["variant"] != "einsum"})
+    width = 0.8 / max(len(variants), 1)
+    for k, v in enumerate(variants):
+        ratio = {r["case"]: r["ratio_to_einsum"] for r in rs if r["variant"] == v and not r.get("grad")}
+        xs = [i + k * width for i, c in enumerate(cases) if c in ratio]
+        ax.bar(xs, [ratio[c] for c in cases if c in ratio], width, label=v)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))], labels=cases, rotation=60, ha="right",
+                  fontsize=7)
+    ax.set(ylabel="time / torch::einsum time", title="Local per-call overhead against torch::einsum (lower is better)")
+    ax.legend(fontsize=8)
+    save(fig, out, "local_overhead.png", written)
+
+
+PLOTS = {
+    "sparse_scaling.jsonl": sparse_scaling,
+    "local_overhead.jsonl": local_overhead,
+}
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=os.path.join(here, "results"))
+    p.add_argument("--out", default=os.path.join(here, "..", "docs", "images"))
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    written = []
+    for name, plot in PLOTS.items():
+        path = os.path.join(a.results, name)
+        if os.path.exists(path):
+            plot(load(path), a.out, written)
+    if not written:
+        sys.exit("bench/plot.py: no results under %s (run bench/record.sh first)" % a.results)
+    for w in written:
+        print("wrote", os.path.relpath(w))
+
+
+if __name__ == "__main__":
+    main()
