@@ -186,6 +186,8 @@ TEST_CASE("Matrix Market: malformed files name the line", "[sparse][matrix_marke
       {"%%MatrixMarket matrix coordinate complex hermitian\n2 2 1\n1 1 1.0 0.5\n", "real diagonal", 3},
       {"%%MatrixMarket matrix coordinate integer general\n2 2 1\n1 1 1.5\n", "expected an integer value", 3},
       {"%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n", "end of input after 3 of 4 entries", 5},
+      {"%%MatrixMarket matrix array real general\n9999999999 9999999999\n", "larger than supported", 2},
+      {banner + "3 3 99999999999\n1 1 1\n", "end of input after 1 of 99999999999 entries", 3},
   };
   for (const auto& b : bad) {
     INFO(b.text);

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +45,7 @@ struct ExplainRequest {
   std::int64_t element = 4;  ///< bytes per element
   std::string dtype = "float32";
   Policy policy = Policy::training;
+  bool json = false;  ///< one JSON object instead of the text report
 };
 
 inline constexpr std::int64_t assumed_size = 1024;
@@ -66,8 +66,6 @@ inline const char* policy_name(Policy p) {
 
 namespace detail {
 
-inline std::string_view trim(std::string_view s) { return notation::detail::trim(s); }
-
 /// "a=1,b=2" (also "a=1 b=2") as ordered (name, value) pairs.
 inline std::vector<std::pair<std::string, std::string>> key_values(std::string_view text,
                                                                    std::string_view option) {
@@ -76,13 +74,14 @@ inline std::vector<std::pair<std::string, std::string>> key_values(std::string_v
   while (begin <= text.size()) {
     auto end = text.find_first_of(", ", begin);
     if (end == std::string_view::npos) end = text.size();
-    const auto item = trim(text.substr(begin, end - begin));
+    const auto item = notation::detail::trim(text.substr(begin, end - begin));
     if (!item.empty()) {
       const auto eq = item.find('=');
       if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())
         throw UsageError("einshard-explain: " + std::string(option) + " expects name=value items, found '" +
                          std::string(item) + "'");
-      out.emplace_back(std::string(trim(item.substr(0, eq))), std::string(trim(item.substr(eq + 1))));
+      out.emplace_back(std::string(notation::detail::trim(item.substr(0, eq))),
+                       std::string(notation::detail::trim(item.substr(eq + 1))));
     }
     begin = end + 1;
   }
@@ -205,6 +204,8 @@ inline ExplainRequest parse_arguments(const std::vector<std::string>& args) {
     } else if (a == "--element-bytes") {
       r.element = detail::positive(value(), "--element-bytes");
       if (!have_dtype) r.dtype = std::to_string(r.element) + "-byte elements";
+    } else if (a == "--json") {
+      r.json = true;
     } else if (a == "--policy") {
       const auto& p = value();
       bool found = false;
@@ -241,6 +242,7 @@ inline const char* usage_text() {
          "  --policy training         the policy whose choice is shown (training, inference, memory,\n"
          "                            communication, latency)\n"
          "  --family spatial=h,w      an axis family for '*spatial' (repeatable)\n"
+         "  --json                    one JSON object (steps, totals, alternatives) instead of text\n"
          "\n"
          "exit status: 0 plan printed, 1 no plan (the planner's error), 2 malformed notation,\n"
          "64 bad command line\n"
@@ -431,6 +433,77 @@ inline std::string explain_text(const ExplainRequest& r) {
            fixed(a.estimate.peak_bytes, "%.0f") + "\n";
   }
   return out;
+}
+
+namespace detail {
+
+inline std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+inline std::string json_cost(const plan::Estimate& e) {
+  return "{\"forward_bytes\":" + fixed(e.forward_bytes, "%.0f") + ",\"backward_bytes\":" +
+         fixed(e.backward_bytes, "%.0f") + ",\"forward_collectives\":" + std::to_string(e.forward_collectives) +
+         ",\"backward_collectives\":" + std::to_string(e.backward_collectives) + ",\"peak_bytes\":" +
+         fixed(e.peak_bytes, "%.0f") + ",\"flops\":" + fixed(e.flops, "%.17g") + "}";
+}
+
+}  // namespace detail
+
+/// The same plan as one JSON object (for scripts): notation, mesh, sizes, steps with their costs,
+/// totals and, for contractions, every alternative's scores by policy.
+inline std::string explain_json(const ExplainRequest& r) {
+  using detail::json_string;
+  const auto x = explain_request(r);
+  std::string out = "{\"notation\":" + json_string(r.notation) + ",\"expanded\":" + json_string(x.source) +
+                    ",\"mesh\":{";
+  for (std::size_t d = 0; d < r.mesh.names.size(); ++d)
+    out += (d ? "," : "") + json_string(r.mesh.names[d]) + ":" + std::to_string(r.mesh.sizes[d]);
+  out += "},\"sizes\":{";
+  bool first = true;
+  for (const auto& [axis, size] : x.sizes) {
+    out += (first ? "" : ",") + json_string(axis) + ":" + std::to_string(size);
+    first = false;
+  }
+  out += "},\"sizes_assumed\":" + std::string(x.assumed ? "true" : "false") + ",\"element_bytes\":" +
+         std::to_string(r.element) + ",\"policy\":" + json_string(policy_name(r.policy)) +
+         ",\"local\":" + (x.local ? "true" : "false") + ",\"compute\":" + json_string(x.compute) +
+         ",\"equation\":" + json_string(x.equation) + ",\"steps\":[";
+  for (std::size_t i = 0; i < x.steps.size(); ++i) {
+    const auto& s = x.steps[i];
+    out += (i ? "," : "") + std::string("{\"operand\":") + json_string(s.who) + ",\"name\":" + json_string(s.name) +
+           ",\"group\":" + json_string(s.group) + ",\"axis\":" + json_string(s.axis) + ",\"before\":" +
+           json_string(s.before.str()) + ",\"after\":" + json_string(s.after.str()) + ",\"cost\":" +
+           detail::json_cost(s.cost) + "}";
+  }
+  out += "],\"total\":" + detail::json_cost(x.total) + ",\"alternatives\":[";
+  for (std::size_t i = 0; i < x.alternatives.size(); ++i) {
+    const auto& a = x.alternatives[i];
+    out += (i ? "," : "") + std::string("{\"compute\":") + json_string(a.compute) + ",\"estimate\":" +
+           detail::json_cost(a.estimate) + ",\"scores\":{";
+    for (std::size_t k = 0; k < a.scores.size(); ++k)
+      out += (k ? "," : "") + json_string(policy_name(all_policies[k])) + ":" + detail::fixed(a.scores[k], "%.17g");
+    out += "},\"chosen_by\":[";
+    bool any = false;
+    for (std::size_t k = 0; k < a.chosen.size(); ++k)
+      if (a.chosen[k]) {
+        out += (any ? "," : "") + json_string(policy_name(all_policies[k]));
+        any = true;
+      }
+    out += "]}";
+  }
+  return out + "]}\n";
 }
 
 }  // namespace einshard::tools

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
       std::fputs(tools::usage_text(), stdout);
       return 0;
     }
-    std::fputs(tools::explain_text(request).c_str(), stdout);
+    std::fputs((request.json ? tools::explain_json(request) : tools::explain_text(request)).c_str(), stdout);
     return 0;
   } catch (const tools::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -64,6 +64,14 @@ einshard_explain_test(local RC 0
 einshard_explain_test(memory_policy RC 0
   MATCH "policy: memory" ARGS "b n c, h/tp c -> b n h/tp" --mesh tp=4 --policy memory)
 
+# --json: the same plan as one object (the column-parallel numbers again).
+einshard_explain_test(json RC 0
+  MATCH "^\\{\"notation\":\"b n c, h/tp c -> b n h/tp\""
+        "\"name\":\"identity_forward_allreduce_backward\",\"group\":\"tp\""
+        "\"total\":\\{\"forward_bytes\":0,\"backward_bytes\":6291456"
+        "\"chosen_by\":\\[\"training\",\"inference\",\"memory\",\"communication\",\"latency\"\\]"
+  ARGS "b n c, h/tp c -> b n h/tp" --mesh dp=2,tp=4 --shape b=8,n=128,c=1024,h=4096 --json)
+
 # Errors: the notation's caret line (exit 2), the planner's message (exit 1), the command line (64).
 einshard_explain_test(caret RC 2
   MATCH "invalid einshard notation" "a b -> a/sp b c" "\n  +\\^"

@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -154,12 +155,17 @@ class MatrixMarketReader {
     if (h_.symmetry != MatrixMarketSymmetry::general && h_.rows != h_.cols)
       fail("a " + symmetry + " matrix must be square, found " + std::to_string(h_.rows) + " x " +
            std::to_string(h_.cols));
+    // Sizes whose element count does not fit in int64 are refused before anything multiplies them.
+    constexpr std::int64_t limit = std::int64_t{1} << 31;
+    if (h_.rows >= limit || h_.cols >= limit)
+      fail("a matrix of " + std::to_string(h_.rows) + " x " + std::to_string(h_.cols) +
+           " is larger than supported (each dimension below 2^31)");
     if (h_.format == MatrixMarketFormat::coordinate) {
       h_.entries = integer(s[2], "nnz");
     } else {
       const auto n = h_.rows;
       h_.entries = h_.symmetry == MatrixMarketSymmetry::general          ? h_.rows * h_.cols
-                   : h_.symmetry == MatrixMarketSymmetry::skew_symmetric ? n * (n - 1) / 2
+                   : h_.symmetry == MatrixMarketSymmetry::skew_symmetric ? n * std::max<std::int64_t>(n - 1, 0) / 2
                                                                          : n * (n + 1) / 2;
     }
   }
