@@ -129,7 +129,33 @@ def local_overhead(rows, out, written):
     save(fig, out, "local_overhead.png", written)
 
 
+def cg_history(rows, out, written):
+    """Residual histories of einshard's and PETSc's CG on the same matrix, by preconditioner."""
+    rs = [r for r in rows if r.get("bench") == "sparse_cg_history"]
+    if not rs:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours = {}
+    for r in rs:
+        colour = colours.setdefault(r["precond"], "C%d" % len(colours))
+        res = r["residuals"]
+        if not res:
+            continue
+        rel = [v / res[0] for v in res]
+        if r["solver"] == "einshard":
+            ax.semilogy(range(len(rel)), rel, "-", color=colour, lw=1.8, label="einshard, %s (%d it)" % (r["precond"], r["iterations"]))
+        else:
+            ax.semilogy(range(len(rel)), rel, "--", color="black", lw=0.9, dashes=(3, 3),
+                        label="PETSc, %s (%d it)" % (r["precond"], r["iterations"]))
+    g = rs[0]
+    ax.set(xlabel="iteration", ylabel="||r_k|| / ||r_0|| (unpreconditioned)",
+           title="CG on %d x %d Poisson, %d ranks: einshard (colour) and PETSc (dashed)" % (g["grid"], g["grid"], g["ranks"]))
+    ax.legend(fontsize=8)
+    save(fig, out, "sparse_cg_history.png", written)
+
+
 PLOTS = {
+    "sparse_cg_history.jsonl": cg_history,
     "sparse_scaling.jsonl": sparse_scaling,
     "local_overhead.jsonl": local_overhead,
 }
