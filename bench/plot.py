@@ -154,7 +154,32 @@ def cg_history(rows, out, written):
     save(fig, out, "sparse_cg_history.png", written)
 
 
+def compile_time(rows, out, written):
+    """CPU seconds to compile each TU of bench/compile_time, einshard's next to at::einsum's."""
+    rs = {r["tu"]: r for r in rows if r.get("bench") == "compile_time_tu"}
+    if not rs:
+        return
+    # Pairs in reading order: what a TU costs with einshard, and the same TU with ATen alone.
+    pairs = [("baseline (includes only)", "baseline_einshard", "baseline_aten"),
+             ("one notation", "notation1_einshard", "notation1_einsum"),
+             ("50 notations", "notations_einshard", "notations_einsum")]
+    pairs = [p for p in pairs if p[1] in rs and p[2] in rs]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = range(len(pairs))
+    ax.bar([x - 0.2 for x in xs], [rs[p[1]]["median_cpu_s"] for p in pairs], 0.4, label="einshard<\"...\">")
+    ax.bar([x + 0.2 for x in xs], [rs[p[2]]["median_cpu_s"] for p in pairs], 0.4, label="at::einsum")
+    if "notations_check" in rs:
+        ax.axhline(rs["notations_check"]["median_cpu_s"], color="gray", lw=0.8, ls=":",
+                   label="parsing 50 notations alone (es::check)")
+    ax.set_xticks(list(xs), labels=[p[0] for p in pairs])
+    ax.set(ylabel="CPU seconds per TU (-O3)", title="Compile time of one translation unit")
+    ax.set_ylim(0, 1.3 * max(rs[p[1]]["median_cpu_s"] for p in pairs))
+    ax.legend(fontsize=8, loc="upper left")
+    save(fig, out, "compile_time.png", written)
+
+
 PLOTS = {
+    "compile_time.jsonl": compile_time,
     "sparse_cg_history.jsonl": cg_history,
     "sparse_scaling.jsonl": sparse_scaling,
     "local_overhead.jsonl": local_overhead,
