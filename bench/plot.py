@@ -178,7 +178,57 @@ def compile_time(rows, out, written):
     save(fig, out, "compile_time.png", written)
 
 
+def against_anchor(ax_time, ax_ratio, series, title, anchor_label):
+    """Time per call of einshard and its anchor against the rank count, and their ratio."""
+    for label, rs in series:
+        rs = sorted(rs, key=lambda r: r["ranks"])
+        ranks = [r["ranks"] for r in rs]
+        line, = ax_time.plot(ranks, [r["einshard_ms"] for r in rs], "o-", label="einshard, %s" % label)
+        ax_time.plot(ranks, [r["anchor_ms"] if "anchor_ms" in r else r["fftw_ms"] for r in rs], "s--",
+                     color=line.get_color(), alpha=0.6, label="%s, %s" % (anchor_label, label))
+        ax_ratio.plot(ranks, [r["ratio_paired"] for r in rs], "o-", color=line.get_color(), label=label)
+    all_ranks = sorted({r["ranks"] for _, rs in series for r in rs})
+    ax_time.set(yscale="log", xlabel="ranks", ylabel="ms per call", title=title)
+    rank_axis(ax_time, all_ranks)
+    ax_time.legend(fontsize=7)
+    ax_ratio.axhline(1.0, color="gray", lw=0.8)
+    ax_ratio.set(xlabel="ranks", ylabel="einshard / %s (time)" % anchor_label,
+                 title="median same-round ratio (< 1: einshard faster)")
+    rank_axis(ax_ratio, all_ranks)
+    ax_ratio.legend(fontsize=7)
+
+
+def repartition_scaling(rows, out, written):
+    """The all-to-all repartition a/p b -> a b/p against a hand-written MPI_Alltoallv at 1-8 ranks."""
+    anchor = "mpi_pack_alltoallv_alloc"  # packs, exchanges, unpacks into a new tensor, as einshard must
+    rs = [r for r in rows if r.get("bench") == "distributed" and r.get("anchor") == anchor
+          and r.get("case", "").startswith("repartition")]
+    if not rs:
+        return
+    series = defaultdict(list)
+    for r in rs:
+        series["%s %s, %g MiB/rank" % (r["case"], r["dtype"], r["mib_per_rank"])].append(r)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    against_anchor(left, right, sorted(series.items()), "repartition %s" % rs[0]["notation"], "hand-written MPI")
+    save(fig, out, "repartition_scaling.png", written)
+
+
+def fft_scaling(rows, out, written):
+    """Distributed 3-D complex FFTs (einfft) against FFTW-MPI at 1-8 ranks, by output layout."""
+    rs = [r for r in rows if r.get("bench") == "fft3d"]
+    if not rs:
+        return
+    series = defaultdict(list)
+    for r in rs:
+        series["%s, n=%d" % (r["layout"], r["n"])].append(r)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    against_anchor(left, right, sorted(series.items()), "3-D complex FFT, complex128", "FFTW-MPI")
+    save(fig, out, "fft_scaling.png", written)
+
+
 PLOTS = {
+    "repartition_scaling.jsonl": repartition_scaling,
+    "fft_scaling.jsonl": fft_scaling,
     "compile_time.jsonl": compile_time,
     "sparse_cg_history.jsonl": cg_history,
     "sparse_scaling.jsonl": sparse_scaling,
