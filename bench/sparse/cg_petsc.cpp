@@ -42,13 +42,16 @@
 //    "ratio":einshard matvec / PETSc}
 //
 //   mpirun -n P einshard_bench_sparse_cg [--grid 2000] [--iters 200] [--reps 5]
-//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv] [--method cg|bicgstab|gmres]
+//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv[,history]] [--history-rtol 1e-8]
+//        [--method cg|bicgstab|gmres]
 //        [--gmres-one-pass]
 //        [--spmv-reps 20] [--triad-mib 128]
 //        [--quick]
 //
-// --quick: grid 300, 3 reps (a smoke test). --cases: which parts to run (default both). Environment: EINSHARD_NUM_THREADS (torch intra-op
-// threads per rank, default 1).
+// --quick: grid 300, 3 reps (a smoke test). --cases: which parts to run (default cg,spmv; history
+// adds the residual histories of both solvers to --history-rtol, default 1e-8, as
+// {"bench":"sparse_cg_history","solver":"einshard"|"petsc",...,"residuals":[...]}).
+// Environment: EINSHARD_NUM_THREADS (torch intra-op threads per rank, default 1).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -80,6 +83,8 @@ struct Config {
   double triad_mib = 128;
   std::vector<std::string> precond{"none", "jacobi"};
   bool cg = true, spmv = true;
+  bool history = false;       ///< --cases history: residual histories to --history-rtol
+  double history_rtol = 1e-8;
   std::string method = "cg";  ///< the Krylov method of the solve case: cg, bicgstab or gmres
   bool one_pass = false;      ///< gmres: one Gram–Schmidt pass (PETSc's default) instead of DGKS
 };
@@ -132,7 +137,9 @@ Config parse(int argc, char** argv) {
       const auto cases = split(value());
       c.cg = std::find(cases.begin(), cases.end(), "cg") != cases.end();
       c.spmv = std::find(cases.begin(), cases.end(), "spmv") != cases.end();
+      c.history = std::find(cases.begin(), cases.end(), "history") != cases.end();
     }
+    else if (a == "--history-rtol") c.history_rtol = std::stod(value());
     else if (a == "--quick") {
       c.grid = 300;
       c.reps = 3;
@@ -406,6 +413,36 @@ int run(const Config& cfg) {
                   median(t_es_setup) * 1e3, diff, cfg.reps);
       std::fflush(stdout);
     }
+  }
+
+  // ---- Convergence histories (--cases history) ---------------------------------------------------
+  // Both solve to rtol = --history-rtol on the unpreconditioned residual from x = 0, recording every
+  // residual norm: the same algorithm in a different summation order, so the curves should lie on
+  // each other until round-off separates them. One JSON line per solver, the norms in an array.
+  for (const auto& name : cfg.history ? cfg.precond : std::vector<std::string>{}) {
+    const int maxiter = 20 * static_cast<int>(g) + 100;
+    const auto r = D.solve(b, {.method = method_of(cfg.method), .preconditioner = kind_of(name),
+                               .rtol = cfg.history_rtol, .atol = 0, .maxiter = maxiter});
+    petsc.configure(name, maxiter, cfg.method);
+    PETSC(KSPSetTolerances(petsc.ksp, cfg.history_rtol, 0.0, PETSC_DEFAULT, maxiter));
+    std::vector<PetscReal> h(static_cast<std::size_t>(maxiter) + 1);
+    PETSC(KSPSetResidualHistory(petsc.ksp, h.data(), static_cast<PetscInt>(h.size()), PETSC_TRUE));
+    (void)petsc.solve();
+    const PetscReal* ph = nullptr;
+    PetscInt hn = 0;
+    PETSC(KSPGetResidualHistory(petsc.ksp, &ph, &hn));
+    if (rank != 0) continue;
+    auto line = [&](const char* solver, const double* v, std::size_t count) {
+      std::printf("{\"bench\":\"sparse_cg_history\",\"solver\":\"%s\",\"method\":\"%s\",\"ranks\":%d,"
+                  "\"grid\":%lld,\"precond\":\"%s\",\"rtol\":%.1e,\"iterations\":%zu,\"residuals\":[",
+                  solver, cfg.method.c_str(), p, static_cast<long long>(g), name.c_str(), cfg.history_rtol,
+                  count == 0 ? 0 : count - 1);
+      for (std::size_t k = 0; k < count; ++k) std::printf("%s%.6e", k ? "," : "", v[k]);
+      std::printf("]}\n");
+    };
+    line("einshard", r.info.residual_history.data(), r.info.residual_history.size());
+    line("petsc", ph, static_cast<std::size_t>(hn));
+    std::fflush(stdout);
   }
 
   // ---- SpMV and STREAM triad --------------------------------------------------------------------

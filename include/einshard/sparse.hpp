@@ -8,6 +8,7 @@
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/matrix_market.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
