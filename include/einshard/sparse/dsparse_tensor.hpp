@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// `DSparseTensor`: a square sparse matrix partitioned by rows over the ranks of a mesh. Each rank
+/// `DSparseTensor`: a sparse matrix partitioned by rows over the ranks of a mesh. Each rank
 /// stores its owned rows in local numbering (owned columns first, then ghosts), split as PETSc's
 /// MPIAIJ into a diagonal block (owned columns) and a row-compressed off-diagonal block (ghost
-/// columns), so a product multiplies the diagonal block while the halo is in flight.
+/// columns), so a product multiplies the diagonal block while the halo is in flight. A
+/// rectangular (m, n) matrix has two partitions, as PETSc's row and column layouts: the range
+/// (rows, b, A x) and the domain (columns, x, Aᴴ y); a square one has one.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -34,8 +36,11 @@
 #include "einshard/sparse/krylov/bicgstab.hpp"
 #include "einshard/sparse/krylov/cg.hpp"
 #include "einshard/sparse/krylov/gmres.hpp"
+#include "einshard/sparse/krylov/lsmr.hpp"
+#include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/minres.hpp"
 #include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/least_squares.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/preconditioner.hpp"
@@ -49,6 +54,9 @@ struct FromLocalOptions {
   /// The global rows this rank owns (any set; together the ranks must own every row exactly once).
   /// Default: contiguous blocks, the `simple` partition.
   std::optional<at::Tensor> owned_rows{};
+  /// The domain entries (x's rows, the matrix's columns) this rank owns. Default: the row
+  /// partition for a square matrix, contiguous blocks for a rectangular one.
+  std::optional<at::Tensor> owned_cols{};
 };
 
 namespace detail {
@@ -143,36 +151,49 @@ class DSparseTensor final : public detail::Operator {
     else if (!at::isFloatingType(values.scalar_type()) && !at::isComplexType(values.scalar_type()))
       fault = std::string("DSparseTensor::from_local: values must be floating point or complex, got ") +
               c10::toString(values.scalar_type());
-    else if (shape[0] != shape[1] || shape[0] < 0)
-      fault = "DSparseTensor::from_local: a distributed matrix must be square, got shape (" +
-              std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ")";
+    else if (shape[0] < 0 || shape[1] < 0)
+      fault = "DSparseTensor::from_local: expected a shape of sizes >= 0, got (" + std::to_string(shape[0]) +
+              ", " + std::to_string(shape[1]) + ")";
     else if (rows.numel() > 0) {
-      const auto range = [&](const at::Tensor& t, const char* what) {
+      const auto range = [&](const at::Tensor& t, const char* what, std::int64_t n) {
         const auto lo = t.min().item<std::int64_t>(), hi = t.max().item<std::int64_t>();
-        if (lo < 0 || hi >= shape[0])
+        if (lo < 0 || hi >= n)
           fault = std::string("DSparseTensor::from_local: ") + what + " index " +
-                  std::to_string(lo < 0 ? lo : hi) + " is out of range [0, " + std::to_string(shape[0]) + ")";
+                  std::to_string(lo < 0 ? lo : hi) + " is out of range [0, " + std::to_string(n) + ")";
       };
-      range(rows, "row");
-      if (fault.empty()) range(cols, "column");
+      range(rows, "row", shape[0]);
+      if (fault.empty()) range(cols, "column", shape[1]);
     }
     // Collective on every rank, faulty or not, so the checks stay matched.
-    const auto disagreement = agree_across_ranks(comm, shape[0], values.scalar_type());
+    const auto disagreement = agree_across_ranks(comm, shape, values.scalar_type());
     comm::raise_if_any(comm, fault.empty() ? disagreement : fault);
 
     auto layout = options.owned_rows ? std::make_shared<const RowLayout>(*options.owned_rows, shape[0], comm)
                                      : RowLayout::simple(shape[0], comm);
+    auto domain = options.owned_cols ? std::make_shared<const RowLayout>(*options.owned_cols, shape[1], comm)
+                  : shape[0] == shape[1] ? layout
+                                         : RowLayout::simple(shape[1], comm);
     auto t = detail::send_to_owners(*layout, {values, rows.to(at::kLong), cols.to(at::kLong)});
-    return DSparseTensor(mesh, std::move(layout), std::move(t));
+    return DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(t));
   }
 
   /// Partitions a matrix every rank holds (`A` identical on all ranks) with `options.method`; the
   /// partition ids are computed on rank 0 and broadcast, so every rank agrees byte for byte even
-  /// when the partitioner is not deterministic.
+  /// when the partitioner is not deterministic. A rectangular matrix has no graph to partition:
+  /// its rows and columns go in contiguous blocks (`simple`, the only method it accepts).
   static DSparseTensor partition(const SparseTensor& A, const Mesh& mesh, const PartitionOptions& options = {}) {
     if (!mesh) throw Error("DSparseTensor::partition: needs a mesh");
     const MPI_Comm comm = mesh.comm();
     const auto n = A.rows();
+    if (A.rows() != A.cols()) {
+      if (options.method != PartitionMethod::simple)
+        throw Error("DSparseTensor::partition: a rectangular matrix (" + std::to_string(A.rows()) + " x " +
+                    std::to_string(A.cols()) + ") is partitioned in contiguous blocks; expected method simple");
+      const auto [first, last] = simple_rows(n, comm);
+      const auto keep = ((A.row_indices() >= first) & (A.row_indices() < last)).nonzero().flatten();
+      return from_local(A.values().index_select(0, keep), A.row_indices().index_select(0, keep),
+                        A.col_indices().index_select(0, keep), {n, A.cols()}, mesh);
+    }
     std::string fault;
     at::Tensor ids;
     const int me = comm::rank_of(comm);
@@ -198,9 +219,10 @@ class DSparseTensor final : public detail::Operator {
   }
 
   // ---- properties ----------------------------------------------------------------------------
-  [[nodiscard]] std::array<std::int64_t, 2> shape() const { return {n_, n_}; }
-  [[nodiscard]] std::int64_t rows() const { return n_; }
+  [[nodiscard]] std::array<std::int64_t, 2> shape() const { return {m_, n_}; }
+  [[nodiscard]] std::int64_t rows() const { return m_; }
   [[nodiscard]] std::int64_t cols() const { return n_; }
+  [[nodiscard]] bool is_square() const { return m_ == n_; }
   [[nodiscard]] int num_partitions() const { return layout_->size(); }
   [[nodiscard]] at::ScalarType dtype() const { return local_.dtype(); }
   /// Stored entries of this rank's rows.
@@ -212,7 +234,10 @@ class DSparseTensor final : public detail::Operator {
     return n;
   }
   [[nodiscard]] const Mesh& mesh() const { return mesh_; }
+  /// The range partition: rows, b, A x.
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
+  /// The domain partition: columns, x, Aᴴ y (the range partition's object when they coincide).
+  [[nodiscard]] const std::shared_ptr<const RowLayout>& domain_layout() const override { return domain_; }
   [[nodiscard]] const HaloPlan& halo() const { return *plan_; }
   /// This rank's rows in local numbering: columns [0, owned) are owned rows, then the ghosts
   /// (`halo().ghosts` gives their global indices).
@@ -221,21 +246,27 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] const at::Tensor& values() const { return local_.values; }
 
   // ---- vectors -------------------------------------------------------------------------------
-  /// The owned slice of a global vector every rank holds.
+  /// The owned slice of a global vector every rank holds: of length rows() in the range partition
+  /// (b), or, for a rectangular matrix, of length cols() in the domain partition (x).
   [[nodiscard]] DVector scatter(const at::Tensor& global) const {
-    if (global.dim() != 1 || global.numel() != n_)
-      throw Error("DSparseTensor::scatter: expected a global vector of length " + std::to_string(n_) +
-                  ", got shape " + std::string(c10::str(global.sizes())));
-    return {layout_, layout_->scatter(global)};
+    if (global.dim() != 1 || (global.numel() != m_ && global.numel() != n_))
+      throw Error("DSparseTensor::scatter: expected a global vector of length " + std::to_string(m_) +
+                  (m_ == n_ ? std::string() : " (range) or " + std::to_string(n_) + " (domain)") + ", got shape " +
+                  std::string(c10::str(global.sizes())));
+    const auto& l = global.numel() == m_ ? layout_ : domain_;
+    return {l, l->scatter(global)};
   }
   [[nodiscard]] DVector vector(at::Tensor owned) const { return {layout_, std::move(owned)}; }
+  /// Zeros in the range partition (b's).
   [[nodiscard]] DVector zeros() const { return {layout_, at::zeros({layout_->local_size()}, local_.values.options().requires_grad(false))}; }
+  /// Zeros in the domain partition (x's).
+  [[nodiscard]] DVector domain_zeros() const { return {domain_, at::zeros({domain_->local_size()}, local_.values.options().requires_grad(false))}; }
 
   // ---- products ------------------------------------------------------------------------------
   /// y = A x. Overlaps the halo exchange with the diagonal block; differentiable in x and in
   /// `values()` (then through the autograd path, with the reverse halo exchange in backward).
   [[nodiscard]] DVector matvec(const DVector& x) const {
-    check_vector(x, "matvec");
+    check_vector(x, "matvec", *domain_);
     if (at::GradMode::is_enabled() && (x.local().requires_grad() || local_.values.requires_grad())) {
       const auto with_ghosts = exec::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(exchange_));
       return {layout_, detail::csr_matvec(local_, local_.values, with_ghosts)};
@@ -247,23 +278,22 @@ class DSparseTensor final : public detail::Operator {
   }
   friend DVector operator*(const DSparseTensor& a, const DVector& x) { return a.matvec(x); }
 
-  /// w = A^T y: the transposed blocks' contributions to ghost rows go back to their owners (the
-  /// reverse halo exchange), overlapped with the diagonal block. Differentiable in y.
+  /// w = A^T y (range -> domain): the transposed blocks' contributions to ghost rows go back to
+  /// their owners (the reverse halo exchange), overlapped with the diagonal block. Differentiable in y.
   [[nodiscard]] DVector rmatvec(const DVector& y) const {
-    check_vector(y, "rmatvec");
+    check_vector(y, "rmatvec", *layout_);
     if (at::GradMode::is_enabled() && (y.local().requires_grad() || local_.values.requires_grad())) {
       const auto full = detail::csr_rmatvec(local_, local_.values, y.local());
-      return {layout_, exec::apply_op(full, c10::make_intrusive<ReverseHaloOp>(exchange_))};
+      return {domain_, exec::apply_op(full, c10::make_intrusive<ReverseHaloOp>(exchange_))};
     }
     const auto yl = y.local().to(dtype()).contiguous();
-    auto ghosts = at::zeros({plan_->ghost_count()}, yl.options());
-    detail::spmv_transpose_rows_add(off_, off_rows_, yl, ghosts);
-    exchange_->start_reverse(ghosts);
-    auto w = at::zeros({layout_->local_size()}, yl.options());
-    detail::spmv_transpose_add(diag_, yl, w, 0, diag_.rows);
-    exchange_->finish_reverse(w);
-    return {layout_, w};
+    auto w = at::empty({domain_->local_size()}, yl.options());
+    transpose_apply(yl, w, /*conjugate=*/false);
+    return {domain_, w};
   }
+
+  /// x = Aᴴ y on owned slices (y: range, x: domain), the adjoint half of the least-squares methods.
+  void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override { transpose_apply(y, x, /*conjugate=*/true); }
 
   /// y = A x on owned slices, returning the local partial <w, y>: the hot path of the solvers.
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
@@ -277,7 +307,8 @@ class DSparseTensor final : public detail::Operator {
   // ---- solvers -------------------------------------------------------------------------------
   /// Solves A x = b (see `SolveOptions` for the stop test and defaults). Collective.
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
-    check_vector(b, "solve");
+    check_square(to_string(options.method));
+    check_vector(b, "solve", *layout_);
     const auto start = MPI_Wtime();
     auto make = [&] {
       return detail::make_preconditioner(
@@ -304,6 +335,16 @@ class DSparseTensor final : public detail::Operator {
     result.info.setup_seconds = setup;
     result.info.preconditioner_reused = reused;
     return result;
+  }
+
+  // ---- least squares (any shape) ---------------------------------------------------------------
+  /// min ‖A x − b‖² + damp² ‖x‖² by LSQR (SciPy's `lsqr`); b in the range, x in the domain.
+  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LeastSquaresOptions& options = {}) const {
+    return least_squares(b, options, "lsqr", detail::lsqr);
+  }
+  /// The same problem by LSMR (SciPy's `lsmr`): ‖Aᴴ r‖ decreases monotonically.
+  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LeastSquaresOptions& options = {}) const {
+    return least_squares(b, options, "lsmr", detail::lsmr);
   }
 
   // ---- values --------------------------------------------------------------------------------
@@ -344,9 +385,11 @@ class DSparseTensor final : public detail::Operator {
   }
   /// Row sums (axis 1, A 1) or column sums (axis 0, A^T 1), as a distributed vector.
   [[nodiscard]] DVector sum(int axis) const {
-    const auto ones = DVector(layout_, at::ones({layout_->local_size()}, local_.values.options().requires_grad(false)));
-    if (axis == 1 || axis == -1) return matvec(ones);
-    if (axis == 0 || axis == -2) return rmatvec(ones);
+    const auto ones = [&](const std::shared_ptr<const RowLayout>& l) {
+      return DVector(l, at::ones({l->local_size()}, local_.values.options().requires_grad(false)));
+    };
+    if (axis == 1 || axis == -1) return matvec(ones(domain_));
+    if (axis == 0 || axis == -2) return rmatvec(ones(layout_));
     throw Error("DSparseTensor::sum: axis must be 0, 1, -1 or -2, got " + std::to_string(axis));
   }
   [[nodiscard]] at::Tensor mean() const { return sum() / static_cast<double>(std::max<std::int64_t>(global_nnz(), 1)); }
@@ -386,27 +429,41 @@ class DSparseTensor final : public detail::Operator {
     }
   };
 
-  DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, detail::Triples t)
-      : mesh_(std::move(mesh)), layout_(std::move(layout)), n_(layout_->global_size()) {
-    const auto n_owned = layout_->local_size();
-    const auto owned_col = layout_->is_owned(t.cols);
+  DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, std::shared_ptr<const RowLayout> domain,
+                detail::Triples t)
+      : mesh_(std::move(mesh)), layout_(std::move(layout)), domain_(std::move(domain)),
+        m_(layout_->global_size()), n_(domain_->global_size()) {
+    const auto n_owned = domain_->local_size();
+    const auto owned_col = domain_->is_owned(t.cols);
     const auto ghosts = std::get<0>(at::_unique(t.cols.masked_select(~owned_col), /*sorted=*/true));
-    plan_ = HaloPlan::build(layout_, ghosts);
+    plan_ = HaloPlan::build(domain_, ghosts);
     exchange_ = std::make_shared<HaloExchange>(plan_);
     // Global ghost index -> ghost slot (the plan orders ghosts by owner, then index).
     const auto [sorted_ghosts, slot_of_sorted] = plan_->ghosts.sort();
     auto local_col = at::empty_like(t.cols);
-    local_col.masked_scatter_(owned_col, layout_->local_index(t.cols.masked_select(owned_col)));
+    local_col.masked_scatter_(owned_col, domain_->local_index(t.cols.masked_select(owned_col)));
     local_col.masked_scatter_(~owned_col, slot_of_sorted.index_select(
                                               0, at::searchsorted(sorted_ghosts, t.cols.masked_select(~owned_col))) +
                                               n_owned);
-    local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, n_owned, plan_->local_size());
+    local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, layout_->local_size(),
+                                plan_->local_size());
     split_blocks();
+  }
+
+  /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back
+  /// while the diagonal block runs.
+  void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
+    auto ghosts = at::zeros({plan_->ghost_count()}, y.options());
+    detail::spmv_transpose_rows_add(off_, off_rows_, y, ghosts, conjugate);
+    exchange_->start_reverse(ghosts);
+    x.zero_();
+    detail::spmv_transpose_add(diag_, y, x, 0, diag_.rows, conjugate);
+    exchange_->finish_reverse(x);
   }
 
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
   void split_blocks() {
-    const auto n_owned = layout_->local_size();
+    const auto n_rows = layout_->local_size(), n_owned = domain_->local_size();
     const auto [v, r, c] = detail::csr_to_coo(local_);
     const auto in_diag = c < n_owned;
     diag_pos_ = in_diag.nonzero().flatten();
@@ -414,7 +471,7 @@ class DSparseTensor final : public detail::Operator {
     const auto off_r = r.index_select(0, off_pos_);
     off_rows_ = std::get<0>(at::_unique(off_r, /*sorted=*/true)).contiguous();
     diag_ = detail::coo_to_csr(at::zeros({diag_pos_.numel()}, v.options()), r.index_select(0, diag_pos_),
-                               c.index_select(0, diag_pos_), n_owned, n_owned);
+                               c.index_select(0, diag_pos_), n_rows, n_owned);
     off_ = detail::coo_to_csr(at::zeros({off_pos_.numel()}, v.options()), at::searchsorted(off_rows_, off_r),
                               c.index_select(0, off_pos_) - n_owned, off_rows_.numel(), plan_->ghost_count());
     diag_ = detail::compact_rowptr(std::move(diag_));
@@ -454,26 +511,58 @@ class DSparseTensor final : public detail::Operator {
     return v;
   }
 
-  void check_vector(const DVector& x, const char* op) const {
+  /// `x` must be in partition `l` (the range's or the domain's). The size test is local but the
+  /// sizes are global, so every rank throws together; same_as is collective.
+  void check_vector(const DVector& x, const char* op, const RowLayout& l) const {
     if (!x.defined()) throw Error(std::string("DSparseTensor::") + op + ": undefined vector");
-    if (x.layout() != layout_ && !x.layout()->same_as(*layout_))
-      throw Error(std::string("DSparseTensor::") + op + ": the vector's partition differs from the matrix's (" +
-                  std::to_string(x.size()) + " rows vs " + std::to_string(n_) +
-                  "); make it with scatter(), vector() or zeros() of this matrix");
+    const char* side = &l == domain_.get() && m_ != n_ ? "domain" : "range";
+    if (x.size() != l.global_size())
+      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side + " (" +
+                  std::to_string(l.global_size()) + " rows), got " + std::to_string(x.size()) + " rows");
+    if (x.layout().get() != &l && !x.layout()->same_as(l))
+      throw Error(std::string("DSparseTensor::") + op + ": the vector's partition differs from the matrix's " + side +
+                  " partition; make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
-  /// Global size and dtype must be the same on every rank: a fault string, empty when they agree.
-  static std::string agree_across_ranks(MPI_Comm comm, std::int64_t n, at::ScalarType dtype) {
-    std::array<std::int64_t, 4> v{n, -n, static_cast<std::int64_t>(dtype), -static_cast<std::int64_t>(dtype)};
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), 4, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
-    if (v[0] != -v[1]) return "DSparseTensor::from_local: ranks disagree on the global shape";
-    if (v[2] != -v[3]) return "DSparseTensor::from_local: ranks pass values of different dtypes";
+  template <class Method>
+  [[nodiscard]] LeastSquaresResult least_squares(const DVector& b, const LeastSquaresOptions& options,
+                                                 const char* name, Method method) const {
+    const auto op = std::string(name);
+    check_vector(b, op.c_str(), *layout_);
+    if (options.x0) check_vector(*options.x0, (op + " (x0)").c_str(), *domain_);
+    if (!(options.damp >= 0.0) || !(options.atol >= 0.0) || !(options.btol >= 0.0) || !(options.conlim >= 0.0) ||
+        options.maxiter < 0)
+      throw Error("DSparseTensor::" + op + ": expected damp, atol, btol, conlim and maxiter >= 0, got damp " +
+                  std::to_string(options.damp) + ", atol " + std::to_string(options.atol) + ", btol " +
+                  std::to_string(options.btol) + ", conlim " + std::to_string(options.conlim) + ", maxiter " +
+                  std::to_string(options.maxiter));
+    return method(*this, b.like(b.local().detach().to(dtype()).contiguous()), options);
+  }
+
+  /// Methods for A x = b need a square matrix whose domain is partitioned as its range.
+  void check_square(const char* method) const {
+    if (m_ != n_)
+      throw Error(std::string("DSparseTensor::solve: ") + method + " needs a square matrix, got shape (" +
+                  std::to_string(m_) + ", " + std::to_string(n_) + "); use lsqr or lsmr for least squares");
+    if (domain_ != layout_ && !domain_->same_as(*layout_))
+      throw Error(std::string("DSparseTensor::solve: ") + method +
+                  " needs the columns partitioned as the rows (from_local's owned_cols differs from owned_rows)");
+  }
+
+  /// Global shape and dtype must be the same on every rank: a fault string, empty when they agree.
+  static std::string agree_across_ranks(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype) {
+    const auto d = static_cast<std::int64_t>(dtype);
+    std::array<std::int64_t, 6> v{shape[0], -shape[0], shape[1], -shape[1], d, -d};
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), 6, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
+    if (v[0] != -v[1] || v[2] != -v[3]) return "DSparseTensor::from_local: ranks disagree on the global shape";
+    if (v[4] != -v[5]) return "DSparseTensor::from_local: ranks pass values of different dtypes";
     return {};
   }
 
   Mesh mesh_;
-  std::shared_ptr<const RowLayout> layout_;
-  std::int64_t n_ = 0;
+  std::shared_ptr<const RowLayout> layout_;  // range (rows)
+  std::shared_ptr<const RowLayout> domain_;  // domain (columns); == layout_ for a square matrix
+  std::int64_t m_ = 0, n_ = 0;
   std::shared_ptr<const HaloPlan> plan_;
   std::shared_ptr<HaloExchange> exchange_;
   Csr local_;     // owned rows x (owned + ghost) columns, the differentiable values
