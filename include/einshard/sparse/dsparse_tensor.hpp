@@ -15,6 +15,7 @@
 #include <complex>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,17 +34,15 @@
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/halo.hpp"
-#include "einshard/sparse/krylov/bicgstab.hpp"
-#include "einshard/sparse/krylov/cg.hpp"
-#include "einshard/sparse/krylov/gmres.hpp"
 #include "einshard/sparse/krylov/lsmr.hpp"
 #include "einshard/sparse/krylov/lsqr.hpp"
-#include "einshard/sparse/krylov/minres.hpp"
+#include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/layout.hpp"
 #include "einshard/sparse/least_squares.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/solve_autograd.hpp"
 #include "einshard/sparse/solver.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
 
@@ -309,32 +308,35 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
     check_square(to_string(options.method));
     check_vector(b, "solve", *layout_);
-    const auto start = MPI_Wtime();
-    auto make = [&] {
-      return detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
-          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+    // Whether to record is decided together: the backward is collective.
+    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    if (record == 0) return solve_detached(b, options).first;
+    const auto bl = b.local().to(dtype());
+    auto [result, precond] = solve_detached(b.like(bl.detach()), options);
+    auto adjoint = c10::make_intrusive<detail::AdjointSolver>();
+    adjoint->pattern = local_;
+    adjoint->with_ghosts = [exchange = exchange_](const at::Tensor& x) {
+      const auto owned = x.contiguous();
+      return at::cat({owned, exchange->ghosts_of(owned)});
     };
-    std::shared_ptr<const detail::PreconditionerOp> precond;
-    bool reused = false;
-    if (options.preconditioner == Preconditioner::none)
-      precond = make();
-    else
-      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
-                                                            local_.values, layout_->comm(), make);
-    const auto setup = MPI_Wtime() - start;
-    auto result = [&] {
-      switch (options.method) {
-        case Method::cg: return detail::cg(*this, b, options.preconditioner, precond.get(), options);
-        case Method::bicgstab: return detail::bicgstab(*this, b, options.preconditioner, precond.get(), options);
-        case Method::gmres: return detail::gmres(*this, b, options.preconditioner, precond.get(), options);
-        case Method::minres: return detail::minres(*this, b, options.preconditioner, precond.get(), options);
-      }
-      throw Error("DSparseTensor::solve: unknown method");
-    }();
-    result.info.setup_seconds = setup;
-    result.info.preconditioner_reused = reused;
+    adjoint->solve = [self = *this, precond = precond, options](const at::Tensor& g) {
+      return self.adjoint_solve(g, precond, options);
+    };
+    result.x = DVector(layout_, detail::SolveFunction::apply(bl, local_.values, result.x.local(), adjoint));
     return result;
+  }
+
+  /// Aᴴ (Aᵀ for real values) as a distributed matrix: its rows partitioned as this matrix's
+  /// columns and its columns as these rows. Collective (one assembly); differentiable in values().
+  [[nodiscard]] DSparseTensor adjoint() const {
+    const auto [v, r, c] = detail::csr_to_coo(local_);
+    const auto global_col = at::cat({domain_->owned(), plan_->ghosts}).index_select(0, c.to(at::kLong));
+    const auto global_row = layout_->owned().index_select(0, r.to(at::kLong));
+    FromLocalOptions o{.owned_rows = domain_->owned()};
+    if (domain_ != layout_) o.owned_cols = layout_->owned();
+    return from_local(local_.values.is_complex() ? local_.values.conj().resolve_conj() : local_.values, global_col,
+                      global_row, {n_, m_}, mesh_, o);
   }
 
   // ---- least squares (any shape) ---------------------------------------------------------------
@@ -524,6 +526,76 @@ class DSparseTensor final : public detail::Operator {
                   " partition; make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
+  /// The solve without autograd, and the preconditioner it used (null: none).
+  [[nodiscard]] std::pair<SolveResult, std::shared_ptr<const detail::PreconditionerOp>> solve_detached(
+      const DVector& b, const SolveOptions& options) const {
+    const auto start = MPI_Wtime();
+    auto make = [&] {
+      return detail::make_preconditioner(
+          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
+          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+    };
+    auto precond = detail::custom_preconditioner(options, layout_, "DSparseTensor::solve");
+    bool reused = false;
+    if (!precond && options.preconditioner != Preconditioner::none)
+      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
+                                                            local_.values, layout_->comm(), make);
+    const auto setup = MPI_Wtime() - start;
+    auto result = detail::krylov_solve(*this, b, precond.get(), options);
+    result.info.setup_seconds = setup;
+    result.info.preconditioner_reused = reused;
+    return {std::move(result), std::move(precond)};
+  }
+
+  /// λ = A⁻ᴴ g for the backward of `solve`: CG and MINRES assume A = Aᴴ, so they reuse A and the
+  /// forward's preconditioner; the other methods solve with the assembled Aᴴ (kept while the
+  /// values are unchanged) and its own preconditioner of the same kind (a custom one is for A, so
+  /// it is dropped). A stop without convergence is an Error on every rank.
+  [[nodiscard]] at::Tensor adjoint_solve(const at::Tensor& g, const std::shared_ptr<const detail::PreconditionerOp>& m,
+                                         const SolveOptions& options) const {
+    auto o = options;
+    o.x0.reset();
+    o.monitor = {};
+    o.residual_history = false;
+    const auto rhs = DVector(layout_, g.to(dtype()).contiguous());
+    SolveResult r;
+    if (o.method == Method::cg || o.method == Method::minres) {
+      r = detail::krylov_solve(*this, rhs, m.get(), o);
+    } else {
+      o.custom_preconditioner = {};
+      const auto& H = adjoint_cache_->get(local_.values, layout_->comm(), [this] { return adjoint(); });
+      r = H.solve_detached(DVector(H.layout(), rhs.local()), o).first;
+    }
+    if (!r.info.converged)
+      throw Error(std::string("DSparseTensor::solve (backward): the adjoint solve by ") + to_string(o.method) +
+                  " did not converge (" + to_string(r.info.reason) + " after " + std::to_string(r.info.iterations) +
+                  " iterations); loosen rtol or raise maxiter");
+    return r.x.local();
+  }
+
+  /// The assembled Aᴴ of the last backward, shared by copies and rebuilt when the values change
+  /// (the same key as the preconditioner cache: the values' storage and version).
+  class AdjointCache {
+   public:
+    template <class Make>
+    const DSparseTensor& get(const at::Tensor& values, MPI_Comm comm, Make&& make) {
+      std::lock_guard lock(mutex_);
+      int reuse = matrix_ && impl_ == values.unsafeGetTensorImpl() && version_ == values._version() ? 1 : 0;
+      comm::check(MPI_Allreduce(MPI_IN_PLACE, &reuse, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+      if (reuse == 0) {
+        matrix_ = std::make_shared<const DSparseTensor>(make());
+        impl_ = values.unsafeGetTensorImpl();
+        version_ = values._version();
+      }
+      return *matrix_;
+    }
+   private:
+    std::mutex mutex_;
+    std::shared_ptr<const DSparseTensor> matrix_;
+    const void* impl_ = nullptr;
+    std::uint32_t version_ = 0;
+  };
+
   template <class Method>
   [[nodiscard]] LeastSquaresResult least_squares(const DVector& b, const LeastSquaresOptions& options,
                                                  const char* name, Method method) const {
@@ -572,6 +644,7 @@ class DSparseTensor final : public detail::Operator {
   mutable at::Tensor ghost_buffer_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
+  std::shared_ptr<AdjointCache> adjoint_cache_ = std::make_shared<AdjointCache>();
 };
 
 }  // namespace einshard::sparse
