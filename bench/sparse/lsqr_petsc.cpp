@@ -9,8 +9,9 @@
 // owned_rows / owned_cols, PETSc's local row and column sizes). Each rank assembles its own rows.
 //
 // Both run exactly `--iters` iterations: einshard with atol = btol = conlim = 0 and maxiter =
-// iters, PETSc with KSPSetTolerances(0, 0, default, iters) and no preconditioner. MPI_Allreduce is
-// interposed (PMPI) to count the all-reduces each solve makes; reported per iteration.
+// iters, PETSc with KSPSetTolerances(0, 0, default, iters) and no preconditioner. The all-reduces
+// each solve makes are counted by PETSc's own MPI logging (petsc_allreduce_ct, which also sees
+// einshard's calls in this file, see allreduce_calls()); reported per iteration.
 //
 // Backward: x = D.solve(b).x on the Poisson part (N x N) with b a leaf, CG + Jacobi at rtol 1e-8
 // and GMRES(30) + Jacobi at rtol 1e-8, then loss = <w, x>, loss.backward(): the backward is one
@@ -25,6 +26,11 @@
 //    iteration,"einshard_allreduce_per_it":...,"petsc_allreduce_per_it":...,"x_rel_diff":...}
 //   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"forward_ms":...,
 //    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
+//   {"bench":"sparse_multi_rhs","ranks":P,"grid":g,"k":8,"iterations":...,"block_ms":...,
+//    "singles_ms":...,"throughput_ratio":singles / block}
+//
+// Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (backward grid), CG + Jacobi
+// for exactly `--iters` iterations, against 8 single solves of its columns.
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
 
@@ -51,16 +57,11 @@ using einshard_bench::median;
 using einshard_bench::timed;
 
 namespace {
-long long allreduce_calls = 0;
-}
 
-// Counts every MPI_Allreduce of this process (einshard's and PETSc's), then forwards it.
-extern "C" int MPI_Allreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  ++allreduce_calls;
-  return PMPI_Allreduce(send, recv, count, type, op, comm);
-}
-
-namespace {
+/// PETSc's logging wraps MPI_Allreduce in a macro that counts calls (petsc_allreduce_ct), in
+/// PETSc itself and in every translation unit that includes petscsys.h before calling it: this
+/// one, einshard's header-only code included. So one counter sees both libraries' all-reduces.
+double allreduce_calls() { return static_cast<double>(petsc_allreduce_ct); }
 
 #define PETSC(call)                                                          \
   do {                                                                       \
@@ -210,12 +211,12 @@ void run_lsqr(const Config& cfg) {
   for (const std::string method : {"lsqr", "lsmr"}) {
     const auto run_es = [&] { return method == "lsqr" ? D.lsqr(b, o) : D.lsmr(b, o); };
     // Warm-up, and the all-reduce counts of one solve each.
-    auto calls0 = allreduce_calls;
+    auto calls0 = allreduce_calls();
     const auto warm = run_es();
-    const double es_calls = static_cast<double>(allreduce_calls - calls0);
-    calls0 = allreduce_calls;
+    const double es_calls = allreduce_calls() - calls0;
+    calls0 = allreduce_calls();
     const int petsc_its = petsc.solve();
-    const double petsc_calls = static_cast<double>(allreduce_calls - calls0);
+    const double petsc_calls = allreduce_calls() - calls0;
     std::vector<double> t_es, t_pe, paired;
     for (int rep = 0; rep < cfg.reps; ++rep) {
       const double a = timed([&] { (void)run_es(); });
@@ -288,6 +289,41 @@ void run_backward(const Config& cfg) {
   }
 }
 
+/// D.solve(B) with an (n_local, 8) block against 8 single solves of the same columns, CG with
+/// Jacobi, exactly `iters` iterations each (rtol = atol = 0).
+void run_multi_rhs(const Config& cfg) {
+  const auto g = cfg.backward_grid, n = g * g;
+  const std::int64_t k = 8;
+  const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
+  const auto rows = rect_rows(g, lo, hi);
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  const auto mesh = es::Mesh(MPI_COMM_WORLD, {P}, {"x"});
+  const auto vals = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
+                                  at::kDouble).clone();
+  const auto D = sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1 + world_rank());
+  const auto B = D.vector(at::rand({hi - lo, k}, gen, at::kDouble));
+  std::vector<sp::DVector> cols;
+  for (std::int64_t j = 0; j < k; ++j) cols.push_back(D.vector(B.local().select(1, j).contiguous()));
+  const sp::SolveOptions o{.preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0, .maxiter = cfg.iters,
+                           .residual_history = false};
+  (void)D.solve(B, o);
+  std::vector<double> t_block, t_single;
+  for (int rep = 0; rep < cfg.reps; ++rep) {
+    t_block.push_back(timed([&] { (void)D.solve(B, o); }));
+    t_single.push_back(timed([&] {
+      for (const auto& c : cols) (void)D.solve(c, o);
+    }));
+  }
+  if (world_rank() == 0)
+    std::printf("{\"bench\":\"sparse_multi_rhs\",\"ranks\":%d,\"grid\":%lld,\"k\":%lld,\"iterations\":%d,"
+                "\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"reps\":%d}\n",
+                P, static_cast<long long>(g), static_cast<long long>(k), cfg.iters, median(t_block) * 1e3,
+                median(t_single) * 1e3, median(t_single) / median(t_block), cfg.reps);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,6 +337,7 @@ int main(int argc, char** argv) {
     try {
       run_lsqr(cfg);
       run_backward(cfg);
+      run_multi_rhs(cfg);
     } catch (...) {
       PetscFinalize();
       throw;

@@ -30,10 +30,12 @@
 #include "einshard/exec/steps.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/sparse/batch.hpp"
+#include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/halo.hpp"
+#include "einshard/sparse/krylov/block_cg.hpp"
 #include "einshard/sparse/krylov/lsmr.hpp"
 #include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
@@ -246,13 +248,14 @@ class DSparseTensor final : public detail::Operator {
 
   // ---- vectors -------------------------------------------------------------------------------
   /// The owned slice of a global vector every rank holds: of length rows() in the range partition
-  /// (b), or, for a rectangular matrix, of length cols() in the domain partition (x).
+  /// (b), or, for a rectangular matrix, of length cols() in the domain partition (x); an (N, k)
+  /// block of k vectors gives an (n_local, k) slice.
   [[nodiscard]] DVector scatter(const at::Tensor& global) const {
-    if (global.dim() != 1 || (global.numel() != m_ && global.numel() != n_))
+    if ((global.dim() != 1 && global.dim() != 2) || (global.size(0) != m_ && global.size(0) != n_))
       throw Error("DSparseTensor::scatter: expected a global vector of length " + std::to_string(m_) +
-                  (m_ == n_ ? std::string() : " (range) or " + std::to_string(n_) + " (domain)") + ", got shape " +
-                  std::string(c10::str(global.sizes())));
-    const auto& l = global.numel() == m_ ? layout_ : domain_;
+                  (m_ == n_ ? std::string() : " (range) or " + std::to_string(n_) + " (domain)") +
+                  " or a block (length, k), got shape " + std::string(c10::str(global.sizes())));
+    const auto& l = global.size(0) == m_ ? layout_ : domain_;
     return {l, l->scatter(global)};
   }
   [[nodiscard]] DVector vector(at::Tensor owned) const { return {layout_, std::move(owned)}; }
@@ -291,6 +294,18 @@ class DSparseTensor final : public detail::Operator {
     return {domain_, w};
   }
 
+  /// Y = A X for an (owned, k) block: one halo exchange of whole rows for all k columns, and each
+  /// stored entry read once (block_kernels.hpp).
+  void apply_block(const at::Tensor& x, at::Tensor& y) const override {
+    const auto k = x.size(1);
+    if (!ghost_block_.defined() || ghost_block_.scalar_type() != x.scalar_type() || ghost_block_.size(1) != k)
+      ghost_block_ = at::empty({plan_->ghost_count(), k}, x.options().requires_grad(false));
+    exchange_->start(x, ghost_block_);
+    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false);
+    exchange_->finish();
+    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghost_block_, y, /*accumulate=*/true);
+  }
+
   /// x = Aᴴ y on owned slices (y: range, x: domain), the adjoint half of the least-squares methods.
   void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override { transpose_apply(y, x, /*conjugate=*/true); }
 
@@ -305,9 +320,15 @@ class DSparseTensor final : public detail::Operator {
 
   // ---- solvers -------------------------------------------------------------------------------
   /// Solves A x = b (see `SolveOptions` for the stop test and defaults). Collective.
+  ///
+  /// Several right-hand sides: `b` an (n_local, k) block (`scatter` of an (N, k) tensor) gives an
+  /// (n_local, k) x and `info.columns`. CG runs them as one block iteration (one halo exchange and
+  /// two all-reduces per step for all k, columns converging independently); the other methods,
+  /// custom preconditioners and a recorded (differentiable) solve take the columns one by one.
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
     check_square(to_string(options.method));
     check_vector(b, "solve", *layout_);
+    if (b.local().dim() == 2) return solve_block(b, options);
     // Whether to record is decided together: the backward is collective.
     int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
     comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
@@ -526,6 +547,55 @@ class DSparseTensor final : public detail::Operator {
                   " partition; make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
+  /// `solve` of an (n_local, k) block (see there).
+  [[nodiscard]] SolveResult solve_block(const DVector& b, const SolveOptions& options) const {
+    if (options.x0 && (options.x0->local().dim() != 2 || options.x0->columns() != b.columns()))
+      throw Error("DSparseTensor::solve: x0 must be a block of " + std::to_string(b.columns()) +
+                  " columns like b, got shape " + std::string(c10::str(options.x0->local().sizes())));
+    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    if (options.method == Method::cg && !options.custom_preconditioner && record == 0) {
+      const auto start = MPI_Wtime();
+      std::shared_ptr<const detail::PreconditionerOp> precond;
+      bool reused = false;
+      if (options.preconditioner != Preconditioner::none)
+        std::tie(precond, reused) = preconditioner_cache_.get(
+            options.preconditioner, options.preconditioner_options, local_.values, layout_->comm(), [&] {
+              return detail::make_preconditioner(
+                  options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
+                  [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+            });
+      const auto setup = MPI_Wtime() - start;
+      auto result = detail::block_cg(*this, b.like(b.local().detach().to(dtype()).contiguous()), precond.get(), options);
+      result.info.setup_seconds = setup;
+      result.info.preconditioner_reused = reused;
+      return result;
+    }
+    SolveResult out;
+    std::vector<at::Tensor> xs;
+    for (std::int64_t j = 0; j < b.columns(); ++j) {
+      auto o = options;
+      if (options.x0) o.x0 = options.x0->like(options.x0->local().select(1, j).contiguous());
+      auto r = solve(b.like(b.local().select(1, j).contiguous()), o);
+      xs.push_back(r.x.local());
+      out.info.columns.push_back(std::move(r.info));
+    }
+    out.x = DVector(layout_, at::stack(xs, 1));
+    out.info.converged = true;
+    out.info.reason = out.info.columns.empty() ? StopReason::zero_rhs : out.info.columns.front().reason;
+    for (const auto& c : out.info.columns) {
+      out.info.iterations = std::max(out.info.iterations, c.iterations);
+      out.info.residual_norm = std::max(out.info.residual_norm, c.residual_norm);
+      out.info.rhs_norm = std::max(out.info.rhs_norm, c.rhs_norm);
+      out.info.seconds += c.seconds;
+      if (!c.converged && out.info.converged) {
+        out.info.converged = false;
+        out.info.reason = c.reason;
+      }
+    }
+    return out;
+  }
+
   /// The solve without autograd, and the preconditioner it used (null: none).
   [[nodiscard]] std::pair<SolveResult, std::shared_ptr<const detail::PreconditionerOp>> solve_detached(
       const DVector& b, const SolveOptions& options) const {
@@ -642,6 +712,7 @@ class DSparseTensor final : public detail::Operator {
   Csr off_;       // rows off_rows_ x ghosts
   at::Tensor off_rows_, diag_pos_, off_pos_;
   mutable at::Tensor ghost_buffer_;
+  mutable at::Tensor ghost_block_;  // (ghosts, k) for apply_block
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
   std::shared_ptr<AdjointCache> adjoint_cache_ = std::make_shared<AdjointCache>();

@@ -33,20 +33,24 @@ struct GatherRowsOp final : exec::CommOp {
 class DVector {
  public:
   DVector() = default;
-  /// `local`: this rank's owned entries, in the layout's (ascending global) order.
+  /// `local`: this rank's owned entries, in the layout's (ascending global) order: (n_local,) for
+  /// one vector, (n_local, k) for k of them (a block of right-hand sides or solutions).
   DVector(std::shared_ptr<const RowLayout> layout, at::Tensor local)
       : layout_(std::move(layout)), local_(std::move(local)) {
     if (!layout_) throw Error("DVector: no layout");
-    if (local_.dim() != 1 || local_.numel() != layout_->local_size())
-      throw Error("DVector: expected an owned slice of length " + std::to_string(layout_->local_size()) +
-                  ", got shape " + std::string(c10::str(local_.sizes())));
+    if ((local_.dim() != 1 && local_.dim() != 2) || local_.size(0) != layout_->local_size())
+      throw Error("DVector: expected an owned slice of shape (" + std::to_string(layout_->local_size()) +
+                  ") or (" + std::to_string(layout_->local_size()) + ", k), got shape " +
+                  std::string(c10::str(local_.sizes())));
   }
 
   [[nodiscard]] const at::Tensor& local() const { return local_; }
   [[nodiscard]] at::Tensor& local() { return local_; }
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const { return layout_; }
   [[nodiscard]] std::int64_t size() const { return layout_->global_size(); }
-  [[nodiscard]] std::int64_t local_size() const { return local_.numel(); }
+  [[nodiscard]] std::int64_t local_size() const { return local_.size(0); }
+  /// Vectors held: 1, or k for an (n_local, k) block.
+  [[nodiscard]] std::int64_t columns() const { return local_.dim() == 2 ? local_.size(1) : 1; }
   [[nodiscard]] at::ScalarType dtype() const { return local_.scalar_type(); }
   [[nodiscard]] bool defined() const { return layout_ != nullptr; }
 

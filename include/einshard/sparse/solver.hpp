@@ -136,6 +136,9 @@ struct SolveInfo {
   /// The matrix's preconditioner from its previous solve was reused (same kind and options): no
   /// setup ran.
   bool preconditioner_reused = false;
+  /// Several right-hand sides (`solve` of an (n_local, k) block): each column's own record; the
+  /// fields above then summarize them (converged: all did; iterations, norms: the largest).
+  std::vector<SolveInfo> columns;
 };
 
 struct SolveResult {
