@@ -14,6 +14,9 @@
 #   EINSHARD_SOURCE_DIR          einshard tree to benchmark (default this checkout)
 #   EINSHARD_MPIRUN_ARGS         extra mpirun arguments (e.g. "--bind-to none")
 #   EINSHARD_NUM_THREADS         torch intra-op threads per rank (default 1)
+#   EINSHARD_BENCH_SPARSE_TARGET which benchmark: einshard_bench_sparse_cg (default) or
+#                                einshard_bench_sparse_lsqr (LSQR/LSMR vs KSPLSQR, solve backward;
+#                                see the header of lsqr_petsc.cpp for its arguments)
 #
 # Needs PETSc through pkg-config (Debian: libpetsc-real-dev); without it nothing is built and
 # the script says so. The build is a scratch CMake project: it finds LibTorch the way einshard
@@ -34,12 +37,13 @@ ranks="${EINSHARD_BENCH_RANKS-1 2 4}"
 source "${here}/../scratch-build.sh"
 einshard_bench_configure "${build}" "${here}" bench-sparse "${source_dir}"
 
-exe="${build}/cmake/bench-sparse/einshard_bench_sparse_cg"
-if ! grep -q einshard_bench_sparse_cg "${build}/cmake/build.ninja" "${build}/cmake/Makefile" 2> /dev/null; then
+target="${EINSHARD_BENCH_SPARSE_TARGET:-einshard_bench_sparse_cg}"
+exe="${build}/cmake/bench-sparse/${target}"
+if ! grep -q "${target}" "${build}/cmake/build.ninja" "${build}/cmake/Makefile" 2> /dev/null; then
   echo "bench/sparse/run.sh: PETSc was not found (pkg-config PETSc/petsc); nothing to run" >&2
   exit 0
 fi
-cmake --build "${build}/cmake" --parallel "${EINSHARD_JOBS}" --target einshard_bench_sparse_cg >&2
+cmake --build "${build}/cmake" --parallel "${EINSHARD_JOBS}" --target "${target}" >&2
 
 export OMP_NUM_THREADS=1 EINSHARD_NUM_THREADS="${EINSHARD_NUM_THREADS:-1}"
 # shellcheck disable=SC2086

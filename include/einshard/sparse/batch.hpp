@@ -25,7 +25,7 @@
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/krylov/cg.hpp"
+#include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/layout.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
@@ -196,7 +196,6 @@ class BatchSparseTensor {
     detail::check_batched(rhs, batch_size(), rows(), what + " (right-hand sides)", false);
     if (x0.defined()) detail::check_batched(x0, batch_size(), rows(), what + " (initial guesses)", false);
     if (options.x0) throw Error(what + ": pass the initial guesses as the x0 tensor argument, not SolveOptions::x0");
-    if (options.method != Method::cg) throw Error(what + ": only Method::cg is implemented");
 
     const auto t = at::promote_types(dtype(), rhs.scalar_type());
     BatchSolveResult out{at::empty({batch_size(), rows()}, values_.options().dtype(t).requires_grad(false)), {}};
@@ -207,14 +206,15 @@ class BatchSparseTensor {
     for (std::int64_t i = 0; i < batch_size(); ++i) {
       const detail::LocalOperator A(layout, detail::with_values(pattern_, values.select(0, i)));
       const auto start = MPI_Wtime();
-      const auto precond = detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{A.csr(), rows(), MPI_COMM_SELF},
-          [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
+      auto precond = detail::custom_preconditioner(options, layout, what);
+      if (!precond && options.preconditioner != Preconditioner::none)
+        precond = detail::make_preconditioner(
+            options.preconditioner, detail::LocalRows{A.csr(), rows(), MPI_COMM_SELF},
+            [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
       const auto setup = MPI_Wtime() - start;
       auto item_options = options;
       if (x0.defined()) item_options.x0 = DVector(layout, x0.select(0, i).detach().to(t).contiguous());
-      auto r = detail::cg(A, DVector(layout, b.select(0, i).contiguous()), options.preconditioner, precond.get(),
-                          item_options);
+      auto r = detail::krylov_solve(A, DVector(layout, b.select(0, i).contiguous()), precond.get(), item_options);
       r.info.setup_seconds = setup;
       out.x.select(0, i).copy_(r.x.local());
       out.info.push_back(std::move(r.info));

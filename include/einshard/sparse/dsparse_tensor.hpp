@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// `DSparseTensor`: a square sparse matrix partitioned by rows over the ranks of a mesh. Each rank
+/// `DSparseTensor`: a sparse matrix partitioned by rows over the ranks of a mesh. Each rank
 /// stores its owned rows in local numbering (owned columns first, then ghosts), split as PETSc's
 /// MPIAIJ into a diagonal block (owned columns) and a row-compressed off-diagonal block (ghost
-/// columns), so a product multiplies the diagonal block while the halo is in flight.
+/// columns), so a product multiplies the diagonal block while the halo is in flight. A
+/// rectangular (m, n) matrix has two partitions, as PETSc's row and column layouts: the range
+/// (rows, b, A x) and the domain (columns, x, Aᴴ y); a square one has one.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -13,6 +15,7 @@
 #include <complex>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,18 +29,21 @@
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/halo.hpp"
-#include "einshard/sparse/krylov/bicgstab.hpp"
-#include "einshard/sparse/krylov/cg.hpp"
-#include "einshard/sparse/krylov/gmres.hpp"
-#include "einshard/sparse/krylov/minres.hpp"
+#include "einshard/sparse/krylov/block_cg.hpp"
+#include "einshard/sparse/krylov/lsmr.hpp"
+#include "einshard/sparse/krylov/lsqr.hpp"
+#include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/least_squares.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/solve_autograd.hpp"
 #include "einshard/sparse/solver.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
 
@@ -52,6 +58,9 @@ struct FromLocalOptions {
   /// The global rows this rank owns (any set; together the ranks must own every row exactly once).
   /// Default: contiguous blocks, the `simple` partition.
   std::optional<at::Tensor> owned_rows{};
+  /// The domain entries (x's rows, the matrix's columns) this rank owns. Default: the row
+  /// partition for a square matrix, contiguous blocks for a rectangular one.
+  std::optional<at::Tensor> owned_cols{};
 };
 
 namespace detail {
@@ -153,10 +162,14 @@ class HaloScratch {
   ~HaloScratch() = default;
 
   [[nodiscard]] const std::shared_ptr<HaloExchange>& exchange() const { return exchange_; }
-  /// The ghost buffer, (re)made for `like`'s dtype.
+  /// The ghost buffer, (re)made for `like`'s dtype and columns: (ghosts) for a vector, (ghosts, k)
+  /// for an (owned, k) block.
   at::Tensor& ghosts(const at::Tensor& like) {
-    if (!ghosts_.defined() || ghosts_.scalar_type() != like.scalar_type())
-      ghosts_ = at::empty({plan_->ghost_count()}, like.options().requires_grad(false));
+    const auto k = like.dim() == 2 ? like.size(1) : std::int64_t{-1};
+    const auto held = ghosts_.defined() && ghosts_.dim() == 2 ? ghosts_.size(1) : std::int64_t{-1};
+    if (!ghosts_.defined() || ghosts_.scalar_type() != like.scalar_type() || held != k)
+      ghosts_ = k < 0 ? at::empty({plan_->ghost_count()}, like.options().requires_grad(false))
+                      : at::empty({plan_->ghost_count(), k}, like.options().requires_grad(false));
     return ghosts_;
   }
 
@@ -195,36 +208,49 @@ class DSparseTensor final : public detail::Operator {
     else if (!at::isFloatingType(values.scalar_type()) && !at::isComplexType(values.scalar_type()))
       fault = std::string("DSparseTensor::from_local: values must be floating point or complex, got ") +
               c10::toString(values.scalar_type());
-    else if (shape[0] != shape[1] || shape[0] < 0)
-      fault = "DSparseTensor::from_local: a distributed matrix must be square, got shape (" +
-              std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ")";
+    else if (shape[0] < 0 || shape[1] < 0)
+      fault = "DSparseTensor::from_local: expected a shape of sizes >= 0, got (" + std::to_string(shape[0]) +
+              ", " + std::to_string(shape[1]) + ")";
     else if (rows.numel() > 0) {
-      const auto range = [&](const at::Tensor& t, const char* what) {
+      const auto range = [&](const at::Tensor& t, const char* what, std::int64_t n) {
         const auto lo = t.min().item<std::int64_t>(), hi = t.max().item<std::int64_t>();
-        if (lo < 0 || hi >= shape[0])
+        if (lo < 0 || hi >= n)
           fault = std::string("DSparseTensor::from_local: ") + what + " index " +
-                  std::to_string(lo < 0 ? lo : hi) + " is out of range [0, " + std::to_string(shape[0]) + ")";
+                  std::to_string(lo < 0 ? lo : hi) + " is out of range [0, " + std::to_string(n) + ")";
       };
-      range(rows, "row");
-      if (fault.empty()) range(cols, "column");
+      range(rows, "row", shape[0]);
+      if (fault.empty()) range(cols, "column", shape[1]);
     }
     // Collective on every rank, faulty or not, so the checks stay matched.
-    const auto disagreement = agree_across_ranks(comm, shape[0], values.scalar_type());
+    const auto disagreement = agree_across_ranks(comm, shape, values.scalar_type());
     comm::raise_if_any(comm, fault.empty() ? disagreement : fault);
 
     auto layout = options.owned_rows ? std::make_shared<const RowLayout>(*options.owned_rows, shape[0], comm)
                                      : RowLayout::simple(shape[0], comm);
+    auto domain = options.owned_cols ? std::make_shared<const RowLayout>(*options.owned_cols, shape[1], comm)
+                  : shape[0] == shape[1] ? layout
+                                         : RowLayout::simple(shape[1], comm);
     auto t = detail::send_to_owners(*layout, {values, rows.to(at::kLong), cols.to(at::kLong)});
-    return DSparseTensor(mesh, std::move(layout), std::move(t));
+    return DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(t));
   }
 
   /// Partitions a matrix every rank holds (`A` identical on all ranks) with `options.method`; the
   /// partition ids are computed on rank 0 and broadcast, so every rank agrees byte for byte even
-  /// when the partitioner is not deterministic.
+  /// when the partitioner is not deterministic. A rectangular matrix has no graph to partition:
+  /// its rows and columns go in contiguous blocks (`simple`, the only method it accepts).
   static DSparseTensor partition(const SparseTensor& A, const Mesh& mesh, const PartitionOptions& options = {}) {
     if (!mesh) throw Error("DSparseTensor::partition: needs a mesh");
     const MPI_Comm comm = mesh.comm();
     const auto n = A.rows();
+    if (A.rows() != A.cols()) {
+      if (options.method != PartitionMethod::simple)
+        throw Error("DSparseTensor::partition: a rectangular matrix (" + std::to_string(A.rows()) + " x " +
+                    std::to_string(A.cols()) + ") is partitioned in contiguous blocks; expected method simple");
+      const auto [first, last] = simple_rows(n, comm);
+      const auto keep = ((A.row_indices() >= first) & (A.row_indices() < last)).nonzero().flatten();
+      return from_local(A.values().index_select(0, keep), A.row_indices().index_select(0, keep),
+                        A.col_indices().index_select(0, keep), {n, A.cols()}, mesh);
+    }
     std::string fault;
     at::Tensor ids;
     const int me = comm::rank_of(comm);
@@ -253,9 +279,10 @@ class DSparseTensor final : public detail::Operator {
   }
 
   // ---- properties ----------------------------------------------------------------------------
-  [[nodiscard]] std::array<std::int64_t, 2> shape() const { return {n_, n_}; }
-  [[nodiscard]] std::int64_t rows() const { return n_; }
+  [[nodiscard]] std::array<std::int64_t, 2> shape() const { return {m_, n_}; }
+  [[nodiscard]] std::int64_t rows() const { return m_; }
   [[nodiscard]] std::int64_t cols() const { return n_; }
+  [[nodiscard]] bool is_square() const { return m_ == n_; }
   [[nodiscard]] int num_partitions() const { return layout_->size(); }
   [[nodiscard]] at::ScalarType dtype() const { return local_.dtype(); }
   /// Stored entries of this rank's rows.
@@ -267,7 +294,10 @@ class DSparseTensor final : public detail::Operator {
     return n;
   }
   [[nodiscard]] const Mesh& mesh() const { return mesh_; }
+  /// The range partition: rows, b, A x.
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
+  /// The domain partition: columns, x, Aᴴ y (the range partition's object when they coincide).
+  [[nodiscard]] const std::shared_ptr<const RowLayout>& domain_layout() const override { return domain_; }
   [[nodiscard]] const HaloPlan& halo() const { return *plan_; }
   /// This rank's rows in local numbering: columns [0, owned) are owned rows, then the ghosts
   /// (`halo().ghosts` gives their global indices).
@@ -276,21 +306,28 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] const at::Tensor& values() const { return local_.values; }
 
   // ---- vectors -------------------------------------------------------------------------------
-  /// The owned slice of a global vector every rank holds.
+  /// The owned slice of a global vector every rank holds: of length rows() in the range partition
+  /// (b), or, for a rectangular matrix, of length cols() in the domain partition (x); an (N, k)
+  /// block of k vectors gives an (n_local, k) slice.
   [[nodiscard]] DVector scatter(const at::Tensor& global) const {
-    if (global.dim() != 1 || global.numel() != n_)
-      throw Error("DSparseTensor::scatter: expected a global vector of length " + std::to_string(n_) +
-                  ", got shape " + std::string(c10::str(global.sizes())));
-    return {layout_, layout_->scatter(global)};
+    if ((global.dim() != 1 && global.dim() != 2) || (global.size(0) != m_ && global.size(0) != n_))
+      throw Error("DSparseTensor::scatter: expected a global vector of length " + std::to_string(m_) +
+                  (m_ == n_ ? std::string() : " (range) or " + std::to_string(n_) + " (domain)") +
+                  " or a block (length, k), got shape " + std::string(c10::str(global.sizes())));
+    const auto& l = global.size(0) == m_ ? layout_ : domain_;
+    return {l, l->scatter(global)};
   }
   [[nodiscard]] DVector vector(at::Tensor owned) const { return {layout_, std::move(owned)}; }
+  /// Zeros in the range partition (b's).
   [[nodiscard]] DVector zeros() const { return {layout_, at::zeros({layout_->local_size()}, local_.values.options().requires_grad(false))}; }
+  /// Zeros in the domain partition (x's).
+  [[nodiscard]] DVector domain_zeros() const { return {domain_, at::zeros({domain_->local_size()}, local_.values.options().requires_grad(false))}; }
 
   // ---- products ------------------------------------------------------------------------------
   /// y = A x. Overlaps the halo exchange with the diagonal block; differentiable in x and in
   /// `values()` (then through the autograd path, with the reverse halo exchange in backward).
   [[nodiscard]] DVector matvec(const DVector& x) const {
-    check_vector(x, "matvec");
+    check_vector(x, "matvec", *domain_);
     if (at::GradMode::is_enabled() && (x.local().requires_grad() || local_.values.requires_grad())) {
       const auto with_ghosts = comm::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(scratch_.exchange()));
       return {layout_, detail::csr_matvec(local_, local_.values, with_ghosts)};
@@ -302,23 +339,33 @@ class DSparseTensor final : public detail::Operator {
   }
   friend DVector operator*(const DSparseTensor& a, const DVector& x) { return a.matvec(x); }
 
-  /// w = A^T y: the transposed blocks' contributions to ghost rows go back to their owners (the
-  /// reverse halo exchange), overlapped with the diagonal block. Differentiable in y.
+  /// w = A^T y (range -> domain): the transposed blocks' contributions to ghost rows go back to
+  /// their owners (the reverse halo exchange), overlapped with the diagonal block. Differentiable in y.
   [[nodiscard]] DVector rmatvec(const DVector& y) const {
-    check_vector(y, "rmatvec");
+    check_vector(y, "rmatvec", *layout_);
     if (at::GradMode::is_enabled() && (y.local().requires_grad() || local_.values.requires_grad())) {
       const auto full = detail::csr_rmatvec(local_, local_.values, y.local());
-      return {layout_, comm::apply_op(full, c10::make_intrusive<detail::HaloOp>(scratch_.exchange(), /*reverse=*/true))};
+      return {domain_, comm::apply_op(full, c10::make_intrusive<detail::HaloOp>(scratch_.exchange(), /*reverse=*/true))};
     }
     const auto yl = y.local().to(dtype()).contiguous();
-    auto ghosts = at::zeros({plan_->ghost_count()}, yl.options());
-    detail::spmv_transpose_rows_add(off_, off_rows_, yl, ghosts);
-    scratch_.exchange()->start_reverse(ghosts);
-    auto w = at::zeros({layout_->local_size()}, yl.options());
-    detail::spmv_transpose_add(diag_, yl, w, 0, diag_.rows);
-    scratch_.exchange()->finish_reverse(w);
-    return {layout_, w};
+    auto w = at::empty({domain_->local_size()}, yl.options());
+    transpose_apply(yl, w, /*conjugate=*/false);
+    return {domain_, w};
   }
+
+  /// Y = A X for an (owned, k) block: one halo exchange of whole rows for all k columns, and each
+  /// stored entry read once (block_kernels.hpp).
+  void apply_block(const at::Tensor& x, at::Tensor& y) const override {
+    const auto k = x.size(1);
+    auto& ghosts = scratch_.ghosts(x);
+    scratch_.exchange()->start(x, ghosts);
+    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false);
+    scratch_.exchange()->finish();
+    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghosts, y, /*accumulate=*/true);
+  }
+
+  /// x = Aᴴ y on owned slices (y: range, x: domain), the adjoint half of the least-squares methods.
+  void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override { transpose_apply(y, x, /*conjugate=*/true); }
 
   /// y = A x on owned slices, returning the local partial <w, y>: the hot path of the solvers.
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
@@ -332,34 +379,54 @@ class DSparseTensor final : public detail::Operator {
 
   // ---- solvers -------------------------------------------------------------------------------
   /// Solves A x = b (see `SolveOptions` for the stop test and defaults). Collective.
+  ///
+  /// Several right-hand sides: `b` an (n_local, k) block (`scatter` of an (N, k) tensor) gives an
+  /// (n_local, k) x and `info.columns`. CG runs them as one block iteration (one halo exchange and
+  /// two all-reduces per step for all k, columns converging independently); the other methods,
+  /// custom preconditioners and a recorded (differentiable) solve take the columns one by one.
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
-    check_vector(b, "solve");
-    const auto start = MPI_Wtime();
-    auto make = [&] {
-      return detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
-          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+    check_square(to_string(options.method));
+    check_vector(b, "solve", *layout_);
+    if (b.local().dim() == 2) return solve_block(b, options);
+    // Whether to record is decided together: the backward is collective.
+    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    if (record == 0) return solve_detached(b, options).first;
+    const auto bl = b.local().to(dtype());
+    auto [result, precond] = solve_detached(b.like(bl.detach()), options);
+    auto adjoint = c10::make_intrusive<detail::AdjointSolver>();
+    adjoint->pattern = local_;
+    adjoint->with_ghosts = [exchange = scratch_.exchange()](const at::Tensor& x) {
+      const auto owned = x.contiguous();
+      return at::cat({owned, exchange->ghosts_of(owned)});
     };
-    std::shared_ptr<const detail::PreconditionerOp> precond;
-    bool reused = false;
-    if (options.preconditioner == Preconditioner::none)
-      precond = make();
-    else
-      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
-                                                            local_.values, layout_->comm(), make);
-    const auto setup = MPI_Wtime() - start;
-    auto result = [&] {
-      switch (options.method) {
-        case Method::cg: return detail::cg(*this, b, options.preconditioner, precond.get(), options);
-        case Method::bicgstab: return detail::bicgstab(*this, b, options.preconditioner, precond.get(), options);
-        case Method::gmres: return detail::gmres(*this, b, options.preconditioner, precond.get(), options);
-        case Method::minres: return detail::minres(*this, b, options.preconditioner, precond.get(), options);
-      }
-      throw Error("DSparseTensor::solve: unknown method");
-    }();
-    result.info.setup_seconds = setup;
-    result.info.preconditioner_reused = reused;
+    adjoint->solve = [self = *this, precond = precond, options](const at::Tensor& g) {
+      return self.adjoint_solve(g, precond, options);
+    };
+    result.x = DVector(layout_, detail::SolveFunction::apply(bl, local_.values, result.x.local(), adjoint));
     return result;
+  }
+
+  /// Aᴴ (Aᵀ for real values) as a distributed matrix: its rows partitioned as this matrix's
+  /// columns and its columns as these rows. Collective (one assembly); differentiable in values().
+  [[nodiscard]] DSparseTensor adjoint() const {
+    const auto [v, r, c] = detail::csr_to_coo(local_);
+    const auto global_col = at::cat({domain_->owned(), plan_->ghosts}).index_select(0, c.to(at::kLong));
+    const auto global_row = layout_->owned().index_select(0, r.to(at::kLong));
+    FromLocalOptions o{.owned_rows = domain_->owned()};
+    if (domain_ != layout_) o.owned_cols = layout_->owned();
+    return from_local(local_.values.is_complex() ? local_.values.conj().resolve_conj() : local_.values, global_col,
+                      global_row, {n_, m_}, mesh_, o);
+  }
+
+  // ---- least squares (any shape) ---------------------------------------------------------------
+  /// min ‖A x − b‖² + damp² ‖x‖² by LSQR (SciPy's `lsqr`); b in the range, x in the domain.
+  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LeastSquaresOptions& options = {}) const {
+    return least_squares(b, options, "lsqr", detail::lsqr);
+  }
+  /// The same problem by LSMR (SciPy's `lsmr`): ‖Aᴴ r‖ decreases monotonically.
+  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LeastSquaresOptions& options = {}) const {
+    return least_squares(b, options, "lsmr", detail::lsmr);
   }
 
   // ---- values --------------------------------------------------------------------------------
@@ -400,9 +467,11 @@ class DSparseTensor final : public detail::Operator {
   }
   /// Row sums (axis 1, A 1) or column sums (axis 0, A^T 1), as a distributed vector.
   [[nodiscard]] DVector sum(int axis) const {
-    const auto ones = DVector(layout_, at::ones({layout_->local_size()}, local_.values.options().requires_grad(false)));
-    if (axis == 1 || axis == -1) return matvec(ones);
-    if (axis == 0 || axis == -2) return rmatvec(ones);
+    const auto ones = [&](const std::shared_ptr<const RowLayout>& l) {
+      return DVector(l, at::ones({l->local_size()}, local_.values.options().requires_grad(false)));
+    };
+    if (axis == 1 || axis == -1) return matvec(ones(domain_));
+    if (axis == 0 || axis == -2) return rmatvec(ones(layout_));
     throw Error("DSparseTensor::sum: axis must be 0, 1, -1 or -2, got " + std::to_string(axis));
   }
   [[nodiscard]] at::Tensor mean() const { return sum() / static_cast<double>(std::max<std::int64_t>(global_nnz(), 1)); }
@@ -425,27 +494,41 @@ class DSparseTensor final : public detail::Operator {
   }
 
  private:
-  DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, detail::Triples t)
-      : mesh_(std::move(mesh)), layout_(std::move(layout)), n_(layout_->global_size()) {
-    const auto n_owned = layout_->local_size();
-    const auto owned_col = layout_->is_owned(t.cols);
+  DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, std::shared_ptr<const RowLayout> domain,
+                detail::Triples t)
+      : mesh_(std::move(mesh)), layout_(std::move(layout)), domain_(std::move(domain)),
+        m_(layout_->global_size()), n_(domain_->global_size()) {
+    const auto n_owned = domain_->local_size();
+    const auto owned_col = domain_->is_owned(t.cols);
     const auto ghosts = std::get<0>(at::_unique(t.cols.masked_select(~owned_col), /*sorted=*/true));
-    plan_ = HaloPlan::build(layout_, ghosts);
+    plan_ = HaloPlan::build(domain_, ghosts);
     scratch_ = detail::HaloScratch(plan_);
     // Global ghost index -> ghost slot (the plan orders ghosts by owner, then index).
     const auto [sorted_ghosts, slot_of_sorted] = plan_->ghosts.sort();
     auto local_col = at::empty_like(t.cols);
-    local_col.masked_scatter_(owned_col, layout_->local_index(t.cols.masked_select(owned_col)));
+    local_col.masked_scatter_(owned_col, domain_->local_index(t.cols.masked_select(owned_col)));
     local_col.masked_scatter_(~owned_col, slot_of_sorted.index_select(
                                               0, at::searchsorted(sorted_ghosts, t.cols.masked_select(~owned_col))) +
                                               n_owned);
-    local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, n_owned, plan_->local_size());
+    local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, layout_->local_size(),
+                                plan_->local_size());
     split_blocks();
+  }
+
+  /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back
+  /// while the diagonal block runs.
+  void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
+    auto ghosts = at::zeros({plan_->ghost_count()}, y.options());
+    detail::spmv_transpose_rows_add(off_, off_rows_, y, ghosts, conjugate);
+    scratch_.exchange()->start_reverse(ghosts);
+    x.zero_();
+    detail::spmv_transpose_add(diag_, y, x, 0, diag_.rows, conjugate);
+    scratch_.exchange()->finish_reverse(x);
   }
 
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
   void split_blocks() {
-    const auto n_owned = layout_->local_size();
+    const auto n_rows = layout_->local_size(), n_owned = domain_->local_size();
     const auto [v, r, c] = detail::csr_to_coo(local_);
     const auto in_diag = c < n_owned;
     diag_pos_ = in_diag.nonzero().flatten();
@@ -453,7 +536,7 @@ class DSparseTensor final : public detail::Operator {
     const auto off_r = r.index_select(0, off_pos_);
     off_rows_ = std::get<0>(at::_unique(off_r, /*sorted=*/true)).contiguous();
     diag_ = detail::coo_to_csr(at::zeros({diag_pos_.numel()}, v.options()), r.index_select(0, diag_pos_),
-                               c.index_select(0, diag_pos_), n_owned, n_owned);
+                               c.index_select(0, diag_pos_), n_rows, n_owned);
     off_ = detail::coo_to_csr(at::zeros({off_pos_.numel()}, v.options()), at::searchsorted(off_rows_, off_r),
                               c.index_select(0, off_pos_) - n_owned, off_rows_.numel(), plan_->ghost_count());
     diag_ = detail::compact_rowptr(std::move(diag_));
@@ -488,25 +571,178 @@ class DSparseTensor final : public detail::Operator {
     return v;
   }
 
-  void check_vector(const DVector& x, const char* op) const {
+  /// `x` must be in partition `l` (the range's or the domain's). The size test is local but the
+  /// sizes are global, so every rank throws together; same_as is collective.
+  void check_vector(const DVector& x, const char* op, const RowLayout& l) const {
     if (!x.defined()) throw Error(std::string("DSparseTensor::") + op + ": undefined vector");
-    if (x.layout() != layout_ && !x.layout()->same_as(*layout_))
-      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's partition, got another (" +
-                  x.layout()->difference(*layout_) + "); make it with scatter(), vector() or zeros() of this matrix");
+    const char* side = &l == domain_.get() && m_ != n_ ? "domain" : "range";
+    if (x.size() != l.global_size())
+      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side + " (" +
+                  std::to_string(l.global_size()) + " rows), got " + std::to_string(x.size()) + " rows");
+    if (x.layout().get() != &l && !x.layout()->same_as(l))
+      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side +
+                  " partition, got another (" + x.layout()->difference(l) +
+                  "); make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
-  /// Global size and dtype must be the same on every rank: a fault string, empty when they agree.
-  static std::string agree_across_ranks(MPI_Comm comm, std::int64_t n, at::ScalarType dtype) {
-    std::array<std::int64_t, 4> v{n, -n, static_cast<std::int64_t>(dtype), -static_cast<std::int64_t>(dtype)};
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), 4, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
-    if (v[0] != -v[1]) return "DSparseTensor::from_local: ranks disagree on the global shape";
-    if (v[2] != -v[3]) return "DSparseTensor::from_local: ranks pass values of different dtypes";
+  /// `solve` of an (n_local, k) block (see there).
+  [[nodiscard]] SolveResult solve_block(const DVector& b, const SolveOptions& options) const {
+    if (options.x0 && (options.x0->local().dim() != 2 || options.x0->columns() != b.columns()))
+      throw Error("DSparseTensor::solve: x0 must be a block of " + std::to_string(b.columns()) +
+                  " columns like b, got shape " + std::string(c10::str(options.x0->local().sizes())));
+    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    if (options.method == Method::cg && !options.custom_preconditioner && record == 0) {
+      const auto start = MPI_Wtime();
+      std::shared_ptr<const detail::PreconditionerOp> precond;
+      bool reused = false;
+      if (options.preconditioner != Preconditioner::none)
+        std::tie(precond, reused) = preconditioner_cache_.get(
+            options.preconditioner, options.preconditioner_options, local_.values, layout_->comm(), [&] {
+              return detail::make_preconditioner(
+                  options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
+                  [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+            });
+      const auto setup = MPI_Wtime() - start;
+      auto result = detail::block_cg(*this, b.like(b.local().detach().to(dtype()).contiguous()), precond.get(), options);
+      result.info.setup_seconds = setup;
+      result.info.preconditioner_reused = reused;
+      return result;
+    }
+    SolveResult out;
+    std::vector<at::Tensor> xs;
+    for (std::int64_t j = 0; j < b.columns(); ++j) {
+      auto o = options;
+      if (options.x0) o.x0 = options.x0->like(options.x0->local().select(1, j).contiguous());
+      auto r = solve(b.like(b.local().select(1, j).contiguous()), o);
+      xs.push_back(r.x.local());
+      out.info.columns.push_back(std::move(r.info));
+    }
+    out.x = DVector(layout_, at::stack(xs, 1));
+    out.info.converged = true;
+    out.info.reason = out.info.columns.empty() ? StopReason::zero_rhs : out.info.columns.front().reason;
+    for (const auto& c : out.info.columns) {
+      out.info.iterations = std::max(out.info.iterations, c.iterations);
+      out.info.residual_norm = std::max(out.info.residual_norm, c.residual_norm);
+      out.info.rhs_norm = std::max(out.info.rhs_norm, c.rhs_norm);
+      out.info.seconds += c.seconds;
+      if (!c.converged && out.info.converged) {
+        out.info.converged = false;
+        out.info.reason = c.reason;
+      }
+    }
+    return out;
+  }
+
+  /// The solve without autograd, and the preconditioner it used (null: none).
+  [[nodiscard]] std::pair<SolveResult, std::shared_ptr<const detail::PreconditionerOp>> solve_detached(
+      const DVector& b, const SolveOptions& options) const {
+    const auto start = MPI_Wtime();
+    auto make = [&] {
+      return detail::make_preconditioner(
+          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
+          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+    };
+    auto precond = detail::custom_preconditioner(options, layout_, "DSparseTensor::solve");
+    bool reused = false;
+    if (!precond && options.preconditioner != Preconditioner::none)
+      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
+                                                            local_.values, layout_->comm(), make);
+    const auto setup = MPI_Wtime() - start;
+    auto result = detail::krylov_solve(*this, b, precond.get(), options);
+    result.info.setup_seconds = setup;
+    result.info.preconditioner_reused = reused;
+    return {std::move(result), std::move(precond)};
+  }
+
+  /// λ = A⁻ᴴ g for the backward of `solve`: CG and MINRES assume A = Aᴴ, so they reuse A and the
+  /// forward's preconditioner; the other methods solve with the assembled Aᴴ (kept while the
+  /// values are unchanged) and its own preconditioner of the same kind (a custom one is for A, so
+  /// it is dropped). A stop without convergence is an Error on every rank.
+  [[nodiscard]] at::Tensor adjoint_solve(const at::Tensor& g, const std::shared_ptr<const detail::PreconditionerOp>& m,
+                                         const SolveOptions& options) const {
+    auto o = options;
+    o.x0.reset();
+    o.monitor = {};
+    o.residual_history = false;
+    const auto rhs = DVector(layout_, g.to(dtype()).contiguous());
+    SolveResult r;
+    if (o.method == Method::cg || o.method == Method::minres) {
+      r = detail::krylov_solve(*this, rhs, m.get(), o);
+    } else {
+      o.custom_preconditioner = {};
+      const auto& H = adjoint_cache_->get(local_.values, layout_->comm(), [this] { return adjoint(); });
+      r = H.solve_detached(DVector(H.layout(), rhs.local()), o).first;
+    }
+    if (!r.info.converged)
+      throw Error(std::string("DSparseTensor::solve (backward): the adjoint solve by ") + to_string(o.method) +
+                  " did not converge (" + to_string(r.info.reason) + " after " + std::to_string(r.info.iterations) +
+                  " iterations); loosen rtol or raise maxiter");
+    return r.x.local();
+  }
+
+  /// The assembled Aᴴ of the last backward, shared by copies and rebuilt when the values change
+  /// (the same key as the preconditioner cache: the values' storage and version).
+  class AdjointCache {
+   public:
+    template <class Make>
+    const DSparseTensor& get(const at::Tensor& values, MPI_Comm comm, Make&& make) {
+      std::lock_guard lock(mutex_);
+      int reuse = matrix_ && impl_ == values.unsafeGetTensorImpl() && version_ == values._version() ? 1 : 0;
+      comm::check(MPI_Allreduce(MPI_IN_PLACE, &reuse, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+      if (reuse == 0) {
+        matrix_ = std::make_shared<const DSparseTensor>(make());
+        impl_ = values.unsafeGetTensorImpl();
+        version_ = values._version();
+      }
+      return *matrix_;
+    }
+   private:
+    std::mutex mutex_;
+    std::shared_ptr<const DSparseTensor> matrix_;
+    const void* impl_ = nullptr;
+    std::uint32_t version_ = 0;
+  };
+
+  template <class Method>
+  [[nodiscard]] LeastSquaresResult least_squares(const DVector& b, const LeastSquaresOptions& options,
+                                                 const char* name, Method method) const {
+    const auto op = std::string(name);
+    check_vector(b, op.c_str(), *layout_);
+    if (options.x0) check_vector(*options.x0, (op + " (x0)").c_str(), *domain_);
+    if (!(options.damp >= 0.0) || !(options.atol >= 0.0) || !(options.btol >= 0.0) || !(options.conlim >= 0.0) ||
+        options.maxiter < 0)
+      throw Error("DSparseTensor::" + op + ": expected damp, atol, btol, conlim and maxiter >= 0, got damp " +
+                  std::to_string(options.damp) + ", atol " + std::to_string(options.atol) + ", btol " +
+                  std::to_string(options.btol) + ", conlim " + std::to_string(options.conlim) + ", maxiter " +
+                  std::to_string(options.maxiter));
+    return method(*this, b.like(b.local().detach().to(dtype()).contiguous()), options);
+  }
+
+  /// Methods for A x = b need a square matrix whose domain is partitioned as its range.
+  void check_square(const char* method) const {
+    if (m_ != n_)
+      throw Error(std::string("DSparseTensor::solve: ") + method + " needs a square matrix, got shape (" +
+                  std::to_string(m_) + ", " + std::to_string(n_) + "); use lsqr or lsmr for least squares");
+    if (domain_ != layout_ && !domain_->same_as(*layout_))
+      throw Error(std::string("DSparseTensor::solve: ") + method +
+                  " needs the columns partitioned as the rows (from_local's owned_cols differs from owned_rows)");
+  }
+
+  /// Global shape and dtype must be the same on every rank: a fault string, empty when they agree.
+  static std::string agree_across_ranks(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype) {
+    const auto d = static_cast<std::int64_t>(dtype);
+    std::array<std::int64_t, 6> v{shape[0], -shape[0], shape[1], -shape[1], d, -d};
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), 6, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
+    if (v[0] != -v[1] || v[2] != -v[3]) return "DSparseTensor::from_local: ranks disagree on the global shape";
+    if (v[4] != -v[5]) return "DSparseTensor::from_local: ranks pass values of different dtypes";
     return {};
   }
 
   Mesh mesh_;
-  std::shared_ptr<const RowLayout> layout_;
-  std::int64_t n_ = 0;
+  std::shared_ptr<const RowLayout> layout_;  // range (rows)
+  std::shared_ptr<const RowLayout> domain_;  // domain (columns); == layout_ for a square matrix
+  std::int64_t m_ = 0, n_ = 0;
   std::shared_ptr<const HaloPlan> plan_;
   Csr local_;     // owned rows x (owned + ghost) columns, the differentiable values
   Csr diag_;      // owned x owned
@@ -515,6 +751,7 @@ class DSparseTensor final : public detail::Operator {
   mutable detail::HaloScratch scratch_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
+  std::shared_ptr<AdjointCache> adjoint_cache_ = std::make_shared<AdjointCache>();
 };
 
 }  // namespace einshard::sparse

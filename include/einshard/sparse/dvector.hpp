@@ -33,7 +33,8 @@ struct GatherRowsOp final : comm::CommOp {
 class DVector {
  public:
   DVector() = default;
-  /// `local`: this rank's owned entries, in the layout's (ascending global) order.
+  /// `local`: this rank's owned entries, in the layout's (ascending global) order: (n_local,) for
+  /// one vector, (n_local, k) for k of them (a block of right-hand sides or solutions).
   DVector(std::shared_ptr<const RowLayout> layout, at::Tensor local)
       : layout_(std::move(layout)), local_(std::move(local)) {
     if (!layout_) throw Error("DVector: no layout");
@@ -50,7 +51,9 @@ class DVector {
   }
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const { return layout_; }
   [[nodiscard]] std::int64_t size() const { return layout_->global_size(); }
-  [[nodiscard]] std::int64_t local_size() const { return local_.numel(); }
+  [[nodiscard]] std::int64_t local_size() const { return local_.size(0); }
+  /// Vectors held: 1, or k for an (n_local, k) block.
+  [[nodiscard]] std::int64_t columns() const { return local_.dim() == 2 ? local_.size(1) : 1; }
   [[nodiscard]] at::ScalarType dtype() const { return local_.scalar_type(); }
   [[nodiscard]] bool defined() const { return layout_ != nullptr; }
 
@@ -72,9 +75,9 @@ class DVector {
 
   /// Throws unless `local` is an owned slice of this vector's layout.
   void check_local(const at::Tensor& local, const char* op) const {
-    if (!local.defined() || local.dim() != 1 || local.numel() != layout_->local_size())
-      throw Error(std::string(op) + ": expected an owned slice of length " +
-                  std::to_string(layout_->local_size()) + ", got " +
+    if (!local.defined() || (local.dim() != 1 && local.dim() != 2) || local.size(0) != layout_->local_size())
+      throw Error(std::string(op) + ": expected an owned slice of shape (" + std::to_string(layout_->local_size()) +
+                  ") or (" + std::to_string(layout_->local_size()) + ", k), got " +
                   (local.defined() ? "shape " + std::string(c10::str(local.sizes())) : std::string("an undefined tensor")));
   }
 

@@ -93,21 +93,24 @@ class HaloExchange {
 
   /// Posts the receives into `ghosts` (length ghost_count()) and sends the owned values of `owned`
   /// (length owned()) that the neighbours need. Both must stay alive until finish().
+  /// A 2-D (owned, k) block exchanges whole rows of k values: one message per neighbour for all
+  /// k vectors (ghosts then (ghost_count, k), row-major).
   void start(const at::Tensor& owned, const at::Tensor& ghosts) {
     const auto& p = *plan_;
     const auto elem = comm::datatype(owned.scalar_type());
-    const auto size = owned.element_size();
+    const std::int64_t k = owned.dim() == 2 ? owned.size(1) : 1;
+    const auto size = owned.element_size() * k;
     requests_.clear();
     auto* recv = static_cast<char*>(ghosts.data_ptr());
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
-      post(MPI_Irecv(recv + p.recv_offsets[i] * size, comm::count(p.recv_offsets[i + 1] - p.recv_offsets[i]),
+      post(MPI_Irecv(recv + p.recv_offsets[i] * size, comm::count((p.recv_offsets[i + 1] - p.recv_offsets[i]) * k),
                      elem, p.recv_ranks[i], tag, p.layout->comm(), &next()));
     if (p.send_ranks.empty()) return;
     auto& buffer = buffer_for(owned, p.send_count());
     at::index_select_out(buffer, owned, 0, p.send_rows);
     auto* send = static_cast<char*>(buffer.data_ptr());
     for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
-      post(MPI_Isend(send + p.send_offsets[i] * size, comm::count(p.send_offsets[i + 1] - p.send_offsets[i]),
+      post(MPI_Isend(send + p.send_offsets[i] * size, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * k),
                      elem, p.send_ranks[i], tag, p.layout->comm(), &next()));
   }
   void finish() { wait(); }
@@ -153,9 +156,13 @@ class HaloExchange {
                   "MPI_Waitall");
     requests_.clear();
   }
+  /// n rows shaped like `like`'s (1-D, or rows of like.size(1) values).
   at::Tensor& buffer_for(const at::Tensor& like, std::int64_t n) {
-    if (!buffer_.defined() || buffer_.scalar_type() != like.scalar_type() || buffer_.numel() != n)
-      buffer_ = at::empty({n}, like.options().requires_grad(false));
+    const bool block = like.dim() == 2;
+    if (!buffer_.defined() || buffer_.scalar_type() != like.scalar_type() || buffer_.dim() != like.dim() ||
+        buffer_.size(0) != n || (block && buffer_.size(1) != like.size(1)))
+      buffer_ = block ? at::empty({n, like.size(1)}, like.options().requires_grad(false))
+                      : at::empty({n}, like.options().requires_grad(false));
     return buffer_;
   }
 

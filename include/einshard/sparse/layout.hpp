@@ -172,20 +172,23 @@ class RowLayout {
 
   /// The global vector, in global order, on every rank (all-gathers of the owned slices and,
   /// unless the partition is contiguous in rank order, of their row indices).
+  /// A 2-D (n_local, k) slice gathers to (n, k).
   [[nodiscard]] at::Tensor gather(const at::Tensor& local) const {
     const int p = size();
     const auto x = local.contiguous();
-    const auto counts = gathered_counts();
+    const std::int64_t k = x.dim() == 2 ? x.size(1) : 1;
+    auto counts = gathered_counts();
+    for (auto& c : counts) c = comm::count(c * k);
     std::vector<int> displs(static_cast<std::size_t>(p), 0);
     for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    auto all = at::empty({n_}, x.options());
+    auto all = x.dim() == 2 ? at::empty({n_, k}, x.options()) : at::empty({n_}, x.options());
     comm::check(MPI_Allgatherv(x.data_ptr(), comm::count(x.numel()), comm::datatype(x.scalar_type()),
                                all.data_ptr(), counts.data(), displs.data(),
                                comm::datatype(x.scalar_type()), *comm_),
                 "MPI_Allgatherv");
     const auto& order = gathered_rows();
     if (!order.defined()) return all;
-    auto out = at::empty({n_}, x.options());
+    auto out = at::empty_like(all);
     out.index_copy_(0, order, all);
     return out;
   }
