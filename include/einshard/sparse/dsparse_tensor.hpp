@@ -26,6 +26,7 @@
 #include "einshard/exec/autograd.hpp"
 #include "einshard/exec/steps.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/sparse/amg.hpp"
 #include "einshard/sparse/batch.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
@@ -280,9 +281,13 @@ class DSparseTensor final : public detail::Operator {
     check_vector(b, "solve");
     const auto start = MPI_Wtime();
     auto make = [&] {
+      const detail::LocalRows rows{local_, layout_->local_size(), layout_->comm()};
+      if (options.preconditioner == Preconditioner::amg)
+        return detail::make_amg(rows, shape()[0], shape()[1], [this](const at::Tensor& owned) { return exchange_->ghosts_of(owned); },
+                                options.preconditioner_options.amg);
       return detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
-          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+          options.preconditioner, rows, [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); },
+          options.preconditioner_options);
     };
     std::shared_ptr<const detail::PreconditionerOp> precond;
     bool reused = false;
@@ -303,6 +308,7 @@ class DSparseTensor final : public detail::Operator {
     }();
     result.info.setup_seconds = setup;
     result.info.preconditioner_reused = reused;
+    std::tie(result.info.levels, result.info.operator_complexity) = precond->hierarchy();
     return result;
   }
 

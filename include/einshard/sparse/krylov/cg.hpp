@@ -1,10 +1,10 @@
 #pragma once
 /// @file
-/// Distributed preconditioned conjugate gradients, in two organisations of the reductions
-/// (`CgVariant`): Hestenes–Stiefel with two all-reduces per iteration, and Chronopoulos–Gear with
-/// one. The vector updates and the dots are fused (krylov/kernels.hpp) and the product returns
-/// its own dot (`Operator::apply`), so an unpreconditioned standard iteration streams the matrix
-/// once and the vectors in three passes.
+/// Distributed preconditioned conjugate gradients, in three organisations of the reductions
+/// (`CgVariant`): Hestenes–Stiefel with two all-reduces per iteration, Chronopoulos–Gear with
+/// one, and pipelined with one non-blocking (krylov/pipecg.hpp). The vector updates and the dots
+/// are fused (krylov/kernels.hpp) and the product returns its own dot (`Operator::apply`), so an
+/// unpreconditioned standard iteration streams the matrix once and the vectors in three passes.
 
 #include <mpi.h>
 
@@ -18,6 +18,7 @@
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/krylov/kernels.hpp"
+#include "einshard/sparse/krylov/pipecg.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
@@ -26,6 +27,7 @@ namespace einshard::sparse::detail {
 
 inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
                       const SolveOptions& o) {
+  if (o.cg_variant == CgVariant::pipelined) return pipecg(A, b, kind, m, o);
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();
   SolveResult result;
