@@ -151,6 +151,8 @@ TEST_CASE("AMG options: every smoother, coarsening and cycle converges to the sa
       {.cycle = sp::AmgCycle::w},
       {.max_levels = 2},
       {.cycles = 2},
+      {.coarsening = C::falgout, .interpolation = I::classical, .max_elements = 0, .smoother = S::hybrid_gauss_seidel,
+       .cf_order = true},  // PETSc's PCHYPRE settings
   };
   int default_iterations = 0;
   for (std::size_t i = 0; i < variants.size(); ++i) {

@@ -159,15 +159,13 @@ class AmgOp final : public PreconditionerOp {
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 
-  /// `cycles` cycles on A z = r from z = 0 (collective).
+  /// `cycles` cycles on A z = r from z = 0 (collective). hypre's vectors borrow r's and z's
+  /// memory for the call (as PETSc's PCHYPRE does), so nothing is copied; BoomerAMG reads b only.
   void apply(const at::Tensor& r, at::Tensor& z) const override {
     const auto src = r.contiguous();
-    auto* b = local_data(par_b_);
-    auto* x = local_data(par_x_);
-    std::copy_n(src.data_ptr<double>(), n_, b);
-    std::fill_n(x, n_, 0.0);
+    z.zero_();
+    Borrow b(par_b_, const_cast<double*>(src.data_ptr<double>())), x(par_x_, z.data_ptr<double>());
     HYPRE_BoomerAMGSolve(solver_, par_a_, par_b_, par_x_);
-    std::copy_n(x, n_, z.data_ptr<double>());
   }
   [[nodiscard]] std::string name() const override { return "amg(boomeramg)"; }
   [[nodiscard]] std::pair<int, double> hierarchy() const override { return {levels_, complexity_}; }
@@ -180,9 +178,21 @@ class AmgOp final : public PreconditionerOp {
     }();
     (void)done;
   }
-  static double* local_data(HYPRE_ParVector v) {
-    return hypre_VectorData(hypre_ParVectorLocalVector(reinterpret_cast<hypre_ParVector*>(v)));
-  }
+  /// Points a hypre vector's local data at `data` until destroyed (its own array is restored).
+  class Borrow {
+   public:
+    Borrow(HYPRE_ParVector v, double* data)
+        : local_(hypre_ParVectorLocalVector(reinterpret_cast<hypre_ParVector*>(v))), own_(hypre_VectorData(local_)) {
+      hypre_VectorData(local_) = data;
+    }
+    Borrow(const Borrow&) = delete;
+    Borrow& operator=(const Borrow&) = delete;
+    ~Borrow() { hypre_VectorData(local_) = own_; }
+
+   private:
+    hypre_Vector* local_;
+    double* own_;
+  };
 
   void build_matrix(const LocalRows& rows, std::int64_t first, const at::Tensor& ghost_numbers) {
     n_ = rows.n_owned;
@@ -245,6 +255,7 @@ class AmgOp final : public PreconditionerOp {
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, up, 2);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, 9, 3);  // Gaussian elimination on the coarsest level
     HYPRE_BoomerAMGSetNumSweeps(solver_, o.sweeps);
+    HYPRE_BoomerAMGSetRelaxOrder(solver_, o.cf_order ? 1 : 0);
     HYPRE_BoomerAMGSetCycleType(solver_, o.cycle == AmgCycle::v ? 1 : 2);
     HYPRE_BoomerAMGSetMaxLevels(solver_, o.max_levels);
     // A preconditioner: a fixed number of cycles, no convergence test (tol 0 also skips the

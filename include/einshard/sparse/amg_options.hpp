@@ -52,6 +52,9 @@ struct AmgOptions {
   int max_levels = 25;             ///< hypre's default
   int aggressive_levels = 0;       ///< levels of aggressive coarsening (1 is hypre's 3-D advice)
   int cycles = 1;                  ///< V/W-cycles per application of the preconditioner
+  /// Relax the coarse points, then the fine ones (hypre's relax order 1, PETSc's PCHYPRE default)
+  /// instead of in row order (hypre's default, 0).
+  bool cf_order = false;
   friend bool operator==(const AmgOptions&, const AmgOptions&) = default;
 };
 

@@ -61,17 +61,29 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
 
   if (o.cg_variant == CgVariant::standard) {
     auto p = z.clone();
+    // A multigrid cycle costs many products: test ‖r‖ before applying it, at the price of a third
+    // all-reduce per iteration, so that the converged iterate does not pay for one more cycle.
+    const bool test_first = M.general() && m->hierarchy().first > 0;
     for (int k = 1;; ++k) {
       const double pap = sum_real<1>({A.apply(p, q, p)}, comm)[0];
       if (progress.check_same_sign(rz, pap)) break;
       const double alpha = rz / pap;
       auto dots = cg_update(x, r, p, q, alpha, M.diagonal, z);
-      if (M.general()) {
+      std::array<double, 2> red{};
+      if (test_first) {
+        red[1] = sum_real<1>({dots[1]}, comm)[0];
+        if (progress.record(k, std::sqrt(red[1]))) break;
         M.apply(r, z);
-        dots[0] = local_dot(r, z);
+        red[0] = sum_real<1>({local_dot(r, z)}, comm)[0];
+        if (progress.check_nonzero(red[0])) break;
+      } else {
+        if (M.general()) {
+          M.apply(r, z);
+          dots[0] = local_dot(r, z);
+        }
+        red = sum_real<2>(dots, comm);
+        if (progress.record(k, std::sqrt(red[1])) || progress.check_nonzero(red[0])) break;
       }
-      const auto red = sum_real<2>(dots, comm);
-      if (progress.record(k, std::sqrt(red[1])) || progress.check_nonzero(red[0])) break;
       const double beta = red[0] / rz;
       rz = red[0];
       at::add_out(p, M.identity ? r : z, p, beta);
