@@ -60,10 +60,16 @@
 #include <einshard/sparse.hpp>
 
 #include "../common.hpp"
+#include "petsc_support.hpp"
 
 namespace es = einshard;
 namespace sp = einshard::sparse;
+using einshard_bench::as_tensor;
+using einshard_bench::assemble_aij;
 using einshard_bench::median;
+using einshard_bench::poisson_rows;
+using einshard_bench::Rows;
+using einshard_bench::split;
 using einshard_bench::timed;
 
 namespace {
@@ -77,22 +83,6 @@ struct Config {
   std::vector<std::string> solvers{"es_amg", "es_amg_f", "es_jacobi", "petsc_hypre", "petsc_hypre_x", "petsc_gamg"};
   bool amg = true, pipecg = false;
 };
-
-void petsc_check(PetscErrorCode code, const char* what) {
-  if (code != 0) throw std::runtime_error(std::string("PETSc call failed: ") + what);
-}
-#define PETSC(call) petsc_check((call), #call)
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    const auto end = s.find(',', start);
-    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) return out;
-    start = end + 1;
-  }
-}
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -123,44 +113,6 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-/// This rank's rows [lo, hi) of the Poisson matrix, CSR with ascending global columns.
-struct Rows {
-  std::int64_t lo = 0, hi = 0;
-  std::vector<std::int64_t> rowptr{0}, row, col;
-  std::vector<double> val;
-};
-
-Rows poisson_rows(const Config& c, std::int64_t lo, std::int64_t hi) {
-  Rows r;
-  r.lo = lo;
-  r.hi = hi;
-  const auto g = c.grid;
-  const bool three = c.problem == "poisson3d";
-  const std::int64_t plane = g * g;
-  for (std::int64_t i = lo; i < hi; ++i) {
-    const auto x = i % g, y = (i / g) % g, z = three ? i / plane : 0;
-    const auto add = [&](bool inside, std::int64_t j, double v) {
-      if (!inside) return;
-      r.row.push_back(i);
-      r.col.push_back(j);
-      r.val.push_back(v);
-    };
-    add(three && z > 0, i - plane, -1);
-    add(y > 0, i - g, -1);
-    add(x > 0, i - 1, -1);
-    add(true, i, three ? 6 : 4);
-    add(x + 1 < g, i + 1, -1);
-    add(y + 1 < g, i + g, -1);
-    add(three && z + 1 < g, i + plane, -1);
-    r.rowptr.push_back(static_cast<std::int64_t>(r.val.size()));
-  }
-  return r;
-}
-
-at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
-  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
-}
-
 double max_over_ranks(double t) {
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return t;
@@ -171,23 +123,7 @@ struct Petsc {
   Mat A = nullptr;
   Vec b = nullptr, x = nullptr;
 
-  Petsc(const Rows& rows, std::int64_t n) {
-    const auto nloc = static_cast<PetscInt>(rows.hi - rows.lo);
-    PETSC(MatCreate(PETSC_COMM_WORLD, &A));
-    PETSC(MatSetSizes(A, nloc, nloc, static_cast<PetscInt>(n), static_cast<PetscInt>(n)));
-    PETSC(MatSetType(A, MATAIJ));
-    PETSC(MatSeqAIJSetPreallocation(A, 7, nullptr));
-    PETSC(MatMPIAIJSetPreallocation(A, 7, nullptr, 4, nullptr));
-    std::vector<PetscInt> cols;
-    for (std::int64_t i = 0; i < rows.hi - rows.lo; ++i) {
-      const auto begin = rows.rowptr[static_cast<std::size_t>(i)], end = rows.rowptr[static_cast<std::size_t>(i) + 1];
-      cols.assign(rows.col.begin() + begin, rows.col.begin() + end);
-      const PetscInt row = static_cast<PetscInt>(rows.lo + i);
-      PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), rows.val.data() + begin,
-                         INSERT_VALUES));
-    }
-    PETSC(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
-    PETSC(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  Petsc(const Rows& rows, std::int64_t n) : A(assemble_aij(rows, n)) {
     PETSC(MatCreateVecs(A, &x, &b));
     PETSC(VecSet(b, 1.0));
   }
@@ -261,7 +197,7 @@ int run(const Config& cfg) {
   const std::int64_t g = cfg.grid, n = cfg.problem == "poisson3d" ? g * g * g : g * g;
   const std::int64_t block = (n + p - 1) / p;
   const std::int64_t lo = std::min<std::int64_t>(rank * block, n), hi = std::min<std::int64_t>(lo + block, n);
-  const Rows rows = poisson_rows(cfg, lo, hi);
+  const Rows rows = poisson_rows(g, lo, hi, cfg.problem == "poisson3d");
   es::Mesh mesh(MPI_COMM_WORLD, {p}, {"rows"});
   const auto values = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
                                     at::kDouble).clone();
@@ -388,35 +324,8 @@ int run(const Config& cfg) {
   return 0;
 }
 
-int threads_from_env() {
-  const char* v = std::getenv("EINSHARD_NUM_THREADS");
-  const int t = v ? std::atoi(v) : 1;
-  return t > 0 ? t : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int code = 0;
-  try {
-    const Config cfg = parse(argc, argv);
-    at::set_num_threads(threads_from_env());
-    petsc_check(PetscInitializeNoArguments(), "PetscInitializeNoArguments");
-    try {
-      code = run(cfg);
-    } catch (...) {
-      PetscFinalize();
-      throw;
-    }
-    petsc_check(PetscFinalize(), "PetscFinalize");
-  } catch (const std::exception& e) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "einshard_bench_sparse_amg (rank %d): %s\n", rank, e.what());
-    code = 1;
-  }
-  if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
-  MPI_Finalize();
-  return code;
+  return einshard_bench::petsc_main(argc, argv, "einshard_bench_sparse_amg", parse, run);
 }
