@@ -70,8 +70,15 @@
 
 #include <einshard/sparse.hpp>
 
+#include "petsc_support.hpp"
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
+using einshard_bench::as_tensor;
+using einshard_bench::assemble_aij;
+using einshard_bench::poisson_rows;
+using einshard_bench::Rows;
+using einshard_bench::split;
 
 namespace {
 
@@ -89,11 +96,6 @@ struct Config {
   bool one_pass = false;      ///< gmres: one Gram–Schmidt pass (PETSc's default) instead of DGKS
 };
 
-void petsc_check(PetscErrorCode code, const char* what) {
-  if (code != 0) throw std::runtime_error(std::string("PETSc call failed: ") + what);
-}
-#define PETSC(call) petsc_check((call), #call)
-
 int world_rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -103,18 +105,6 @@ int world_size() {
   int p = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   return p;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const auto end = s.find(',', start);
-    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
 }
 
 Config parse(int argc, char** argv) {
@@ -174,64 +164,13 @@ double timed(const std::function<void()>& f) {
   return max_over_ranks(MPI_Wtime() - t0);
 }
 
-/// This rank's rows of the 5-point Poisson matrix in COO with global indices.
-struct Rows {
-  std::int64_t lo = 0, hi = 0;
-  std::vector<std::int64_t> row, col;
-  std::vector<double> val;
-  std::vector<std::int64_t> rowptr;  // local CSR view of the same entries, for PETSc
-};
-
-Rows poisson_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
-  Rows r;
-  r.lo = lo;
-  r.hi = hi;
-  r.rowptr.push_back(0);
-  for (std::int64_t i = lo; i < hi; ++i) {
-    const auto x = i % g, y = i / g;
-    auto add = [&](std::int64_t j, double v) {
-      r.row.push_back(i);
-      r.col.push_back(j);
-      r.val.push_back(v);
-    };
-    // Ascending column order, as PETSc's MatSetValues likes it.
-    if (y > 0) add(i - g, -1);
-    if (x > 0) add(i - 1, -1);
-    add(i, 4);
-    if (x + 1 < g) add(i + 1, -1);
-    if (y + 1 < g) add(i + g, -1);
-    r.rowptr.push_back(static_cast<std::int64_t>(r.val.size()));
-  }
-  return r;
-}
-
-at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
-  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
-}
-
 /// PETSc's side: the same rows as an MPIAIJ (SEQAIJ on one rank) matrix and a CG solver.
 struct Petsc {
   Mat A = nullptr;
   Vec b = nullptr, x = nullptr, y = nullptr;
   KSP ksp = nullptr;
 
-  Petsc(const Rows& rows, std::int64_t n) {
-    const auto nloc = static_cast<PetscInt>(rows.hi - rows.lo);
-    PETSC(MatCreate(PETSC_COMM_WORLD, &A));
-    PETSC(MatSetSizes(A, nloc, nloc, static_cast<PetscInt>(n), static_cast<PetscInt>(n)));
-    PETSC(MatSetType(A, MATAIJ));
-    PETSC(MatSeqAIJSetPreallocation(A, 5, nullptr));
-    PETSC(MatMPIAIJSetPreallocation(A, 5, nullptr, 2, nullptr));
-    std::vector<PetscInt> cols;
-    for (std::int64_t i = 0; i < rows.hi - rows.lo; ++i) {
-      const auto begin = rows.rowptr[static_cast<std::size_t>(i)], end = rows.rowptr[static_cast<std::size_t>(i) + 1];
-      cols.assign(rows.col.begin() + begin, rows.col.begin() + end);
-      const PetscInt row = static_cast<PetscInt>(rows.lo + i);
-      PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), rows.val.data() + begin,
-                         INSERT_VALUES));
-    }
-    PETSC(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
-    PETSC(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  Petsc(const Rows& rows, std::int64_t n) : A(assemble_aij(rows, n)) {
     PETSC(MatCreateVecs(A, &x, &b));
     PETSC(VecDuplicate(b, &y));
     PETSC(VecSet(b, 1.0));
@@ -499,33 +438,8 @@ int run(const Config& cfg) {
   return 0;
 }
 
-int threads_from_env() {
-  const char* v = std::getenv("EINSHARD_NUM_THREADS");
-  const int t = v ? std::atoi(v) : 1;
-  return t > 0 ? t : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int code = 0;
-  try {
-    const Config cfg = parse(argc, argv);
-    at::set_num_threads(threads_from_env());
-    petsc_check(PetscInitializeNoArguments(), "PetscInitializeNoArguments");
-    try {
-      code = run(cfg);
-    } catch (...) {
-      PetscFinalize();
-      throw;
-    }
-    petsc_check(PetscFinalize(), "PetscFinalize");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "einshard_bench_sparse_cg (rank %d): %s\n", world_rank(), e.what());
-    code = 1;
-  }
-  if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
-  MPI_Finalize();
-  return code;
+  return einshard_bench::petsc_main(argc, argv, "einshard_bench_sparse_cg", parse, run);
 }

@@ -29,6 +29,7 @@
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/sparse/amg.hpp"
 #include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
@@ -597,16 +598,14 @@ class DSparseTensor final : public detail::Operator {
       std::shared_ptr<const detail::PreconditionerOp> precond;
       bool reused = false;
       if (options.preconditioner != Preconditioner::none)
-        std::tie(precond, reused) = preconditioner_cache_.get(
-            options.preconditioner, options.preconditioner_options, local_.values, layout_->comm(), [&] {
-              return detail::make_preconditioner(
-                  options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
-                  [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
-            });
+        std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
+                                                              local_.values, layout_->comm(),
+                                                              [&] { return make_preconditioner(options); });
       const auto setup = MPI_Wtime() - start;
       auto result = detail::block_cg(*this, b.like(b.local().detach().to(dtype()).contiguous()), precond.get(), options);
       result.info.setup_seconds = setup;
       result.info.preconditioner_reused = reused;
+      if (precond) std::tie(result.info.levels, result.info.operator_complexity) = precond->hierarchy();
       return result;
     }
     SolveResult out;
@@ -634,24 +633,35 @@ class DSparseTensor final : public detail::Operator {
     return out;
   }
 
+  /// A built-in preconditioner of `options` for this matrix. AMG's hierarchy spans the ranks, so
+  /// it needs the global numbering of the halo columns, which only the distributed matrix has.
+  [[nodiscard]] std::unique_ptr<detail::PreconditionerOp> make_preconditioner(const SolveOptions& options) const {
+    const detail::LocalRows rows{local_, layout_->local_size(), layout_->comm()};
+    if (options.preconditioner == Preconditioner::amg)
+      return detail::make_amg(
+          rows, shape()[0], shape()[1],
+          [exchange = scratch_.exchange()](const at::Tensor& owned) { return exchange->ghosts_of(owned); },
+          options.preconditioner_options.amg);
+    return detail::make_preconditioner(
+        options.preconditioner, rows, [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); },
+        options.preconditioner_options);
+  }
+
   /// The solve without autograd, and the preconditioner it used (null: none).
   [[nodiscard]] std::pair<SolveResult, std::shared_ptr<const detail::PreconditionerOp>> solve_detached(
       const DVector& b, const SolveOptions& options) const {
     const auto start = MPI_Wtime();
-    auto make = [&] {
-      return detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
-          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
-    };
     auto precond = detail::custom_preconditioner(options, layout_, "DSparseTensor::solve");
     bool reused = false;
     if (!precond && options.preconditioner != Preconditioner::none)
       std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
-                                                            local_.values, layout_->comm(), make);
+                                                            local_.values, layout_->comm(),
+                                                            [&] { return make_preconditioner(options); });
     const auto setup = MPI_Wtime() - start;
     auto result = detail::krylov_solve(*this, b, precond.get(), options);
     result.info.setup_seconds = setup;
     result.info.preconditioner_reused = reused;
+    if (precond) std::tie(result.info.levels, result.info.operator_complexity) = precond->hierarchy();
     return {std::move(result), std::move(precond)};
   }
 

@@ -5,11 +5,14 @@
 
 #include <string>
 
+#include "einshard/sparse/amg_options.hpp"
+
 namespace einshard::sparse {
 
 /// Which preconditioner a solver applies. `block_jacobi` is a per-rank ILU(0), or IC(0) with
-/// `PreconditionerOptions::ic0`.
-enum class Preconditioner { none, jacobi, l1_jacobi, block_jacobi, chebyshev };
+/// `PreconditionerOptions::ic0`. `amg` is hypre's BoomerAMG over the whole matrix
+/// (`PreconditionerOptions::amg`; float64 only; an `Error` naming hypre in a build without it).
+enum class Preconditioner { none, jacobi, l1_jacobi, block_jacobi, chebyshev, amg };
 
 inline std::string to_string(Preconditioner kind) {
   switch (kind) {
@@ -18,6 +21,7 @@ inline std::string to_string(Preconditioner kind) {
     case Preconditioner::l1_jacobi: return "l1_jacobi";
     case Preconditioner::block_jacobi: return "block_jacobi";
     case Preconditioner::chebyshev: return "chebyshev";
+    case Preconditioner::amg: return "amg";
   }
   return "unknown";
 }
@@ -35,6 +39,7 @@ struct PreconditionerOptions {
   int chebyshev_degree = 3;           ///< degree of q: distributed matvecs per application (≥ 1)
   double chebyshev_lower = 1.0 / 30;  ///< lower bound as a fraction of λ_max, in (0, 1.1)
   int eig_iterations = 10;            ///< Lanczos steps of the λ_max estimate (≥ 1)
+  AmgOptions amg{};                   ///< amg: BoomerAMG's settings (sparse/amg_options.hpp)
 };
 
 }  // namespace einshard::sparse

@@ -36,8 +36,11 @@ inline const char* to_string(Method m) {
 /// How CG organises its reductions. `standard`: Hestenes–Stiefel, two all-reduces per iteration
 /// (<p, Ap>, then <r, z> with <r, r>). `single_reduction`: Chronopoulos–Gear, one all-reduce of
 /// (<r, u>, <Au, u>, <r, r>) per iteration, for latency-bound runs on many ranks; one extra
-/// vector update, slightly different rounding.
-enum class CgVariant { standard, single_reduction };
+/// vector update, slightly different rounding. `pipelined`: Ghysels–Vanroose (PETSc's KSPPIPECG),
+/// one non-blocking all-reduce per iteration overlapped with the product and the preconditioner,
+/// four more vectors, and a check of the true residual before it reports convergence
+/// (krylov/pipecg.hpp).
+enum class CgVariant { standard, single_reduction, pipelined };
 
 /// When GMRES's classical Gram–Schmidt runs a second pass. `if_needed` (DGKS): when the first
 /// cancelled more than half of ‖w‖², which keeps the basis orthogonal to rounding (on a PDE matrix
@@ -122,6 +125,10 @@ struct SolveOptions {
   bool residual_history = true;      ///< record every residual norm in `SolveInfo`
   /// Your own preconditioner, used instead of `preconditioner` (which must then stay `none`).
   PreconditionerFn custom_preconditioner{};
+  /// Pipelined CG: replace the recursive residual by b − A x (and rebuild the auxiliary vectors)
+  /// every this many iterations; 0: only when the recursive one passes the stop test and the true
+  /// one does not. See krylov/pipecg.hpp.
+  int residual_replacement = 0;
 };
 
 struct SolveInfo {
@@ -139,6 +146,8 @@ struct SolveInfo {
   /// Several right-hand sides (`solve` of an (n_local, k) block): each column's own record; the
   /// fields above then summarize them (converged: all did; iterations, norms: the largest).
   std::vector<SolveInfo> columns;
+  int levels = 0;                      ///< multigrid preconditioners: levels of the hierarchy
+  double operator_complexity = 0.0;    ///< multigrid: Σ nnz(A_level) / nnz(A), the setup's memory factor
 };
 
 struct SolveResult {
