@@ -33,20 +33,22 @@ struct GatherRowsOp final : exec::CommOp {
 class DVector {
  public:
   DVector() = default;
-  /// `local`: this rank's owned entries, in the layout's (ascending global) order.
+  /// `local`: this rank's owned entries, in the layout's (ascending global) order; (n_local,) or,
+  /// for k vectors sharing the partition, (n_local, k).
   DVector(std::shared_ptr<const RowLayout> layout, at::Tensor local)
       : layout_(std::move(layout)), local_(std::move(local)) {
     if (!layout_) throw Error("DVector: no layout");
-    if (local_.dim() != 1 || local_.numel() != layout_->local_size())
+    // A multi-vector (k columns, e.g. eigenvectors) is an owned slice (n_local, k).
+    if ((local_.dim() != 1 && local_.dim() != 2) || local_.size(0) != layout_->local_size())
       throw Error("DVector: expected an owned slice of length " + std::to_string(layout_->local_size()) +
-                  ", got shape " + std::string(c10::str(local_.sizes())));
+                  " (or n_local x k), got shape " + std::string(c10::str(local_.sizes())));
   }
 
   [[nodiscard]] const at::Tensor& local() const { return local_; }
   [[nodiscard]] at::Tensor& local() { return local_; }
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const { return layout_; }
   [[nodiscard]] std::int64_t size() const { return layout_->global_size(); }
-  [[nodiscard]] std::int64_t local_size() const { return local_.numel(); }
+  [[nodiscard]] std::int64_t local_size() const { return local_.size(0); }
   [[nodiscard]] at::ScalarType dtype() const { return local_.scalar_type(); }
   [[nodiscard]] bool defined() const { return layout_ != nullptr; }
 
