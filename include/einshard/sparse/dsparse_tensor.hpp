@@ -14,6 +14,7 @@
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,6 +54,18 @@ namespace einshard::sparse {
 class BatchSparseTensor;
 class DBatchSparseTensor;
 inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
+
+// Results and options of the operations defined in graph.hpp, io.hpp, eigsh.hpp, logdet.hpp and
+// nonlinear.hpp (included by <einshard/sparse.hpp>).
+struct Components;
+struct EigshOptions;
+struct EigshResult;
+struct LogdetOptions;
+struct NewtonOptions;
+struct NewtonResult;
+struct NonlinearResidual;
+/// g(u) or g'(u) on the owned slice of u (nonlinear_solve's pointwise term).
+using PointwiseFunction = std::function<at::Tensor(const at::Tensor&)>;
 
 /// Options of `DSparseTensor::from_local`.
 struct FromLocalOptions {
@@ -493,6 +506,38 @@ class DSparseTensor final : public detail::Operator {
     comm::check(MPI_Allreduce(MPI_IN_PLACE, &m, 1, MPI_DOUBLE, MPI_MAX, layout_->comm()), "MPI_Allreduce");
     return m;
   }
+
+  // ---- graphs, files, spectra, determinants, Newton (each defined in its own header) ----------
+  /// Labels of the connected components of the symmetrised pattern (graph.hpp). Collective.
+  [[nodiscard]] Components connected_components() const;
+  /// Writes `directory` (created if needed): one file per partition, then the metadata (io.hpp).
+  void save(const std::string& directory) const;
+  /// Reads a saved matrix at any world size (io.hpp). Collective over `mesh`.
+  static DSparseTensor load(const std::string& directory, const Mesh& mesh);
+  /// k eigenpairs by LOBPCG with a sharded basis (eigsh.hpp). Collective.
+  [[nodiscard]] EigshResult eigsh() const;
+  [[nodiscard]] EigshResult eigsh(const EigshOptions& options) const;
+  /// Newton-Krylov for A u + g(u) = 0 with g pointwise, or for a general residual (nonlinear.hpp).
+  [[nodiscard]] NewtonResult nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg, const DVector& u0) const;
+  [[nodiscard]] NewtonResult nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg, const DVector& u0,
+                                             const NewtonOptions& options) const;
+  [[nodiscard]] NewtonResult nonlinear_solve(const NonlinearResidual& residual, const DVector& u0,
+                                             const NewtonOptions& options) const;
+  /// log det A by stochastic Lanczos quadrature, distributed and differentiable (logdet.hpp).
+  [[nodiscard]] at::Tensor logdet() const;
+  [[nodiscard]] at::Tensor logdet(const LogdetOptions& options) const;
+  /// Gathering fallbacks that do not scale: the whole matrix on every rank (gathered.hpp).
+  [[nodiscard]] at::Tensor full_tensor() const;
+  [[nodiscard]] double det() const;
+  [[nodiscard]] at::Tensor svd(std::int64_t k = 6) const;
+  [[nodiscard]] double condition_number() const;
+  /// A^T and A^H with the same row partition; each entry travels to its column's owner (queries.hpp).
+  [[nodiscard]] DSparseTensor T() const;
+  [[nodiscard]] DSparseTensor H() const;
+  [[nodiscard]] bool is_symmetric(double atol = 1e-8, double rtol = 1e-5) const;
+  [[nodiscard]] bool is_hermitian(double atol = 1e-8, double rtol = 1e-5) const;
+  /// A X for a block X whose owned slice is (n_local, m): one halo exchange for the whole block.
+  [[nodiscard]] at::Tensor apply_block(const at::Tensor& x) const;
 
  private:
   DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, std::shared_ptr<const RowLayout> domain,

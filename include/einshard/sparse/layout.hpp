@@ -176,19 +176,25 @@ class RowLayout {
   [[nodiscard]] at::Tensor gather(const at::Tensor& local) const {
     const int p = size();
     const auto x = local.contiguous();
-    const std::int64_t k = x.dim() == 2 ? x.size(1) : 1;
+    // Rows of a multi-vector (n_local, k) travel whole: counts and offsets in values, k per row.
+    std::vector<std::int64_t> shape{n_};
+    std::int64_t width = 1;
+    for (std::int64_t d = 1; d < x.dim(); ++d) {
+      shape.push_back(x.size(d));
+      width *= x.size(d);
+    }
     auto counts = gathered_counts();
-    for (auto& c : counts) c = comm::count(c * k);
+    for (auto& c : counts) c = comm::count(c * width);
     std::vector<int> displs(static_cast<std::size_t>(p), 0);
     for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    auto all = x.dim() == 2 ? at::empty({n_, k}, x.options()) : at::empty({n_}, x.options());
+    auto all = at::empty(shape, x.options());
     comm::check(MPI_Allgatherv(x.data_ptr(), comm::count(x.numel()), comm::datatype(x.scalar_type()),
                                all.data_ptr(), counts.data(), displs.data(),
                                comm::datatype(x.scalar_type()), *comm_),
                 "MPI_Allgatherv");
     const auto& order = gathered_rows();
     if (!order.defined()) return all;
-    auto out = at::empty_like(all);
+    auto out = at::empty(shape, x.options());
     out.index_copy_(0, order, all);
     return out;
   }
