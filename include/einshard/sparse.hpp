@@ -4,7 +4,6 @@
 /// einshard::sparse;`.
 #include "einshard/error.hpp"
 #include "einshard/sparse/batch.hpp"
-#include "einshard/sparse/block_product.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"

@@ -536,8 +536,17 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] DSparseTensor H() const;
   [[nodiscard]] bool is_symmetric(double atol = 1e-8, double rtol = 1e-5) const;
   [[nodiscard]] bool is_hermitian(double atol = 1e-8, double rtol = 1e-5) const;
-  /// A X for a block X whose owned slice is (n_local, m): one halo exchange for the whole block.
-  [[nodiscard]] at::Tensor apply_block(const at::Tensor& x) const;
+  /// A X for a block X whose owned slice is (n_local, m): one halo exchange for the whole block,
+  /// each stored entry read once for all m columns (LOBPCG's and the probes' products).
+  [[nodiscard]] at::Tensor apply_block(const at::Tensor& x) const {
+    if (x.dim() != 2 || x.size(0) != layout_->local_size())
+      throw Error("DSparseTensor::apply_block: expected an owned block (" + std::to_string(layout_->local_size()) +
+                  ", m), got shape " + std::string(c10::str(x.sizes())));
+    const auto xc = x.detach().to(dtype()).contiguous();
+    auto y = at::empty_like(xc);
+    apply_block(xc, y);
+    return y;
+  }
 
  private:
   DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, std::shared_ptr<const RowLayout> domain,

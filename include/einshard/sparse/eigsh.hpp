@@ -30,7 +30,6 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/block_product.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/random.hpp"

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
-#include "einshard/sparse/block_product.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/eigsh.hpp"
 #include "einshard/sparse/queries.hpp"
@@ -125,8 +124,8 @@ inline at::Tensor DSparseTensor::logdet(const LogdetOptions& options) const {
     solved.push_back(solve(b, {.method = Method::cg, .rtol = options.gradient_rtol, .maxiter = 100000}).x.local());
   }
   const auto u = at::stack(solved, 1).contiguous();
-  const auto u_all = at::cat({u, exchange_->ghosts_of(u)});
-  const auto z_all = at::cat({z, exchange_->ghosts_of(z)});
+  const auto u_all = at::cat({u, scratch_.exchange()->ghosts_of(u)});
+  const auto z_all = at::cat({z, scratch_.exchange()->ghosts_of(z)});
   const auto [v, r, c] = detail::csr_to_coo(local_);
   const auto cols = c.to(at::kLong);
   const auto zr = z.index_select(0, r), ur = u.index_select(0, r);

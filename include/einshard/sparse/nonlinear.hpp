@@ -175,7 +175,7 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
 
 inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg,
                                                    const DVector& u0, const NewtonOptions& options) const {
-  check_vector(u0, "nonlinear_solve");
+  check_vector(u0, "nonlinear_solve", *layout_);
   if (!g || !dg) throw Error("DSparseTensor::nonlinear_solve: expected g and g' (dg), got an empty function");
   at::NoGradGuard no_grad;
   // Positions of the stored diagonal in values(): J's values are A's plus g'(u) there.
@@ -211,7 +211,7 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
 
 inline NewtonResult DSparseTensor::nonlinear_solve(const NonlinearResidual& residual, const DVector& u0,
                                                    const NewtonOptions& options) const {
-  check_vector(u0, "nonlinear_solve");
+  check_vector(u0, "nonlinear_solve", *layout_);
   if (!residual.residual || !residual.jvp)
     throw Error("DSparseTensor::nonlinear_solve: expected a residual and its jvp (J v), got an empty function");
   at::NoGradGuard no_grad;
