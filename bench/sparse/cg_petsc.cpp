@@ -67,6 +67,8 @@
 
 #include <einshard/sparse.hpp>
 
+#include "petsc_matrix.hpp"
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -84,9 +86,7 @@ struct Config {
   bool one_pass = false;      ///< gmres: one Gram–Schmidt pass (PETSc's default) instead of DGKS
 };
 
-void petsc_check(PetscErrorCode code, const char* what) {
-  if (code != 0) throw std::runtime_error(std::string("PETSc call failed: ") + what);
-}
+using einshard_bench::petsc_check;
 #define PETSC(call) petsc_check((call), #call)
 
 int world_rank() {
@@ -209,22 +209,7 @@ struct Petsc {
   KSP ksp = nullptr;
 
   Petsc(const Rows& rows, std::int64_t n) {
-    const auto nloc = static_cast<PetscInt>(rows.hi - rows.lo);
-    PETSC(MatCreate(PETSC_COMM_WORLD, &A));
-    PETSC(MatSetSizes(A, nloc, nloc, static_cast<PetscInt>(n), static_cast<PetscInt>(n)));
-    PETSC(MatSetType(A, MATAIJ));
-    PETSC(MatSeqAIJSetPreallocation(A, 5, nullptr));
-    PETSC(MatMPIAIJSetPreallocation(A, 5, nullptr, 2, nullptr));
-    std::vector<PetscInt> cols;
-    for (std::int64_t i = 0; i < rows.hi - rows.lo; ++i) {
-      const auto begin = rows.rowptr[static_cast<std::size_t>(i)], end = rows.rowptr[static_cast<std::size_t>(i) + 1];
-      cols.assign(rows.col.begin() + begin, rows.col.begin() + end);
-      const PetscInt row = static_cast<PetscInt>(rows.lo + i);
-      PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), rows.val.data() + begin,
-                         INSERT_VALUES));
-    }
-    PETSC(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
-    PETSC(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+    A = einshard_bench::petsc_matrix(rows.rowptr, rows.col, rows.val, rows.lo, rows.hi - rows.lo, n, n, 5, 2);
     PETSC(MatCreateVecs(A, &x, &b));
     PETSC(VecDuplicate(b, &y));
     PETSC(VecSet(b, 1.0));

@@ -296,14 +296,16 @@ class DSparseTensor final : public detail::Operator {
 
   /// Y = A X for an (owned, k) block: one halo exchange of whole rows for all k columns, and each
   /// stored entry read once (block_kernels.hpp).
-  void apply_block(const at::Tensor& x, at::Tensor& y) const override {
+  std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
     const auto k = x.size(1);
     if (!ghost_block_.defined() || ghost_block_.scalar_type() != x.scalar_type() || ghost_block_.size(1) != k)
       ghost_block_ = at::empty({plan_->ghost_count(), k}, x.options().requires_grad(false));
+    std::vector<double> dots(w.defined() ? static_cast<std::size_t>(k) : 0, 0.0);
     exchange_->start(x, ghost_block_);
-    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false);
+    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false, w, dots.data());
     exchange_->finish();
-    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghost_block_, y, /*accumulate=*/true);
+    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghost_block_, y, /*accumulate=*/true, w, dots.data());
+    return dots;
   }
 
   /// x = Aᴴ y on owned slices (y: range, x: domain), the adjoint half of the least-squares methods.

@@ -152,6 +152,33 @@ inline void least_squares_finish(LeastSquaresResult& r, bool zero_rhs) {
                    info.reason == StopReason::converged_atol;
 }
 
+/// One iteration's estimates (the stop test uses r2norm, the damped residual both minimize).
+struct LeastSquaresEstimates {
+  double normr, r2norm, normar, norma, conda, normx;
+};
+
+/// Stores an iteration's estimates in `res`, records r2norm, and applies the stop rules: true to
+/// stop (`res.istop` set).
+inline bool least_squares_iteration(LeastSquaresResult& res, const LeastSquaresOptions& o, int itn, int maxiter,
+                                    double normb, const LeastSquaresEstimates& e) {
+  res.normr = e.normr;
+  res.r2norm = e.r2norm;
+  res.normar = e.normar;
+  res.norma = e.norma;
+  res.conda = e.conda;
+  res.normx = e.normx;
+  least_squares_record(res, o, itn, e.r2norm);
+  res.istop = least_squares_istop(itn, maxiter, normb, e.r2norm, e.normar, e.norma, e.conda, e.normx, o);
+  return res.istop != 0;
+}
+
+/// b = 0: x = 0 exactly, whatever x0 was (istop 0, reason zero_rhs).
+inline void least_squares_zero_rhs(LeastSquaresResult& res, const LeastSquaresOptions& o, at::Tensor& x) {
+  x.zero_();
+  least_squares_record(res, o, 0, 0.0);
+  least_squares_finish(res, /*zero_rhs=*/true);
+}
+
 /// The start both methods share: x = x0 (or 0), u = b − A x0, ‖b‖ and ‖u‖ in one all-reduce.
 struct LeastSquaresStart {
   at::Tensor x, u;

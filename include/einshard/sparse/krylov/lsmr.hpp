@@ -32,9 +32,7 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
   res.x = DVector(A.domain_layout(), x);
   res.info.rhs_norm = normb;
   if (normb == 0.0) {
-    x.zero_();
-    least_squares_record(res, o, 0, 0.0);
-    least_squares_finish(res, /*zero_rhs=*/true);
+    least_squares_zero_rhs(res, o, x);
     return res;
   }
   GolubKahan gk(A, u0);
@@ -55,7 +53,6 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     least_squares_finish(res, false);
     return res;
   }
-  int istop = 0;
   for (int itn = 1;; ++itn) {
     const auto s = gk.next_u<6>({local_dot(x, x), local_dot(x, h), local_dot(x, hbar), local_dot(h, h),
                                  local_dot(h, hbar), local_dot(hbar, hbar)});
@@ -108,17 +105,11 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     if (itn > 1) minrbar = std::min(minrbar, rhobarold);
     const double condA = std::max(maxrbar, rhotemp) / std::min(minrbar, rhotemp);
     // LSMR's estimate is of the damped residual ‖[b; 0] − [A; damp I] x‖ (SciPy's normr).
-    res.r2norm = normr;
-    res.normr = std::sqrt(std::max(0.0, normr * normr - damp * damp * normx * normx));
-    res.normar = std::abs(zetabar);
-    res.norma = normA;
-    res.conda = condA;
-    res.normx = normx;
-    least_squares_record(res, o, itn, normr);
-    istop = least_squares_istop(itn, maxiter, normb, normr, res.normar, normA, condA, normx, o);
-    if (istop != 0) break;
+    const double undamped = std::sqrt(std::max(0.0, normr * normr - damp * damp * normx * normx));
+    if (least_squares_iteration(res, o, itn, maxiter, normb,
+                                {undamped, normr, std::abs(zetabar), normA, condA, normx}))
+      break;
   }
-  res.istop = istop;
   res.info.seconds = MPI_Wtime() - t0;
   least_squares_finish(res, false);
   return res;

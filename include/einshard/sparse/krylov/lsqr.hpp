@@ -27,10 +27,8 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
   auto [x, u0, normb, normu2] = least_squares_start(A, b.local(), o);
   res.x = DVector(A.domain_layout(), x);
   res.info.rhs_norm = normb;
-  if (normb == 0.0) {  // x = 0 exactly, whatever x0 was
-    x.zero_();
-    least_squares_record(res, o, 0, 0.0);
-    least_squares_finish(res, /*zero_rhs=*/true);
+  if (normb == 0.0) {
+    least_squares_zero_rhs(res, o, x);
     return res;
   }
   GolubKahan gk(A, u0);
@@ -49,7 +47,6 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
     least_squares_finish(res, false);
     return res;
   }
-  int istop = 0;
   for (int itn = 1;; ++itn) {
     gk.next_u<0>({});
     beta = gk.beta;
@@ -92,17 +89,10 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
     const double rnorm = std::sqrt(phibar * phibar + res2);
     const double arnorm = alfa * std::abs(tau);
     const double r1sq = rnorm * rnorm - dampsq * xxnorm;
-    res.normr = std::sqrt(std::abs(r1sq));
-    res.r2norm = rnorm;
-    res.normar = arnorm;
-    res.norma = anorm;
-    res.conda = acond;
-    res.normx = xnorm;
-    least_squares_record(res, o, itn, rnorm);
-    istop = least_squares_istop(itn, maxiter, normb, rnorm, arnorm, anorm, acond, xnorm, o);
-    if (istop != 0) break;
+    if (least_squares_iteration(res, o, itn, maxiter, normb,
+                                {std::sqrt(std::abs(r1sq)), rnorm, arnorm, anorm, acond, xnorm}))
+      break;
   }
-  res.istop = istop;
   res.info.seconds = MPI_Wtime() - t0;
   least_squares_finish(res, false);
   return res;
