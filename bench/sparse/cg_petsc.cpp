@@ -181,26 +181,18 @@ Rows poisson_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
   r.hi = hi;
   r.rowptr.push_back(0);
   for (std::int64_t i = lo; i < hi; ++i) {
-    const auto x = i % g, y = i / g;
     auto add = [&](std::int64_t j, double v) {
       r.row.push_back(i);
       r.col.push_back(j);
       r.val.push_back(v);
     };
-    // Ascending column order, as PETSc's MatSetValues likes it.
-    if (y > 0) add(i - g, -1);
-    if (x > 0) add(i - 1, -1);
-    add(i, 4);
-    if (x + 1 < g) add(i + 1, -1);
-    if (y + 1 < g) add(i + g, -1);
+    einshard_bench::poisson_row(g, i, add);
     r.rowptr.push_back(static_cast<std::int64_t>(r.val.size()));
   }
   return r;
 }
 
-at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
-  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
-}
+using einshard_bench::as_tensor;
 
 /// PETSc's side: the same rows as an MPIAIJ (SEQAIJ on one rank) matrix and a CG solver.
 struct Petsc {

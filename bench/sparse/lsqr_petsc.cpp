@@ -121,12 +121,7 @@ Rows rect_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
       r.val.push_back(v);
     };
     if (i < n) {
-      const auto x = i % g, y = i / g;
-      if (y > 0) add(i - g, -1);
-      if (x > 0) add(i - 1, -1);
-      add(i, 4);
-      if (x + 1 < g) add(i + 1, -1);
-      if (y + 1 < g) add(i + g, -1);
+      einshard_bench::poisson_row(g, i, add);
     } else {
       const auto j = i - n;
       add(j, 1);
@@ -137,9 +132,7 @@ Rows rect_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
   return r;
 }
 
-at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
-  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
-}
+using einshard_bench::as_tensor;
 
 struct PetscLsqr {
   Mat A = nullptr;

@@ -1,7 +1,9 @@
-// What the PETSc anchors of bench/sparse share: the error check and an MPIAIJ matrix assembled
-// from this rank's rows in local CSR form with global column indices.
+// What the PETSc anchors of bench/sparse share: the error check, an MPIAIJ matrix assembled from
+// this rank's rows in local CSR form with global column indices, the 5-point Poisson row both
+// libraries are given, and index vectors as tensors.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <petscmat.h>
 
 #include <cstdint>
@@ -41,6 +43,22 @@ inline Mat petsc_matrix(const std::vector<std::int64_t>& rowptr, const std::vect
   petsc_check(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY), "MatAssemblyBegin");
   petsc_check(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY), "MatAssemblyEnd");
   return A;
+}
+
+/// Row i of the 5-point Poisson matrix on a g × g grid (Dirichlet): add(column, value) per
+/// entry, in ascending column order, as PETSc's MatSetValues likes it.
+template <class Add>
+void poisson_row(std::int64_t g, std::int64_t i, Add&& add) {
+  const auto x = i % g, y = i / g;
+  if (y > 0) add(i - g, -1.0);
+  if (x > 0) add(i - 1, -1.0);
+  add(i, 4.0);
+  if (x + 1 < g) add(i + 1, -1.0);
+  if (y + 1 < g) add(i + g, -1.0);
+}
+
+inline at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
+  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
 }
 
 }  // namespace einshard_bench

@@ -24,15 +24,8 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
   const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::min<std::int64_t>(2 * n, 1 << 30));
   LeastSquaresResult res;
   const auto t0 = MPI_Wtime();
-  auto [x, u0, normb, normu2] = least_squares_start(A, b.local(), o);
-  res.x = DVector(A.domain_layout(), x);
-  res.info.rhs_norm = normb;
-  if (normb == 0.0) {
-    least_squares_zero_rhs(res, o, x);
-    return res;
-  }
-  GolubKahan gk(A, u0);
-  gk.begin(normu2);
+  auto [x, normb, gk, done] = least_squares_start(A, b, o, res);
+  if (done) return res;
   auto& v = gk.v;
   auto w = v.clone();
   const double damp = o.damp, dampsq = damp * damp;
