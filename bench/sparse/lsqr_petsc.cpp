@@ -29,10 +29,11 @@
 //   {"bench":"sparse_multi_rhs","ranks":P,"grid":g,"k":8,"iterations":...,"block_ms":...,
 //    "singles_ms":...,"throughput_ratio":singles / block}
 //
-// Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (backward grid), CG + Jacobi
+// Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (--multi-grid), CG + Jacobi
 // for exactly `--iters` iterations, against 8 single solves of its columns.
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
+//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs]
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -50,6 +51,7 @@
 #include <einshard/sparse.hpp>
 
 #include "../common.hpp"
+#include "petsc_matrix.hpp"
 
 namespace es = einshard;
 namespace sp = einshard::sparse;
@@ -63,17 +65,15 @@ namespace {
 /// one, einshard's header-only code included. So one counter sees both libraries' all-reduces.
 double allreduce_calls() { return static_cast<double>(petsc_allreduce_ct); }
 
-#define PETSC(call)                                                          \
-  do {                                                                       \
-    const PetscErrorCode petsc_code_ = (call);                               \
-    if (petsc_code_ != 0) throw std::runtime_error(std::string("PETSc: ") + #call); \
-  } while (0)
+#define PETSC(call) einshard_bench::petsc_check((call), #call)
 
 struct Config {
   std::int64_t grid = 500;
   int iters = 200;
   int reps = 5;
   std::int64_t backward_grid = 200;
+  std::int64_t multi_grid = 300;
+  bool lsqr = true, backward = true, multi_rhs = true;
 };
 
 Config parse(int argc, char** argv) {
@@ -88,6 +88,13 @@ Config parse(int argc, char** argv) {
     else if (a == "--iters") c.iters = std::stoi(next());
     else if (a == "--reps") c.reps = std::stoi(next());
     else if (a == "--backward-grid") c.backward_grid = std::stoll(next());
+    else if (a == "--multi-grid") c.multi_grid = std::stoll(next());
+    else if (a == "--cases") {
+      const auto v = next();
+      c.lsqr = v.find("lsqr") != std::string::npos;
+      c.backward = v.find("backward") != std::string::npos;
+      c.multi_rhs = v.find("multi_rhs") != std::string::npos;
+    }
     else throw std::runtime_error("unknown argument " + a);
   }
   return c;
@@ -114,12 +121,7 @@ Rows rect_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
       r.val.push_back(v);
     };
     if (i < n) {
-      const auto x = i % g, y = i / g;
-      if (y > 0) add(i - g, -1);
-      if (x > 0) add(i - 1, -1);
-      add(i, 4);
-      if (x + 1 < g) add(i + 1, -1);
-      if (y + 1 < g) add(i + g, -1);
+      einshard_bench::poisson_row(g, i, add);
     } else {
       const auto j = i - n;
       add(j, 1);
@@ -130,33 +132,15 @@ Rows rect_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
   return r;
 }
 
-at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
-  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
-}
+using einshard_bench::as_tensor;
 
 struct PetscLsqr {
   Mat A = nullptr;
   Vec b = nullptr, x = nullptr;
   KSP ksp = nullptr;
 
-  PetscLsqr(const Rows& rows, std::int64_t lo, std::int64_t mloc, std::int64_t nloc, std::int64_t m, std::int64_t n,
-            int iters) {
-    PETSC(MatCreate(PETSC_COMM_WORLD, &A));
-    PETSC(MatSetSizes(A, static_cast<PetscInt>(mloc), static_cast<PetscInt>(nloc), static_cast<PetscInt>(m),
-                      static_cast<PetscInt>(n)));
-    PETSC(MatSetType(A, MATAIJ));
-    PETSC(MatSeqAIJSetPreallocation(A, 5, nullptr));
-    PETSC(MatMPIAIJSetPreallocation(A, 5, nullptr, 3, nullptr));
-    std::vector<PetscInt> cols;
-    for (std::int64_t i = 0; i < mloc; ++i) {
-      const auto begin = rows.rowptr[static_cast<std::size_t>(i)], end = rows.rowptr[static_cast<std::size_t>(i) + 1];
-      cols.assign(rows.col.begin() + begin, rows.col.begin() + end);
-      const auto row = static_cast<PetscInt>(lo + i);
-      PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), rows.val.data() + begin,
-                         INSERT_VALUES));
-    }
-    PETSC(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
-    PETSC(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscLsqr(const Rows& rows, std::int64_t lo, std::int64_t nloc, std::int64_t m, std::int64_t n, int iters) {
+    A = einshard_bench::petsc_matrix(rows.rowptr, rows.col, rows.val, lo, nloc, m, n, 5, 5);
     PETSC(MatCreateVecs(A, &x, &b));
     PETSC(VecSet(b, 1.0));
     PETSC(KSPCreate(PETSC_COMM_WORLD, &ksp));
@@ -205,7 +189,7 @@ void run_lsqr(const Config& cfg) {
                                                {.owned_rows = at::arange(lo, hi, at::kLong),
                                                 .owned_cols = at::arange(clo, chi, at::kLong)});
   const auto b = D.vector(at::ones({hi - lo}, at::kDouble));
-  PetscLsqr petsc(rows, lo, hi - lo, chi - clo, m, n, cfg.iters);
+  PetscLsqr petsc(rows, lo, chi - clo, m, n, cfg.iters);
   const sp::LeastSquaresOptions o{.atol = 0.0, .btol = 0.0, .conlim = 0.0, .maxiter = cfg.iters,
                                   .residual_history = false};
   for (const std::string method : {"lsqr", "lsmr"}) {
@@ -248,24 +232,35 @@ void run_lsqr(const Config& cfg) {
   }
 }
 
-void run_backward(const Config& cfg) {
-  const auto g = cfg.backward_grid, n = g * g;
+/// The Poisson part alone (rows < N of rect_rows), square, contiguous rows.
+sp::DSparseTensor poisson(std::int64_t g, const es::Mesh& mesh) {
+  const auto n = g * g;
   const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
-  const auto rows = rect_rows(g, lo, hi);  // rows < N: the Poisson part
-  int P = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &P);
-  const auto mesh = es::Mesh(MPI_COMM_WORLD, {P}, {"x"});
+  const auto rows = rect_rows(g, lo, hi);
   const auto vals = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
                                   at::kDouble).clone();
-  const auto D = sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
-  const auto w = at::linspace(0.5, 1.5, hi - lo, at::kDouble);
+  return sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
+}
+
+int world_size() {
+  int p = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+
+void run_backward(const Config& cfg) {
+  const auto g = cfg.backward_grid;
+  const int P = world_size();
+  const auto D = poisson(g, es::Mesh(MPI_COMM_WORLD, {P}, {"x"}));
+  const auto n_local = D.layout()->local_size();
+  const auto w = at::linspace(0.5, 1.5, n_local, at::kDouble);
   for (const auto method : {sp::Method::cg, sp::Method::gmres}) {
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-8,
                              .residual_history = false};
     std::vector<double> t_fwd, t_bwd;
     int its = 0;
     for (int rep = 0; rep <= cfg.reps; ++rep) {  // rep 0: warm-up (and GMRES's Aᴴ assembly)
-      const auto b = at::ones({hi - lo}, at::kDouble).requires_grad_(true);
+      const auto b = at::ones({n_local}, at::kDouble).requires_grad_(true);
       sp::DVector x;
       const double f = timed([&] {
         auto r = D.solve(D.vector(b), o);
@@ -292,18 +287,12 @@ void run_backward(const Config& cfg) {
 /// D.solve(B) with an (n_local, 8) block against 8 single solves of the same columns, CG with
 /// Jacobi, exactly `iters` iterations each (rtol = atol = 0).
 void run_multi_rhs(const Config& cfg) {
-  const auto g = cfg.backward_grid, n = g * g;
+  const auto g = cfg.multi_grid;
   const std::int64_t k = 8;
-  const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
-  const auto rows = rect_rows(g, lo, hi);
-  int P = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &P);
-  const auto mesh = es::Mesh(MPI_COMM_WORLD, {P}, {"x"});
-  const auto vals = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
-                                  at::kDouble).clone();
-  const auto D = sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
+  const int P = world_size();
+  const auto D = poisson(g, es::Mesh(MPI_COMM_WORLD, {P}, {"x"}));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1 + world_rank());
-  const auto B = D.vector(at::rand({hi - lo, k}, gen, at::kDouble));
+  const auto B = D.vector(at::rand({D.layout()->local_size(), k}, gen, at::kDouble));
   std::vector<sp::DVector> cols;
   for (std::int64_t j = 0; j < k; ++j) cols.push_back(D.vector(B.local().select(1, j).contiguous()));
   const sp::SolveOptions o{.preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0, .maxiter = cfg.iters,
@@ -335,9 +324,9 @@ int main(int argc, char** argv) {
     at::set_num_threads(t && std::atoi(t) > 0 ? std::atoi(t) : 1);
     if (PetscInitializeNoArguments() != 0) throw std::runtime_error("PetscInitializeNoArguments failed");
     try {
-      run_lsqr(cfg);
-      run_backward(cfg);
-      run_multi_rhs(cfg);
+      if (cfg.lsqr) run_lsqr(cfg);
+      if (cfg.backward) run_backward(cfg);
+      if (cfg.multi_rhs) run_multi_rhs(cfg);
     } catch (...) {
       PetscFinalize();
       throw;

@@ -369,13 +369,15 @@ class DSparseTensor final : public detail::Operator {
 
   /// Y = A X for an (owned, k) block: one halo exchange of whole rows for all k columns, and each
   /// stored entry read once (block_kernels.hpp).
-  void apply_block(const at::Tensor& x, at::Tensor& y) const override {
+  std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
     const auto k = x.size(1);
     auto& ghosts = scratch_.ghosts(x);
+    std::vector<double> dots(w.defined() ? static_cast<std::size_t>(k) : 0, 0.0);
     scratch_.exchange()->start(x, ghosts);
-    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false);
+    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false, w, dots.data());
     scratch_.exchange()->finish();
-    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghosts, y, /*accumulate=*/true);
+    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghosts, y, /*accumulate=*/true, w, dots.data());
+    return dots;
   }
 
   /// x = Aᴴ y on owned slices (y: range, x: domain), the adjoint half of the least-squares methods.
@@ -544,7 +546,7 @@ class DSparseTensor final : public detail::Operator {
                   ", m), got shape " + std::string(c10::str(x.sizes())));
     const auto xc = x.detach().to(dtype()).contiguous();
     auto y = at::empty_like(xc);
-    apply_block(xc, y);
+    apply_block(xc, y, {});
     return y;
   }
 

@@ -9,6 +9,7 @@
 
 #include <complex>
 #include <memory>
+#include <vector>
 
 #include "einshard/error.hpp"
 
@@ -23,15 +24,19 @@ class Operator {
   /// y = A x (x, y: owned slices, contiguous, the operator's dtype); returns this rank's partial
   /// sum of conj(w_i) y_i when `w` is defined (zero otherwise). Collective.
   virtual std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const = 0;
-  /// Y = A X for k vectors at once, X and Y (owned, k) row-major; by default one product per
-  /// column (an operator that can do better, as DSparseTensor with one halo exchange for all k,
-  /// overrides it). Collective.
-  virtual void apply_block(const at::Tensor& x, at::Tensor& y) const {
+  /// Y = A X for k vectors at once, X and Y (owned, k) row-major, returning this rank's partial
+  /// Re <w_j, y_j> of every column when `w` is defined (empty otherwise). By default one product
+  /// per column; an operator that can do better (DSparseTensor: one halo exchange for all k)
+  /// overrides it. Collective.
+  virtual std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const {
+    std::vector<double> dots;
     for (std::int64_t j = 0; j < x.size(1); ++j) {
       auto yj = at::empty({y.size(0)}, y.options());
-      apply(x.select(1, j).contiguous(), yj, {});
+      const auto d = apply(x.select(1, j).contiguous(), yj, w.defined() ? w.select(1, j).contiguous() : at::Tensor());
+      if (w.defined()) dots.push_back(d.real());
       y.select(1, j).copy_(yj);
     }
+    return dots;
   }
   /// The partition of x (the columns); the row partition unless the operator is rectangular.
   [[nodiscard]] virtual const std::shared_ptr<const RowLayout>& domain_layout() const { return layout(); }

@@ -152,25 +152,62 @@ inline void least_squares_finish(LeastSquaresResult& r, bool zero_rhs) {
                    info.reason == StopReason::converged_atol;
 }
 
-/// The start both methods share: x = x0 (or 0), u = b − A x0, ‖b‖ and ‖u‖ in one all-reduce.
-struct LeastSquaresStart {
-  at::Tensor x, u;
-  double normb = 0.0, normu2 = 0.0;
+/// One iteration's estimates (the stop test uses r2norm, the damped residual both minimize).
+struct LeastSquaresEstimates {
+  double normr, r2norm, normar, norma, conda, normx;
 };
-inline LeastSquaresStart least_squares_start(const Operator& A, const at::Tensor& b, const LeastSquaresOptions& o) {
-  LeastSquaresStart s;
-  s.u = b.detach().contiguous().clone();
+
+/// Stores an iteration's estimates in `res`, records r2norm, and applies the stop rules: true to
+/// stop (`res.istop` set).
+inline bool least_squares_iteration(LeastSquaresResult& res, const LeastSquaresOptions& o, int itn, int maxiter,
+                                    double normb, const LeastSquaresEstimates& e) {
+  res.normr = e.normr;
+  res.r2norm = e.r2norm;
+  res.normar = e.normar;
+  res.norma = e.norma;
+  res.conda = e.conda;
+  res.normx = e.normx;
+  least_squares_record(res, o, itn, e.r2norm);
+  res.istop = least_squares_istop(itn, maxiter, normb, e.r2norm, e.normar, e.norma, e.conda, e.normx, o);
+  return res.istop != 0;
+}
+
+/// b = 0: x = 0 exactly, whatever x0 was (istop 0, reason zero_rhs).
+inline void least_squares_zero_rhs(LeastSquaresResult& res, const LeastSquaresOptions& o, at::Tensor& x) {
+  x.zero_();
+  least_squares_record(res, o, 0, 0.0);
+  least_squares_finish(res, /*zero_rhs=*/true);
+}
+
+/// The start both methods share: x = x0 (or 0), u = b − A x0 with ‖b‖ and ‖u‖ in one all-reduce,
+/// `res.x` and `res.info.rhs_norm` set, then b = 0 answered (`done`) or the bidiagonalization
+/// begun (v = Aᴴ u / ‖Aᴴ u‖).
+struct LeastSquaresStart {
+  at::Tensor x;
+  double normb;
+  GolubKahan gk;
+  bool done;
+};
+inline LeastSquaresStart least_squares_start(const Operator& A, const DVector& b, const LeastSquaresOptions& o,
+                                             LeastSquaresResult& res) {
+  const auto bl = b.local();
+  auto u = bl.detach().contiguous().clone();
   const auto n_local = A.domain_layout()->local_size();
-  s.x = o.x0 ? o.x0->local().detach().to(s.u.scalar_type()).contiguous().clone() : at::zeros({n_local}, s.u.options());
+  auto x = o.x0 ? o.x0->local().detach().to(u.scalar_type()).contiguous().clone() : at::zeros({n_local}, u.options());
   if (o.x0) {
-    auto q = at::empty_like(s.u);
-    A.apply(s.x, q, {});
-    s.u.sub_(q);
+    auto q = at::empty_like(u);
+    A.apply(x, q, {});
+    u.sub_(q);
   }
-  const auto n = sum_real<2>({local_dot(b, b), o.x0 ? local_dot(s.u, s.u) : std::complex<double>{}},
-                             A.layout()->comm());
-  s.normb = std::sqrt(n[0]);
-  s.normu2 = o.x0 ? n[1] : n[0];
+  const auto n = sum_real<2>({local_dot(bl, bl), o.x0 ? local_dot(u, u) : std::complex<double>{}}, A.layout()->comm());
+  const double normb = std::sqrt(n[0]), normu2 = o.x0 ? n[1] : n[0];
+  res.x = DVector(A.domain_layout(), x);
+  res.info.rhs_norm = normb;
+  LeastSquaresStart s{x, normb, GolubKahan(A, u), normb == 0.0};
+  if (s.done)
+    least_squares_zero_rhs(res, o, s.x);
+  else
+    s.gk.begin(normu2);
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/operator.hpp"
@@ -23,15 +24,11 @@
 
 namespace einshard::sparse::detail {
 
-/// Column sums of conj(a) * b, real parts, as doubles (the k local dots of a block).
-inline at::Tensor column_dots(const at::Tensor& a, const at::Tensor& b) {
-  const auto d = (a.is_complex() ? (a.conj() * b) : (a * b)).sum(0);
-  return (d.is_complex() ? at::real(d) : d).to(at::kDouble).contiguous();
-}
-
-inline void sum_in_place(at::Tensor& t, MPI_Comm comm) {
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_SUM, comm),
+/// Sums `v` over the ranks (one all-reduce of all k columns' values).
+inline std::vector<double> sum_over(std::vector<double> v, MPI_Comm comm) {
+  comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, comm),
               "MPI_Allreduce");
+  return v;
 }
 
 inline SolveResult block_cg(const Operator& A, const DVector& B, const PreconditionerOp* m, const SolveOptions& o) {
@@ -43,19 +40,15 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
   auto r = b.clone();
   auto q = at::empty_like(b);
   if (o.x0) {
-    A.apply_block(x, q);
+    (void)A.apply_block(x, q, {});
     r.sub_(q);
   }
-  // z = M⁻¹ r: a diagonal broadcast over the columns, or the operator column by column.
+  // z = M⁻¹ r: a diagonal fused into the update kernel, or a general operator column by column.
   const auto diag = m ? m->diagonal() : at::Tensor();
-  const auto d = diag.defined() ? diag.to(b.scalar_type()).unsqueeze(1).contiguous() : at::Tensor();
-  auto z = m ? at::empty_like(b) : r;
-  const auto precondition = [&] {
-    if (!m) return;
-    if (d.defined()) {
-      at::mul_out(z, r, d);
-      return;
-    }
+  const auto d = diag.defined() ? diag.to(b.scalar_type()).contiguous() : at::Tensor();
+  const bool general = m && !d.defined();
+  auto z = general ? at::empty_like(b) : r;  // a diagonal's z = d .* r is formed where needed
+  const auto apply_general = [&] {
     auto zj = at::empty({b.size(0)}, b.options());
     for (std::int64_t j = 0; j < k; ++j) {
       m->apply(r.select(1, j).contiguous(), zj);
@@ -69,11 +62,15 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
   progress.reserve(static_cast<std::size_t>(k));
   for (auto& c : info.columns) progress.emplace_back(o, c);
   const auto t0 = MPI_Wtime();
-  precondition();
+  if (general) apply_general();
   // One all-reduce: <r, z>, <r, r> and <b, b> of every column.
-  auto s = at::cat({column_dots(r, z), column_dots(r, r), column_dots(b, b)});
-  sum_in_place(s, comm);
-  const auto* sv = s.data_ptr<double>();
+  std::vector<double> init = d.defined() ? block_dots(r, r * d.unsqueeze(1)) : block_dots(r, z);
+  for (const at::Tensor& t : {r, b}) {
+    const auto more = block_dots(t, t);
+    init.insert(init.end(), more.begin(), more.end());
+  }
+  init = sum_over(std::move(init), comm);
+  const auto* sv = init.data();
   std::vector<double> rz(sv, sv + k);
   std::vector<char> active(static_cast<std::size_t>(k), 1);
   for (std::int64_t j = 0; j < k; ++j) {
@@ -90,46 +87,40 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
     }
     if (progress[c].record(0, std::sqrt(sv[k + j])) || progress[c].check_nonzero(rz[c])) active[c] = 0;
   }
-  auto p = z.clone();
-  auto alpha = at::zeros({k}, at::kDouble), beta = at::zeros({k}, at::kDouble);
+  auto p = d.defined() ? (r * d.unsqueeze(1)).contiguous() : z.clone();
+  std::vector<double> alpha(static_cast<std::size_t>(k)), beta(static_cast<std::size_t>(k));
   const auto count_active = [&] { return std::count(active.begin(), active.end(), 1); };
   for (int it = 1; count_active() > 0; ++it) {
-    A.apply_block(p, q);
-    auto pq = column_dots(p, q);
-    sum_in_place(pq, comm);
-    auto* av = alpha.data_ptr<double>();
+    const auto pq = sum_over(A.apply_block(p, q, p), comm);
     for (std::int64_t j = 0; j < k; ++j) {
       const auto c = static_cast<std::size_t>(j);
-      av[j] = 0.0;
+      alpha[c] = 0.0;
       if (!active[c]) continue;
-      if (progress[c].check_same_sign(rz[c], pq.data_ptr<double>()[j])) {
+      if (progress[c].check_same_sign(rz[c], pq[c])) {
         active[c] = 0;
         continue;
       }
-      av[j] = rz[c] / pq.data_ptr<double>()[j];
+      alpha[c] = rz[c] / pq[c];
     }
-    const auto a = alpha.to(b.scalar_type()).unsqueeze(0);
-    x.add_(p * a);
-    r.sub_(q * a);
-    precondition();
-    auto s2 = at::cat({column_dots(r, z), column_dots(r, r)});
-    sum_in_place(s2, comm);
-    const auto* s2v = s2.data_ptr<double>();
-    auto* bv = beta.data_ptr<double>();
+    auto s2 = block_cg_update(x, r, p, q, alpha, d);
+    if (general) {
+      apply_general();
+      const auto rz_local = block_dots(r, z);
+      std::copy(rz_local.begin(), rz_local.end(), s2.begin());
+    }
+    s2 = sum_over(std::move(s2), comm);
     for (std::int64_t j = 0; j < k; ++j) {
       const auto c = static_cast<std::size_t>(j);
-      bv[j] = 0.0;
+      beta[c] = 0.0;
       if (!active[c]) continue;
-      if (progress[c].record(it, std::sqrt(s2v[k + j])) || progress[c].check_nonzero(s2v[j])) {
+      if (progress[c].record(it, std::sqrt(s2[static_cast<std::size_t>(k + j)])) || progress[c].check_nonzero(s2[c])) {
         active[c] = 0;
         continue;
       }
-      bv[j] = s2v[j] / rz[c];
-      rz[c] = s2v[j];
+      beta[c] = s2[c] / rz[c];
+      rz[c] = s2[c];
     }
-    // p = z + β p for the active columns; a stopped column's direction becomes 0.
-    const auto keep = at::tensor(std::vector<double>(active.begin(), active.end()), at::kDouble);
-    p.mul_(beta.to(b.scalar_type()).unsqueeze(0)).add_(z * keep.to(b.scalar_type()).unsqueeze(0));
+    block_cg_direction(p, z, d, beta, active);
   }
   // The block's summary: converged when every column did; the worst column's numbers.
   info.converged = true;

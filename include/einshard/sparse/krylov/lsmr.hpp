@@ -28,17 +28,8 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
   const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::max<std::int64_t>(std::min(m, n), 1));
   LeastSquaresResult res;
   const auto t0 = MPI_Wtime();
-  auto [x, u0, normb, normu2] = least_squares_start(A, b.local(), o);
-  res.x = DVector(A.domain_layout(), x);
-  res.info.rhs_norm = normb;
-  if (normb == 0.0) {
-    x.zero_();
-    least_squares_record(res, o, 0, 0.0);
-    least_squares_finish(res, /*zero_rhs=*/true);
-    return res;
-  }
-  GolubKahan gk(A, u0);
-  gk.begin(normu2);
+  auto [x, normb, gk, done] = least_squares_start(A, b, o, res);
+  if (done) return res;
   auto& v = gk.v;
   const double damp = o.damp;
   double alpha = gk.alpha, beta = gk.beta;
@@ -55,7 +46,6 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     least_squares_finish(res, false);
     return res;
   }
-  int istop = 0;
   for (int itn = 1;; ++itn) {
     const auto s = gk.next_u<6>({local_dot(x, x), local_dot(x, h), local_dot(x, hbar), local_dot(h, h),
                                  local_dot(h, hbar), local_dot(hbar, hbar)});
@@ -108,17 +98,11 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     if (itn > 1) minrbar = std::min(minrbar, rhobarold);
     const double condA = std::max(maxrbar, rhotemp) / std::min(minrbar, rhotemp);
     // LSMR's estimate is of the damped residual ‖[b; 0] − [A; damp I] x‖ (SciPy's normr).
-    res.r2norm = normr;
-    res.normr = std::sqrt(std::max(0.0, normr * normr - damp * damp * normx * normx));
-    res.normar = std::abs(zetabar);
-    res.norma = normA;
-    res.conda = condA;
-    res.normx = normx;
-    least_squares_record(res, o, itn, normr);
-    istop = least_squares_istop(itn, maxiter, normb, normr, res.normar, normA, condA, normx, o);
-    if (istop != 0) break;
+    const double undamped = std::sqrt(std::max(0.0, normr * normr - damp * damp * normx * normx));
+    if (least_squares_iteration(res, o, itn, maxiter, normb,
+                                {undamped, normr, std::abs(zetabar), normA, condA, normx}))
+      break;
   }
-  res.istop = istop;
   res.info.seconds = MPI_Wtime() - t0;
   least_squares_finish(res, false);
   return res;

@@ -24,17 +24,8 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
   const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::min<std::int64_t>(2 * n, 1 << 30));
   LeastSquaresResult res;
   const auto t0 = MPI_Wtime();
-  auto [x, u0, normb, normu2] = least_squares_start(A, b.local(), o);
-  res.x = DVector(A.domain_layout(), x);
-  res.info.rhs_norm = normb;
-  if (normb == 0.0) {  // x = 0 exactly, whatever x0 was
-    x.zero_();
-    least_squares_record(res, o, 0, 0.0);
-    least_squares_finish(res, /*zero_rhs=*/true);
-    return res;
-  }
-  GolubKahan gk(A, u0);
-  gk.begin(normu2);
+  auto [x, normb, gk, done] = least_squares_start(A, b, o, res);
+  if (done) return res;
   auto& v = gk.v;
   auto w = v.clone();
   const double damp = o.damp, dampsq = damp * damp;
@@ -49,7 +40,6 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
     least_squares_finish(res, false);
     return res;
   }
-  int istop = 0;
   for (int itn = 1;; ++itn) {
     gk.next_u<0>({});
     beta = gk.beta;
@@ -92,17 +82,10 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
     const double rnorm = std::sqrt(phibar * phibar + res2);
     const double arnorm = alfa * std::abs(tau);
     const double r1sq = rnorm * rnorm - dampsq * xxnorm;
-    res.normr = std::sqrt(std::abs(r1sq));
-    res.r2norm = rnorm;
-    res.normar = arnorm;
-    res.norma = anorm;
-    res.conda = acond;
-    res.normx = xnorm;
-    least_squares_record(res, o, itn, rnorm);
-    istop = least_squares_istop(itn, maxiter, normb, rnorm, arnorm, anorm, acond, xnorm, o);
-    if (istop != 0) break;
+    if (least_squares_iteration(res, o, itn, maxiter, normb,
+                                {std::sqrt(std::abs(r1sq)), rnorm, arnorm, anorm, acond, xnorm}))
+      break;
   }
-  res.istop = istop;
   res.info.seconds = MPI_Wtime() - t0;
   least_squares_finish(res, false);
   return res;
