@@ -186,8 +186,9 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
   if (!g || !dg) throw Error("DSparseTensor::nonlinear_solve: expected g and g' (dg), got an empty function");
   at::NoGradGuard no_grad;
   // Positions of the stored diagonal in values(): J's values are A's plus g'(u) there.
-  const auto [v, r, c] = detail::csr_to_coo(local_);
-  const auto diag_pos = (c.to(at::kLong) == r).nonzero().flatten();
+  const auto coo = detail::csr_to_coo(local_);  // no structured binding: the lambda below captures r
+  const auto r = std::get<1>(coo);
+  const auto diag_pos = (std::get<2>(coo).to(at::kLong) == r).nonzero().flatten();
   int whole = diag_pos.numel() == layout_->local_size() ? 1 : 0;
   comm::check(MPI_Allreduce(MPI_IN_PLACE, &whole, 1, MPI_INT, MPI_LAND, layout_->comm()), "MPI_Allreduce");
   const auto base = values().detach();
