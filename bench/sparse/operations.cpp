@@ -20,6 +20,7 @@
 //        [--reps 3] [--dir /tmp]
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>

@@ -85,7 +85,7 @@ void check_components(const Coo& a, sp::PartitionMethod method, const at::Tensor
   const auto got = c.labels.full_tensor();
   CHECK(at::equal(got, at::tensor(expected, at::kLong).view({a.n})));
   const auto log2n = std::log2(static_cast<double>(std::max<std::int64_t>(a.n, 2)));
-  CHECK(c.rounds <= 2 * log2n + 1);
+  CHECK(c.rounds <= 2 * log2n);
 }
 
 }  // namespace
@@ -98,7 +98,7 @@ TEST_CASE("connected_components: interleaved path forest, simple and RCB", "[spa
 
 TEST_CASE("connected_components: unsymmetric patterns join both endpoints", "[sparse][components]") {
   using M = sp::PartitionMethod;
-  for (std::uint64_t seed : {1u, 2u, 3u}) {
+  for (std::uint64_t seed : {1u, 2u}) {
     const std::int64_t n = 97;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 100);
     const auto coords = at::rand({n, 2}, gen, at::kDouble);

@@ -12,8 +12,9 @@
 /// rank deficiency (converged residuals, P collinear with X) is handled without a distributed QR.
 ///
 /// `which`: LA and SA run LOBPCG on A itself. LM and SM are true magnitudes: LOBPCG runs on A^2
-/// (largest or smallest algebraic there), and a final Rayleigh-Ritz step with A on the converged
-/// block gives signed eigenvalues and separates +-lambda pairs.
+/// (LM) or on A^-2 (SM, shift-invert at 0 by block CG solves with A^2), largest algebraic there, and a final
+/// Rayleigh-Ritz step with A on the converged block gives signed eigenvalues and separates
+/// +-lambda pairs. The preconditioner, when given, applies to the operator LOBPCG runs on.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -24,6 +25,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "einshard/comm/check.hpp"
@@ -107,6 +109,36 @@ inline Ritz rayleigh_ritz(const at::Tensor& s, const at::Tensor& h, bool largest
     y = y.flip(1);
   }
   return {at::matmul(c, y), theta};
+}
+
+/// Y = M^-1 B for a Hermitian positive definite operator M on owned blocks: CG on every column
+/// at once (column dots reduced together), until every column's residual is under rtol ||b||.
+inline std::pair<at::Tensor, int> block_cg(const std::function<at::Tensor(const at::Tensor&)>& m, const at::Tensor& b,
+                                           double rtol, int maxiter, MPI_Comm comm) {
+  const auto col_dots = [comm](const at::Tensor& u, const at::Tensor& v) {
+    auto d = (u.conj() * v).sum(0);
+    d = (d.is_complex() ? at::real(d) : d).to(at::kDouble).contiguous();
+    allreduce_sum(d, comm);
+    return d;
+  };
+  auto x = at::zeros_like(b);
+  auto r = b.clone();
+  auto p = r.clone();
+  auto rr = col_dots(r, r);
+  const auto target = (rr.sqrt() * rtol).clamp_min(std::numeric_limits<double>::min());
+  int it = 0;
+  for (; it < maxiter && (rr.sqrt() > target).any().item<bool>(); ++it) {
+    const auto mp = m(p);
+    const auto pmp = col_dots(p, mp);
+    const auto alpha = at::where(pmp > 0, rr / pmp, at::zeros_like(rr)).to(b.scalar_type()).unsqueeze(0);
+    x.add_(p * alpha);
+    r.sub_(mp * alpha);
+    const auto rr_new = col_dots(r, r);
+    const auto beta = at::where(rr > 0, rr_new / rr, at::zeros_like(rr)).to(b.scalar_type()).unsqueeze(0);
+    p = r + p * beta;
+    rr = rr_new;
+  }
+  return {x, it};
 }
 
 struct LobpcgResult {
@@ -196,13 +228,31 @@ inline EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
             ", maxiter = " + std::to_string(options.maxiter);
   comm::raise_if_any(comm, fault);  // the same inputs everywhere, but a stray rank must not hang the rest
 
-  const bool magnitude = options.which == Which::largest_magnitude || options.which == Which::smallest_magnitude;
-  const bool largest = options.which == Which::largest_algebraic || options.which == Which::largest_magnitude;
-  const auto block = [this](const at::Tensor& x) { return apply_block(x); };
-  const auto square = [this](const at::Tensor& x) { return apply_block(apply_block(x)); };
+  using W = Which;
+  const bool magnitude = options.which == W::largest_magnitude || options.which == W::smallest_magnitude;
+  std::int64_t inner = 0;  // products with A inside the SM operator's solves
+  std::function<at::Tensor(const at::Tensor&)> op;
+  if (options.which == W::largest_magnitude) {
+    op = [this](const at::Tensor& x) { return apply_block(apply_block(x)); };
+  } else if (options.which == W::smallest_magnitude) {
+    // The largest eigenvalues of A^-2: 1 / lambda^2, well separated at the small |lambda| end,
+    // so LOBPCG converges at the speed of LA there (A^2 would crowd them at 0). A^2 is positive
+    // definite, so A^-2 X is one block CG solve (all columns at once: one all-reduce of the
+    // column dots per half-step, not one solve per column); A must be nonsingular.
+    op = [this, &inner](const at::Tensor& x) {
+      const auto square = [this](const at::Tensor& v) { return apply_block(apply_block(v)); };
+      auto [y, iterations] = detail::block_cg(square, x, 1e-13, 100000, layout_->comm());
+      inner += 2 * iterations * x.size(1);
+      return y;
+    };
+  } else {
+    op = [this](const at::Tensor& x) { return apply_block(x); };
+  }
+  const bool largest = options.which != W::smallest_algebraic;
   const auto x0 = detail::counter_random(*layout_, m, options.seed, false, dtype());
-  auto run = detail::lobpcg(magnitude ? std::function<at::Tensor(const at::Tensor&)>(square) : block, x0, k, largest,
-                            options.tol, options.maxiter, options.preconditioner, comm, magnitude ? 2 : 1);
+  auto run = detail::lobpcg(op, x0, k, largest, options.tol, options.maxiter, options.preconditioner, comm,
+                            options.which == W::largest_magnitude ? 2 : options.which == W::smallest_magnitude ? 0 : 1);
+  run.matvecs += inner;
   at::Tensor x = run.x, theta = run.theta, residuals = run.residual_norms;
   if (magnitude) {
     // Signed eigenvalues of A on the converged block; ordered by |lambda|.
@@ -210,7 +260,7 @@ inline EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
     run.matvecs += x.size(1);
     auto [s, h] = detail::reduced_gram(x, ax, comm);
     const auto rr = detail::rayleigh_ritz(s, h, false);
-    const auto order = at::argsort(rr.theta.abs(), 0, largest);
+    const auto order = at::argsort(rr.theta.abs(), 0, options.which == W::largest_magnitude);
     const auto c = rr.coefficients.index_select(1, order);
     x = at::matmul(x, c);
     ax = at::matmul(ax, c);

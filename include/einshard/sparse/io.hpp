@@ -133,12 +133,18 @@ struct PartitionEntry {
 };
 
 /// Writes `part` as `dir/file` atomically (temporary, fsync, rename); returns its size and checksum.
+/// Call only after the directory's metadata is removed (prepare_directory).
 /// Errors come back as a message (empty on success) so the caller can agree across ranks.
 inline std::string write_partition(const std::filesystem::path& dir, std::int64_t id, std::int64_t parts,
                                    std::int64_t n, const PartitionData& part, PartitionEntry& entry) {
   entry = {id, part.owned.numel(), part.values.numel(), 0, partition_file_name(id), {}};
   const auto final_path = dir / entry.file;
   const auto temp_path = dir / (entry.file + ".tmp");
+  // A previous save's file becomes the temporary: truncating and rewriting an existing file is
+  // several times faster than filling a new one on common file systems (block allocation), and
+  // no reader can be misled meanwhile, since the metadata that would vouch for it is gone.
+  std::error_code ignored;
+  if (std::filesystem::exists(final_path, ignored)) std::filesystem::rename(final_path, temp_path, ignored);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0)
     return "DSparseTensor::save: cannot create " + temp_path.string() + ": " + std::strerror(errno);

@@ -100,11 +100,18 @@ class RowLayout {
 
   /// Local positions of owned global rows (all must be owned here).
   [[nodiscard]] at::Tensor local_index(const at::Tensor& global) const {
+    // One range: arithmetic, not a binary search per index (assembly and load call this on
+    // every stored entry).
+    if (contiguous_ && owned_.numel() > 0) return global.to(at::kLong) - owned_[0].item<std::int64_t>();
     return at::searchsorted(owned_, global.to(at::kLong));
   }
   [[nodiscard]] at::Tensor is_owned(const at::Tensor& global) const {
     if (owned_.numel() == 0) return at::zeros(global.sizes(), at::kBool);
     const auto g = global.to(at::kLong);
+    if (contiguous_) {
+      const auto first = owned_[0].item<std::int64_t>();
+      return (g >= first) & (g < first + owned_.numel());
+    }
     const auto pos = at::searchsorted(owned_, g).clamp_max(owned_.numel() - 1);
     return owned_.index_select(0, pos.flatten()).view(g.sizes()) == g;
   }

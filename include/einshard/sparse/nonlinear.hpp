@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <functional>
@@ -41,7 +42,10 @@ struct NewtonOptions {
   bool line_search = true;
   /// Armijo: accept alpha when ||F(u + alpha du)|| <= (1 - 1e-4 alpha) ||F(u)||, halving alpha.
   int max_backtracks = 20;
-  /// The Newton step's GMRES: restart length, iteration limit, relative tolerance.
+  /// The Newton step's GMRES: restart length, iteration limit, and the floor of its relative
+  /// tolerance. The tolerance itself follows Eisenstat and Walker (choice 2): eta_k = 0.9
+  /// (||F_k|| / ||F_k-1||)^2 within [linear_rtol, 1e-2], loose far from the root and tight near it,
+  /// so the steps keep Newton's fast local convergence without oversolving the early ones.
   int restart = 30;
   int linear_maxiter = 1000;
   double linear_rtol = 1e-10;
@@ -109,7 +113,8 @@ class FunctionOperator final : public Operator {
 
 /// The Newton iteration over a residual and a step solver (J du = rhs -> du, its info).
 inline NewtonResult newton(const std::function<DVector(const DVector&)>& residual,
-                           const std::function<std::pair<DVector, SolveInfo>(const DVector& u, const DVector& rhs)>& step,
+                           const std::function<std::pair<DVector, SolveInfo>(const DVector& u, const DVector& rhs,
+                                                                             double rtol)>& step,
                            const DVector& u0, const NewtonOptions& o) {
   NewtonResult result;
   auto& info = result.info;
@@ -135,7 +140,9 @@ inline NewtonResult newton(const std::function<DVector(const DVector&)>& residua
     }
     NewtonStep s;
     s.residual_norm = fn;
-    const auto [du, linear] = step(u, -f);
+    const double ratio = info.steps.empty() ? 0.0 : fn / info.steps.back().residual_norm;
+    const double eta = info.steps.empty() ? 1e-2 : std::clamp(0.9 * ratio * ratio, o.linear_rtol, 1e-2);
+    const auto [du, linear] = step(u, -f, std::max(eta, o.linear_rtol));
     s.linear_iterations = linear.iterations;
     s.linear_converged = linear.converged;
     s.linear_residual = linear.rhs_norm > 0 ? linear.residual_norm / linear.rhs_norm : 0.0;
@@ -179,8 +186,9 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
   if (!g || !dg) throw Error("DSparseTensor::nonlinear_solve: expected g and g' (dg), got an empty function");
   at::NoGradGuard no_grad;
   // Positions of the stored diagonal in values(): J's values are A's plus g'(u) there.
-  const auto [v, r, c] = detail::csr_to_coo(local_);
-  const auto diag_pos = (c.to(at::kLong) == r).nonzero().flatten();
+  const auto coo = detail::csr_to_coo(local_);  // no structured binding: the lambda below captures r
+  const auto r = std::get<1>(coo);
+  const auto diag_pos = (std::get<2>(coo).to(at::kLong) == r).nonzero().flatten();
   int whole = diag_pos.numel() == layout_->local_size() ? 1 : 0;
   comm::check(MPI_Allreduce(MPI_IN_PLACE, &whole, 1, MPI_INT, MPI_LAND, layout_->comm()), "MPI_Allreduce");
   const auto base = values().detach();
@@ -197,8 +205,10 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
                             .maxiter = options.linear_maxiter, .restart = options.restart, .residual_history = false};
   auto result = detail::newton(
       residual,
-      [&](const DVector& u, const DVector& rhs) {
-        auto s = jacobian(u).solve(rhs, linear);
+      [&](const DVector& u, const DVector& rhs, double rtol) {
+        auto o = linear;
+        o.rtol = rtol;
+        auto s = jacobian(u).solve(rhs, o);
         return std::make_pair(std::move(s.x), s.info);
       },
       u0, options);
@@ -217,21 +227,24 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const NonlinearResidual& resi
   at::NoGradGuard no_grad;
   const SolveOptions linear{.method = Method::gmres, .rtol = options.linear_rtol, .maxiter = options.linear_maxiter,
                             .restart = options.restart, .residual_history = false};
-  const auto krylov = [layout = layout_, linear](std::function<DVector(const DVector&)> product, const DVector& rhs) {
+  const auto krylov = [layout = layout_, linear](std::function<DVector(const DVector&)> product, const DVector& rhs,
+                                                 double rtol) {
     const detail::FunctionOperator op(layout, std::move(product));
-    return detail::gmres(op, rhs, Preconditioner::none, nullptr, linear);
+    auto o = linear;
+    o.rtol = rtol;
+    return detail::gmres(op, rhs, Preconditioner::none, nullptr, o);
   };
   auto result = detail::newton(
       residual.residual,
-      [&](const DVector& u, const DVector& rhs) {
-        auto s = krylov([&](const DVector& v) { return residual.jvp(u, v); }, rhs);
+      [&](const DVector& u, const DVector& rhs, double rtol) {
+        auto s = krylov([&](const DVector& v) { return residual.jvp(u, v); }, rhs, rtol);
         return std::make_pair(std::move(s.x), s.info);
       },
       u0, options);
   if (residual.vjp)
-    result.transpose_solve = [krylov, vjp = residual.vjp, u = result.u](const DVector& dL_du) {
+    result.transpose_solve = [krylov, vjp = residual.vjp, u = result.u, rtol = options.linear_rtol](const DVector& dL_du) {
       at::NoGradGuard guard;
-      return krylov([&](const DVector& v) { return vjp(u, v); }, dL_du).x;
+      return krylov([&](const DVector& v) { return vjp(u, v); }, dL_du, rtol).x;
     };
   return result;
 }
