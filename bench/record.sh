@@ -18,8 +18,13 @@ shift
 mkdir -p "${here}/results"
 out="${here}/results/${name}.jsonl"
 tmp="${out}.partial"
-"$@" | tee "${tmp}.all"
+trap 'rm -f "${tmp}" "${tmp}.all"' EXIT
+status=0
+"$@" | tee "${tmp}.all" || status=$?
+if [[ ${status} -ne 0 ]]; then
+  echo "bench/record.sh: the command failed (status ${status}); ${out} is left as it was" >&2
+  exit "${status}"
+fi
 grep "^{" "${tmp}.all" > "${tmp}" || true
-rm -f "${tmp}.all"
 mv "${tmp}" "${out}"
 echo "bench/record.sh: $(wc -l < "${out}") JSON lines in ${out}" >&2

@@ -22,6 +22,9 @@ class Einshard(CMakePackage):
 
     variant("metis", default=True, description="Graph partitioning with METIS (PartitionMethod::metis)")
     variant("fftw", default=True, description="FFTW 3 for einfft's local complex FFTs")
+    # hypre and nccl bring their libraries into the environment for the parts that use them (the
+    # AMG benchmarks' anchor; a GPU collective backend); their EINSHARD_USE_* options below are
+    # passed now so the recipe need not change when the CMake side reads them.
     variant("hypre", default=False, description="hypre BoomerAMG, the anchor of the AMG benchmarks")
     variant("nccl", default=False, description="NCCL for GPU collectives (needs a CUDA LibTorch)")
     variant("explain", default=True, description="Build and install the einshard-explain tool")
