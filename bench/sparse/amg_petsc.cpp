@@ -66,6 +66,7 @@ namespace es = einshard;
 namespace sp = einshard::sparse;
 using einshard_bench::as_tensor;
 using einshard_bench::assemble_aij;
+using einshard_bench::max_over_ranks;
 using einshard_bench::median;
 using einshard_bench::poisson_rows;
 using einshard_bench::Rows;
@@ -113,10 +114,6 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-double max_over_ranks(double t) {
-  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return t;
-}
 
 /// PETSc's side: the same rows as an AIJ matrix, and a KSP per configuration.
 struct Petsc {

@@ -76,6 +76,7 @@ namespace es = einshard;
 namespace sp = einshard::sparse;
 using einshard_bench::as_tensor;
 using einshard_bench::assemble_aij;
+using einshard_bench::max_over_ranks;
 using einshard_bench::poisson_rows;
 using einshard_bench::Rows;
 using einshard_bench::split;
@@ -147,10 +148,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-double max_over_ranks(double t) {
-  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return t;
-}
 double sum_over_ranks(double t) {
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return t;

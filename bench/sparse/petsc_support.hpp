@@ -23,6 +23,11 @@ inline void petsc_check(PetscErrorCode code, const char* what) {
 }
 #define PETSC(call) ::einshard_bench::petsc_check((call), #call)
 
+inline double max_over_ranks(double t) {
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return t;
+}
+
 /// "a,b,c" -> {"a", "b", "c"}.
 inline std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;

@@ -91,6 +91,16 @@ inline Coo unsymmetric_with_duplicates(std::int64_t n, std::uint64_t seed = 7) {
   return {at::cat({vals, vals}) * 0.5, at::cat({rows, rows}), at::cat({cols, cols}), n};
 }
 
+/// A reproducible standard-normal vector (right-hand sides).
+inline at::Tensor random_vector(std::int64_t n, std::uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({n}, gen, at::kDouble);
+}
+
+inline double relative_error(const at::Tensor& x, const at::Tensor& ref) {
+  return (x - ref).norm().item<double>() / ref.norm().item<double>();
+}
+
 inline at::Tensor dense(const Coo& a) {
   return at::zeros({a.n, a.n}, a.values.options()).index_put_({a.rows, a.cols}, a.values, /*accumulate=*/true);
 }

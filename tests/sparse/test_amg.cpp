@@ -26,14 +26,7 @@ namespace {
 es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
 es::Mesh self_mesh() { return es::Mesh(MPI_COMM_SELF, {1}, {"x"}); }
 
-at::Tensor global_vector(std::int64_t n, std::uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({n}, gen, at::kDouble);
-}
-
-double relative_error(const at::Tensor& x, const at::Tensor& ref) {
-  return (x - ref).norm().item<double>() / ref.norm().item<double>();
-}
+using es::testing::relative_error;
 
 struct Problem {
   std::string name;
@@ -53,17 +46,6 @@ sp::DSparseTensor distribute(const Problem& p, const es::Mesh& mesh, sp::Partiti
   return sp::DSparseTensor::partition(A, mesh, {.method = method, .coords = p.coords});
 }
 
-int min_over_ranks(int v) {
-  int out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return out;
-}
-int max_over_ranks(int v) {
-  int out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("AMG-CG and AMG-GMRES give the one-process solution for every problem and partition",
@@ -71,7 +53,7 @@ TEST_CASE("AMG-CG and AMG-GMRES give the one-process solution for every problem 
   const auto mesh = world_mesh();
   using M = sp::PartitionMethod;
   for (const auto& p : problems()) {
-    const auto b = global_vector(p.coo.n, 5);
+    const auto b = es::testing::random_vector(p.coo.n, 5);
     const auto ref = at::linalg_solve(es::testing::dense(p.coo), b);
     // The same hierarchy on one process: the iteration count the distributed one should keep.
     const auto whole = distribute(p, self_mesh(), M::simple);
@@ -90,7 +72,7 @@ TEST_CASE("AMG-CG and AMG-GMRES give the one-process solution for every problem 
         // coarsens the rank boundaries differently, so a few iterations may differ.
         CHECK(s.info.iterations <= p.max_iterations);
         CHECK(std::abs(s.info.iterations - one.info.iterations) <= 3);
-        CHECK(min_over_ranks(s.info.iterations) == max_over_ranks(s.info.iterations));
+        CHECK(es::testing::same_on_every_rank(s.info.iterations, MPI_COMM_WORLD));
         CHECK(s.info.levels >= 2);
         CHECK(s.info.operator_complexity >= 1.0);
         CHECK(s.info.operator_complexity < 3.0);
@@ -102,7 +84,7 @@ TEST_CASE("AMG-CG and AMG-GMRES give the one-process solution for every problem 
 TEST_CASE("AMG preconditions BiCGStab, MINRES and the CG variants too", "[sparse][amg]") {
   const auto mesh = world_mesh();
   const auto p = problems()[0];
-  const auto b = global_vector(p.coo.n, 8);
+  const auto b = es::testing::random_vector(p.coo.n, 8);
   const auto ref = at::linalg_solve(es::testing::dense(p.coo), b);
   const auto D = distribute(p, mesh, sp::PartitionMethod::rcb);
   const auto check = [&](const sp::SolveOptions& o) {
@@ -131,7 +113,7 @@ TEST_CASE("AMG preconditions BiCGStab, MINRES and the CG variants too", "[sparse
 TEST_CASE("AMG options: every smoother, coarsening and cycle converges to the same solution", "[sparse][amg]") {
   const auto mesh = world_mesh();
   const auto p = problems()[1];
-  const auto b = global_vector(p.coo.n, 9);
+  const auto b = es::testing::random_vector(p.coo.n, 9);
   const auto ref = at::linalg_solve(es::testing::dense(p.coo), b);
   const auto D = distribute(p, mesh, sp::PartitionMethod::metis);
   using C = sp::AmgCoarsening;
@@ -176,7 +158,7 @@ TEST_CASE("AMG setup is reused between solves of one matrix, and only then", "[s
   const auto p = problems()[0];
   const auto dense = es::testing::dense(p.coo);
   const auto D = distribute(p, mesh, sp::PartitionMethod::rcb);
-  const auto b = global_vector(p.coo.n, 11), c = global_vector(p.coo.n, 12);
+  const auto b = es::testing::random_vector(p.coo.n, 11), c = es::testing::random_vector(p.coo.n, 12);
   const sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10};
   const auto first = D.solve(D.scatter(b), o);
   CHECK_FALSE(first.info.preconditioner_reused);
@@ -200,7 +182,7 @@ TEST_CASE("AMG with an empty shard and with from_local ownership", "[sparse][amg
   const auto mesh = world_mesh();
   const auto coo = es::testing::poisson2d(16, 12);
   const auto n = coo.n;
-  const auto b = global_vector(n, 13);
+  const auto b = es::testing::random_vector(n, 13);
   const auto ref = at::linalg_solve(es::testing::dense(coo), b);
   // Rank r owns the rows i with i % (size - 1) == r, the last rank none (one rank: all).
   const int owners = std::max(world.size - 1, 1);
@@ -223,7 +205,7 @@ TEST_CASE("AMG refuses what it cannot do, with the same error on every rank", "[
   const auto mesh = world_mesh();
   const auto p = problems()[0];
   const auto D = distribute(p, mesh, sp::PartitionMethod::simple);
-  const auto b = global_vector(p.coo.n, 3);
+  const auto b = es::testing::random_vector(p.coo.n, 3);
   const sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg};
   SECTION("float32") {
     const auto F = D.to(at::kFloat);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collective_error.hpp"
 #include "einshard/sparse.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
@@ -21,14 +22,7 @@ namespace {
 
 es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
 
-at::Tensor global_vector(std::int64_t n, std::uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({n}, gen, at::kDouble);
-}
-
-double relative_error(const at::Tensor& x, const at::Tensor& ref) {
-  return (x - ref).norm().item<double>() / ref.norm().item<double>();
-}
+using es::testing::relative_error;
 
 sp::DSparseTensor distribute(const es::testing::Coo& coo, const at::Tensor& coords, const es::Mesh& mesh,
                              sp::PartitionMethod method = sp::PartitionMethod::simple) {
@@ -42,7 +36,7 @@ TEST_CASE("Pipelined and single-reduction CG match plain CG with every precondit
   const auto mesh = world_mesh();
   const std::int64_t nx = 19, ny = 14;
   const auto coo = es::testing::poisson2d(nx, ny);
-  const auto b = global_vector(coo.n, 41);
+  const auto b = es::testing::random_vector(coo.n, 41);
   const auto ref = at::linalg_solve(es::testing::dense(coo), b);
   using P = sp::Preconditioner;
   std::vector<P> kinds{P::none, P::jacobi, P::l1_jacobi, P::block_jacobi, P::chebyshev};
@@ -85,7 +79,7 @@ TEST_CASE("Pipelined CG's residual replacement keeps a long solve accurate", "[s
   const auto mesh = world_mesh();
   const std::int64_t nx = 40, ny = 30;
   const auto coo = es::testing::anisotropic2d(nx, ny, 0.02);  // ill conditioned: a few hundred iterations
-  const auto b = global_vector(coo.n, 42);
+  const auto b = es::testing::random_vector(coo.n, 42);
   const auto ref = at::linalg_solve(es::testing::dense(coo), b);
   const auto D = distribute(coo, es::testing::grid_coords(nx, ny), mesh, sp::PartitionMethod::rcb);
   const auto standard = D.solve(D.scatter(b), {.rtol = 1e-11});
@@ -106,7 +100,7 @@ TEST_CASE("Pipelined CG stop test edge cases", "[sparse][cg][pipecg]") {
   const auto mesh = world_mesh();
   const auto coo = es::testing::poisson2d(9, 7);
   const auto D = distribute(coo, es::testing::grid_coords(9, 7), mesh);
-  const auto b = global_vector(coo.n, 2);
+  const auto b = es::testing::random_vector(coo.n, 2);
   const auto pipelined = sp::CgVariant::pipelined;
   SECTION("b = 0 gives x = 0 exactly, even from a nonzero x0") {
     const auto s = D.solve(D.zeros(), {.x0 = D.scatter(b), .cg_variant = pipelined});
@@ -139,10 +133,7 @@ TEST_CASE("Pipelined CG stop test edge cases", "[sparse][cg][pipecg]") {
     const auto s = I.solve(I.scatter(b), {.rtol = 1e-12, .cg_variant = pipelined});
     CHECK_FALSE(s.info.converged);
     CHECK(s.info.reason == sp::StopReason::breakdown);
-    int it = s.info.iterations, lo = 0, hi = 0;
-    MPI_Allreduce(&it, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&it, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    CHECK(lo == hi);
+    CHECK(es::testing::same_on_every_rank(s.info.iterations, MPI_COMM_WORLD));
   }
   SECTION("float32 and complex128") {
     const auto F = D.to(at::kFloat);

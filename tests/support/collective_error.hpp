@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// `collective_error`: the message of the `es::Error` a distributed call throws, checked to be the
-/// same on every rank (the library's promise for bad input: one error everywhere, no hang).
+/// same on every rank (the library's promise for bad input: one error everywhere, no hang); and
+/// `same_on_every_rank` for a value every rank should agree on (an iteration count).
 
 #include <mpi.h>
 
@@ -34,6 +35,13 @@ std::string collective_error(F&& f, MPI_Comm comm) {
     CHECK(all[r + 1] == mine[1]);
   }
   return message;
+}
+
+/// Whether every rank of `comm` holds the same `v`.
+inline bool same_on_every_rank(std::int64_t v, MPI_Comm comm) {
+  std::int64_t range[2] = {v, -v};
+  MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT64_T, MPI_MAX, comm);
+  return range[0] == -range[1];
 }
 
 }  // namespace einshard::testing
