@@ -51,7 +51,7 @@ TEST_CASE("soak: cached distributed calls over changing shapes and meshes keep m
   INFO("rank " << et::world().rank << ": resident " << half / 1024 << " KiB after " << calls / 2 << " calls, "
                << end / 1024 << " KiB after " << calls);
   CHECK(wrong == 0);
-  CHECK(end - half < (std::int64_t{16} << 20));
+  CHECK(end - half < et::soak_growth_limit());
 }
 
 TEST_CASE("soak: meshes made and dropped free their communicators", "[soak]") {
@@ -70,5 +70,5 @@ TEST_CASE("soak: meshes made and dropped free their communicators", "[soak]") {
   const auto end = et::resident_bytes();
   INFO("rank " << w.rank << ": resident " << half / 1024 << " KiB -> " << end / 1024 << " KiB");
   CHECK(wrong == 0);
-  CHECK(end - half < (std::int64_t{16} << 20));
+  CHECK(end - half < et::soak_growth_limit());
 }

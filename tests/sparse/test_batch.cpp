@@ -174,7 +174,8 @@ TEST_CASE("DBatchSparseTensor matvec gradients w.r.t. values and x equal dense o
     (at::bmm(dense_batch(vr, coo), xr.unsqueeze(2)).squeeze(2) * weight).sum().backward();
 
     // Each rank holds the gradient of its own slice; the rest is zero.
-    const auto [first, last] = D.batch_range();
+    // Not a structured binding: the lambdas below capture them, which clang 14 cannot do.
+    const auto first = D.batch_range().first, last = D.batch_range().second;
     const auto mine = [&](const at::Tensor& g) { return g.narrow(0, first, last - first); };
     CHECK(at::allclose(mine(v.grad()), mine(vr.grad()), 1e-12, 1e-12));
     CHECK(at::allclose(mine(x.grad()), mine(xr.grad()), 1e-12, 1e-12));

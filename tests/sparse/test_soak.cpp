@@ -43,5 +43,5 @@ TEST_CASE("soak: solves on new matrices keep memory bounded", "[sparse][soak]") 
   INFO("rank " << w.rank << ": resident " << half / 1024 << " KiB after " << solves / 2 << " solves, " << end / 1024
                << " KiB after " << solves);
   CHECK(wrong == 0);
-  CHECK(end - half < (std::int64_t{16} << 20));
+  CHECK(end - half < et::soak_growth_limit());
 }

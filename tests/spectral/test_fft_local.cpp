@@ -169,7 +169,7 @@ TEST_CASE("einfft local: the FFTW backend equals torch's FFT, strided and every 
     const auto base = at::randn({6, 5, 8, 3}, dtype);
     // A permuted (strided) input and a narrowed one (offset data, maybe unaligned: torch then).
     for (const auto& x : {base, base.permute({2, 0, 3, 1}), base.narrow(0, 1, 4)}) {
-      for (const std::optional<std::string> norm : {std::optional<std::string>{}, std::optional<std::string>{"forward"},
+      for (const std::optional<std::string>& norm : {std::optional<std::string>{}, std::optional<std::string>{"forward"},
                                                     std::optional<std::string>{"ortho"}})
         for (const bool inverse : {false, true}) {
           const es::Options o{.axes = {{"a", "ka"}, {"c", "kc"}}, .inverse = inverse, .norm = norm};

@@ -117,7 +117,7 @@ TEST_CASE("einhalo: every mesh, boundary and width, uneven and empty shards", "[
               INFO(notation << " on " << label(*mesh) << ", H " << H << (holes ? ", empty shards" : "")
                             << ", boundary " << static_cast<int>(b) << ", halo h " << halos.at("h").left);
               check_op(
-                  *mesh, X, sh, [&](const at::Tensor& x) { return es::einhalo(notation, x, halos, o); },
+                  *mesh, X, sh, [&, &notation = notation](const at::Tensor& x) { return es::einhalo(notation, x, halos, o); },
                   [&](const at::Tensor& Xf, int q) {
                     return halo_reference(Xf, sh, *mesh, q, halos, names, b, fill);
                   });

@@ -42,7 +42,7 @@ TEST_CASE("einroll: every mesh, shift and layout, uneven and empty shards", "[st
           const auto X = full(shape, 21);
           const es::Options o{.mesh = *mesh, .shapes = sh.shapes(shape, *mesh)};
           check_op(
-              *mesh, X, sh, [&](const at::Tensor& x) { return es::einroll(notation, x, shifts, o); },
+              *mesh, X, sh, [&, &notation = notation](const at::Tensor& x) { return es::einroll(notation, x, shifts, o); },
               [&](const at::Tensor& Xf, int q) {
                 std::vector<std::int64_t> s, d;
                 for (const auto& [name, shift] : shifts) {

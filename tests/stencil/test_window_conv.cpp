@@ -63,7 +63,7 @@ TEST_CASE("einwindow: every mesh, radius, stride, dilation and boundary", "[sten
             INFO(notation << " on " << label(*mesh) << ", H " << H << (holes ? ", empty shards" : "")
                           << ", stride " << wc.stride[0] << ", dilation " << wc.dilation[0]);
             const auto arrow = notation.find("->");
-            const auto out_names = [&] {
+            const auto out_names = [&, &notation = notation] {
               std::vector<std::string> v;
               std::string rest = notation.substr(arrow + 2);
               for (std::size_t i = 0; i < rest.size();) {
@@ -78,8 +78,10 @@ TEST_CASE("einwindow: every mesh, radius, stride, dilation and boundary", "[sten
             }();
             check_op(
                 *mesh, X, sh,
-                [&](const at::Tensor& x) { return es::einwindow(notation, x, {{"h", "kh"}, {"w", "kw"}}, wc.radius, o); },
-                [&](const at::Tensor& Xf, int q) {
+                [&, &notation = notation](const at::Tensor& x) {
+                  return es::einwindow(notation, x, {{"h", "kh"}, {"w", "kw"}}, wc.radius, o);
+                },
+                [&, &groups = groups](const at::Tensor& Xf, int q) {
                   auto F = Xf;
                   for (std::size_t i = 0; i < 2; ++i) {
                     const auto dim = static_cast<std::int64_t>(i) + 1;

@@ -295,7 +295,10 @@ void check_schedules(const Case& c) {
     for (auto n : c.mesh.sizes) s += (s.empty() ? "" : ",") + std::to_string(n);
     return s;
   }() << ")");
-  const auto [from, to] = layouts(c.notation, c.mesh);
+  // Not a structured binding: the lambdas below capture both, which clang 14 cannot do.
+  const auto both = layouts(c.notation, c.mesh);
+  const auto& from = both.first;
+  const auto& to = both.second;
   REQUIRE(from.axes.size() == c.global.size());
   // Shard sizes of every (axis, group) either layout uses.
   std::map<std::pair<std::string, std::string>, std::vector<std::int64_t>> table;
