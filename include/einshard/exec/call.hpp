@@ -22,6 +22,7 @@
 #include "einshard/notation/expression.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/plan.hpp"
+#include "einshard/plan/policy_scope.hpp"
 
 namespace einshard {
 
@@ -107,7 +108,7 @@ inline const std::string& cache_key(std::string_view source, const Options& o, c
   key.assign(source);
   key += '\x1f';
   word(static_cast<std::int64_t>(comm::to_handle(o.mesh.comm())));
-  word(static_cast<std::int64_t>(o.policy.value_or(Policy::training)));
+  word(resolve_policy(o.policy).key());
   if (!o.shapes.empty()) key += o.shapes.key();
   key += '\x1f';
   for (const auto& rank : a.ranks)

@@ -10,10 +10,12 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "einshard/error.hpp"
 #include "einshard/exec/contraction.hpp"
 #include "einshard/exec/unary.hpp"
+#include "einshard/model/notation_params.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
 #include "einshard/notation/static_expression.hpp"
@@ -31,8 +33,9 @@ inline void check_einshard_options(const Options& o) {
 }
 
 /// A notation that moves data between ranks: agree, fetch (or prepare) the plan, run it.
+/// `deferred`: set to each input's gradient groups left to the model ([param] operands).
 inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
-                                  const Options& o) {
+                                  const Options& o, std::vector<std::string>* deferred = nullptr) {
   if (!o.mesh)
     throw Error(exec::call_name(e) +
                 " moves data between ranks; distributed einshard operations require a mesh (.mesh = ...)");
@@ -64,6 +67,7 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
   }
   auto call = exec::CallCache<exec::ContractionCall>::instance().get(
       key, [&] { return exec::prepare_contraction(e, agreement, element, o); });
+  if (deferred) *deferred = call->deferred;
   remember(call, [](const LastPlan& l) {
     return exec::describe_contraction(
         l.source, *static_cast<const exec::ContractionCall*>(l.call.get()), l.mesh, l.element);
@@ -175,9 +179,16 @@ at::Tensor run_static(at::TensorList xs, const Options& o) {
   if constexpr (plan::is_local(E.view())) {
     // Built once per notation; every call after that does no string work at all.
     static const plan::LocalPlan plan = plan::make_local_plan(E.view());
-    return ops::run_local(plan, S.view(), xs, o);
+    if constexpr (has_param(E.view()))
+      return with_params(E.view(), xs, shape_of(o.mesh), [&](auto*) { return ops::run_local(plan, S.view(), xs, o); });
+    else
+      return ops::run_local(plan, S.view(), xs, o);
   } else {
-    return run_distributed(E.view(), xs, o);
+    if constexpr (has_param(E.view()))
+      return with_params(E.view(), xs, shape_of(o.mesh),
+                         [&](std::vector<std::string>* d) { return run_distributed(E.view(), xs, o, d); });
+    else
+      return run_distributed(E.view(), xs, o);
   }
 }
 
@@ -223,8 +234,13 @@ at::Tensor einshard(at::TensorList xs, const Options& o = {}) {
 inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
-  if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o);
-  return ops::run_local(compiled->local_plan, compiled->source, xs, o);
+  const auto run = [&](std::vector<std::string>* deferred) {
+    if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o, deferred);
+    return ops::run_local(compiled->local_plan, compiled->source, xs, o);
+  };
+  if (detail::has_param(compiled->view()))
+    return detail::with_params(compiled->view(), xs, detail::shape_of(o.mesh), run);
+  return run(nullptr);
 }
 
 /// What `einshard<S>(xs..., o)` would run on these tensors: its steps and this rank's traffic and

@@ -27,6 +27,7 @@
 #include "einshard/plan/cost.hpp"
 #include "einshard/plan/layout.hpp"
 #include "einshard/plan/local.hpp"
+#include "einshard/plan/policy_scope.hpp"
 #include "einshard/plan/step.hpp"
 #include "einshard/plan/unary.hpp"
 
@@ -40,10 +41,17 @@ struct BinaryCandidate {
   double score = 0;
 };
 
+/// A compute layout the planner ruled out, and why.
+struct RejectedCandidate {
+  Layout compute;
+  std::string reason;
+};
+
 struct BinaryPlan {
   BinaryCandidate chosen;
   std::string equation;  ///< the local einsum, over the compute layouts of x and y
   std::vector<BinaryCandidate> alternatives;  ///< every valid candidate, cheapest first
+  std::vector<RejectedCandidate> rejected;    ///< every invalid one, in enumeration order
 };
 
 namespace detail {
@@ -93,7 +101,7 @@ inline bool groups_overlap(const std::vector<std::string>& groups, const MeshSha
 /// it was computed (partial sums reduced), as an intermediate of a longer contraction may.
 inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z, const MeshShape& mesh,
                               const std::map<std::string, std::int64_t, std::less<>>& global,
-                              std::int64_t element, Policy policy, bool free_output = false) {
+                              std::int64_t element, const PlanPolicy& policy, bool free_output = false) {
   // Axes of the contraction, in first-seen order, each with its candidate compute groups.
   std::vector<std::string> axes;
   std::vector<std::vector<std::string>> options;
@@ -129,18 +137,25 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
   auto natural = mesh.mask(z.partial);
   for (std::size_t d = 0; d < natural.size(); ++d) natural[d] = natural[d] && producible[d];
 
-  // One candidate per compute layout, or none when the layout is invalid: a mesh dimension sharding
-  // two axes or an axis of a partial input, or an output partial it cannot produce naturally.
+  BinaryPlan plan;
+  // One candidate per compute layout, or none (with the reason) when the layout is invalid: a mesh
+  // dimension sharding two axes or an axis of a partial input, or an output partial it cannot
+  // produce naturally.
   auto candidate = [&](const Layout& compute) -> std::optional<BinaryCandidate> {
+    auto reject = [&](std::string why) -> std::optional<BinaryCandidate> {
+      plan.rejected.push_back({compute, std::move(why)});
+      return std::nullopt;
+    };
     auto groups_with = [&](const Layout* l) {
       std::vector<std::string> g;
       for (const auto& a : (l ? l->axes : compute.axes)) g.push_back(compute.group(a.axis));
       if (l) g.push_back(l->partial);
       return g;
     };
-    if (detail::groups_overlap(groups_with(nullptr), mesh) ||
-        detail::groups_overlap(groups_with(&x), mesh) || detail::groups_overlap(groups_with(&y), mesh))
-      return std::nullopt;
+    if (detail::groups_overlap(groups_with(nullptr), mesh))
+      return reject("a mesh dimension would shard two axes");
+    if (detail::groups_overlap(groups_with(&x), mesh) || detail::groups_overlap(groups_with(&y), mesh))
+      return reject("a mesh dimension would shard an axis of an input that is partial over it");
     BinaryCandidate c;
     c.compute = compute;
     for (const auto& a : z.axes) c.result.axes.push_back({a.axis, compute.group(a.axis)});
@@ -149,10 +164,11 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     for (const auto& a : compute.axes)
       if (!a.group.empty() && !in(z, a.axis)) detail::add_to(partial, mesh.mask(a.group));
     for (std::size_t d = 0; d < natural.size(); ++d)
-      if (natural[d] && !partial[d]) return std::nullopt;
+      if (natural[d] && !partial[d])
+        return reject("it does not produce the output's partial sums over '" + mesh.names[d] + "'");
     for (const auto& a : c.result.axes)  // a result sharded and partial over one dimension
       if (!a.group.empty() && detail::groups_overlap({a.group, mesh.group(partial)}, mesh))
-        return std::nullopt;
+        return reject("its result would be sharded and partial over '" + a.group + "' at once");
     c.result.partial = mesh.group(partial);
     std::vector<bool> used = detail::varies(c.result, mesh);
     for (const auto& a : compute.axes)
@@ -165,8 +181,8 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
       c.x_steps = plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh);
       c.y_steps = plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh);
       c.z_steps = plan_unary(c.result, target, mesh);
-    } catch (const Error&) {
-      return std::nullopt;
+    } catch (const Error& e) {
+      return reject(std::string("a move to or from it is impossible: ") + e.what());
     }
     c.estimate = estimate(c.x_steps, global, mesh, element);
     c.estimate += estimate(c.y_steps, global, mesh, element);
@@ -175,11 +191,10 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     for (const auto& a : compute.axes)
       flops *= static_cast<double>(global.at(a.axis)) / (a.group.empty() ? 1 : mesh.size(a.group));
     c.estimate.flops = flops;
-    c.score = score(c.estimate, policy);
+    c.score = policy.score(c.estimate);
     return c;
   };
 
-  BinaryPlan plan;
   std::vector<std::size_t> pick(axes.size(), 0);
   while (true) {
     Layout compute;

@@ -1,0 +1,425 @@
+#pragma once
+/// @file
+/// Doing what parameter states say: `init_params` broadcasts each parameter over its init-sync
+/// groups, `reduce_grads` sums each `.grad` over its gradient groups after backward, and
+/// `register_grad_reduction_hooks` starts those sums from autograd hooks while backward still runs
+/// (the C++/MPI counterpart of PyTorch's DistributedDataParallel).
+///
+/// All three work on buckets: parameters with the same groups, scale and dtype are packed into one
+/// flat buffer of at most `bucket_bytes`, and each bucket costs one collective. A parameter's
+/// gradient groups are disjoint (a rule of its state), so their sum is one all-reduce over the
+/// compound group of all of them: a bucket needs a single reduction whatever its groups.
+///
+/// Collective over the mesh. Every rank must have registered the same parameters with the same
+/// states (SPMD code does); two small all-gathers at the start of `init_params`, `reduce_grads`
+/// and the hooks' registration check it (and agree on which gradients exist), so a mismatch throws
+/// the same Error everywhere.
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/comm/mpi.hpp"
+#include "einshard/error.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/model/parameter_layout.hpp"
+#include "einshard/model/parameter_registry.hpp"
+#include "einshard/model/parameter_state.hpp"
+
+namespace einshard {
+
+/// `{.bucket_bytes = 25 << 20, .average = "dp"}`. Gradients are summed over their groups (the
+/// original's convention) unless `average` names a group: then a gradient reduced over (part of)
+/// that group is divided by the size of that part, as DDP averages over data-parallel replicas.
+struct GradReductionOptions {
+  std::int64_t bucket_bytes = 25 << 20;
+  std::string average{};
+};
+
+namespace detail {
+
+struct BucketEntry {
+  at::Tensor param;
+  std::string name;
+  std::int64_t offset = 0;  ///< in elements, into the bucket's buffer
+};
+
+struct Bucket {
+  std::string group;  ///< the compound group of every component the entries reduce over
+  MPI_Comm comm = MPI_COMM_NULL;
+  double scale = 1;
+  at::ScalarType dtype = at::kFloat;
+  std::int64_t numel = 0;
+  std::vector<BucketEntry> entries;
+};
+
+/// What a bucketed operation reduces: the groups of a state (`reduce()` or `shared()`).
+using GroupsOf = std::vector<std::string> (*)(const ParameterState&);
+
+/// Buckets over the registered parameters of `module` (reversed when `reverse`: the order in which
+/// backward produces gradients). Checks every state first: the mesh, pending inference (when
+/// `refuse_pending`), and the options.
+template <HasParameters M>
+std::vector<Bucket> make_buckets(M& module, const Mesh& mesh, const GradReductionOptions& o, GroupsOf groups_of,
+                                 bool refuse_pending, bool reverse, std::string_view op) {
+  if (!mesh) throw Error(std::string(op) + ": expected a mesh, got an empty one");
+  if (o.bucket_bytes <= 0)
+    throw Error(std::string(op) + ": expected .bucket_bytes > 0, got " + std::to_string(o.bucket_bytes));
+  const auto& shape = mesh.shape();
+  std::vector<bool> average(shape.sizes.size(), false);
+  if (!o.average.empty()) average = mask_of(parse_groups(o.average, shape, "average", op), shape);
+  auto states = parameter_states(module);
+  if (const auto bad = state_problems(states, shape, refuse_pending); !bad.empty())
+    throw Error(std::string(op) + ": " + bad);
+  if (reverse) std::reverse(states.begin(), states.end());
+
+  std::vector<Bucket> buckets;
+  std::map<std::tuple<std::string, double, int>, std::size_t> open;  // key -> index in buckets
+  for (const auto& [name, p, s] : states) {
+    const auto groups = groups_of(*s);
+    const auto mask = mask_of(groups, shape);
+    const auto group = shape.group(mask);
+    if (group.empty()) continue;
+    int averaged = 1;
+    for (std::size_t d = 0; d < mask.size(); ++d)
+      if (mask[d] && average[d]) averaged *= shape.sizes[d];
+    const auto key = std::make_tuple(group, 1.0 / averaged, static_cast<int>(p.scalar_type()));
+    const auto bytes = p.numel() * static_cast<std::int64_t>(p.element_size());
+    auto it = open.find(key);
+    if (it != open.end()) {
+      auto& b = buckets[it->second];
+      if (b.numel > 0 && (b.numel * static_cast<std::int64_t>(p.element_size()) + bytes) > o.bucket_bytes)
+        open.erase(it), it = open.end();
+    }
+    if (it == open.end()) {
+      it = open.emplace(key, buckets.size()).first;
+      Bucket b;
+      b.group = group;
+      b.comm = mesh.comm(group);
+      b.scale = 1.0 / averaged;
+      b.dtype = p.scalar_type();
+      buckets.push_back(std::move(b));
+    }
+    auto& b = buckets[it->second];
+    b.entries.push_back({p, name, b.numel});
+    b.numel += p.numel();
+  }
+  return buckets;
+}
+
+/// The agreement before a bucketed operation, collective over the mesh (two small all-gathers):
+/// every rank must have the same buckets (groups, averaging, dtypes, entries), and the ranks of a
+/// bucket's group the same sizes, or every rank throws the same Error. `defined` (one flag per
+/// entry, or empty) becomes its OR over the ranks.
+inline void agree_buckets(const std::vector<Bucket>& buckets, std::vector<std::int64_t>& defined,
+                          const Mesh& mesh, std::string_view op) {
+  std::vector<std::int64_t> payload(defined);
+  for (const auto& b : buckets) payload.push_back(b.numel);
+  const auto n = static_cast<std::int64_t>(payload.size());
+  std::uint64_t fp = 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(n);
+  auto mix = [&](std::uint64_t v) { fp = (fp ^ v) * 0x100000001b3ull; };
+  for (const auto& b : buckets) {
+    mix(std::hash<std::string>{}(b.group));
+    mix(static_cast<std::uint64_t>(b.dtype));
+    mix(b.entries.size());
+    mix(static_cast<std::uint64_t>(b.scale * 1e9));
+  }
+  const int P = mesh.size();
+  const std::int64_t head[2] = {n, static_cast<std::int64_t>(fp >> 1)};
+  std::vector<std::int64_t> heads(2 * static_cast<std::size_t>(P));
+  comm::check(MPI_Allgather(head, 2, MPI_INT64_T, heads.data(), 2, MPI_INT64_T, mesh.comm()), "MPI_Allgather");
+  for (int r = 1; r < P; ++r)
+    if (heads[2 * r] != heads[0] || heads[2 * r + 1] != heads[1])
+      throw Error(std::string(op) + ": ranks registered different parameters (rank " + std::to_string(r) +
+                  "'s gradient or init-sync groups, dtypes or parameter counts differ from rank 0's); "
+                  "expected the same model on every rank");
+  std::vector<std::int64_t> all(static_cast<std::size_t>(P * n));
+  comm::check(MPI_Allgather(payload.data(), static_cast<int>(n), MPI_INT64_T, all.data(), static_cast<int>(n),
+                            MPI_INT64_T, mesh.comm()),
+              "MPI_Allgather");
+  for (std::size_t i = 0; i < defined.size(); ++i)
+    for (int r = 0; r < P; ++r) defined[i] = defined[i] || all[static_cast<std::size_t>(r * n) + i];
+  const auto& shape = mesh.shape();
+  const auto first = static_cast<std::int64_t>(defined.size());
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const auto mask = shape.mask(buckets[k].group);
+    for (int r = 0; r < P; ++r) {
+      // The rank of r's group with group coordinate 0 (ranks are row-major over the mesh).
+      const auto c = mesh.coordinates_of(r);
+      std::int64_t root = 0;
+      for (std::size_t d = 0; d < c.size(); ++d) root = root * shape.sizes[d] + (mask[d] ? 0 : c[d]);
+      const auto mine = all[static_cast<std::size_t>(r * n + first) + k];
+      const auto theirs = all[static_cast<std::size_t>(root * n + first) + k];
+      if (mine != theirs)
+        throw Error(std::string(op) + ": parameter sizes differ within the mesh group '" + buckets[k].group +
+                    "': rank " + std::to_string(r) + " has " + std::to_string(mine) + " elements in a bucket where rank " +
+                    std::to_string(root) + " has " + std::to_string(theirs) + "; expected equal shards on the ranks of a group");
+    }
+  }
+}
+
+/// Packs `t` (or zeros) into the buffer at an entry's place.
+inline void pack(const at::Tensor& buffer, const BucketEntry& e, const at::Tensor& t) {
+  auto slice = buffer.narrow(0, e.offset, e.param.numel());
+  if (t.defined()) slice.view(e.param.sizes()).copy_(t);
+  else slice.zero_();
+}
+
+inline at::Tensor unpacked(const at::Tensor& buffer, const BucketEntry& e) {
+  return buffer.narrow(0, e.offset, e.param.numel()).view(e.param.sizes());
+}
+
+inline void require_cpu(const at::Tensor& t, std::string_view op, const std::string& name) {
+  if (!t.device().is_cpu())
+    throw Error(std::string(op) + ": expected CPU tensors, but '" + name + "' is on " + t.device().str());
+}
+
+}  // namespace detail
+
+/// Broadcasts each registered parameter from rank 0 of each of its init-sync groups, so replicas
+/// start equal (one broadcast per bucket). Unregistered parameters are left alone.
+template <detail::HasParameters M>
+void init_params(M& module, const Mesh& mesh, const GradReductionOptions& o = {}) {
+  constexpr std::string_view op = "init_params";
+  auto buckets = detail::make_buckets(
+      module, mesh, o, [](const ParameterState& s) { return s.shared(); }, false, false, op);
+  std::vector<std::int64_t> none;
+  detail::agree_buckets(buckets, none, mesh, op);
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> buffers;
+  std::vector<MPI_Request> requests;
+  for (const auto& b : buckets) {
+    auto buffer = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype));
+    for (const auto& e : b.entries) {
+      detail::require_cpu(e.param, op, e.name);
+      detail::pack(buffer, e, e.param);
+    }
+    requests.emplace_back();
+    comm::check(MPI_Ibcast(buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype), 0, b.comm,
+                           &requests.back()),
+                "MPI_Ibcast");
+    buffers.push_back(std::move(buffer));
+  }
+  comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall");
+  for (std::size_t i = 0; i < buckets.size(); ++i)
+    for (const auto& e : buckets[i].entries) e.param.copy_(detail::unpacked(buffers[i], e));
+}
+
+/// Sums each registered parameter's `.grad` over its gradient groups (native and ddp backends;
+/// external ones are their owner's), one all-reduce per bucket, all buckets in flight at once.
+/// Call it once after backward, however many backward passes accumulated into `.grad`: a sum of
+/// sums is the sum. A gradient no rank has stays undefined; one some ranks lack counts as zeros
+/// there and is defined afterwards.
+template <detail::HasParameters M>
+void reduce_grads(M& module, const Mesh& mesh, const GradReductionOptions& o = {}) {
+  constexpr std::string_view op = "reduce_grads";
+  auto buckets = detail::make_buckets(
+      module, mesh, o, [](const ParameterState& s) { return s.reduce(); }, true, false, op);
+  std::vector<std::int64_t> defined;
+  for (const auto& b : buckets)
+    for (const auto& e : b.entries) defined.push_back(e.param.grad().defined() ? 1 : 0);
+  detail::agree_buckets(buckets, defined, mesh, op);
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> buffers;
+  std::vector<MPI_Request> requests;
+  std::size_t k = 0;
+  for (const auto& b : buckets) {
+    auto buffer = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype));
+    for (const auto& e : b.entries) {
+      detail::require_cpu(e.param, op, e.name);
+      detail::pack(buffer, e, e.param.grad());
+    }
+    requests.emplace_back();
+    comm::check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype),
+                               comm::sum_op(b.dtype), b.comm, &requests.back()),
+                "MPI_Iallreduce");
+    buffers.push_back(std::move(buffer));
+  }
+  comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall");
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    if (buckets[i].scale != 1) buffers[i].mul_(buckets[i].scale);
+    for (const auto& e : buckets[i].entries) {
+      if (!defined[k++]) continue;
+      auto g = e.param.mutable_grad();
+      if (g.defined()) g.copy_(detail::unpacked(buffers[i], e));
+      else e.param.mutable_grad() = detail::unpacked(buffers[i], e).clone();
+    }
+  }
+}
+
+namespace detail {
+
+/// The hooks' shared state: buckets in backward order with buffers reused from step to step; a
+/// round is the reductions of one optimizer step.
+struct HookState {
+  std::vector<Bucket> buckets;
+  std::vector<at::Tensor> buffers;
+  std::vector<std::vector<bool>> ready;  // per bucket, per entry: its gradient arrived this round
+  std::vector<std::size_t> ready_count;
+  std::vector<MPI_Request> requests;     // per bucket
+  std::size_t launched = 0;              // buckets start strictly in order, the same on every rank
+  bool active = false;
+  std::vector<std::pair<at::Tensor, unsigned>> hooks;  // (parameter, hook id)
+
+  void launch_ready() {
+    while (launched < buckets.size() && ready_count[launched] == buckets[launched].entries.size())
+      launch(launched++);
+  }
+  void launch(std::size_t i) {
+    const auto& b = buckets[i];
+    for (std::size_t j = 0; j < b.entries.size(); ++j)
+      if (!ready[i][j]) pack(buffers[i], b.entries[j], at::Tensor());
+    comm::check(MPI_Iallreduce(MPI_IN_PLACE, buffers[i].data_ptr(), comm::count(b.numel), comm::datatype(b.dtype),
+                               comm::sum_op(b.dtype), b.comm, &requests[i]),
+                "MPI_Iallreduce");
+  }
+  /// Lets MPI move the started reductions along while backward computes (MPI progresses
+  /// nonblocking collectives inside MPI calls).
+  void progress() {
+    if (launched == 0) return;
+    int done = 0;
+    MPI_Testall(static_cast<int>(launched), requests.data(), &done, MPI_STATUSES_IGNORE);
+  }
+
+  void on_grad(std::size_t i, std::size_t j, const at::Tensor& grad) {
+    if (ready[i][j]) finish();  // a second backward before wait(): close the first round
+    active = true;
+    const auto& e = buckets[i].entries[j];
+    at::NoGradGuard no_grad;
+    pack(buffers[i], e, grad);
+    ready[i][j] = true;
+    ++ready_count[i];
+    launch_ready();
+    progress();
+  }
+
+  void finish() {
+    if (!active) return;
+    while (launched < buckets.size()) launch(launched++);
+    comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+                "MPI_Waitall");
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      const auto& b = buckets[i];
+      for (const auto& e : b.entries) {
+        const auto r = unpacked(buffers[i], e);
+        auto g = e.param.mutable_grad();
+        if (g.defined()) g.add_(r, b.scale);
+        else e.param.mutable_grad() = b.scale == 1 ? r.clone() : r.mul(b.scale);
+      }
+      std::fill(ready[i].begin(), ready[i].end(), false);
+      ready_count[i] = 0;
+    }
+    launched = 0;
+    active = false;
+  }
+};
+
+}  // namespace detail
+
+/// The handle of `register_grad_reduction_hooks`: `wait()` before the optimizer step, `remove()`
+/// (or destruction) detaches the hooks.
+class GradReductionHooks {
+ public:
+  GradReductionHooks() = default;
+  explicit GradReductionHooks(std::shared_ptr<detail::HookState> s) : state_(std::move(s)) {}
+  GradReductionHooks(GradReductionHooks&&) noexcept = default;
+  GradReductionHooks& operator=(GradReductionHooks&& o) noexcept {
+    if (this != &o) {
+      remove_noexcept();
+      state_ = std::move(o.state_);
+    }
+    return *this;
+  }
+  GradReductionHooks(const GradReductionHooks&) = delete;
+  GradReductionHooks& operator=(const GradReductionHooks&) = delete;
+  ~GradReductionHooks() { remove_noexcept(); }
+
+  /// Completes this step's reductions and adds them into `.grad` (collective; a no-op when no
+  /// backward ran since the last wait).
+  void wait() {
+    if (state_) state_->finish();
+  }
+  /// Completes what is in flight, then detaches every hook.
+  void remove() {
+    if (!state_) return;
+    state_->finish();
+    for (auto& [p, id] : state_->hooks) p.remove_hook(id);
+    state_->hooks.clear();
+    state_.reset();
+  }
+  [[nodiscard]] std::size_t bucket_count() const { return state_ ? state_->buckets.size() : 0; }
+  /// The groups of the buckets, in launch order (what each all-reduce runs over).
+  [[nodiscard]] std::vector<std::string> bucket_groups() const {
+    std::vector<std::string> g;
+    if (state_)
+      for (const auto& b : state_->buckets) g.push_back(b.group);
+    return g;
+  }
+
+ private:
+  void remove_noexcept() noexcept {
+    try {
+      remove();
+    } catch (...) {  // a destructor must not throw; the hooks are detached below regardless
+      if (state_)
+        for (auto& [p, id] : state_->hooks) p.remove_hook(id);
+      state_.reset();
+    }
+  }
+  std::shared_ptr<detail::HookState> state_;
+};
+
+/// Hooks that start each bucket's all-reduce as soon as backward has produced all its gradients
+/// (buckets in reverse parameter order, as DDP), so communication overlaps the rest of backward.
+/// A hook takes the gradient's contribution into its bucket and lets zeros accumulate into `.grad`;
+/// `wait()` adds the reduced sums. Several backward passes before one `wait()` are fine (each is
+/// reduced, and the sums add). Every rank must run the same backward passes between waits.
+template <detail::HasParameters M>
+GradReductionHooks register_grad_reduction_hooks(M& module, const Mesh& mesh, const GradReductionOptions& o = {}) {
+  constexpr std::string_view op = "register_grad_reduction_hooks";
+  auto s = std::make_shared<detail::HookState>();
+  s->buckets = detail::make_buckets(
+      module, mesh, o, [](const ParameterState& st) { return st.reduce(); }, true, true, op);
+  std::vector<std::int64_t> none;
+  detail::agree_buckets(s->buckets, none, mesh, op);
+  for (const auto& b : s->buckets) {
+    for (const auto& e : b.entries) {
+      detail::require_cpu(e.param, op, e.name);
+      if (!e.param.requires_grad())
+        throw Error(std::string(op) + ": parameter '" + e.name + "' does not require grad; expected "
+                    "every parameter with gradient groups to require grad");
+    }
+    s->buffers.push_back(at::empty({b.numel}, at::TensorOptions().dtype(b.dtype)));
+    s->ready.emplace_back(b.entries.size(), false);
+    s->ready_count.push_back(0);
+    s->requests.push_back(MPI_REQUEST_NULL);
+  }
+  // The handle owns the state; it detaches the hooks before the state goes.
+  for (std::size_t i = 0; i < s->buckets.size(); ++i)
+    for (std::size_t j = 0; j < s->buckets[i].entries.size(); ++j) {
+      auto& p = s->buckets[i].entries[j].param;
+      const auto id = p.register_hook([st = s.get(), i, j](const at::Tensor& grad) {
+        st->on_grad(i, j, grad);
+        return at::zeros_like(grad);
+      });
+      s->hooks.emplace_back(p, id);
+    }
+  return GradReductionHooks(std::move(s));
+}
+
+}  // namespace einshard
