@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "einshard/model.hpp"
+#include "einshard/plan/policy_scope.hpp"
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
 

@@ -54,6 +54,7 @@ struct BucketEntry {
   at::Tensor param;
   std::string name;
   std::int64_t offset = 0;  ///< in elements, into the bucket's buffer
+  bool defined = false;     ///< its gradient exists on some rank (reduce_grads)
 };
 
 struct Bucket {
@@ -68,9 +69,74 @@ struct Bucket {
 /// What a bucketed operation reduces: the groups of a state (`reduce()` or `shared()`).
 using GroupsOf = std::vector<std::string> (*)(const ParameterState&);
 
+/// A registered parameter with something to reduce.
+struct Item {
+  std::string name;
+  at::Tensor param;
+  std::string group;
+  int averaged = 1;        ///< the size of the part of the averaging group it reduces over
+  std::int64_t numel = 0;  ///< the largest over the ranks: bucket boundaries must not depend on the rank
+  bool defined = false;    ///< its gradient exists on some rank
+};
+
+/// The agreement before a bucketed operation, collective over the mesh (two small all-gathers):
+/// every rank must have the same items (groups, averaging, dtypes) and the ranks of an item's
+/// group the same sizes, or every rank throws the same Error. Then each item's size is the largest
+/// over the ranks, and `defined` says whether some rank has its gradient.
+inline void agree_items(std::vector<Item>& items, const Mesh& mesh, std::string_view op) {
+  const auto n = static_cast<std::int64_t>(items.size());
+  std::uint64_t fp = 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(n);
+  auto mix = [&](std::uint64_t v) { fp = (fp ^ v) * 0x100000001b3ull; };
+  std::vector<std::int64_t> payload;
+  for (const auto& it : items) {
+    mix(std::hash<std::string>{}(it.group));
+    mix(static_cast<std::uint64_t>(it.param.scalar_type()));
+    mix(static_cast<std::uint64_t>(it.averaged));
+    payload.push_back(it.param.numel());
+    payload.push_back(it.param.grad().defined() ? 1 : 0);
+  }
+  const int P = mesh.size();
+  const std::int64_t head[2] = {n, static_cast<std::int64_t>(fp >> 1)};
+  std::vector<std::int64_t> heads(2 * static_cast<std::size_t>(P));
+  comm::check(MPI_Allgather(head, 2, MPI_INT64_T, heads.data(), 2, MPI_INT64_T, mesh.comm()), "MPI_Allgather");
+  for (int r = 1; r < P; ++r)
+    if (heads[2 * r] != heads[0] || heads[2 * r + 1] != heads[1])
+      throw Error(std::string(op) + ": ranks registered different parameters (rank " + std::to_string(r) +
+                  "'s gradient or init-sync groups, dtypes or parameter counts differ from rank 0's); "
+                  "expected the same model on every rank");
+  const auto w = 2 * n;
+  std::vector<std::int64_t> all(static_cast<std::size_t>(P * w));
+  comm::check(MPI_Allgather(payload.data(), static_cast<int>(w), MPI_INT64_T, all.data(), static_cast<int>(w),
+                            MPI_INT64_T, mesh.comm()),
+              "MPI_Allgather");
+  const auto& shape = mesh.shape();
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    auto& it = items[k];
+    const auto mask = shape.mask(it.group);
+    const auto at = [&](int rank, std::size_t field) {
+      return all[static_cast<std::size_t>(rank * w) + 2 * k + field];
+    };
+    it.numel = 0;
+    it.defined = false;
+    for (int r = 0; r < P; ++r) {
+      it.numel = std::max(it.numel, at(r, 0));
+      it.defined = it.defined || at(r, 1) != 0;
+      // The rank of r's group at group coordinate 0 (ranks are row-major over the mesh).
+      const auto c = mesh.coordinates_of(r);
+      int root = 0;
+      for (std::size_t d = 0; d < c.size(); ++d) root = root * shape.sizes[d] + (mask[d] ? 0 : c[d]);
+      if (at(r, 0) != at(root, 0))
+        throw Error(std::string(op) + ": parameter '" + it.name + "' has " + std::to_string(at(r, 0)) +
+                    " elements on rank " + std::to_string(r) + " but " + std::to_string(at(root, 0)) +
+                    " on rank " + std::to_string(root) + ", which reduce together over '" + it.group +
+                    "'; expected equal shards on the ranks of a group");
+    }
+  }
+}
+
 /// Buckets over the registered parameters of `module` (reversed when `reverse`: the order in which
-/// backward produces gradients). Checks every state first: the mesh, pending inference (when
-/// `refuse_pending`), and the options.
+/// backward produces gradients), after the agreement. Checks every state first: the mesh, pending
+/// inference (when `refuse_pending`), and the options.
 template <HasParameters M>
 std::vector<Bucket> make_buckets(M& module, const Mesh& mesh, const GradReductionOptions& o, GroupsOf groups_of,
                                  bool refuse_pending, bool reverse, std::string_view op) {
@@ -84,90 +150,44 @@ std::vector<Bucket> make_buckets(M& module, const Mesh& mesh, const GradReductio
   if (const auto bad = state_problems(states, shape, refuse_pending); !bad.empty())
     throw Error(std::string(op) + ": " + bad);
   if (reverse) std::reverse(states.begin(), states.end());
-
-  std::vector<Bucket> buckets;
-  std::map<std::tuple<std::string, double, int>, std::size_t> open;  // key -> index in buckets
+  std::vector<Item> items;
   for (const auto& [name, p, s] : states) {
-    const auto groups = groups_of(*s);
-    const auto mask = mask_of(groups, shape);
+    const auto mask = mask_of(groups_of(*s), shape);
     const auto group = shape.group(mask);
     if (group.empty()) continue;
     int averaged = 1;
     for (std::size_t d = 0; d < mask.size(); ++d)
       if (mask[d] && average[d]) averaged *= shape.sizes[d];
-    const auto key = std::make_tuple(group, 1.0 / averaged, static_cast<int>(p.scalar_type()));
-    const auto bytes = p.numel() * static_cast<std::int64_t>(p.element_size());
-    auto it = open.find(key);
-    if (it != open.end()) {
-      auto& b = buckets[it->second];
-      if (b.numel > 0 && (b.numel * static_cast<std::int64_t>(p.element_size()) + bytes) > o.bucket_bytes)
-        open.erase(it), it = open.end();
-    }
-    if (it == open.end()) {
-      it = open.emplace(key, buckets.size()).first;
+    items.push_back({name, p, group, averaged});
+  }
+  agree_items(items, mesh, op);
+
+  std::vector<Bucket> buckets;
+  std::vector<std::int64_t> sizes;  // rank-invariant elements of each bucket, for its boundary
+  std::map<std::tuple<std::string, int, int>, std::size_t> open;  // key -> index in buckets
+  for (const auto& it : items) {
+    const auto element = static_cast<std::int64_t>(it.param.element_size());
+    const auto key = std::make_tuple(it.group, it.averaged, static_cast<int>(it.param.scalar_type()));
+    auto found = open.find(key);
+    if (found != open.end() && sizes[found->second] > 0 &&
+        (sizes[found->second] + it.numel) * element > o.bucket_bytes)
+      open.erase(found), found = open.end();
+    if (found == open.end()) {
+      found = open.emplace(key, buckets.size()).first;
       Bucket b;
-      b.group = group;
-      b.comm = mesh.comm(group);
-      b.scale = 1.0 / averaged;
-      b.dtype = p.scalar_type();
+      b.group = it.group;
+      b.comm = mesh.comm(it.group);  // collective: the same groups in the same order on every rank
+      b.scale = 1.0 / it.averaged;
+      b.dtype = it.param.scalar_type();
       buckets.push_back(std::move(b));
+      sizes.push_back(0);
     }
-    auto& b = buckets[it->second];
-    b.entries.push_back({p, name, b.numel});
-    b.numel += p.numel();
+    auto& b = buckets[found->second];
+    b.entries.push_back({it.param, it.name, b.numel, it.defined});
+    b.numel += it.param.numel();
+    sizes[found->second] += it.numel;
   }
   return buckets;
-}
-
-/// The agreement before a bucketed operation, collective over the mesh (two small all-gathers):
-/// every rank must have the same buckets (groups, averaging, dtypes, entries), and the ranks of a
-/// bucket's group the same sizes, or every rank throws the same Error. `defined` (one flag per
-/// entry, or empty) becomes its OR over the ranks.
-inline void agree_buckets(const std::vector<Bucket>& buckets, std::vector<std::int64_t>& defined,
-                          const Mesh& mesh, std::string_view op) {
-  std::vector<std::int64_t> payload(defined);
-  for (const auto& b : buckets) payload.push_back(b.numel);
-  const auto n = static_cast<std::int64_t>(payload.size());
-  std::uint64_t fp = 0x9e3779b97f4a7c15ull ^ static_cast<std::uint64_t>(n);
-  auto mix = [&](std::uint64_t v) { fp = (fp ^ v) * 0x100000001b3ull; };
-  for (const auto& b : buckets) {
-    mix(std::hash<std::string>{}(b.group));
-    mix(static_cast<std::uint64_t>(b.dtype));
-    mix(b.entries.size());
-    mix(static_cast<std::uint64_t>(b.scale * 1e9));
-  }
-  const int P = mesh.size();
-  const std::int64_t head[2] = {n, static_cast<std::int64_t>(fp >> 1)};
-  std::vector<std::int64_t> heads(2 * static_cast<std::size_t>(P));
-  comm::check(MPI_Allgather(head, 2, MPI_INT64_T, heads.data(), 2, MPI_INT64_T, mesh.comm()), "MPI_Allgather");
-  for (int r = 1; r < P; ++r)
-    if (heads[2 * r] != heads[0] || heads[2 * r + 1] != heads[1])
-      throw Error(std::string(op) + ": ranks registered different parameters (rank " + std::to_string(r) +
-                  "'s gradient or init-sync groups, dtypes or parameter counts differ from rank 0's); "
-                  "expected the same model on every rank");
-  std::vector<std::int64_t> all(static_cast<std::size_t>(P * n));
-  comm::check(MPI_Allgather(payload.data(), static_cast<int>(n), MPI_INT64_T, all.data(), static_cast<int>(n),
-                            MPI_INT64_T, mesh.comm()),
-              "MPI_Allgather");
-  for (std::size_t i = 0; i < defined.size(); ++i)
-    for (int r = 0; r < P; ++r) defined[i] = defined[i] || all[static_cast<std::size_t>(r * n) + i];
-  const auto& shape = mesh.shape();
-  const auto first = static_cast<std::int64_t>(defined.size());
-  for (std::size_t k = 0; k < buckets.size(); ++k) {
-    const auto mask = shape.mask(buckets[k].group);
-    for (int r = 0; r < P; ++r) {
-      // The rank of r's group with group coordinate 0 (ranks are row-major over the mesh).
-      const auto c = mesh.coordinates_of(r);
-      std::int64_t root = 0;
-      for (std::size_t d = 0; d < c.size(); ++d) root = root * shape.sizes[d] + (mask[d] ? 0 : c[d]);
-      const auto mine = all[static_cast<std::size_t>(r * n + first) + k];
-      const auto theirs = all[static_cast<std::size_t>(root * n + first) + k];
-      if (mine != theirs)
-        throw Error(std::string(op) + ": parameter sizes differ within the mesh group '" + buckets[k].group +
-                    "': rank " + std::to_string(r) + " has " + std::to_string(mine) + " elements in a bucket where rank " +
-                    std::to_string(root) + " has " + std::to_string(theirs) + "; expected equal shards on the ranks of a group");
-    }
-  }
 }
 
 /// Packs `t` (or zeros) into the buffer at an entry's place.
@@ -195,8 +215,6 @@ void init_params(M& module, const Mesh& mesh, const GradReductionOptions& o = {}
   constexpr std::string_view op = "init_params";
   auto buckets = detail::make_buckets(
       module, mesh, o, [](const ParameterState& s) { return s.shared(); }, false, false, op);
-  std::vector<std::int64_t> none;
-  detail::agree_buckets(buckets, none, mesh, op);
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> buffers;
   std::vector<MPI_Request> requests;
@@ -228,14 +246,9 @@ void reduce_grads(M& module, const Mesh& mesh, const GradReductionOptions& o = {
   constexpr std::string_view op = "reduce_grads";
   auto buckets = detail::make_buckets(
       module, mesh, o, [](const ParameterState& s) { return s.reduce(); }, true, false, op);
-  std::vector<std::int64_t> defined;
-  for (const auto& b : buckets)
-    for (const auto& e : b.entries) defined.push_back(e.param.grad().defined() ? 1 : 0);
-  detail::agree_buckets(buckets, defined, mesh, op);
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> buffers;
   std::vector<MPI_Request> requests;
-  std::size_t k = 0;
   for (const auto& b : buckets) {
     auto buffer = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype));
     for (const auto& e : b.entries) {
@@ -253,7 +266,7 @@ void reduce_grads(M& module, const Mesh& mesh, const GradReductionOptions& o = {
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     if (buckets[i].scale != 1) buffers[i].mul_(buckets[i].scale);
     for (const auto& e : buckets[i].entries) {
-      if (!defined[k++]) continue;
+      if (!e.defined) continue;
       auto g = e.param.mutable_grad();
       if (g.defined()) g.copy_(detail::unpacked(buffers[i], e));
       else e.param.mutable_grad() = detail::unpacked(buffers[i], e).clone();
@@ -395,8 +408,6 @@ GradReductionHooks register_grad_reduction_hooks(M& module, const Mesh& mesh, co
   auto s = std::make_shared<detail::HookState>();
   s->buckets = detail::make_buckets(
       module, mesh, o, [](const ParameterState& st) { return st.reduce(); }, true, true, op);
-  std::vector<std::int64_t> none;
-  detail::agree_buckets(s->buckets, none, mesh, op);
   for (const auto& b : s->buckets) {
     for (const auto& e : b.entries) {
       detail::require_cpu(e.param, op, e.name);
