@@ -25,26 +25,8 @@ namespace es = einshard;
 
 namespace {
 
-std::vector<std::vector<int>> factorizations(int n, int dims) {
-  if (dims == 1) return {{n}};
-  std::vector<std::vector<int>> out;
-  for (int f = 1; f <= n; ++f)
-    if (n % f == 0)
-      for (auto rest : factorizations(n / f, dims - 1)) {
-        rest.insert(rest.begin(), f);
-        out.push_back(rest);
-      }
-  return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const es::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using es::testing::error_of;
+using es::testing::factorizations;
 
 /// True on every rank when every rank has the same text.
 bool same_everywhere(const std::string& s) {
@@ -491,6 +473,18 @@ TEST_CASE("[param] errors: before computing, nothing attached, the same on every
   require_error_everywhere([&] { es::einshard_like<"b/dp c, h/tp c -> b/dp h/tp">(p, o); }, "found none");
   require_error_everywhere([&] { es::einshard_like<"b/dp c, h/zz c [param] -> b/dp h/zz">(p, o); },
                            "unknown mesh dimensions: zz");
+  // Two [param] operands: one fails, neither is attached.
+  auto px = param(at::ones({2, 3}, f64()));
+  auto pw = param(at::ones({4, 3}, f64()));
+  require_error_everywhere([&] { (void)es::einshard<"b/dp c [param], h c [param, grad=tp] -> b/dp h">(px, pw, o); },
+                           "include 'dp'");
+  CHECK_FALSE(es::has_parameter_state(px));
+  CHECK_FALSE(es::has_parameter_state(pw));
+  // A local notation (no communication, no mesh needed): nothing arrives partial.
+  auto local = param(at::ones({3, 5}, f64()));
+  (void)es::einshard<"a b, b c [param] -> a c">(at::ones({2, 3}, f64()), local);
+  CHECK(es::parameter_state(local).grad.mode == es::GradMode::inferred);
+  CHECK(es::parameter_state(local).reduce().empty());
   // A registration that conflicts with an earlier one fails before computing.
   es::register_parameter_layout(p, "h c", {.mesh = mesh, .grad = "none"});
   require_error_everywhere([&] { (void)es::einshard<"b/dp c, h c [param] -> b/dp h">(x, p, o); }, "explicit grad=none");

@@ -5,6 +5,7 @@
 
 #include "einshard/model.hpp"
 #include "einshard/plan/policy_scope.hpp"
+#include "test_support.hpp"
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
 
@@ -25,14 +26,7 @@ es::ParameterState make(std::string_view layout, std::optional<std::string_view>
   return es::make_parameter_state(layout, m, grad, init, "test", notation);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const es::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using einshard::testing::error_of;
 
 #define REQUIRE_ERROR(expr, fragment) \
   REQUIRE_THAT(error_of([&] { (void)(expr); }), Catch::Contains(fragment))

@@ -206,6 +206,34 @@ inline void require_cpu(const at::Tensor& t, std::string_view op, const std::str
     throw Error(std::string(op) + ": expected CPU tensors, but '" + name + "' is on " + t.device().str());
 }
 
+/// Packs each bucket (`value(entry)`, zeros where undefined), starts `start(bucket, buffer,
+/// request)` on every one, and waits for all: the buffers, in bucket order.
+template <class Value, class Start>
+std::vector<at::Tensor> run_buckets(const std::vector<Bucket>& buckets, std::string_view op, Value&& value,
+                                    Start&& start) {
+  std::vector<at::Tensor> buffers;
+  std::vector<MPI_Request> requests(buckets.size(), MPI_REQUEST_NULL);
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const auto& b = buckets[i];
+    auto buffer = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype));
+    for (const auto& e : b.entries) {
+      require_cpu(e.param, op, e.name);
+      pack(buffer, e, value(e));
+    }
+    start(b, buffer, &requests[i]);
+    buffers.push_back(std::move(buffer));
+  }
+  comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall");
+  return buffers;
+}
+
+inline void start_all_reduce(const Bucket& b, const at::Tensor& buffer, MPI_Request* request) {
+  comm::check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype),
+                             comm::sum_op(b.dtype), b.comm, request),
+              "MPI_Iallreduce");
+}
+
 }  // namespace detail
 
 /// Broadcasts each registered parameter from rank 0 of each of its init-sync groups, so replicas
@@ -216,22 +244,12 @@ void init_params(M& module, const Mesh& mesh, const GradReductionOptions& o = {}
   auto buckets = detail::make_buckets(
       module, mesh, o, [](const ParameterState& s) { return s.shared(); }, false, false, op);
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> buffers;
-  std::vector<MPI_Request> requests;
-  for (const auto& b : buckets) {
-    auto buffer = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype));
-    for (const auto& e : b.entries) {
-      detail::require_cpu(e.param, op, e.name);
-      detail::pack(buffer, e, e.param);
-    }
-    requests.emplace_back();
-    comm::check(MPI_Ibcast(buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype), 0, b.comm,
-                           &requests.back()),
-                "MPI_Ibcast");
-    buffers.push_back(std::move(buffer));
-  }
-  comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-              "MPI_Waitall");
+  const auto buffers = detail::run_buckets(
+      buckets, op, [](const detail::BucketEntry& e) { return e.param; },
+      [](const detail::Bucket& b, const at::Tensor& buffer, MPI_Request* request) {
+        comm::check(MPI_Ibcast(buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype), 0, b.comm, request),
+                    "MPI_Ibcast");
+      });
   for (std::size_t i = 0; i < buckets.size(); ++i)
     for (const auto& e : buckets[i].entries) e.param.copy_(detail::unpacked(buffers[i], e));
 }
@@ -247,22 +265,8 @@ void reduce_grads(M& module, const Mesh& mesh, const GradReductionOptions& o = {
   auto buckets = detail::make_buckets(
       module, mesh, o, [](const ParameterState& s) { return s.reduce(); }, true, false, op);
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> buffers;
-  std::vector<MPI_Request> requests;
-  for (const auto& b : buckets) {
-    auto buffer = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype));
-    for (const auto& e : b.entries) {
-      detail::require_cpu(e.param, op, e.name);
-      detail::pack(buffer, e, e.param.grad());
-    }
-    requests.emplace_back();
-    comm::check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype),
-                               comm::sum_op(b.dtype), b.comm, &requests.back()),
-                "MPI_Iallreduce");
-    buffers.push_back(std::move(buffer));
-  }
-  comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-              "MPI_Waitall");
+  const auto buffers = detail::run_buckets(
+      buckets, op, [](const detail::BucketEntry& e) { return e.param.grad(); }, detail::start_all_reduce);
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     if (buckets[i].scale != 1) buffers[i].mul_(buckets[i].scale);
     for (const auto& e : buckets[i].entries) {
@@ -296,9 +300,7 @@ struct HookState {
     const auto& b = buckets[i];
     for (std::size_t j = 0; j < b.entries.size(); ++j)
       if (!ready[i][j]) pack(buffers[i], b.entries[j], at::Tensor());
-    comm::check(MPI_Iallreduce(MPI_IN_PLACE, buffers[i].data_ptr(), comm::count(b.numel), comm::datatype(b.dtype),
-                               comm::sum_op(b.dtype), b.comm, &requests[i]),
-                "MPI_Iallreduce");
+    start_all_reduce(b, buffers[i], &requests[i]);
   }
   /// Lets MPI move the started reductions along while backward computes (MPI progresses
   /// nonblocking collectives inside MPI calls).

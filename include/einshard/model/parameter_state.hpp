@@ -90,6 +90,8 @@ struct ParameterState {
       if (!a.group.empty() && std::find(g.begin(), g.end(), a.group) == g.end()) g.push_back(a.group);
     return g;
   }
+  /// The original's name for `shard_groups()`.
+  [[nodiscard]] std::vector<std::string> shard_dims() const { return shard_groups(); }
   /// The mesh dimensions some axis is sharded over.
   [[nodiscard]] std::vector<bool> footprint() const {
     std::vector<bool> m(mesh.sizes.size(), false);
