@@ -22,6 +22,7 @@
 
 #include <einshard/einshard.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -41,8 +42,9 @@ struct Mlp : torch::nn::Module {
   Mlp(int layers, std::int64_t width) {
     at::manual_seed(3);
     for (int i = 0; i < layers; ++i) {
-      w.push_back(register_parameter("w" + std::to_string(i), at::randn({width, width}) / std::sqrt(double(width))));
-      b.push_back(register_parameter("b" + std::to_string(i), at::zeros({width})));
+      const auto n = std::to_string(i);  // (a "w" + string temporary trips GCC 12's -Wrestrict)
+      w.push_back(register_parameter(std::string("w").append(n), at::randn({width, width}) / std::sqrt(double(width))));
+      b.push_back(register_parameter(std::string("b").append(n), at::zeros({width})));
     }
   }
   at::Tensor loss(const at::Tensor& x) const {

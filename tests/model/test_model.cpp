@@ -431,6 +431,22 @@ TEST_CASE("[param] notations infer gradient groups from the plan and leave the r
     }
     CHECK(close(w1.grad(), slice(rw1.grad(), 0, rh)));
     CHECK(close(w2.grad(), slice(rw2.grad(), 1, rh)));
+    // Three operands: the parameter's deferral is found in whichever stage it is contracted.
+    {
+      auto m3 = std::make_shared<Block>();
+      auto u = m3->register_parameter("u", W1.t().clone());  // c h, replicated
+      auto z = es::einshard<"b/dp c, c h [param], e h -> b/dp e">(x, u, at::tanh(W2), o);
+      (z * z).sum().backward();
+      // Contracted with x first, u's gradient is left partial over dp; contracted with the third
+      // operand first, the intermediate's is, and the plan reduces that one: either way it sums once.
+      const auto groups = es::parameter_state(u).reduce();
+      CHECK((groups.empty() || groups == std::vector<std::string>{"dp"}));
+      es::reduce_grads(*m3, mesh);
+      auto ru = param(W1.t());
+      auto rz = at::matmul(at::matmul(X, ru), at::tanh(W2).t());
+      (rz * rz).sum().backward();
+      CHECK(close(u.grad(), ru.grad()));
+    }
     // Without [param] the plan keeps the all-reduce in backward: the same gradient, no obligation.
     auto v = param(slice(W1, 0, rh));
     (void)es::einshard<"b/dp c, h/tp c -> b/dp h/tp">(x, v, o);
