@@ -180,6 +180,13 @@ TEST_CASE("registration on a mesh: options, errors the same on every rank", "[mo
     CHECK(s.reduce() == std::vector<std::string>{"dp"});
     CHECK(s.shared() == std::vector<std::string>{"dp"});
     CHECK(s.shard_groups() == std::vector<std::string>{"tp"});
+    // This rank's slice, from its mesh coordinates, through any shape form.
+    const auto full = at::zeros({10, 3});
+    const auto m = es::param_shard_metadata(s, full.sizes(), mesh);
+    const auto r = shard(10, f[1], mesh.coordinate("tp"));
+    CHECK(m.local_slices[0] == r);
+    CHECK(m.local_shape == std::vector<std::int64_t>{r.second - r.first, 3});
+    CHECK(es::param_shard_metadata(s, {10, 3}, mesh).local_slices == m.local_slices);
     auto q = param(at::zeros({4}, f64()));
     require_error_everywhere([&] { es::register_parameter_layout(q, "a/foo", {.mesh = mesh}); },
                              "unknown mesh dimensions: foo");

@@ -6,6 +6,8 @@
 /// writer or a loader of a full model needs to cut the right piece.
 
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <span>
 #include <string>
 #include <utility>
@@ -25,9 +27,10 @@ struct ParamShardMetadata {
   std::vector<std::string> shard_dims;  ///< the group sharding each dimension ("" when whole)
 };
 
-/// Pure form: `coords` are this rank's mesh coordinates (one per mesh dimension).
-inline ParamShardMetadata param_shard_metadata(const ParameterState& s, std::span<const std::int64_t> global_shape,
-                                               std::span<const int> coords, const Shapes& shapes = {}) {
+namespace detail {
+
+inline ParamShardMetadata shard_metadata(const ParameterState& s, std::span<const std::int64_t> global_shape,
+                                         std::span<const int> coords, const Shapes& shapes) {
   constexpr const char* op = "param_shard_metadata";
   const auto n = static_cast<std::int64_t>(s.axes.size());
   const auto rank = static_cast<std::int64_t>(global_shape.size());
@@ -74,19 +77,26 @@ inline ParamShardMetadata param_shard_metadata(const ParameterState& s, std::spa
   return m;
 }
 
+}  // namespace detail
+
+/// Pure form: `coords` are this rank's mesh coordinates (one per mesh dimension). `global_shape` is
+/// any range of extents (`{8, 4}`, a vector, `tensor.sizes()`).
+template <class Shape = std::initializer_list<std::int64_t>>
+ParamShardMetadata param_shard_metadata(const ParameterState& s, const Shape& global_shape,
+                                        std::span<const int> coords, const Shapes& shapes = {}) {
+  const std::vector<std::int64_t> g(std::begin(global_shape), std::end(global_shape));
+  return detail::shard_metadata(s, g, coords, shapes);
+}
+
 /// This rank's slice of a parameter of global shape `global_shape` on `mesh`.
-inline ParamShardMetadata param_shard_metadata(const ParameterState& s, std::span<const std::int64_t> global_shape,
-                                               const Mesh& mesh, const Shapes& shapes = {}) {
+template <class Shape = std::initializer_list<std::int64_t>>
+ParamShardMetadata param_shard_metadata(const ParameterState& s, const Shape& global_shape, const Mesh& mesh,
+                                        const Shapes& shapes = {}) {
   if (s.mesh.names != mesh.names() || s.mesh.sizes != mesh.sizes())
     throw Error("param_shard_metadata: the state's mesh (" + s.mesh.joined_names() +
                 ") is not this mesh (" + mesh.shape().joined_names() + ")");
-  const auto c = mesh.coordinates_of(mesh.rank());
-  return param_shard_metadata(s, global_shape, c, shapes);
-}
-
-inline ParamShardMetadata param_shard_metadata(const ParameterState& s, std::initializer_list<std::int64_t> global_shape,
-                                               const Mesh& mesh, const Shapes& shapes = {}) {
-  return param_shard_metadata(s, std::span<const std::int64_t>(global_shape.begin(), global_shape.size()), mesh, shapes);
+  const std::vector<std::int64_t> g(std::begin(global_shape), std::end(global_shape));
+  return detail::shard_metadata(s, g, mesh.coordinates_of(mesh.rank()), shapes);
 }
 
 }  // namespace einshard
