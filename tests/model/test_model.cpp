@@ -157,6 +157,22 @@ void check_grads(const Sharded& s, const Reference& r, double scale_dp_sp, doubl
   CHECK(close(m.b2.grad(), r.b2 * scale_dp_sp));
 }
 
+/// The block's one-process gradients of the first batch's loss and of both batches' losses.
+struct BlockCase {
+  Globals G;
+  Reference ref = reference_grads(G, false), ref2 = reference_grads(G, true);
+};
+
+/// Runs `f(case, mesh, sizes)` on every (dp, sp, tp) mesh of the world.
+template <class F>
+void each_block_mesh(F&& f) {
+  const BlockCase c;
+  for (const auto& sizes : factorizations(es::testing::world().size, 3)) {
+    es::Mesh mesh(MPI_COMM_WORLD, sizes, {"dp", "sp", "tp"});
+    f(c, mesh, sizes);
+  }
+}
+
 /// Steps of a plan that all-reduce the second operand's gradient in backward.
 int weight_reductions(const es::Plan& p) {
   int n = 0;
@@ -290,26 +306,22 @@ TEST_CASE("init_params broadcasts over init-sync groups and keeps shards", "[mod
 
 TEST_CASE("reduce_grads: every gradient of a DP x SP x TP block equals one process's", "[model]") {
   const auto w = es::testing::world();
-  const Globals G;
-  const auto ref = reference_grads(G, false);
-  const auto ref2 = reference_grads(G, true);
-  for (const auto& f : factorizations(w.size, 3)) {
-    es::Mesh mesh(MPI_COMM_WORLD, f, {"dp", "sp", "tp"});
-    auto s = sharded_mlp(G, mesh);
+  each_block_mesh([&](const BlockCase& c, const es::Mesh& mesh, const std::vector<int>& f) {
+    auto s = sharded_mlp(c.G, mesh);
     mlp_loss(*s.m, s.x1, &mesh).backward();
     es::reduce_grads(*s.m, mesh);
-    check_grads(s, ref, 1, 1);
+    check_grads(s, c.ref, 1, 1);
     // Gradient accumulation: two backward passes, one reduction.
     zero_grads(*s.m);
     mlp_loss(*s.m, s.x1, &mesh).backward();
     mlp_loss(*s.m, s.x2, &mesh).backward();
     es::reduce_grads(*s.m, mesh, {.bucket_bytes = 40});
-    check_grads(s, ref2, 1, 1);
+    check_grads(s, c.ref2, 1, 1);
     // DDP's habit: average over dp.
     zero_grads(*s.m);
     mlp_loss(*s.m, s.x1, &mesh).backward();
     es::reduce_grads(*s.m, mesh, {.average = "dp"});
-    check_grads(s, ref, 1.0 / f[0], 1.0 / f[0]);
+    check_grads(s, c.ref, 1.0 / f[0], 1.0 / f[0]);
     // A gradient only some ranks have counts as zeros on the others; one nobody has stays undefined.
     zero_grads(*s.m);
     if (w.rank == 0) s.m->b2.sum().backward();
@@ -317,51 +329,46 @@ TEST_CASE("reduce_grads: every gradient of a DP x SP x TP block equals one proce
     // b2 sums over dp-sp: the ranks that share rank 0's tp coordinate (0) see its ones.
     CHECK(close(s.m->b2.grad(), at::full({C}, mesh.coordinate("tp") == 0 ? 1.0 : 0.0, f64())));
     CHECK_FALSE(s.m->w1.grad().defined());
-  }
+  });
 }
 
 TEST_CASE("grad reduction hooks: overlap with backward, accumulation, wait, remove", "[model]") {
-  const auto w = es::testing::world();
-  const Globals G;
-  const auto ref = reference_grads(G, false);
-  const auto ref2 = reference_grads(G, true);
-  for (const auto& f : factorizations(w.size, 3)) {
-    es::Mesh mesh(MPI_COMM_WORLD, f, {"dp", "sp", "tp"});
+  each_block_mesh([&](const BlockCase& c, const es::Mesh& mesh, const std::vector<int>& f) {
     for (std::int64_t bucket : {std::int64_t{25} << 20, std::int64_t{48}}) {
-      auto s = sharded_mlp(G, mesh);
+      auto s = sharded_mlp(c.G, mesh);
       auto hooks = es::register_grad_reduction_hooks(*s.m, mesh, {.bucket_bytes = bucket});
       // Buckets: one per (group, dtype) with the default size; small buckets split them.
       CHECK(hooks.bucket_count() >= 2);
       mlp_loss(*s.m, s.x1, &mesh).backward();
       hooks.wait();
-      check_grads(s, ref, 1, 1);
+      check_grads(s, c.ref, 1, 1);
       hooks.wait();  // nothing ran since: a no-op
-      check_grads(s, ref, 1, 1);
+      check_grads(s, c.ref, 1, 1);
       zero_grads(*s.m);
       mlp_loss(*s.m, s.x1, &mesh).backward();
       mlp_loss(*s.m, s.x2, &mesh).backward();  // accumulation before one wait
       hooks.wait();
-      check_grads(s, ref2, 1, 1);
+      check_grads(s, c.ref2, 1, 1);
       // Accumulating into existing gradients across waits adds the reduced sums.
       zero_grads(*s.m);
       mlp_loss(*s.m, s.x1, &mesh).backward();
       hooks.wait();
       mlp_loss(*s.m, s.x2, &mesh).backward();
       hooks.wait();
-      check_grads(s, ref2, 1, 1);
+      check_grads(s, c.ref2, 1, 1);
       hooks.remove();
       CHECK(hooks.bucket_count() == 0);
       zero_grads(*s.m);
       mlp_loss(*s.m, s.x1, &mesh).backward();
       es::reduce_grads(*s.m, mesh);  // the hooks are gone: this is the only reduction
-      check_grads(s, ref, 1, 1);
+      check_grads(s, c.ref, 1, 1);
     }
-    auto s = sharded_mlp(G, mesh);
+    auto s = sharded_mlp(c.G, mesh);
     auto hooks = es::register_grad_reduction_hooks(*s.m, mesh, {.average = "dp"});
     mlp_loss(*s.m, s.x1, &mesh).backward();
     hooks.wait();
-    check_grads(s, ref, 1.0 / f[0], 1.0 / f[0]);
-  }
+    check_grads(s, c.ref, 1.0 / f[0], 1.0 / f[0]);
+  });
 }
 
 TEST_CASE("reductions refuse bad states and options on every rank, without hanging", "[model]") {
@@ -372,6 +379,8 @@ TEST_CASE("reductions refuse bad states and options on every rank, without hangi
   es::register_parameter_layout(p, "c", {.mesh = mesh, .grad = "async"});
   require_error_everywhere([&] { es::reduce_grads(*block, mesh); }, "'p' ('c [param, grad=async]') has gradient groups pending inference");
   require_error_everywhere([&] { (void)es::register_grad_reduction_hooks(*block, mesh); }, "pending inference");
+  require_error_everywhere([&] { es::validate_parameter_states(*block, mesh); }, "'p' ('c [param, grad=async]')");
+  CHECK_NOTHROW(es::validate_parameter_states(*block, mesh, /*allow_pending=*/true));
   es::register_parameter_layout(p, "c", {.mesh = mesh, .grad = "dp"});  // resolves the pending groups
   require_error_everywhere([&] { es::reduce_grads(*block, mesh, {.bucket_bytes = 0}); }, "expected .bucket_bytes > 0");
   require_error_everywhere([&] { es::reduce_grads(*block, mesh, {.average = "zz"}); }, "unknown mesh dimensions: zz");
