@@ -4,13 +4,18 @@
 #include <ATen/ATen.h>
 
 #include "einshard/model.hpp"
+#include "einshard/plan/binary.hpp"
+#include "einshard/plan/param_grad.hpp"
 #include "einshard/plan/policy_scope.hpp"
 #include "test_support.hpp"
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
 
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace es = einshard;
@@ -309,4 +314,42 @@ TEST_CASE("policies: resolution order, nesting scopes, custom weights", "[model]
   CHECK(bytes.key() == es::PlanPolicy(es::PolicyWeights{.forward = 0, .backward = 0, .bytes = 2}).key());
   CHECK_THAT(bytes.str(), Catch::Contains("custom"));
   CHECK(es::PlanPolicy(es::Policy::latency).str() == "latency");
+}
+
+TEST_CASE("a [param] operand's plan: the partial over dimensions it is replicated on is deferred", "[model][plan]") {
+  namespace plan = es::plan;
+  const es::MeshShape mesh{{"dp", "tp"}, {2, 4}};
+  const std::map<std::string, std::int64_t, std::less<>> global{{"b", 8}, {"c", 6}, {"h", 12}};
+  auto plan_for = [&](const std::string& source) {
+    const auto parsed = es::notation::parse(source);
+    REQUIRE(parsed.ok);
+    const auto v = parsed.expression.view(source);
+    const auto x = plan::layout_of(v, v.input(0), 0, mesh), y = plan::layout_of(v, v.input(1), 0, mesh),
+               z = plan::layout_of(v, v.output(), 0, mesh);
+    return std::tuple{plan::plan_binary(x, y, z, mesh, global, 8, es::Policy::training), x, y};
+  };
+  auto has_add_partial = [](const std::vector<plan::Step>& steps) {
+    return std::any_of(steps.begin(), steps.end(), [](const plan::Step& s) { return s.kind == plan::StepKind::add_partial; });
+  };
+  {  // column-parallel weight, batch over dp: the weight's gradient is partial over dp
+    auto [p, x, y] = plan_for("b/dp c, h/tp c -> b/dp h/tp");
+    auto steps = p.chosen.y_steps;
+    REQUIRE(has_add_partial(steps));
+    CHECK(plan::defer_parameter_partial(steps, y, mesh) == "dp");
+    CHECK_FALSE(has_add_partial(steps));
+    // Were the input a parameter: it is replicated over tp, where the computation is spread.
+    auto xs = p.chosen.x_steps;
+    CHECK(plan::defer_parameter_partial(xs, x, mesh) == "tp");
+  }
+  {  // a weight sharded over tp on the contracted axis, batch over dp
+    auto [p, x, y] = plan_for("b/dp c, c/tp h -> b/dp h");
+    auto steps = p.chosen.y_steps;
+    CHECK(plan::defer_parameter_partial(steps, y, mesh) == "dp");
+  }
+  {  // replicated data and weight, nothing spread: nothing arrives partial
+    auto [p, x, y] = plan_for("b c, h c -> b h");
+    auto steps = p.chosen.y_steps;
+    CHECK(plan::defer_parameter_partial(steps, y, mesh).empty());
+    CHECK(steps.size() == p.chosen.y_steps.size());
+  }
 }
