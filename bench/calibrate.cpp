@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     for (const auto& k : calls)
       runs.emplace_back([&, k = &k] {
         for (const auto& t : xs) t.mutable_grad().reset();
-        es::exec::run_contraction(*k, xs, agreement.scalar, mesh).sum().backward();
+        es::exec::run_contraction(*k, xs, agreement.scalar).sum().backward();
       });
     const auto t = interleaved(runs, iters);
     const auto fastest = static_cast<std::size_t>(std::min_element(t.begin(), t.end()) - t.begin());

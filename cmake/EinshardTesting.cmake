@@ -14,7 +14,10 @@
 #
 # The tests share RESOURCE_LOCK `mpi`, so two MPI jobs never compete for the cores (the ranks are
 # oversubscribed and busy-poll), and carry a TIMEOUT, since a rank that fails while the others
-# wait in a collective hangs until it is killed.
+# wait in a collective hangs until it is killed. 15 s before the TIMEOUT (a quarter of it for short
+# ones) each rank's watchdog (tests/support/hang_watchdog.hpp, through
+# EINSHARD_TEST_WATCHDOG_SECONDS; an ENVIRONMENT entry overrides it) prints the test case it is in
+# and ends the run, so a hang says which test and which rank.
 
 include_guard(GLOBAL)
 
@@ -76,7 +79,16 @@ function(einshard_add_mpi_test)
     set(arg_TIMEOUT 300)
   endif()
 
-  set(environment ${EINSHARD_MPI_TEST_ENVIRONMENT} ${arg_ENVIRONMENT})
+  if(arg_TIMEOUT GREATER 60)
+    math(EXPR watchdog "${arg_TIMEOUT} - 15")
+  else()
+    math(EXPR watchdog "${arg_TIMEOUT} * 3 / 4")
+  endif()
+  set(environment ${EINSHARD_MPI_TEST_ENVIRONMENT})
+  if(NOT arg_ENVIRONMENT MATCHES "EINSHARD_TEST_WATCHDOG_SECONDS=")
+    list(APPEND environment "EINSHARD_TEST_WATCHDOG_SECONDS=${watchdog}")
+  endif()
+  list(APPEND environment ${arg_ENVIRONMENT})
 
   foreach(nranks IN LISTS arg_RANKS)
     set(test_name "${arg_NAME}.np${nranks}")

@@ -5,6 +5,7 @@
 #   einshard_torch_after_find()    call right after it
 #   einshard_find_metis()          defines einshard::metis (see 3.)
 #   einshard_find_fftw()           defines einshard::fftw (see 4.)
+#   einshard_find_hypre()          defines einshard::hypre (see 5.)
 #
 # 1. The CUDA toolkit shim (einshard_torch_before_find)
 #
@@ -54,6 +55,14 @@
 #    time): fftw3.h with libfftw3 and libfftw3f (double and single precision) give
 #    EINSHARD_HAS_FFTW=1; without them every local FFT is torch's. EINSHARD_USE_FFTW=OFF turns it
 #    off.
+#
+# 5. hypre (einshard_find_hypre)
+#
+#    The sparse part's Preconditioner::amg runs hypre's BoomerAMG over the whole distributed
+#    matrix (sparse/amg.hpp). Optional, found the same way (HYPRE.h, also under include/hypre/ as
+#    Debian's libhypre-dev installs it, and libHYPRE): EINSHARD_HAS_HYPRE=1; without it
+#    Preconditioner::amg throws einshard::Error naming hypre. EINSHARD_USE_HYPRE=OFF turns it off.
+#    hypre must be built with 32-bit HYPRE_BigInt and double HYPRE_Real (its default, Debian's).
 
 macro(einshard_torch_before_find)
   if(NOT EINSHARD_TORCH_CUDA_TOOLKIT AND NOT TARGET torch AND NOT TARGET torch::cudart)
@@ -94,7 +103,7 @@ function(_einshard_optional_library name header missing)
     message(STATUS "einshard: ${upper} disabled (EINSHARD_USE_${upper}=OFF)")
     return()
   endif()
-  find_path(${upper}_INCLUDE_DIR ${header})
+  find_path(${upper}_INCLUDE_DIR ${header} PATH_SUFFIXES ${name})
   set(libraries "")
   foreach(library IN LISTS ARGN)
     string(TOUPPER "${library}" variable)
@@ -122,4 +131,8 @@ endfunction()
 
 function(einshard_find_fftw)
   _einshard_optional_library(fftw fftw3.h "einfft's local FFTs are torch's" fftw3 fftw3f)
+endfunction()
+
+function(einshard_find_hypre)
+  _einshard_optional_library(hypre HYPRE.h "sparse Preconditioner::amg will throw" HYPRE)
 endfunction()

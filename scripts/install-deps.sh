@@ -12,6 +12,7 @@
 #        ${EINSHARD_DEPS_DIR:-/opt/einshard-deps}/venv
 #      (skipped when that venv already has torch 2.15.0, or when you bring your own LibTorch by
 #      setting EINSHARD_TORCH_CMAKE_PREFIX or Torch_DIR).
+#   3. matplotlib==3.9.2 in the same venv, for bench/plot.py (the plots under docs/images).
 #
 # Environment:
 #   EINSHARD_DEPS_DIR        venv location (default /opt/einshard-deps)
@@ -129,3 +130,16 @@ if [[ -z "${EINSHARD_TORCH_CMAKE_PREFIX}" ]]; then
   exit 1
 fi
 log "LibTorch CMake prefix: ${EINSHARD_TORCH_CMAKE_PREFIX}"
+
+# ---- 3. matplotlib for bench/plot.py (the PNGs under docs/images), in the same venv ----------
+MATPLOTLIB_VERSION=3.9.2
+if "${EINSHARD_VENV}/bin/python" - "${MATPLOTLIB_VERSION}" >/dev/null 2>&1 <<'PY'
+import importlib.metadata, sys
+assert importlib.metadata.version("matplotlib") == sys.argv[1]
+PY
+then
+  log "matplotlib ${MATPLOTLIB_VERSION} present in ${EINSHARD_VENV}"
+else
+  log "pip install matplotlib==${MATPLOTLIB_VERSION} (bench/plot.py)"
+  "${EINSHARD_VENV}/bin/pip" install --disable-pip-version-check --no-input "matplotlib==${MATPLOTLIB_VERSION}"
+fi

@@ -42,13 +42,16 @@
 //    "ratio":einshard matvec / PETSc}
 //
 //   mpirun -n P einshard_bench_sparse_cg [--grid 2000] [--iters 200] [--reps 5]
-//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv] [--method cg|bicgstab|gmres]
+//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv[,history]] [--history-rtol 1e-8]
+//        [--method cg|bicgstab|gmres]
 //        [--gmres-one-pass]
 //        [--spmv-reps 20] [--triad-mib 128]
 //        [--quick]
 //
-// --quick: grid 300, 3 reps (a smoke test). --cases: which parts to run (default both). Environment: EINSHARD_NUM_THREADS (torch intra-op
-// threads per rank, default 1).
+// --quick: grid 300, 3 reps (a smoke test). --cases: which parts to run (default cg,spmv; history
+// adds the residual histories of both solvers to --history-rtol, default 1e-8, as
+// {"bench":"sparse_cg_history","solver":"einshard"|"petsc",...,"residuals":[...]}).
+// Environment: EINSHARD_NUM_THREADS (torch intra-op threads per rank, default 1).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -67,8 +70,15 @@
 
 #include <einshard/sparse.hpp>
 
+#include "petsc_support.hpp"
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
+using einshard_bench::as_tensor;
+using einshard_bench::assemble_aij;
+using einshard_bench::poisson_rows;
+using einshard_bench::Rows;
+using einshard_bench::split;
 
 namespace {
 
@@ -80,14 +90,11 @@ struct Config {
   double triad_mib = 128;
   std::vector<std::string> precond{"none", "jacobi"};
   bool cg = true, spmv = true;
+  bool history = false;       ///< --cases history: residual histories to --history-rtol
+  double history_rtol = 1e-8;
   std::string method = "cg";  ///< the Krylov method of the solve case: cg, bicgstab or gmres
   bool one_pass = false;      ///< gmres: one Gram–Schmidt pass (PETSc's default) instead of DGKS
 };
-
-void petsc_check(PetscErrorCode code, const char* what) {
-  if (code != 0) throw std::runtime_error(std::string("PETSc call failed: ") + what);
-}
-#define PETSC(call) petsc_check((call), #call)
 
 int world_rank() {
   int r = 0;
@@ -98,18 +105,6 @@ int world_size() {
   int p = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   return p;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const auto end = s.find(',', start);
-    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
 }
 
 Config parse(int argc, char** argv) {
@@ -132,7 +127,9 @@ Config parse(int argc, char** argv) {
       const auto cases = split(value());
       c.cg = std::find(cases.begin(), cases.end(), "cg") != cases.end();
       c.spmv = std::find(cases.begin(), cases.end(), "spmv") != cases.end();
+      c.history = std::find(cases.begin(), cases.end(), "history") != cases.end();
     }
+    else if (a == "--history-rtol") c.history_rtol = std::stod(value());
     else if (a == "--quick") {
       c.grid = 300;
       c.reps = 3;
@@ -167,64 +164,13 @@ double timed(const std::function<void()>& f) {
   return max_over_ranks(MPI_Wtime() - t0);
 }
 
-/// This rank's rows of the 5-point Poisson matrix in COO with global indices.
-struct Rows {
-  std::int64_t lo = 0, hi = 0;
-  std::vector<std::int64_t> row, col;
-  std::vector<double> val;
-  std::vector<std::int64_t> rowptr;  // local CSR view of the same entries, for PETSc
-};
-
-Rows poisson_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
-  Rows r;
-  r.lo = lo;
-  r.hi = hi;
-  r.rowptr.push_back(0);
-  for (std::int64_t i = lo; i < hi; ++i) {
-    const auto x = i % g, y = i / g;
-    auto add = [&](std::int64_t j, double v) {
-      r.row.push_back(i);
-      r.col.push_back(j);
-      r.val.push_back(v);
-    };
-    // Ascending column order, as PETSc's MatSetValues likes it.
-    if (y > 0) add(i - g, -1);
-    if (x > 0) add(i - 1, -1);
-    add(i, 4);
-    if (x + 1 < g) add(i + 1, -1);
-    if (y + 1 < g) add(i + g, -1);
-    r.rowptr.push_back(static_cast<std::int64_t>(r.val.size()));
-  }
-  return r;
-}
-
-at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
-  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
-}
-
 /// PETSc's side: the same rows as an MPIAIJ (SEQAIJ on one rank) matrix and a CG solver.
 struct Petsc {
   Mat A = nullptr;
   Vec b = nullptr, x = nullptr, y = nullptr;
   KSP ksp = nullptr;
 
-  Petsc(const Rows& rows, std::int64_t n) {
-    const auto nloc = static_cast<PetscInt>(rows.hi - rows.lo);
-    PETSC(MatCreate(PETSC_COMM_WORLD, &A));
-    PETSC(MatSetSizes(A, nloc, nloc, static_cast<PetscInt>(n), static_cast<PetscInt>(n)));
-    PETSC(MatSetType(A, MATAIJ));
-    PETSC(MatSeqAIJSetPreallocation(A, 5, nullptr));
-    PETSC(MatMPIAIJSetPreallocation(A, 5, nullptr, 2, nullptr));
-    std::vector<PetscInt> cols;
-    for (std::int64_t i = 0; i < rows.hi - rows.lo; ++i) {
-      const auto begin = rows.rowptr[static_cast<std::size_t>(i)], end = rows.rowptr[static_cast<std::size_t>(i) + 1];
-      cols.assign(rows.col.begin() + begin, rows.col.begin() + end);
-      const PetscInt row = static_cast<PetscInt>(rows.lo + i);
-      PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), rows.val.data() + begin,
-                         INSERT_VALUES));
-    }
-    PETSC(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
-    PETSC(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  Petsc(const Rows& rows, std::int64_t n) : A(assemble_aij(rows, n)) {
     PETSC(MatCreateVecs(A, &x, &b));
     PETSC(VecDuplicate(b, &y));
     PETSC(VecSet(b, 1.0));
@@ -408,6 +354,36 @@ int run(const Config& cfg) {
     }
   }
 
+  // ---- Convergence histories (--cases history) ---------------------------------------------------
+  // Both solve to rtol = --history-rtol on the unpreconditioned residual from x = 0, recording every
+  // residual norm: the same algorithm in a different summation order, so the curves should lie on
+  // each other until round-off separates them. One JSON line per solver, the norms in an array.
+  for (const auto& name : cfg.history ? cfg.precond : std::vector<std::string>{}) {
+    const int maxiter = 20 * static_cast<int>(g) + 100;
+    const auto r = D.solve(b, {.method = method_of(cfg.method), .preconditioner = kind_of(name),
+                               .rtol = cfg.history_rtol, .atol = 0, .maxiter = maxiter});
+    petsc.configure(name, maxiter, cfg.method);
+    PETSC(KSPSetTolerances(petsc.ksp, cfg.history_rtol, 0.0, PETSC_DEFAULT, maxiter));
+    std::vector<PetscReal> h(static_cast<std::size_t>(maxiter) + 1);
+    PETSC(KSPSetResidualHistory(petsc.ksp, h.data(), static_cast<PetscInt>(h.size()), PETSC_TRUE));
+    (void)petsc.solve();
+    const PetscReal* ph = nullptr;
+    PetscInt hn = 0;
+    PETSC(KSPGetResidualHistory(petsc.ksp, &ph, &hn));
+    if (rank != 0) continue;
+    auto line = [&](const char* solver, const double* v, std::size_t count) {
+      std::printf("{\"bench\":\"sparse_cg_history\",\"solver\":\"%s\",\"method\":\"%s\",\"ranks\":%d,"
+                  "\"grid\":%lld,\"precond\":\"%s\",\"rtol\":%.1e,\"iterations\":%zu,\"residuals\":[",
+                  solver, cfg.method.c_str(), p, static_cast<long long>(g), name.c_str(), cfg.history_rtol,
+                  count == 0 ? 0 : count - 1);
+      for (std::size_t k = 0; k < count; ++k) std::printf("%s%.6e", k ? "," : "", v[k]);
+      std::printf("]}\n");
+    };
+    line("einshard", r.info.residual_history.data(), r.info.residual_history.size());
+    line("petsc", ph, static_cast<std::size_t>(hn));
+    std::fflush(stdout);
+  }
+
   // ---- SpMV and STREAM triad --------------------------------------------------------------------
   if (!cfg.spmv) return 0;
   auto xe = D.zeros();
@@ -462,33 +438,8 @@ int run(const Config& cfg) {
   return 0;
 }
 
-int threads_from_env() {
-  const char* v = std::getenv("EINSHARD_NUM_THREADS");
-  const int t = v ? std::atoi(v) : 1;
-  return t > 0 ? t : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int code = 0;
-  try {
-    const Config cfg = parse(argc, argv);
-    at::set_num_threads(threads_from_env());
-    petsc_check(PetscInitializeNoArguments(), "PetscInitializeNoArguments");
-    try {
-      code = run(cfg);
-    } catch (...) {
-      PetscFinalize();
-      throw;
-    }
-    petsc_check(PetscFinalize(), "PetscFinalize");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "einshard_bench_sparse_cg (rank %d): %s\n", world_rank(), e.what());
-    code = 1;
-  }
-  if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
-  MPI_Finalize();
-  return code;
+  return einshard_bench::petsc_main(argc, argv, "einshard_bench_sparse_cg", parse, run);
 }

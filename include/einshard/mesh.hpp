@@ -1,15 +1,14 @@
 #pragma once
 /// @file
 /// `Mesh`: an MPI communicator laid out as a named Cartesian grid, the C++ counterpart of a PyTorch
-/// DeviceMesh. One sub-communicator per dimension, and compound groups (`dp-sp`) on demand.
+/// DeviceMesh. One sub-communicator per group: each dimension and each compound (`dp-sp`).
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <atomic>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <span>
 #include <string>
@@ -29,9 +28,11 @@ struct MeshState {
   MeshShape shape;
   std::vector<int> coords;      // this rank's
   std::vector<int> all_coords;  // rank-major: the coordinates of every rank of `cart`
-  std::mutex mutex;
-  // Keyed by the sorted component dimension indices, so "dp-sp" and "sp-dp" share one communicator.
-  std::map<std::vector<int>, MPI_Comm> groups;
+  // The communicator of every group, indexed by its bits (`groups[0]` is MPI_COMM_SELF's stand-in,
+  // never used): all made when the mesh is, so asking for one is an index, never a collective.
+  std::vector<MPI_Comm> groups;
+  // Distinct for every mesh this process makes (MPI reuses the handles of freed communicators).
+  std::uint64_t id = 0;
 
   MeshState() = default;
   MeshState(const MeshState&) = delete;
@@ -40,7 +41,8 @@ struct MeshState {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;  // a Mesh that outlives MPI_Finalize has nothing left to free
-    for (auto& [key, comm] : groups) MPI_Comm_free(&comm);
+    for (auto& comm : groups)
+      if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
     if (cart != MPI_COMM_NULL) MPI_Comm_free(&cart);
   }
 };
@@ -57,8 +59,8 @@ inline bool valid_dimension_name(std::string_view n) {
 /// Ranks are laid out row-major (`MPI_Cart_create` without reordering), so group ranks follow mesh
 /// order exactly as in a PyTorch DeviceMesh.
 ///
-/// Creating a compound group is collective over the mesh: every rank must ask for the same groups in
-/// the same order (which SPMD code does naturally). Constructing a mesh is collective over `comm`;
+/// Constructing a mesh is collective over `comm` and makes the communicator of every group (each
+/// dimension and each compound), so asking for a group later is local;
 /// its arguments are checked before any communication, so bad arguments (which are the same on every
 /// rank in SPMD code) throw the same `Error` everywhere.
 class Mesh {
@@ -71,6 +73,9 @@ class Mesh {
       throw Error("Mesh: " + std::to_string(sizes.size()) + " sizes but " +
                   std::to_string(names.size()) + " names");
     if (sizes.empty()) throw Error("Mesh: a mesh needs at least one dimension");
+    if (sizes.size() > max_dims)
+      throw Error("Mesh: a mesh has at most " + std::to_string(max_dims) + " dimensions, got " +
+                  std::to_string(sizes.size()));
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto& n = names[i];
       if (n.empty()) throw Error("Mesh: empty mesh dimension name");
@@ -102,7 +107,23 @@ class Mesh {
       MPI_Cart_coords(state_->cart, r, ndim,
                       state_->all_coords.data() + static_cast<std::size_t>(r) * sizes.size());
     state_->shape = {std::move(names), std::move(sizes)};
+    // Every group's communicator, in the same order on every rank (this constructor is collective).
+    state_->groups.assign(std::size_t{1} << ndim, MPI_COMM_NULL);
+    std::vector<int> remain(static_cast<std::size_t>(ndim));
+    for (std::size_t bits = 1; bits < state_->groups.size(); ++bits) {
+      for (int d = 0; d < ndim; ++d) remain[static_cast<std::size_t>(d)] = (bits >> d) & 1u;
+      comm::check(MPI_Cart_sub(state_->cart, remain.data(), &state_->groups[bits]), "MPI_Cart_sub");
+    }
+    static std::atomic<std::uint64_t> next_id{1};
+    state_->id = next_id++;
   }
+
+  /// The most dimensions a mesh may have: every group's communicator is made with the mesh (2^n - 1
+  /// of them).
+  static constexpr std::size_t max_dims = 8;
+
+  /// Distinct for every mesh made in this process (copies share it): what caches key a mesh by.
+  [[nodiscard]] std::uint64_t id() const { return state().id; }
 
   [[nodiscard]] explicit operator bool() const noexcept { return state_ != nullptr; }
   /// Names and sizes, for planning without MPI.
@@ -118,9 +139,11 @@ class Mesh {
   }
   /// Number of ranks in a dimension or compound group (`"sp"`, `"dp-sp"`).
   [[nodiscard]] int size(std::string_view group) const { return shape().size(group); }
+  [[nodiscard]] int size(const Group& group) const { return shape().size(group); }
   /// This rank's coordinate along a dimension or compound group (row-major within the group),
   /// which is also its rank in `comm(group)`.
-  [[nodiscard]] int coordinate(std::string_view group) const {
+  [[nodiscard]] int coordinate(std::string_view group) const { return coordinate(shape().group(group)); }
+  [[nodiscard]] int coordinate(const Group& group) const {
     return shape().coordinate(group, state().coords);
   }
   [[nodiscard]] int rank(std::string_view group) const { return coordinate(group); }
@@ -136,32 +159,25 @@ class Mesh {
     const auto n = s.shape.sizes.size();
     return {s.all_coords.data() + static_cast<std::size_t>(r) * n, n};
   }
-  [[nodiscard]] bool has(std::string_view group) const noexcept {
-    if (!state_) return false;
-    try {
-      (void)components(group);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
+  [[nodiscard]] bool has(std::string_view group) const {
+    return state_ && !group.empty() && shape().find_group(group).has_value();
   }
   /// Mesh dimension indices of a group, sorted in mesh order.
   [[nodiscard]] std::vector<int> components(std::string_view group) const {
     return shape().components(group);
   }
 
-  /// The communicator of a dimension or compound group, created on first use (collective).
-  [[nodiscard]] MPI_Comm comm(std::string_view group) const {
-    const auto dims = components(group);
-    auto& s = state();
-    std::lock_guard lock(s.mutex);
-    if (auto it = s.groups.find(dims); it != s.groups.end()) return it->second;
-    std::vector<int> remain(s.shape.sizes.size(), 0);
-    for (int d : dims) remain[static_cast<std::size_t>(d)] = 1;
-    MPI_Comm sub = MPI_COMM_NULL;
-    comm::check(MPI_Cart_sub(s.cart, remain.data(), &sub), "MPI_Cart_sub");
-    s.groups.emplace(dims, sub);
-    return sub;
+  /// The communicator of a dimension or compound group (`"dp-sp"` and `"sp-dp"` are one).
+  [[nodiscard]] MPI_Comm comm(std::string_view group) const { return comm(shape().group(group)); }
+  /// The communicator of a resolved group: an index, no lock, no collective. The empty group's is
+  /// MPI_COMM_SELF (a group of one rank).
+  [[nodiscard]] MPI_Comm comm(const Group& group) const {
+    if (group.empty()) return MPI_COMM_SELF;
+    const auto& groups = state().groups;
+    if (group.bits() >= groups.size())
+      throw Error("Mesh::comm: expected a group of this mesh (" + shape().joined_names() + "), got '" +
+                  group.name() + "'");
+    return groups[group.bits()];
   }
 
  private:

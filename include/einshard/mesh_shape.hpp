@@ -4,85 +4,99 @@
 /// planner needs of a mesh, without MPI.
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/group.hpp"
 
 namespace einshard {
 
 /// Names and sizes of a mesh's dimensions. A group is one dimension (`"sp"`) or a compound of
-/// several joined by '-' (`"dp-sp"`, the same group as `"sp-dp"`).
+/// several joined by '-' (`"dp-sp"`, the same group as `"sp-dp"`); `group` resolves its text into a
+/// `Group` once, and everything after works on that value.
 struct MeshShape {
   std::vector<std::string> names;
   std::vector<int> sizes;
 
-  /// Mesh dimension indices of a group, sorted in mesh order. Empty, unknown and repeated
-  /// components are errors.
-  [[nodiscard]] std::vector<int> components(std::string_view group) const {
-    std::vector<int> dims;
-    std::size_t begin = 0;
-    while (true) {
-      const auto end = group.find('-', begin);
-      const auto part = group.substr(begin, end == std::string_view::npos ? end : end - begin);
-      if (part.empty())
-        throw Error("Mesh: empty component in mesh group '" + std::string(group) + "'");
+  /// The group named `text` (`"sp"`, `"dp-sp"`, `"sp-dp"`; "" is the empty group), or nothing when
+  /// it names none: an empty, unknown or repeated component, which `*why` (when given) describes.
+  [[nodiscard]] std::optional<Group> find_group(std::string_view text, std::string* why = nullptr) const {
+    std::uint32_t bits = 0;
+    for (std::size_t begin = 0; !text.empty();) {
+      const auto end = text.find('-', begin);
+      const auto part = text.substr(begin, end == std::string_view::npos ? end : end - begin);
       const auto it = std::find(names.begin(), names.end(), part);
-      if (it == names.end())
-        throw Error("Mesh: unknown mesh dimension '" + std::string(part) + "' (mesh has " +
-                    joined_names() + ")");
-      const int d = static_cast<int>(it - names.begin());
-      if (std::find(dims.begin(), dims.end(), d) != dims.end())
-        throw Error("Mesh: repeated component '" + std::string(part) + "' in mesh group '" +
-                    std::string(group) + "'");
-      dims.push_back(d);
+      const auto d = it - names.begin();
+      if (part.empty() || it == names.end() || ((bits >> d) & 1u)) {
+        if (why)
+          *why = part.empty() ? "Mesh: empty component in mesh group '" + std::string(text) + "'"
+                 : it == names.end()
+                     ? "Mesh: unknown mesh dimension '" + std::string(part) + "' (mesh has " + joined_names() + ")"
+                     : "Mesh: repeated component '" + std::string(part) + "' in mesh group '" + std::string(text) + "'";
+        return std::nullopt;
+      }
+      bits |= 1u << d;
       if (end == std::string_view::npos) break;
       begin = end + 1;
     }
-    std::sort(dims.begin(), dims.end());
+    return group(bits);
+  }
+
+  /// The group named `text`, resolved once: the planners and executors work on the value.
+  [[nodiscard]] Group group(std::string_view text) const {
+    std::string why;
+    auto g = find_group(text, &why);
+    if (!g) throw Error(why);
+    return std::move(*g);
+  }
+
+  /// Mesh dimension indices of a (non-empty) group, in mesh order.
+  [[nodiscard]] std::vector<int> components(std::string_view text) const {
+    if (text.empty()) throw Error("Mesh: empty component in mesh group ''");
+    const auto g = group(text);
+    std::vector<int> dims;
+    for (std::size_t d = 0; d < names.size(); ++d)
+      if (g.contains(static_cast<int>(d))) dims.push_back(static_cast<int>(d));
     return dims;
   }
 
-  /// The group's name with its components in mesh order: one spelling per group.
-  [[nodiscard]] std::string canonical(std::string_view group) const {
-    std::string out;
-    for (int d : components(group)) out += (out.empty() ? "" : "-") + names[static_cast<std::size_t>(d)];
-    return out;
+  /// The group of the dimensions whose bits are set.
+  [[nodiscard]] Group group(std::uint32_t bits) const {
+    std::string name;
+    for (std::size_t d = 0; d < names.size(); ++d)
+      if ((bits >> d) & 1u) name += (name.empty() ? "" : "-") + names[d];
+    return {bits, std::move(name)};
   }
 
-  /// Number of ranks in a group.
-  [[nodiscard]] int size(std::string_view group) const {
+  /// The group's name with its components in mesh order: one spelling per group.
+  [[nodiscard]] std::string canonical(std::string_view text) const { return group(text).name(); }
+
+  /// Number of ranks in a group (1 for the empty group).
+  [[nodiscard]] int size(const Group& g) const {
     int n = 1;
-    for (int d : components(group)) n *= sizes[static_cast<std::size_t>(d)];
+    for (std::size_t d = 0; d < sizes.size(); ++d)
+      if (g.contains(static_cast<int>(d))) n *= sizes[d];
     return n;
   }
+  [[nodiscard]] int size(std::string_view text) const { return size(group(text)); }
 
   /// The coordinate within a group of the rank at mesh coordinates `coords` (row-major over the
   /// group's dimensions, which is also the rank's rank in the group's communicator).
   template <class Coords>
-  [[nodiscard]] int coordinate(std::string_view group, const Coords& coords) const {
+  [[nodiscard]] int coordinate(const Group& g, const Coords& coords) const {
     int c = 0;
-    for (int d : components(group))
-      c = c * sizes[static_cast<std::size_t>(d)] + coords[static_cast<std::size_t>(d)];
+    for (std::size_t d = 0; d < sizes.size(); ++d)
+      if (g.contains(static_cast<int>(d))) c = c * sizes[d] + coords[d];
     return c;
   }
 
-  /// The dimensions of a group as a mask over the mesh ("" is the empty mask).
-  [[nodiscard]] std::vector<bool> mask(std::string_view group) const {
-    std::vector<bool> m(sizes.size(), false);
-    if (!group.empty())
-      for (int d : components(group)) m[static_cast<std::size_t>(d)] = true;
-    return m;
-  }
-
-  /// The canonical name of the group of the masked dimensions ("" for none).
-  [[nodiscard]] std::string group(const std::vector<bool>& mask) const {
-    std::string g;
-    for (std::size_t d = 0; d < mask.size(); ++d)
-      if (mask[d]) g += (g.empty() ? "" : "-") + names[d];
-    return g;
-  }
+  /// Group operations that name a result: union and difference.
+  [[nodiscard]] Group unite(const Group& a, const Group& b) const { return group(a.bits() | b.bits()); }
+  [[nodiscard]] Group minus(const Group& a, const Group& b) const { return group(a.bits() & ~b.bits()); }
 
   [[nodiscard]] std::string joined_names() const {
     std::string out;

@@ -15,6 +15,7 @@
 
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/plan/policy.hpp"
 #include "einshard/shapes.hpp"
 
 namespace einshard {
@@ -23,6 +24,7 @@ namespace einshard {
 /// single value given for a family applies to every member.
 struct SizeValue {
   std::vector<std::int64_t> values;
+  SizeValue() = default;  // so that `o.sizes["p"] = 4` compiles
   SizeValue(std::int64_t v) : values{v} {}                               // NOLINT
   SizeValue(std::initializer_list<std::int64_t> v) : values(v) {}        // NOLINT
   SizeValue(std::vector<std::int64_t> v) : values(std::move(v)) {}       // NOLINT
@@ -51,9 +53,6 @@ struct Padding {
   Padding(std::initializer_list<std::pair<const std::string, std::pair<std::int64_t, std::int64_t>>> v)  // NOLINT
       : by_axis(v) {}
 };
-
-/// How the planner weighs candidate plans. The named modes fix the weights.
-enum class Policy { training, inference, memory, communication, latency };
 
 /// Options of every tensor operation. A field an operation does not use is an error if set.
 struct Options {

@@ -35,20 +35,36 @@ struct DimShapes {
   std::vector<std::int64_t> all;
   std::map<std::string, std::vector<std::int64_t>, std::less<>> by_axis;
 
+  DimShapes() = default;
   DimShapes(std::vector<std::int64_t> shapes) : all(std::move(shapes)) {}  // NOLINT
   DimShapes(std::initializer_list<std::int64_t> shapes) : all(shapes) {}   // NOLINT
   DimShapes(std::initializer_list<std::pair<const std::string, std::vector<std::int64_t>>> axes)
       : by_axis(axes) {}
+  /// Built at run time (from a configuration, a generator): one list per axis.
+  explicit DimShapes(std::map<std::string, std::vector<std::int64_t>, std::less<>> axes)
+      : by_axis(std::move(axes)) {}
 };
 
 /// The three forms of the `shapes` option: one list for every mesh dimension and axis
 /// (`Shapes(std::vector<int64_t>{...})`), a list per mesh dimension (`Shapes{{"sp", s}}`), or a list
-/// per mesh dimension and axis (`Shapes{{"dp", {{"a", sa}, {"b", sb}}}}`).
+/// per mesh dimension and axis (`Shapes{{"dp", {{"a", sa}, {"b", sb}}}}`). Built in a loop, the same:
+/// `shapes["sp"] = sizes;` or `shapes["dp"].by_axis["a"] = sa;`.
 class Shapes {
  public:
   Shapes() = default;
   explicit Shapes(std::vector<std::int64_t> all) : all_(std::move(all)) {}
   Shapes(std::initializer_list<std::pair<const std::string, DimShapes>> by_dim) : by_dim_(by_dim) {}
+  /// Built at run time: one entry per mesh dimension (or compound group).
+  explicit Shapes(std::map<std::string, DimShapes, std::less<>> by_dim) : by_dim_(std::move(by_dim)) {}
+
+  /// The entry of mesh dimension (or group) `dim`, made empty if there is none.
+  DimShapes& operator[](std::string_view dim) {
+    if (all_) throw Error("Shapes: these shapes give one list for every mesh dimension; they take no entry for '" +
+                          std::string(dim) + "'");
+    auto it = by_dim_.find(dim);
+    if (it == by_dim_.end()) it = by_dim_.emplace(std::string(dim), DimShapes()).first;
+    return it->second;
+  }
 
   [[nodiscard]] bool empty() const noexcept { return !all_ && by_dim_.empty(); }
 

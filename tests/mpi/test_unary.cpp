@@ -944,3 +944,27 @@ TEST_CASE("unary errors: a fault on one rank raises the same error on every rank
   }
   (void)W;
 }
+
+TEST_CASE("unary: a call on a new mesh never runs a plan made for a freed one", "[mpi][unary][cache]") {
+  // MPI hands a freed communicator's handle to the next one it makes, so a cache keyed by the
+  // handle would run the plan of the old mesh's shape on the new one. Keyed by mesh identity and
+  // shape, each mesh gets its own plan.
+  const auto w = es::testing::world();
+  const auto X = at::arange(2 * w.size * 3, at::kDouble).reshape({2 * w.size, 3});
+  for (int round = 0; round < 3; ++round) {
+    {
+      const es::Mesh first(MPI_COMM_WORLD, {w.size}, {"dp"});  // dp spans the world
+      const auto y = es::einshard<"a b -> a/dp b">(X, {.mesh = first});
+      CHECK(at::equal(y, X.narrow(0, 2 * w.rank, 2)));
+    }
+    {
+      // A call on another mesh: the last-plan record lets go of the first one, which is freed.
+      const es::Mesh other(MPI_COMM_WORLD, {w.size}, {"tp"});
+      (void)es::einshard<"a b -> a/tp b">(X, {.mesh = other});
+    }
+    // The same notation and tensors on a mesh where dp has one rank: every rank keeps all of a.
+    const es::Mesh second(MPI_COMM_WORLD, {1, w.size}, {"dp", "sp"});
+    const auto y = es::einshard<"a b -> a/dp b">(X, {.mesh = second});
+    CHECK(at::equal(y, X));
+  }
+}

@@ -42,6 +42,42 @@ inline at::Tensor grid_coords(std::int64_t nx, std::int64_t ny) {
   return at::stack({at::remainder(i, nx), at::div(i, nx, "floor")}, 1).to(at::kDouble);
 }
 
+/// 3-D 7-point Laplacian (Dirichlet) on an nx x ny x nz grid.
+inline Coo poisson3d(std::int64_t nx, std::int64_t ny, std::int64_t nz) {
+  std::vector<std::int64_t> r, c;
+  std::vector<double> v;
+  for (std::int64_t i = 0; i < nx * ny * nz; ++i) {
+    const auto x = i % nx, y = (i / nx) % ny, z = i / (nx * ny);
+    r.push_back(i); c.push_back(i); v.push_back(6.0);
+    const auto add = [&](bool inside, std::int64_t j) {
+      if (inside) { r.push_back(i); c.push_back(j); v.push_back(-1.0); }
+    };
+    add(x > 0, i - 1); add(x + 1 < nx, i + 1);
+    add(y > 0, i - nx); add(y + 1 < ny, i + nx);
+    add(z > 0, i - nx * ny); add(z + 1 < nz, i + nx * ny);
+  }
+  const auto m = static_cast<std::int64_t>(r.size());
+  return {at::tensor(v, at::kDouble).view({m}), at::tensor(r, at::kLong).view({m}), at::tensor(c, at::kLong).view({m}),
+          nx * ny * nz};
+}
+
+/// Grid coordinates of poisson3d's unknowns, (n, 3) float64.
+inline at::Tensor grid_coords3d(std::int64_t nx, std::int64_t ny, std::int64_t nz) {
+  const auto i = at::arange(nx * ny * nz, at::kLong);
+  return at::stack({at::remainder(i, nx), at::remainder(at::div(i, nx, "floor"), ny), at::div(i, nx * ny, "floor")}, 1)
+      .to(at::kDouble);
+}
+
+/// Anisotropic diffusion -eps u_xx - u_yy on an nx x ny grid (5-point, Dirichlet): strong
+/// couplings in y only, the case where AMG's strength of connection and coarsening matter.
+inline Coo anisotropic2d(std::int64_t nx, std::int64_t ny, double eps) {
+  auto a = poisson2d(nx, ny);
+  const auto horizontal = (a.rows - a.cols).abs() == 1;
+  const auto diagonal = a.rows == a.cols;
+  a.values = at::where(horizontal, a.values * eps, at::where(diagonal, at::full_like(a.values, 2 + 2 * eps), a.values));
+  return a;
+}
+
 /// An unsymmetric matrix with duplicate entries: advection-diffusion on a 1-D periodic ring with
 /// long-range couplings, every entry listed twice (half values each) — seeded, global.
 inline Coo unsymmetric_with_duplicates(std::int64_t n, std::uint64_t seed = 7) {

@@ -173,7 +173,7 @@ TEST_CASE("matvec and rmatvec are differentiable in x and in the stored values",
   for (bool transpose : {false, true}) {
     CAPTURE(transpose);
     auto xd = D.scatter(x);
-    xd.local() = xd.local().detach().requires_grad_(true);
+    xd.set_local(xd.local().detach().requires_grad_(true));
     const auto y = transpose ? D.rmatvec(xd) : D.matvec(xd);
     const auto loss = sp::dot(D.scatter(c), y);  // <c, A x>, replicated
     loss.backward();
@@ -215,7 +215,7 @@ TEST_CASE("DVector arithmetic, dot and norm keep the partition", "[sparse][dvect
   const auto ds = S.scatter(a);
   if (es::testing::world().size > 1) {
     const bool differ = !D.layout()->same_as(*S.layout());
-    if (differ) CHECK_THROWS_WITH(da + ds, Catch::Contains("different partitions"));
+    if (differ) CHECK_THROWS_WITH(da + ds, Catch::Contains("different partitions (rank ") && Catch::Contains(" owns "));
   }
 }
 
@@ -251,9 +251,9 @@ TEST_CASE("bad input raises the same error on every rank", "[sparse][dsparse][er
     CHECK_THROWS_WITH(sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {n, n}, mesh, {.owned_rows = owned}),
                       Catch::Contains("row 0 is owned by no rank"));
   }
-  SECTION("a non-square matrix") {
-    CHECK_THROWS_WITH(sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {36, 40}, mesh),
-                      Catch::Contains("must be square"));
+  SECTION("a non-square matrix to a square-only solver") {
+    const auto R = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {36, 40}, mesh);
+    CHECK_THROWS_WITH(R.solve(R.zeros()), Catch::Contains("cg needs a square matrix"));
   }
   SECTION("a vector of the wrong length") {
     const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {36, 36}, mesh);

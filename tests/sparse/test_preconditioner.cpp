@@ -23,6 +23,7 @@
 #include "einshard/comm/collectives.hpp"
 #include "einshard/shapes.hpp"
 #include "einshard/sparse/preconditioner.hpp"
+#include "collective_error.hpp"
 #include "test_support.hpp"
 
 namespace es = einshard;
@@ -159,25 +160,7 @@ at::Tensor apply(const sp::detail::PreconditionerOp& m, const at::Tensor& r) {
   return z;
 }
 
-// The message of the es::Error `f` throws ("" if none), checked to be the same on every rank.
-template <class F>
-std::string collective_error(F&& f, MPI_Comm comm) {
-  std::string message;
-  try {
-    f();
-  } catch (const es::Error& e) {
-    message = e.what();
-  }
-  const std::int64_t mine[2] = {static_cast<std::int64_t>(message.size()),
-                                static_cast<std::int64_t>(std::hash<std::string>{}(message))};
-  const auto all = es::comm::all_gather_values(mine, comm);
-  for (std::size_t r = 0; r < all.size(); r += 2) {
-    INFO("rank " << r / 2 << " got a different error than this rank: " << message);
-    CHECK(all[r] == mine[0]);
-    CHECK(all[r + 1] == mine[1]);
-  }
-  return message;
-}
+using es::testing::collective_error;
 
 // How comm::raise_if_any names the rank that found a fault (nothing on one rank).
 std::string from_rank(int r) {

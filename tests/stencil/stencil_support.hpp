@@ -89,7 +89,7 @@ struct Sharding {
     const auto& g = groups[static_cast<std::size_t>(d)];
     if (g.empty()) return {0, extent};
     const auto s = sizes(d, extent, mesh);
-    const auto c = static_cast<std::size_t>(mesh.shape().coordinate(g, mesh.coordinates_of(q)));
+    const auto c = static_cast<std::size_t>(mesh.shape().coordinate(mesh.shape().group(g), mesh.coordinates_of(q)));
     return {std::accumulate(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(c), std::int64_t{0}), s[c]};
   }
   [[nodiscard]] at::Tensor block(const at::Tensor& t, const es::Mesh& mesh, int q) const {
@@ -188,7 +188,7 @@ inline std::pair<std::int64_t, std::int64_t> owned_outputs(const I64& shards, st
 
 /// The coordinate of mesh rank q in `group`.
 inline int coordinate_of(const es::Mesh& mesh, const std::string& group, int q) {
-  return group.empty() ? 0 : mesh.shape().coordinate(group, mesh.coordinates_of(q));
+  return group.empty() ? 0 : mesh.shape().coordinate(mesh.shape().group(group), mesh.coordinates_of(q));
 }
 
 inline bool near(const at::Tensor& a, const at::Tensor& b, double tol = 1e-10) {

@@ -15,7 +15,8 @@
 // report-%r.xml`); then nothing is buffered.
 //
 // A test that fails on one rank while the others wait in a collective still hangs: ctest's
-// TIMEOUT (cmake/EinshardTesting.cmake) is the backstop. Exceptions inside a test case are
+// TIMEOUT (cmake/EinshardTesting.cmake) is the backstop, and shortly before it the watchdog
+// (hang_watchdog.hpp) prints which test case each rank is stuck in and ends the run. Exceptions inside a test case are
 // Catch's; an exception escaping the session itself is recorded as a failure of that rank, and
 // the rank still joins the final reductions, so the others finish.
 #define CATCH_CONFIG_RUNNER
@@ -33,7 +34,11 @@
 #include <utility>
 #include <vector>
 
+#include "hang_watchdog.hpp"
 #include "test_support.hpp"
+
+using einshard::testing::HangWatchdogListener;
+CATCH_REGISTER_LISTENER(HangWatchdogListener)
 
 namespace {
 
@@ -117,6 +122,7 @@ int main(int argc, char* argv[]) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
 
   int exit_code = 0;
+  einshard::testing::HangWatchdog::instance().start(rank, size);
   {
     configure_threads();
     RankResult mine = run_session(argc, argv, rank);
@@ -167,6 +173,7 @@ int main(int argc, char* argv[]) {
     }
     exit_code = max_code;
   }
+  einshard::testing::HangWatchdog::instance().stop();
 
   MPI_Finalize();
   return exit_code;

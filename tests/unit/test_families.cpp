@@ -62,7 +62,10 @@ TEST_CASE("families: errors point at the reference", "[families][errors]") {
   };
   fails("b *nope c -> b c", "Unknown axis family 'nope'", 3);
   fails("b [*spatial *nope] -> b", "Unknown axis family 'nope'", 13);
-  fails("b [*spatial c] -> b", "Zipped axis-family groups must contain only family references", 13);
+  fails("b [*spatial c] -> b", "'[*spatial c]' may hold only family references ('*name'), but 'c' is not one", 13);
+  // What was written is named: a lone '*', a zipped group of plain names.
+  fails("a* -> a", "expected a family name after '*', found ' '", 2);
+  fails("a [foo] -> a", "'[foo]' may hold only family references ('*name'), but 'foo' is not one", 4);
   fails("b [*spatial *cube] -> b", "Zipped axis families must have matching lengths", 3);
   fails("b [ ] -> b", "empty zipped axis-family group", 3);
 }

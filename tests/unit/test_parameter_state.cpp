@@ -46,11 +46,11 @@ TEST_CASE("parameter layouts: axes, shard groups, footprint", "[model][state]") 
   CHECK(s.axes[1].group.empty());
   CHECK(s.layout() == "out/tp in");
   CHECK(s.shard_groups() == std::vector<std::string>{"tp"});
-  CHECK(s.footprint() == std::vector<bool>{false, true});
+  CHECK(s.footprint() == "tp");
   // A compound group is spelled in mesh order, whatever the layout wrote.
   auto c = make("a/sp-dp b", std::nullopt, std::nullopt, mesh3);
   CHECK(c.axes[0].group == "dp-sp");
-  CHECK(c.footprint() == std::vector<bool>{true, true, false});
+  CHECK(c.footprint() == "dp-sp");
   auto e = make("... c/tp");
   CHECK(e.ellipsis);
   CHECK(e.ellipsis_at == 0);

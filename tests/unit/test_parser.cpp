@@ -189,6 +189,8 @@ TEST_CASE("parser: syntax errors name the fault and its column", "[parser][error
   require_error("a // (sp dp) -> a", "expected ',' or ')'", 10);
   require_error("a // (sp, sp) -> a", "repeated partial mesh dimension 'sp'", 11);
   require_error("a $ b -> a", "unexpected character '$'", 3);
+  // A character outside ASCII is shown whole, not as its first byte.
+  require_error("\xc3\xa9 -> \xc3\xa9", "unexpected character '\xc3\xa9'", 1);
   require_error("a -> a, b", "unexpected ',' after the output specification", 7);
   require_error("a -> a -> a", "unexpected '->' after the output specification", 8);
   require_error("a -> a [param]", "annotations are only allowed on input operands", 8);
@@ -234,5 +236,5 @@ TEST_CASE("NotationError quotes the expression with a caret", "[parser][errors]"
   CHECK(what.find("\n  a b c\n       ^") != std::string::npos);
   CHECK(e.column() == 6);
   CHECK(e.expression() == "a b c");
-  CHECK(dynamic_cast<const std::invalid_argument*>(&e) != nullptr);
+  CHECK(dynamic_cast<const es::Error*>(&e) != nullptr);  // one hierarchy
 }

@@ -1,4 +1,4 @@
-// The local product of a planned contraction stage (ops::matmul_form / ops::contract): equations the
+// The local product of a planned contraction stage (exec::matmul_form / exec::contract): equations the
 // binary planner writes that are (batched) matrix products run through at::matmul, the others
 // through at::einsum; values and gradients equal at::einsum's either way.
 
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "einshard/ops/local.hpp"
+#include "einshard/exec/local.hpp"
 
-namespace ops = einshard::ops;
+namespace exec = einshard::exec;
 
 namespace {
 
@@ -44,11 +44,11 @@ TEST_CASE("planner local product: matrix-product equations run as at::matmul, eq
   };
   for (const auto& c : cases) {
     INFO(c.equation);
-    const auto form = ops::matmul_form(c.equation);
+    const auto form = exec::matmul_form(c.equation);
     CHECK(form.has_value() == c.matmul);
     const auto x = at::randn(c.x, at::kDouble).requires_grad_(), y = at::randn(c.y, at::kDouble).requires_grad_();
     const auto want = at::einsum(c.equation, {x, y});
-    const auto got = ops::contract(form, c.equation, x, y);
+    const auto got = exec::contract(form, c.equation, x, y);
     REQUIRE(got.sizes() == want.sizes());
     CHECK(at::allclose(got, want, 1e-12, 1e-12));
     if (want.numel() == 0) continue;

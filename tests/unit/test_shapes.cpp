@@ -49,6 +49,23 @@ TEST_CASE("shapes: the three forms resolve", "[shapes]") {
   CHECK(*by_axis.resolve("dp", "b", 2) == S{0, 5});
 }
 
+TEST_CASE("shapes: built in a loop, they resolve as the brace forms do", "[shapes]") {
+  es::Shapes by_dim;
+  const std::vector<std::pair<std::string, S>> dims{{"sp", S{4, 4}}, {"dp", S{3, 1, 0}}};
+  for (const auto& [dim, sizes] : dims) by_dim[dim] = sizes;
+  CHECK(*by_dim.resolve("sp", "x", 2) == S{4, 4});
+  CHECK(*by_dim.resolve("dp", "y", 3) == S{3, 1, 0});
+  CHECK(by_dim.key() == es::Shapes{{"sp", S{4, 4}}, {"dp", {3, 1, 0}}}.key());
+  es::Shapes by_axis;
+  for (const char* axis : {"a", "b"}) by_axis["dp"].by_axis[axis] = S{2, 1};
+  CHECK(*by_axis.resolve("dp", "a", 2) == S{2, 1});
+  CHECK(*by_axis.resolve("dp", "b", 2) == S{2, 1});
+  CHECK_THROWS_WITH(by_axis.resolve("dp", "c", 2), Catch::Contains("Missing split shapes for axis 'c'"));
+  // One list for every dimension takes no per-dimension entry.
+  es::Shapes flat(S{1, 2});
+  CHECK_THROWS_AS(flat["sp"], es::Error);
+}
+
 TEST_CASE("shapes: missing and malformed metadata", "[shapes][errors]") {
   const es::Shapes by_dim{{"sp", S{4, 4}}};
   CHECK_THROWS_WITH(by_dim.resolve("dp", "a", 2),

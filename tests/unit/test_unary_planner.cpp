@@ -303,7 +303,7 @@ void check_schedules(const Case& c) {
     for (std::size_t i = 0; i < l->axes.size(); ++i) {
       const auto& [axis, group] = l->axes[i];
       if (group.empty()) continue;
-      const auto key = std::pair{axis, group};
+      const auto key = std::pair{axis, group.name()};
       if (table.contains(key)) continue;
       const auto g = c.given.find(key);
       table[key] = g != c.given.end() ? g->second
@@ -311,8 +311,8 @@ void check_schedules(const Case& c) {
     }
   const auto coords = all_coordinates(c.mesh);
   const int world = static_cast<int>(coords.size());
-  const auto shards = [&](std::size_t i, const std::string& g) -> const std::vector<std::int64_t>& {
-    return table.at({from.axes[i].axis, g});
+  const auto shards = [&](std::size_t i, const es::Group& g) -> const std::vector<std::int64_t>& {
+    return table.at({from.axes[i].axis, g.name()});
   };
   const auto coords_of = [&](int r) { return std::span<const int>(coords[static_cast<std::size_t>(r)]); };
   auto box = [&](const plan::Layout& l, int r) {
@@ -324,7 +324,7 @@ void check_schedules(const Case& c) {
         b.size.push_back(c.global[i]);
         continue;
       }
-      const auto& s = table.at({l.axes[i].axis, g});
+      const auto& s = table.at({l.axes[i].axis, g.name()});
       const auto k = static_cast<std::size_t>(c.mesh.coordinate(g, coords[static_cast<std::size_t>(r)]));
       b.start.push_back(std::accumulate(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k), std::int64_t{0}));
       b.size.push_back(s[k]);
@@ -463,7 +463,7 @@ TEST_CASE("redistribute schedule: a layout change to itself is all local copies"
   for (int r = 0; r < 8; ++r) {
     const auto s = plan::schedule_redistribute(
         from, to, global,
-        [&](std::size_t i, const std::string&) -> const std::vector<std::int64_t>& { return i == 0 ? sa : sb; },
+        [&](std::size_t i, const es::Group&) -> const std::vector<std::int64_t>& { return i == 0 ? sa : sb; },
         mesh24, [&](int q) { return std::span<const int>(coords[static_cast<std::size_t>(q)]); }, r, 8);
     for (const auto& t : s.sends) CHECK(t.peer == r);
     for (const auto& t : s.recvs) CHECK(t.peer == r);

@@ -5,8 +5,10 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -32,7 +34,9 @@ inline void raise_if_any(MPI_Comm comm, const std::string& fault) {
 }
 
 /// Personalized all-to-all of trivially copyable values: `out[r]` is what rank r put in its
-/// `send[me]`. Counts travel first (MPI_Alltoall), then one MPI_Alltoallv of bytes.
+/// `send[me]`. Counts travel first (MPI_Alltoall), then one MPI_Alltoallv of bytes. MPI counts and
+/// displacements are `int`: a rank whose bytes to send or receive exceed that range makes every
+/// rank throw (one more all-reduce, which setup-time callers can afford), before any data moves.
 template <class T>
 std::vector<std::vector<T>> alltoallv(const std::vector<std::vector<T>>& send, MPI_Comm comm) {
   static_assert(std::is_trivially_copyable_v<T>);
@@ -40,19 +44,27 @@ std::vector<std::vector<T>> alltoallv(const std::vector<std::vector<T>>& send, M
   if (static_cast<int>(send.size()) != p)
     throw Error("alltoallv: expected one send list per rank (" + std::to_string(p) + "), got " +
                 std::to_string(send.size()));
+  constexpr auto limit = static_cast<std::size_t>(std::numeric_limits<int>::max());
   std::vector<int> scount(p), rcount(p), sdispl(p), rdispl(p);
   std::size_t stotal = 0;
   for (int r = 0; r < p; ++r) {
-    scount[r] = static_cast<int>(send[r].size() * sizeof(T));
-    sdispl[r] = static_cast<int>(stotal);
-    stotal += static_cast<std::size_t>(scount[r]);
+    const auto bytes = send[r].size() * sizeof(T);
+    scount[r] = static_cast<int>(std::min(bytes, limit));
+    sdispl[r] = static_cast<int>(std::min(stotal, limit));
+    stotal += bytes;
   }
+  std::string fault;
+  if (stotal > limit)
+    fault = "alltoallv: expected at most " + std::to_string(limit) + " bytes to send, got " + std::to_string(stotal);
   check(MPI_Alltoall(scount.data(), 1, MPI_INT, rcount.data(), 1, MPI_INT, comm), "MPI_Alltoall");
   std::size_t rtotal = 0;
   for (int r = 0; r < p; ++r) {
-    rdispl[r] = static_cast<int>(rtotal);
+    rdispl[r] = static_cast<int>(std::min(rtotal, limit));
     rtotal += static_cast<std::size_t>(rcount[r]);
   }
+  if (fault.empty() && rtotal > limit)
+    fault = "alltoallv: expected at most " + std::to_string(limit) + " bytes to receive, got " + std::to_string(rtotal);
+  raise_if_any(comm, fault);
   std::vector<char> sbuf(stotal), rbuf(rtotal);
   for (int r = 0; r < p; ++r)
     if (!send[r].empty()) std::memcpy(sbuf.data() + sdispl[r], send[r].data(), send[r].size() * sizeof(T));

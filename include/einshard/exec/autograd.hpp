@@ -1,49 +1,12 @@
 #pragma once
 /// @file
-/// One autograd node for every communication step: a `CommOp` says what its forward and its
-/// backward do, and `apply` records it in the autograd graph, so the backward communication runs in
-/// `loss.backward()` exactly paired with the forward one.
+/// The executor's names for the differentiable communication ops of `comm/autograd.hpp`, which the
+/// sparse part uses as well: the executor's code speaks of them unqualified.
 
-#include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
-
-#include <utility>
+#include "einshard/comm/autograd.hpp"
 
 namespace einshard::exec {
-
-/// A forward/backward pair. Held by the autograd graph until backward has run.
-struct CommOp : torch::CustomClassHolder {
-  [[nodiscard]] virtual at::Tensor forward(const at::Tensor& x) const = 0;
-  [[nodiscard]] virtual at::Tensor backward(const at::Tensor& grad) const = 0;
-};
-
-namespace detail {
-
-struct CommFunction : torch::autograd::Function<CommFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const c10::intrusive_ptr<CommOp>& op) {
-    ctx->saved_data["op"] = at::IValue::make_capsule(op);
-    return op->forward(x);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto op = c10::static_intrusive_pointer_cast<CommOp>(ctx->saved_data["op"].toCapsule());
-    // Gradients are materialized (an unused output's gradient arrives as zeros), so every rank
-    // enters the backward collective.
-    return {op->backward(grads[0]), at::Tensor()};
-  }
-};
-
-}  // namespace detail
-
-/// Whether an operation on `x` is recorded for backward (grad mode on and `x` needs a gradient).
-inline bool records(const at::Tensor& x) { return at::GradMode::is_enabled() && x.requires_grad(); }
-
-/// Runs `op` forward on `x`; differentiable through `op`'s backward. When nothing is recorded the
-/// forward runs directly: the autograd wrapper costs about 1 us per step even under no grad.
-inline at::Tensor apply_op(const at::Tensor& x, c10::intrusive_ptr<CommOp> op) {
-  if (!records(x)) return op->forward(x);
-  return detail::CommFunction::apply(x, op);
-}
-
+using comm::apply_op;
+using comm::CommOp;
+using comm::records;
 }  // namespace einshard::exec

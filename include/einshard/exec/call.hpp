@@ -10,14 +10,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "einshard/comm/mpi.hpp"
 #include "einshard/exec/agreement.hpp"
+#include "einshard/exec/cache.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
 #include "einshard/options.hpp"
@@ -101,13 +100,16 @@ inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorLis
 }
 
 /// Everything a prepared call depends on, as bytes; written into this thread's reused string, so a
-/// repeated call allocates nothing here.
+/// repeated call allocates here only when it has `shapes` (their text is built each time).
 inline const std::string& cache_key(std::string_view source, const Options& o, const Agreement& a) {
   thread_local std::string key;
   auto word = [](std::int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   key.assign(source);
   key += '\x1f';
-  word(static_cast<std::int64_t>(comm::to_handle(o.mesh.comm())));
+  // The mesh by identity and shape: MPI reuses a freed communicator's handle for the next one. The
+  // policy as resolved (call, scope, default): a scope or a new default must not reuse a plan.
+  word(static_cast<std::int64_t>(o.mesh.id()));
+  for (auto n : o.mesh.sizes()) word(n);
   word(resolve_policy(o.policy).key());
   if (!o.shapes.empty()) key += o.shapes.key();
   key += '\x1f';
@@ -120,32 +122,18 @@ inline const std::string& cache_key(std::string_view source, const Options& o, c
   return key;
 }
 
-/// Prepared calls by key; bounded, shared, immutable entries.
+/// Prepared calls by key (`cache_key`); bounded, shared, immutable entries.
 template <class Call>
-class CallCache {
- public:
+struct CallCache {
+  static constexpr std::size_t capacity = 1024;
   static CallCache& instance() {
     static CallCache cache;
     return cache;
   }
-
   template <class Make>
   std::shared_ptr<const Call> get(const std::string& key, Make&& make) {
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = map_.find(key); it != map_.end()) return it->second;
-    }
-    auto call = std::make_shared<const Call>(make());
-    std::lock_guard lock(mutex_);
-    if (map_.size() >= capacity) map_.clear();
-    return map_.emplace(key, std::move(call)).first->second;
+    return BoundedCache<Call, capacity>::instance().get(key, [&] { return std::make_shared<const Call>(make()); });
   }
-
-  static constexpr std::size_t capacity = 1024;
-
- private:
-  std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const Call>> map_;
 };
 
 }  // namespace exec

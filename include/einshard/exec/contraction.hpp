@@ -17,12 +17,12 @@
 #include "einshard/error.hpp"
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
+#include "einshard/exec/local.hpp"
 #include "einshard/exec/program.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/exec/unary.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
-#include "einshard/ops/local.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/binary.hpp"
 #include "einshard/plan/param_grad.hpp"
@@ -36,7 +36,7 @@ struct Stage {
   std::size_t left = 0, right = 1;
   plan::BinaryPlan plan;
   Program x, y, z;
-  std::optional<ops::MatmulForm> form;  ///< the local einsum as a matrix product, when it is one
+  std::optional<MatmulForm> form;  ///< the local einsum as a matrix product, when it is one
 };
 
 struct ContractionCall {
@@ -44,7 +44,7 @@ struct ContractionCall {
   std::vector<Stage> stages;
   /// Per input: the groups of the gradient partial a `[param]` operand's plan leaves to the
   /// model's reduction (plan/param_grad.hpp); "" for other operands.
-  std::vector<std::string> deferred;
+  std::vector<Group> deferred;
 };
 
 /// Resolves the sizes of a stage's chosen candidate and makes its programs.
@@ -54,10 +54,10 @@ inline void make_stage(SizeTable& sizes, Stage& s, const Mesh& mesh, const Shape
   for (const auto* steps : {&c.x_steps, &c.y_steps, &c.z_steps})
     for (const auto& st : *steps) resolve(sizes, st.after, mesh, shapes, what);
   resolve(sizes, c.result, mesh, shapes, what);
-  s.x = make_program(c.x_steps, sizes, mesh);
-  s.y = make_program(c.y_steps, sizes, mesh);
-  s.z = make_program(c.z_steps, sizes, mesh);
-  s.form = ops::matmul_form(s.plan.equation);
+  s.x = make_program(c.x_steps, sizes, mesh, true);
+  s.y = make_program(c.y_steps, sizes, mesh, true);
+  s.z = make_program(c.z_steps, sizes, mesh, true);
+  s.form = matmul_form(s.plan.equation);
 }
 
 /// Plans every stage and resolves all sizes; pure given the agreement.
@@ -91,13 +91,13 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
     };
     for (const auto* l : {&work[i], &work[j]})
       for (const auto& a : l->axes)
-        if (r.find(a.axis) < 0 && needed(a.axis)) r.axes.push_back({a.axis, ""});
+        if (r.find(a.axis) < 0 && needed(a.axis)) r.axes.push_back({a.axis, {}});
     return r;
   };
   // Which input each working operand is (-1: an intermediate), for the [param] deferrals.
   std::vector<int> origin(n);
   for (std::size_t i = 0; i < n; ++i) origin[i] = static_cast<int>(i);
-  call.deferred.assign(n, "");
+  call.deferred.assign(n, Group{});
   auto defer = [&](Stage& s) {
     for (auto [index, steps] : {std::pair{s.left, &s.plan.chosen.x_steps}, std::pair{s.right, &s.plan.chosen.y_steps}}) {
       const int in = origin[index];
@@ -176,13 +176,13 @@ inline Plan describe_contraction(std::string_view source, const ContractionCall&
 }
 
 inline at::Tensor run_contraction(const ContractionCall& call, at::TensorList xs,
-                                  const std::vector<bool>& scalar, const Mesh& mesh) {
+                                  const std::vector<bool>& scalar) {
   std::vector<at::Tensor> work;
   for (std::size_t i = 0; i < xs.size(); ++i) work.push_back(scalar[i] ? xs[i].reshape({1}) : xs[i]);
   for (const auto& s : call.stages) {
-    const auto x = run(s.x, work[s.left], call.sizes, mesh, true);
-    const auto y = run(s.y, work[s.right], call.sizes, mesh, true);
-    auto z = run(s.z, ops::contract(s.form, s.plan.equation, x, y), call.sizes, mesh, true);
+    const auto x = run(s.x, work[s.left]);
+    const auto y = run(s.y, work[s.right]);
+    auto z = run(s.z, contract(s.form, s.plan.equation, x, y));
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.right));
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(s.left));
     work.push_back(std::move(z));

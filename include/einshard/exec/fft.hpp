@@ -202,12 +202,12 @@ inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& 
 }
 
 /// Runs a prepared call on this rank's block `x`.
-inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const Mesh& mesh) {
+inline at::Tensor run_fft(const FftCall& call, at::Tensor x) {
   const auto input = x;
   for (std::size_t i = 0; i < call.plan.stages.size(); ++i) {
     const auto& s = call.plan.stages[i];
     if (s.kind == plan::FftStage::Kind::move) {
-      x = run(call.programs[i], x, call.tables[i], mesh);
+      x = run(call.programs[i], x);
       continue;
     }
     if (s.kind == plan::FftStage::Kind::factored) {
@@ -231,7 +231,7 @@ inline void describe_factored(const FactoredFftCall& c, const plan::FftStage& s,
   auto add = [&](const detail::Exchange& e, std::int64_t bytes, const std::string& before, const std::string& after) {
     if (!e.op) return;
     const auto& f = e.op->forward_schedule;
-    PlanStep ps{plan::step_name(plan::StepKind::redistribute), group, s.before.axes[0].axis, before, after, {}, {}, -1};
+    PlanStep ps{plan::step_name(plan::StepKind::redistribute), group.name(), s.before.axes[0].axis, before, after, {}, {}, -1};
     std::tie(ps.forward, ps.backward) = detail::redistribute_cost(f, me, bytes, c10::multiply_integers(f.out_shape) * bytes,
                                                                   c10::multiply_integers(f.in_shape) * bytes);
     out.push_back(std::move(ps));
@@ -254,7 +254,7 @@ inline void describe_factored(const FactoredFftCall& c, const plan::FftStage& s,
   add(c.leave, real_out ? complex / 2 : complex, "k2 blocks", done);
   const auto how = (c.factors.bluestein() ? "bluestein m=" + std::to_string(c.factors.m) + " " : std::string()) +
                    std::to_string(c.factors.m1) + "x" + std::to_string(c.factors.m2);
-  out.push_back({std::string(plan::fft_op_name(s.op)) + "_factored", group, s.before.axes[0].axis,
+  out.push_back({std::string(plan::fft_op_name(s.op)) + "_factored", group.name(), s.before.axes[0].axis,
                  in + " (" + how + ")", done, {}, {}, -1});
 }
 

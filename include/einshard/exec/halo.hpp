@@ -254,11 +254,11 @@ struct AxisExchangeOp final : CommOp {
 };
 
 /// One axis of a stencil operation: where it is in the tensor, how it is split, and the group that
-/// splits it ("" for a whole axis, whose fetch is all local).
+/// splits it (empty for a whole axis, whose fetch is all local).
 struct StencilAxis {
   std::string name;
   std::int64_t dim = 0;
-  std::string group;
+  Group group;
   std::vector<std::int64_t> shards;  ///< by group coordinate; one entry (the extent) when whole
 };
 
@@ -308,7 +308,7 @@ inline PlanStep describe_exchange(const StencilAxis& axis, const plan::AxisExcha
   const auto packed = slabs.outer == 1 ? 0 : sent + received;
   shape[static_cast<std::size_t>(axis.dim)] = ex.output();
   return {axis.group.empty() ? "pad" : "halo_forward_accumulate_backward",
-          axis.group,
+          axis.group.name(),
           axis.name,
           layout,
           layout,

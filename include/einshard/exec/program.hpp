@@ -21,19 +21,17 @@
 
 namespace einshard::exec {
 
-/// What a step over one axis needs at run time, looked up once when the program is made.
-struct AxisPieces {
-  std::int64_t dim = 0;
-  std::vector<std::int64_t> sizes;  ///< the axis's pieces over the step's group
-  int coordinate = 0;               ///< this rank's coordinate in the group
-};
-
+/// A plan's steps with everything they need at run time resolved when the program is made: each
+/// communicating step's forward/backward op (communicator, pieces, schedules), which every call
+/// shares and each recorded autograd node holds by reference, so a call looks nothing up and
+/// copies no schedule.
 struct Program {
   std::vector<plan::Step> steps;
-  /// Forward and backward schedules of the all-to-all steps, by step index.
-  std::map<std::size_t, std::pair<plan::Schedule, plan::Schedule>> schedules;
-  /// The pieces of the split, gather and reduce-scatter steps, by step index (empty otherwise).
-  std::vector<AxisPieces> pieces;
+  /// By step index: the step's op (null for permute).
+  std::vector<c10::intrusive_ptr<CommOp>> ops;
+  /// By step index: the step's group's communicator, and for split, gather and reduce-scatter
+  /// steps the axis's pieces over it.
+  std::vector<Pieces> pieces;
 };
 
 namespace detail {
@@ -44,7 +42,7 @@ inline plan::Schedule schedule(const plan::Layout& from, const plan::Layout& to,
   for (const auto& p : from.axes) global.push_back(t.global.at(p.axis));
   return plan::schedule_redistribute(
       from, to, global,
-      [&](std::size_t i, const std::string& g) -> const std::vector<std::int64_t>& {
+      [&](std::size_t i, const Group& g) -> const std::vector<std::int64_t>& {
         return t.of(from.axes[i].axis, g);
       },
       mesh.shape(), [&](int r) { return mesh.coordinates_of(r); }, mesh.rank(), mesh.size());
@@ -76,74 +74,51 @@ inline std::pair<StepCost, StepCost> redistribute_cost(const plan::Schedule& f, 
 
 }  // namespace detail
 
-inline Program make_program(std::vector<plan::Step> steps, const SizeTable& t, const Mesh& mesh) {
+/// `internal`: the program's input is not the caller's tensor, or its result is not handed to the
+/// caller, so the result may alias the input (an add-partial step then copies nothing).
+inline Program make_program(std::vector<plan::Step> steps, const SizeTable& t, const Mesh& mesh,
+                            bool internal = false) {
   Program p{std::move(steps), {}, {}};
-  p.pieces.resize(p.steps.size());
+  p.ops.resize(p.steps.size());
+  p.pieces.resize(p.steps.size(), Pieces{MPI_COMM_NULL, 0, {}, 0});
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const auto& s = p.steps[i];
+    auto& pieces = p.pieces[i];
+    pieces.comm = s.group.empty() ? MPI_COMM_NULL : mesh.comm(s.group);
     switch (s.kind) {
       case plan::StepKind::redistribute:
-        p.schedules[i] = {detail::schedule(s.before, s.after, t, mesh),
-                          detail::schedule(s.after, s.before, t, mesh)};
+        p.ops[i] = c10::make_intrusive<RedistributeOp>(mesh.comm(), detail::schedule(s.before, s.after, t, mesh),
+                                                       detail::schedule(s.after, s.before, t, mesh));
+        break;
+      case plan::StepKind::all_reduce: p.ops[i] = c10::make_intrusive<AllReduceOp>(pieces.comm); break;
+      case plan::StepKind::add_partial:
+        p.ops[i] = c10::make_intrusive<AddPartialOp>(pieces.comm, !internal);
         break;
       case plan::StepKind::reduce_scatter:
       case plan::StepKind::gather_to_partial:
       case plan::StepKind::split:
       case plan::StepKind::gather:
-        p.pieces[i] = {s.before.find(s.axis), t.of(s.axis, s.group), mesh.coordinate(s.group)};
+        pieces.dim = s.before.find(s.axis);
+        pieces.sizes = t.of(s.axis, s.group);
+        pieces.coordinate = mesh.coordinate(s.group);
+        if (s.kind == plan::StepKind::reduce_scatter)
+          p.ops[i] = c10::make_intrusive<ReduceScatterOp>(pieces);
+        else if (s.kind == plan::StepKind::split)
+          p.ops[i] = c10::make_intrusive<SplitOp>(pieces);
+        else
+          p.ops[i] = c10::make_intrusive<GatherOp>(pieces, s.kind == plan::StepKind::gather_to_partial);
         break;
-      default: break;
+      case plan::StepKind::permute: break;
     }
   }
   return p;
 }
 
-/// Applies the steps to `x` (whose layout is the first step's `before`). `internal`: `x` is not
-/// the caller's tensor, or the result is not handed to the caller, so the result may alias `x`. A step whose
-/// input needs no gradient (or with grad mode off) calls its collective directly: no autograd node,
-/// no step object. (The size table is the one `p` was made with; the program holds what it needs.)
-inline at::Tensor run(const Program& p, at::Tensor x, const SizeTable& /*sizes*/, const Mesh& mesh,
-                      bool internal = false) {
-  for (std::size_t i = 0; i < p.steps.size(); ++i) {
-    const auto& s = p.steps[i];
-    const bool record = records(x);
-    const auto& ap = p.pieces[i];
-    auto pieces = [&] { return Pieces{mesh.comm(s.group), ap.dim, ap.sizes, ap.coordinate}; };
-    switch (s.kind) {
-      case plan::StepKind::all_reduce:
-        x = record ? apply_op(x, c10::make_intrusive<AllReduceOp>(mesh.comm(s.group)))
-                   : comm::all_reduce(x, mesh.comm(s.group));
-        break;
-      case plan::StepKind::add_partial: {
-        if (record) x = apply_op(x, c10::make_intrusive<AddPartialOp>(mesh.comm(s.group), !internal));
-        else if (!internal) x = x.clone();
-        break;
-      }
-      case plan::StepKind::reduce_scatter:
-        x = record ? apply_op(x, c10::make_intrusive<ReduceScatterOp>(pieces()))
-                   : comm::reduce_scatter(x, ap.dim, ap.sizes, mesh.comm(s.group));
-        break;
-      case plan::StepKind::gather_to_partial:
-      case plan::StepKind::gather:
-        x = record ? apply_op(x, c10::make_intrusive<GatherOp>(
-                                     pieces(), s.kind == plan::StepKind::gather_to_partial))
-                   : comm::all_gather(x, ap.dim, ap.sizes, mesh.comm(s.group));
-        break;
-      case plan::StepKind::split:
-        x = record ? apply_op(x, c10::make_intrusive<SplitOp>(pieces()))
-                   : detail::slice(x, ap.dim, ap.sizes, ap.coordinate);
-        break;
-      case plan::StepKind::redistribute: {
-        const auto& [forward, backward] = p.schedules.at(i);
-        x = record ? apply_op(x, c10::make_intrusive<RedistributeOp>(mesh.comm(), forward, backward))
-                   : comm::exchange_boxes(x, forward.out_shape, forward.sends, forward.recvs, mesh.comm());
-        break;
-      }
-      case plan::StepKind::permute:
-        x = x.permute(s.permutation);
-        break;
-    }
-  }
+/// Applies the steps to `x` (whose layout is the first step's `before`). A step whose input needs
+/// no gradient (or with grad mode off) runs its op's forward directly: no autograd node.
+inline at::Tensor run(const Program& p, at::Tensor x) {
+  for (std::size_t i = 0; i < p.steps.size(); ++i)
+    x = p.steps[i].kind == plan::StepKind::permute ? x.permute(p.steps[i].permutation) : apply_op(x, p.ops[i]);
   return x;
 }
 
@@ -152,7 +127,7 @@ inline void describe(const Program& p, const SizeTable& t, const Mesh& mesh, std
                      int operand, std::vector<PlanStep>& out) {
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const auto& s = p.steps[i];
-    PlanStep ps{plan::step_name(s.kind), s.group, s.axis, s.before.str(), s.after.str(), {}, {}, operand};
+    PlanStep ps{plan::step_name(s.kind), s.group.name(), s.axis, s.before.str(), s.after.str(), {}, {}, operand};
     const auto in = detail::bytes_of(s.before, t, mesh, element);
     const auto outb = detail::bytes_of(s.after, t, mesh, element);
     const std::int64_t P = s.group.empty() ? 1 : mesh.size(s.group);
@@ -183,7 +158,8 @@ inline void describe(const Program& p, const SizeTable& t, const Mesh& mesh, std
         break;
       case plan::StepKind::redistribute: {
         std::tie(ps.forward, ps.backward) =
-            detail::redistribute_cost(p.schedules.at(i).first, mesh.rank(), element, outb, in);
+            detail::redistribute_cost(static_cast<const RedistributeOp&>(*p.ops[i]).forward_schedule, mesh.rank(),
+                                      element, outb, in);
         break;
       }
       case plan::StepKind::permute: break;

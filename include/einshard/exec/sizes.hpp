@@ -20,10 +20,9 @@ namespace einshard::exec {
 
 struct SizeTable {
   std::map<std::string, std::int64_t, std::less<>> global;
-  std::map<std::pair<std::string, std::string>, std::vector<std::int64_t>> shards;
+  std::map<std::pair<std::string, Group>, std::vector<std::int64_t>> shards;
 
-  [[nodiscard]] const std::vector<std::int64_t>& of(const std::string& axis,
-                                                    const std::string& group) const {
+  [[nodiscard]] const std::vector<std::int64_t>& of(const std::string& axis, const Group& group) const {
     return shards.at({axis, group});
   }
 };
@@ -45,15 +44,15 @@ inline void measure(SizeTable& t, const plan::Layout& l, const Agreed& ranks, st
         throw Error(what + ": axis '" + axis + "'" + operand + " has extent " + std::to_string(s) +
                     " on one rank but " + std::to_string(extent) + " on rank " + std::to_string(r) +
                     (group.empty() ? " (it is not sharded, so every rank must hold all of it)"
-                                   : ", which holds the same shard over '" + group + "'"));
+                                   : ", which holds the same shard over '" + group.name() + "'"));
       s = extent;
     }
     if (!group.empty())
-      if (const auto given = shapes.resolve(group, axis, parts); given && *given != sizes)
+      if (const auto given = shapes.resolve(group.name(), axis, parts); given && *given != sizes)
         for (std::size_t c = 0; c < sizes.size(); ++c)
           if (sizes[c] != (*given)[c])
             throw Error(what + ": the shard of axis '" + axis + "'" + operand + " at coordinate " +
-                        std::to_string(c) + " of '" + group + "' has " + std::to_string(sizes[c]) +
+                        std::to_string(c) + " of '" + group.name() + "' has " + std::to_string(sizes[c]) +
                         " elements, but the shapes metadata says " + std::to_string((*given)[c]));
     std::int64_t total = 0;
     for (auto s : sizes) total += s;
@@ -64,7 +63,7 @@ inline void measure(SizeTable& t, const plan::Layout& l, const Agreed& ranks, st
     if (group.empty()) continue;
     const auto [it, inserted] = t.shards.emplace(std::pair{axis, group}, sizes);
     if (!inserted && it->second != sizes)
-      throw Error(what + ": axis '" + axis + "' is split differently over '" + group +
+      throw Error(what + ": axis '" + axis + "' is split differently over '" + group.name() +
                   "' in the two operands");
   }
 }
@@ -77,11 +76,11 @@ inline void resolve(SizeTable& t, const plan::Layout& l, const Mesh& mesh, const
     if (group.empty() || t.shards.contains({axis, group})) continue;
     const auto parts = mesh.size(group);
     const auto n = t.global.at(axis);
-    auto sizes = shapes.resolve(group, axis, parts).value_or(compute_split_shapes(n, parts));
+    auto sizes = shapes.resolve(group.name(), axis, parts).value_or(compute_split_shapes(n, parts));
     std::int64_t total = 0;
     for (auto s : sizes) total += s;
     if (total != n)
-      throw Error(what + ": the shapes metadata for axis '" + axis + "' on '" + group + "' sums to " +
+      throw Error(what + ": the shapes metadata for axis '" + axis + "' on '" + group.name() + "' sums to " +
                   std::to_string(total) + ", but the axis has " + std::to_string(n) + " elements");
     t.shards[{axis, group}] = std::move(sizes);
   }

@@ -57,8 +57,8 @@ inline Plan describe_unary(std::string_view source, const UnaryCall& call, const
 }
 
 /// Runs a prepared call on `x` (reshaped to one element if it is a 0-d stand-in).
-inline at::Tensor run_unary(const UnaryCall& call, const at::Tensor& x, bool scalar, const Mesh& mesh) {
-  auto y = run(call.program, scalar ? x.reshape({1}) : x, call.sizes, mesh);
+inline at::Tensor run_unary(const UnaryCall& call, const at::Tensor& x, bool scalar) {
+  auto y = run(call.program, scalar ? x.reshape({1}) : x);
   return scalar && call.out.axes.size() == 1 ? y.reshape({}) : y;
 }
 

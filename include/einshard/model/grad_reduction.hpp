@@ -73,7 +73,7 @@ using GroupsOf = std::vector<std::string> (*)(const ParameterState&);
 struct Item {
   std::string name;
   at::Tensor param;
-  std::string group;
+  Group group;
   int averaged = 1;        ///< the size of the part of the averaging group it reduces over
   std::int64_t numel = 0;  ///< the largest over the ranks: bucket boundaries must not depend on the rank
   bool defined = false;    ///< its gradient exists on some rank
@@ -89,7 +89,7 @@ inline void agree_items(std::vector<Item>& items, const Mesh& mesh, std::string_
   auto mix = [&](std::uint64_t v) { fp = (fp ^ v) * 0x100000001b3ull; };
   std::vector<std::int64_t> payload;
   for (const auto& it : items) {
-    mix(std::hash<std::string>{}(it.group));
+    mix(it.group.bits());
     mix(static_cast<std::uint64_t>(it.param.scalar_type()));
     mix(static_cast<std::uint64_t>(it.averaged));
     payload.push_back(it.param.numel());
@@ -112,7 +112,6 @@ inline void agree_items(std::vector<Item>& items, const Mesh& mesh, std::string_
   const auto& shape = mesh.shape();
   for (std::size_t k = 0; k < items.size(); ++k) {
     auto& it = items[k];
-    const auto mask = shape.mask(it.group);
     const auto at = [&](int rank, std::size_t field) {
       return all[static_cast<std::size_t>(rank * w) + 2 * k + field];
     };
@@ -124,11 +123,11 @@ inline void agree_items(std::vector<Item>& items, const Mesh& mesh, std::string_
       // The rank of r's group at group coordinate 0 (ranks are row-major over the mesh).
       const auto c = mesh.coordinates_of(r);
       int root = 0;
-      for (std::size_t d = 0; d < c.size(); ++d) root = root * shape.sizes[d] + (mask[d] ? 0 : c[d]);
+      for (std::size_t d = 0; d < c.size(); ++d) root = root * shape.sizes[d] + (it.group.contains(static_cast<int>(d)) ? 0 : c[d]);
       if (at(r, 0) != at(root, 0))
         throw Error(std::string(op) + ": parameter '" + it.name + "' has " + std::to_string(at(r, 0)) +
                     " elements on rank " + std::to_string(r) + " but " + std::to_string(at(root, 0)) +
-                    " on rank " + std::to_string(root) + ", which reduce together over '" + it.group +
+                    " on rank " + std::to_string(root) + ", which reduce together over '" + it.group.name() +
                     "'; expected equal shards on the ranks of a group");
     }
   }
@@ -144,30 +143,26 @@ std::vector<Bucket> make_buckets(M& module, const Mesh& mesh, const GradReductio
   if (o.bucket_bytes <= 0)
     throw Error(std::string(op) + ": expected .bucket_bytes > 0, got " + std::to_string(o.bucket_bytes));
   const auto& shape = mesh.shape();
-  std::vector<bool> average(shape.sizes.size(), false);
-  if (!o.average.empty()) average = mask_of(parse_groups(o.average, shape, "average", op), shape);
+  const Group average = o.average.empty() ? Group{} : union_of(parse_groups(o.average, shape, "average", op), shape);
   auto states = parameter_states(module);
   if (const auto bad = state_problems(states, shape, refuse_pending); !bad.empty())
     throw Error(std::string(op) + ": " + bad);
   if (reverse) std::reverse(states.begin(), states.end());
   std::vector<Item> items;
   for (const auto& [name, p, s] : states) {
-    const auto mask = mask_of(groups_of(*s), shape);
-    const auto group = shape.group(mask);
+    const auto group = union_of(groups_of(*s), shape);
     if (group.empty()) continue;
-    int averaged = 1;
-    for (std::size_t d = 0; d < mask.size(); ++d)
-      if (mask[d] && average[d]) averaged *= shape.sizes[d];
+    const int averaged = shape.size(shape.group(group.bits() & average.bits()));
     items.push_back({name, p, group, averaged});
   }
   agree_items(items, mesh, op);
 
   std::vector<Bucket> buckets;
   std::vector<std::int64_t> sizes;  // rank-invariant elements of each bucket, for its boundary
-  std::map<std::tuple<std::string, int, int>, std::size_t> open;  // key -> index in buckets
+  std::map<std::tuple<std::uint32_t, int, int>, std::size_t> open;  // key -> index in buckets
   for (const auto& it : items) {
     const auto element = static_cast<std::int64_t>(it.param.element_size());
-    const auto key = std::make_tuple(it.group, it.averaged, static_cast<int>(it.param.scalar_type()));
+    const auto key = std::make_tuple(it.group.bits(), it.averaged, static_cast<int>(it.param.scalar_type()));
     auto found = open.find(key);
     if (found != open.end() && sizes[found->second] > 0 &&
         (sizes[found->second] + it.numel) * element > o.bucket_bytes)
@@ -175,7 +170,7 @@ std::vector<Bucket> make_buckets(M& module, const Mesh& mesh, const GradReductio
     if (found == open.end()) {
       found = open.emplace(key, buckets.size()).first;
       Bucket b;
-      b.group = it.group;
+      b.group = it.group.name();
       b.comm = mesh.comm(it.group);  // collective: the same groups in the same order on every rank
       b.scale = 1.0 / it.averaged;
       b.dtype = it.param.scalar_type();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/group.hpp"
 #include "einshard/mesh_shape.hpp"
 #include "einshard/model/parameter_layout.hpp"
 #include "einshard/model/parameter_registry.hpp"
@@ -75,25 +76,21 @@ inline std::vector<PendingParam> param_states(const notation::ExpressionView& e,
   return out;
 }
 
-/// Resolves the pending gradient groups with what the plan deferred (`deferred[i]`, one group or
-/// "") and attaches every state. Given groups must cover the deferred ones, or that part of the
+/// Resolves the pending gradient groups with what the plan deferred (`deferred[i]`, one group,
+/// empty when none) and attaches every state. Given groups must cover the deferred ones, or that part of the
 /// gradient would never be summed.
 inline void attach_param_states(std::vector<PendingParam> params, at::TensorList xs,
-                                const std::vector<std::string>& deferred, const std::string& op) {
+                                const std::vector<Group>& deferred, const std::string& op) {
   std::vector<std::pair<at::Tensor, ParameterState>> batch;
   for (auto& [i, s] : params) {
-    const auto d = i < deferred.size() ? deferred[i] : std::string();
+    const auto d = i < deferred.size() ? deferred[i] : Group{};
     if (s.grad.mode == GradMode::pending) {
       s.grad.mode = GradMode::inferred;
-      s.grad.groups = d.empty() ? std::vector<std::string>{} : std::vector<std::string>{d};
-    } else if (!d.empty() && s.grad.concrete()) {
-      const auto given = mask_of(s.grad.groups, s.mesh);
-      const auto need = s.mesh.mask(d);
-      for (std::size_t k = 0; k < need.size(); ++k)
-        if (need[k] && !given[k])
-          throw Error(op + ": [param] operand " + std::to_string(i + 1) + " has grad=" +
-                      group_list(s.grad.groups) + ", but its gradient arrives partial over '" + d +
-                      "' in this plan; expected gradient groups that include '" + d + "'");
+      s.grad.groups = d.empty() ? std::vector<std::string>{} : std::vector<std::string>{d.name()};
+    } else if (!d.empty() && s.grad.concrete() && !d.within(union_of(s.grad.groups, s.mesh))) {
+      throw Error(op + ": [param] operand " + std::to_string(i + 1) + " has grad=" + group_list(s.grad.groups) +
+                  ", but its gradient arrives partial over '" + d.name() +
+                  "' in this plan; expected gradient groups that include '" + d.name() + "'");
     }
     validate(s, op);
     batch.emplace_back(xs[i], std::move(s));
@@ -106,7 +103,7 @@ template <class Run>
 at::Tensor with_params(const notation::ExpressionView& e, at::TensorList xs, const MeshShape& mesh, Run&& run) {
   const std::string op = "einshard '" + std::string(e.source) + "'";
   auto params = param_states(e, xs, mesh, op);
-  std::vector<std::string> deferred(e.input_count());
+  std::vector<Group> deferred(e.input_count());
   auto out = run(&deferred);
   attach_param_states(std::move(params), xs, deferred, op);
   return out;

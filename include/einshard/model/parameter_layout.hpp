@@ -125,7 +125,7 @@ inline std::string first_axis(std::string_view layout, const Mesh& mesh, std::st
     throw Error(std::string(op) + ": cannot derive a bias layout from '" + std::string(layout) +
                 "'; give .bias");
   const auto& a = s.axes.front();
-  return a.axis + (a.group.empty() ? "" : "/" + a.group);
+  return a.axis + (a.group.empty() ? "" : "/" + a.group.name());
 }
 
 /// The axis of a layout at position `i` ("in out/tp k" at 1 -> "out/tp").
@@ -135,7 +135,7 @@ inline std::string axis_at(std::string_view layout, std::size_t i, const Mesh& m
     throw Error(std::string(op) + ": cannot derive a bias layout from '" + std::string(layout) +
                 "'; give .bias");
   const auto& a = s.axes[i];
-  return a.axis + (a.group.empty() ? "" : "/" + a.group);
+  return a.axis + (a.group.empty() ? "" : "/" + a.group.name());
 }
 
 inline void attach_pair(const at::Tensor& weight, const std::string& wl, const at::Tensor& bias,

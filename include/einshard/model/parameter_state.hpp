@@ -14,6 +14,7 @@
 ///   - every group names mesh dimensions (a compound is known when every component is).
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/group.hpp"
 #include "einshard/mesh_shape.hpp"
 #include "einshard/notation/parser.hpp"
 #include "einshard/plan/layout.hpp"
@@ -79,7 +81,7 @@ struct ParameterState {
     for (std::size_t i = 0; i <= axes.size(); ++i) {
       if (ellipsis && i == ellipsis_at) put("...");
       if (i == axes.size()) break;
-      put(axes[i].axis + (axes[i].group.empty() ? "" : "/" + axes[i].group));
+      put(axes[i].axis + (axes[i].group.empty() ? "" : "/" + axes[i].group.name()));
     }
     return out;
   }
@@ -87,17 +89,16 @@ struct ParameterState {
   [[nodiscard]] std::vector<std::string> shard_groups() const {
     std::vector<std::string> g;
     for (const auto& a : axes)
-      if (!a.group.empty() && std::find(g.begin(), g.end(), a.group) == g.end()) g.push_back(a.group);
+      if (!a.group.empty() && std::find(g.begin(), g.end(), a.group.name()) == g.end()) g.push_back(a.group.name());
     return g;
   }
   /// The original's name for `shard_groups()`.
   [[nodiscard]] std::vector<std::string> shard_dims() const { return shard_groups(); }
   /// The mesh dimensions some axis is sharded over.
-  [[nodiscard]] std::vector<bool> footprint() const {
-    std::vector<bool> m(mesh.sizes.size(), false);
-    for (const auto& g : shard_groups())
-      for (int d : mesh.components(g)) m[static_cast<std::size_t>(d)] = true;
-    return m;
+  [[nodiscard]] Group footprint() const {
+    std::uint32_t bits = 0;
+    for (const auto& a : axes) bits |= a.group.bits();
+    return mesh.group(bits);
   }
   /// Groups einshard sums the gradient over (`reduce_grads`, hooks): concrete native or ddp ones.
   [[nodiscard]] std::vector<std::string> reduce() const {
@@ -144,48 +145,44 @@ inline std::vector<std::string> parse_groups(std::string_view list, const MeshSh
     if (part.empty())
       throw Error(std::string(op) + ": invalid " + std::string(what) + " '" + std::string(list) +
                   "': empty group");
-    std::string unknown;
-    std::size_t b = 0;
-    while (true) {
-      const auto e = part.find('-', b);
-      const auto c = part.substr(b, e == std::string_view::npos ? e : e - b);
-      if (std::find(mesh.names.begin(), mesh.names.end(), c) == mesh.names.end())
-        unknown += (unknown.empty() ? "" : ", ") + std::string(c);
-      if (e == std::string_view::npos) break;
-      b = e + 1;
-    }
-    if (!unknown.empty())
+    // Resolved once, by the mesh's own parser; the state keeps the canonical names.
+    const auto g = mesh.find_group(part);
+    if (!g)
       throw Error(std::string(op) + ": parameter " + std::string(what) +
-                  " references unknown mesh dimensions: " + unknown + " (mesh has " +
+                  " references unknown mesh dimensions: " + std::string(part) + " (mesh has " +
                   (mesh.names.empty() ? std::string("none") : mesh.joined_names()) + ")");
-    groups.push_back(mesh.canonical(part));
+    groups.push_back(g->name());
   }
   return groups;
 }
 
-inline std::vector<bool> mask_of(const std::vector<std::string>& groups, const MeshShape& mesh) {
-  std::vector<bool> m(mesh.sizes.size(), false);
-  for (const auto& g : groups)
-    for (int d : mesh.components(g)) m[static_cast<std::size_t>(d)] = true;
-  return m;
+/// The union of named groups, resolved once: the names stay at the public surface (grad=,
+/// init_sync=), the checks work on the value.
+inline Group union_of(const std::vector<std::string>& groups, const MeshShape& mesh) {
+  std::uint32_t bits = 0;
+  for (const auto& g : groups) bits |= mesh.group(g).bits();
+  return mesh.group(bits);
 }
 
 /// The first mesh dimension two of `groups` share, or "".
-inline std::string shared_component(const std::vector<std::string>& groups, const MeshShape& mesh) {
-  std::vector<bool> seen(mesh.sizes.size(), false);
-  for (const auto& g : groups)
-    for (int d : mesh.components(g)) {
-      if (seen[static_cast<std::size_t>(d)]) return mesh.names[static_cast<std::size_t>(d)];
-      seen[static_cast<std::size_t>(d)] = true;
-    }
+inline std::string shared_component(const std::vector<Group>& groups, const MeshShape& mesh) {
+  std::uint32_t seen = 0;
+  for (const auto& g : groups) {
+    if (const auto common = seen & g.bits()) return mesh.names[static_cast<std::size_t>(std::countr_zero(common))];
+    seen |= g.bits();
+  }
   return {};
 }
+inline std::string shared_component(const std::vector<std::string>& groups, const MeshShape& mesh) {
+  std::vector<Group> resolved;
+  for (const auto& g : groups) resolved.push_back(mesh.group(g));
+  return shared_component(resolved, mesh);
+}
 
-inline std::string overlap_with(const std::vector<std::string>& groups, const std::vector<bool>& mask,
-                                const MeshShape& mesh) {
-  for (const auto& g : groups)
-    for (int d : mesh.components(g))
-      if (mask[static_cast<std::size_t>(d)]) return g;
+/// The first of `groups` that overlaps `g`, or "".
+inline std::string overlap_with(const std::vector<std::string>& groups, const Group& g, const MeshShape& mesh) {
+  for (const auto& name : groups)
+    if (mesh.group(name).overlaps(g)) return name;
   return {};
 }
 
@@ -268,10 +265,9 @@ inline void validate(const ParameterState& s, std::string_view op) {
       const auto& b = s.axes[j];
       if (a.axis == b.axis)
         throw Error(where + " names axis '" + a.axis + "' twice; parameter axes must be distinct");
-      if (!a.group.empty() && !b.group.empty() &&
-          !detail::shared_component({a.group, b.group}, mesh).empty())
+      if (a.group.overlaps(b.group))
         throw Error(where + " shards axes '" + a.axis + "' and '" + b.axis +
-                    "' over overlapping mesh groups '" + a.group + "' and '" + b.group +
+                    "' over overlapping mesh groups '" + a.group.name() + "' and '" + b.group.name() +
                     "'; expected each mesh dimension to shard at most one axis");
     }
   const auto foot = s.footprint();
@@ -333,15 +329,12 @@ inline ParameterState parse_layout(std::string_view layout, const MeshShape& mes
       throw Error(std::string(op) + ": parameter layout '" + std::string(layout) +
                   "' has a factored group; name the parameter's dimensions one axis each");
     const auto& a = e.axes_of(item)[0];
-    std::string group;
+    Group group;
     if (!a.mesh.empty()) {
-      try {
-        group = mesh.canonical(e.mesh(a));
-      } catch (const Error&) {
-        unknown += (unknown.empty() ? "" : ", ") + std::string(e.mesh(a));
-      }
+      if (auto g = mesh.find_group(e.mesh(a))) group = std::move(*g);
+      else unknown += (unknown.empty() ? "" : ", ") + std::string(e.mesh(a));
     }
-    s.axes.push_back({std::string(e.name(a)), group});
+    s.axes.push_back({std::string(e.name(a)), std::move(group)});
   }
   if (!unknown.empty())
     throw Error(std::string(op) + ": parameter layout references unknown mesh dimensions: " + unknown +
@@ -354,10 +347,9 @@ inline ParameterState parse_layout(std::string_view layout, const MeshShape& mes
 
 /// The init-sync groups a layout implies: every mesh dimension it does not shard, as one group.
 inline std::vector<std::string> inferred_init_sync(const ParameterState& s) {
-  auto rest = s.footprint();
-  for (std::size_t d = 0; d < rest.size(); ++d) rest[d] = !rest[d];
-  const auto g = s.mesh.group(rest);
-  return g.empty() ? std::vector<std::string>{} : std::vector<std::string>{g};
+  const std::uint32_t all = s.mesh.names.empty() ? 0u : ~0u >> (32 - s.mesh.names.size());
+  const auto g = s.mesh.group(all & ~s.footprint().bits());
+  return g.empty() ? std::vector<std::string>{} : std::vector<std::string>{g.name()};
 }
 
 /// A checked state from a layout and the values of `grad=` and `init_sync=`. `in_notation`: an
@@ -436,7 +428,7 @@ inline ParameterState merge(const ParameterState& earlier, const ParameterState&
   if (!a_some && !a.explicit_none) g = b;  // nothing given yields
   else if (a.mode == GradMode::pending && b.concrete()) g = b;
   else if (a.concrete() && b.concrete()) {
-    if (detail::mask_of(a.groups, earlier.mesh) != detail::mask_of(b.groups, earlier.mesh))
+    if (detail::union_of(a.groups, earlier.mesh) != detail::union_of(b.groups, earlier.mesh))
       conflict("gradient groups '" + detail::group_list(a.groups) + "' and '" + detail::group_list(b.groups) +
                "' differ");
     if (b.mode == GradMode::given) g = b;
@@ -450,7 +442,7 @@ inline ParameterState merge(const ParameterState& earlier, const ParameterState&
   if (x.mode == InitSyncMode::inferred) out.init_sync = y;
   else if (y.mode != InitSyncMode::inferred &&
            (x.mode != y.mode ||
-            detail::mask_of(x.groups, earlier.mesh) != detail::mask_of(y.groups, earlier.mesh)))
+            detail::union_of(x.groups, earlier.mesh) != detail::union_of(y.groups, earlier.mesh)))
     conflict("init_sync values differ");
   validate(out, op);
   return out;

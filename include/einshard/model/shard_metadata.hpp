@@ -59,7 +59,7 @@ inline ParamShardMetadata shard_metadata(const ParameterState& s, std::span<cons
     }
     const auto parts = s.mesh.size(p->group);
     const auto c = s.mesh.coordinate(p->group, coords);
-    auto split = shapes.resolve(p->group, p->axis, parts);
+    auto split = shapes.resolve(p->group.name(), p->axis, parts);
     const auto sizes = split ? *split : compute_split_shapes(size, parts);
     std::int64_t total = 0, begin = 0;
     for (std::int64_t i = 0; i < parts; ++i) {
@@ -72,7 +72,7 @@ inline ParamShardMetadata shard_metadata(const ParameterState& s, std::span<cons
     const auto local = sizes[static_cast<std::size_t>(c)];
     m.local_slices.emplace_back(begin, begin + local);
     m.local_shape.push_back(local);
-    m.shard_dims.push_back(p->group);
+    m.shard_dims.push_back(p->group.name());
   }
   return m;
 }

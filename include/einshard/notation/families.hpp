@@ -38,11 +38,22 @@ inline bool is_annotation(std::string_view body) {
   }
 }
 
+/// The family `*name` at `column` (0-based, the '*') refers to.
 inline const std::vector<std::string>& family(std::string_view expr, std::size_t column,
                                               std::string_view name, const FamilyMap& families) {
+  if (name.empty()) {
+    const auto next = column + 1 < expr.size() ? "'" + std::string(expr.substr(column + 1, 1)) + "'"
+                                               : std::string("the end of the notation");
+    throw NotationError(expr, column + 1, "expected a family name after '*', found " + next);
+  }
   const auto it = families.find(name);
-  if (it == families.end())
-    throw NotationError(expr, column + 1, "Unknown axis family '" + std::string(name) + "'");
+  if (it == families.end()) {
+    std::string known;
+    for (const auto& [n, members] : families) known += (known.empty() ? "" : ", ") + n;
+    throw NotationError(expr, column + 1,
+                        "Unknown axis family '" + std::string(name) + "' (" +
+                            (known.empty() ? std::string("no families given") : "families: " + known) + ")");
+  }
   return it->second;
 }
 
@@ -78,9 +89,14 @@ inline std::string expand_families(std::string_view expr, const FamilyMap& famil
           ++k;
           continue;
         }
-        if (body[k] != '*')
+        if (body[k] != '*') {
+          auto j = k;
+          while (j < body.size() && !detail::is_space(body[j])) ++j;
           throw NotationError(expr, i + 2 + k,
-                              "Zipped axis-family groups must contain only family references");
+                              "zipped axis-family group '" + std::string(expr.substr(i, close - i + 1)) +
+                                  "' may hold only family references ('*name'), but '" +
+                                  std::string(body.substr(k, j - k)) + "' is not one");
+        }
         auto j = k + 1;
         while (j < body.size() && detail::is_name_char(body[j])) ++j;
         zipped.push_back(&detail::family(expr, i + 1 + k, body.substr(k + 1, j - k - 1), families));

@@ -2,7 +2,8 @@
 /// @file
 /// The one parser of the notation, used by both the compile-time and the run-time forms.
 ///
-/// A hand-written, linear-time recursive descent over the grammar of docs/notation.md. It is
+/// A hand-written recursive descent over the grammar of docs/notation.md: one pass over the text,
+/// then checks that compare axes pairwise (quadratic in the number of axes, which is small). It is
 /// `constexpr` (no exceptions, no std::string) so that `einshard<"...">` runs it during constant
 /// evaluation; on failure it returns a `Diagnostic` (column + message) instead of throwing, and each
 /// front end turns that into its own kind of error (a compile error or an `es::NotationError`).
@@ -86,6 +87,12 @@ constexpr bool same_mesh(std::string_view a, std::string_view b) noexcept {
   return each_in(a, b) && each_in(b, a);
 }
 
+/// The length in bytes of the UTF-8 character whose first byte is `lead` (1 for a stray
+/// continuation byte, so a message shows what is there rather than half a character).
+constexpr std::size_t utf8_length(unsigned char lead) noexcept {
+  return lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+}
+
 class Parser {
  public:
   constexpr explicit Parser(std::string_view source) noexcept : src_(source) {}
@@ -107,7 +114,7 @@ class Parser {
       if (at_end()) {
         fail(pos_, "expected '->'");
       } else {
-        fail(pos_, "unexpected character '{}'", src_.substr(pos_, 1));
+        fail(pos_, "unexpected character '{}'", character_at(pos_));
       }
       return finish();
     }
@@ -123,7 +130,7 @@ class Parser {
         fail(pos_, "unexpected '{}' after the output specification",
              src_.substr(pos_, peek() == ',' ? 1 : 2));
       else
-        fail(pos_, "unexpected character '{}'", src_.substr(pos_, 1));
+        fail(pos_, "unexpected character '{}'", character_at(pos_));
       return finish();
     }
     validate();
@@ -133,6 +140,10 @@ class Parser {
  private:
   // ---- scanning -----------------------------------------------------------------------------
   [[nodiscard]] constexpr bool at_end() const noexcept { return pos_ >= src_.size(); }
+  /// The whole (UTF-8) character at `pos`, for messages.
+  [[nodiscard]] constexpr std::string_view character_at(std::size_t pos) const noexcept {
+    return src_.substr(pos, utf8_length(static_cast<unsigned char>(src_[pos])));
+  }
   [[nodiscard]] constexpr char peek(std::size_t ahead = 0) const noexcept {
     return pos_ + ahead < src_.size() ? src_[pos_ + ahead] : '\0';
   }
@@ -202,7 +213,7 @@ class Parser {
     if (s.item_count == 0) {
       if (at_end() || starts_with("->") || peek() == ',')
         return fail(pos_, "expected an axis name");
-      return fail(pos_, "unexpected character '{}'", src_.substr(pos_, 1));
+      return fail(pos_, "unexpected character '{}'", character_at(pos_));
     }
     skip_ws();
     if (starts_with("//") && !partial()) return false;
@@ -295,7 +306,7 @@ class Parser {
       }
       if (at_end() || c == ',' || starts_with("->") || starts_with("//"))
         return fail(open, "unbalanced '('");
-      return fail(pos_, "unexpected character '{}' inside a group", src_.substr(pos_, 1));
+      return fail(pos_, "unexpected character '{}' inside a group", character_at(pos_));
     }
     const auto count = static_cast<std::uint32_t>(e_.axes.size()) - first;
     if (count == 0) return fail(open, "empty group '()'");

@@ -169,7 +169,8 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
   }
   const auto w_size = [&](const std::string& n) { return weight.size(positions(a.w, {n})[0]); };
   // The halo (and boundary padding) of each spatial axis, for one local convolution without padding.
-  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&](const StencilInput& measured) {
+  // `edge = edge`: clang 14 cannot capture a structured binding (C++20 allows it; clang 16 does).
+  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&, edge = edge](const StencilInput& measured) {
     // Shapes every rank agrees on: the whole channel extent and the weight (checked equal everywhere).
     const auto C = measured.axis(a.in_channel).shards[0];
     const auto O = w_size(a.out_channel);
@@ -201,16 +202,14 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
   if (in.distributed) {
     // The weight and bias gradients of this rank are its share of the sum over every mesh dimension
     // the input is split over.
-    std::vector<bool> split(static_cast<std::size_t>(o.mesh.ndim()), false);
-    for (const auto& axis : call.plan.input.axes)
-      if (!axis.group.empty())
-        for (int m : o.mesh.components(axis.group)) split[static_cast<std::size_t>(m)] = true;
+    std::uint32_t split = 0;
+    for (const auto& axis : call.plan.input.axes) split |= axis.group.bits();
     call.plan.partial_group = o.mesh.shape().group(split);
     plan::Layout w;
-    for (const auto& n : call.axes.w) w.axes.push_back({n, ""});
+    for (const auto& n : call.axes.w) w.axes.push_back({n, {}});
     call.plan.partials.emplace_back(std::move(w), weight.numel() * static_cast<std::int64_t>(weight.element_size()));
     if (o.bias)
-      call.plan.partials.emplace_back(plan::Layout{{{call.axes.out_channel, ""}}, ""},
+      call.plan.partials.emplace_back(plan::Layout{{{call.axes.out_channel, {}}}, {}},
                                       o.bias->numel() * static_cast<std::int64_t>(o.bias->element_size()));
   }
   return call;

@@ -6,20 +6,18 @@
 #include <ATen/ATen.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "einshard/error.hpp"
 #include "einshard/exec/contraction.hpp"
+#include "einshard/exec/local.hpp"
 #include "einshard/exec/unary.hpp"
 #include "einshard/model/notation_params.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
 #include "einshard/notation/static_expression.hpp"
-#include "einshard/ops/local.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/local.hpp"
 #include "einshard/plan/plan.hpp"
@@ -32,23 +30,27 @@ inline void check_einshard_options(const Options& o) {
   check_unused_options(o, "einshard", {"shapes", "sizes", "families", "policy"});
 }
 
-/// A notation that moves data between ranks: agree, fetch (or prepare) the plan, run it.
-/// `deferred`: set to each input's gradient groups left to the model ([param] operands).
-inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
-                                  const Options& o, std::vector<std::string>* deferred = nullptr) {
+/// What a distributed call checks before it communicates (`explain` raises the same).
+inline void check_distributed_call(const notation::ExpressionView& e, at::TensorList xs, const Options& o) {
   if (!o.mesh)
     throw Error(exec::call_name(e) +
                 " moves data between ranks; distributed einshard operations require a mesh (.mesh = ...)");
-  if (xs.size() != e.input_count())
-    throw Error(exec::call_name(e) + " has " + std::to_string(e.input_count()) + " inputs, but " +
-                std::to_string(xs.size()) + " tensors were given");
+  exec::check_input_count(e.source, e.input_count(), xs.size());
+}
+
+/// A notation that moves data between ranks: agree, fetch (or prepare) the plan, run it.
+/// `deferred`: set to each input's gradient groups left to the model ([param] operands).
+inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
+                                  const Options& o, std::vector<Group>* deferred = nullptr) {
+  check_distributed_call(e, xs, o);
   const Mesh& mesh = o.mesh;
   const auto agreement = exec::agree_operands(e, xs, mesh);
   const auto& key = exec::cache_key(e.source, o, agreement);
   const auto element = xs[0].element_size();
   auto& last = last_plan_storage();
   last.plan.reset();
-  // The closures capture only `last`, so a cached call allocates nothing to remember its plan.
+  // The closures capture only `last` (small enough for std::function's inline storage), so a cached
+  // call allocates nothing to remember its plan once `last.source` has grown to its notation.
   auto remember = [&](std::shared_ptr<const void> call, Plan (*describe)(const LastPlan&)) {
     last.call = std::move(call);
     last.mesh = mesh;
@@ -63,7 +65,7 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
       return exec::describe_unary(l.source, *static_cast<const exec::UnaryCall*>(l.call.get()), l.mesh,
                                   l.element);
     });
-    return exec::run_unary(*call, xs[0], agreement.scalar[0], mesh);
+    return exec::run_unary(*call, xs[0], agreement.scalar[0]);
   }
   auto call = exec::CallCache<exec::ContractionCall>::instance().get(
       key, [&] { return exec::prepare_contraction(e, agreement, element, o); });
@@ -72,13 +74,13 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
     return exec::describe_contraction(
         l.source, *static_cast<const exec::ContractionCall*>(l.call.get()), l.mesh, l.element);
   });
-  return exec::run_contraction(*call, xs, agreement.scalar, mesh);
+  return exec::run_contraction(*call, xs, agreement.scalar);
 }
 
 /// The plan a distributed notation would run, with this rank's costs; collective, moves no data.
 inline Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
                                 const Options& o) {
-  if (!o.mesh || xs.size() != e.input_count() || xs.empty()) return {std::string(e.source), {}, {}};
+  check_distributed_call(e, xs, o);
   const auto agreement = exec::agree_operands(e, xs, o.mesh);
   const auto element = xs[0].element_size();
   if (xs.size() == 1)
@@ -119,27 +121,19 @@ inline std::shared_ptr<const CompiledNotation> compile_runtime(std::string sourc
   return c;
 }
 
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>{}(s);
-  }
-};
-
-/// Process-wide cache of parsed run-time notations, keyed by the notation text and (when given) the
-/// families it expands with. Entries are immutable and shared.
-class NotationCache {
- public:
+/// Parsed run-time notations, keyed by the notation text and (when given) the families it expands
+/// with, and whether it is one operand spec (`self`, see compile_runtime).
+struct NotationCache {
+  static constexpr std::size_t capacity = 4096;
   static NotationCache& instance() {
     static NotationCache cache;
     return cache;
   }
 
-  /// `self`: `text` is one operand spec, compiled as `spec->spec` (see compile_runtime).
   std::shared_ptr<const CompiledNotation> get(std::string_view text, const Families& families,
                                               bool self = false) {
-    std::string key_storage;
     std::string_view key = text;
+    thread_local std::string key_storage;
     if (!families.empty() || self) {  // families and the form are part of the key, after the text
       key_storage.assign(text);
       if (self) key_storage += '\x1d';
@@ -150,43 +144,34 @@ class NotationCache {
       }
       key = key_storage;
     }
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = map_.find(key); it != map_.end()) return it->second;
-    }
-    const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
-    auto compiled = compile_runtime(expand ? notation::expand_families(text, families)
-                                           : std::string(text),
-                                    text, self);
-    std::lock_guard lock(mutex_);
-    if (map_.size() >= capacity) map_.clear();  // bounded: user-built strings may be unbounded
-    return map_.emplace(std::string(key), std::move(compiled)).first->second;
+    return exec::BoundedCache<CompiledNotation, capacity>::instance().get(key, [&] {
+      const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
+      return compile_runtime(expand ? notation::expand_families(text, families) : std::string(text), text, self);
+    });
   }
-
-  static constexpr std::size_t capacity = 4096;
-
- private:
-  std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const CompiledNotation>, StringHash,
-                     std::equal_to<>>
-      map_;
 };
+
+template <fixed_string S>
+const plan::LocalPlan& static_local_plan() {
+  static const plan::LocalPlan plan = plan::make_local_plan(notation::static_expression<S>.view());
+  return plan;
+}
 
 template <fixed_string S>
 at::Tensor run_static(at::TensorList xs, const Options& o) {
   constexpr auto& E = notation::static_expression<S>;
   check_einshard_options(o);
   if constexpr (plan::is_local(E.view())) {
-    // Built once per notation; every call after that does no string work at all.
-    static const plan::LocalPlan plan = plan::make_local_plan(E.view());
+    const auto& plan = static_local_plan<S>();
     if constexpr (has_param(E.view()))
-      return with_params(E.view(), xs, shape_of(o.mesh), [&](auto*) { return ops::run_local(plan, S.view(), xs, o); });
+      return with_params(E.view(), xs, shape_of(o.mesh),
+                         [&](auto*) { return exec::run_local(plan, S.view(), xs, o.sizes, o.families); });
     else
-      return ops::run_local(plan, S.view(), xs, o);
+      return exec::run_local(plan, S.view(), xs, o.sizes, o.families);
   } else {
     if constexpr (has_param(E.view()))
       return with_params(E.view(), xs, shape_of(o.mesh),
-                         [&](std::vector<std::string>* d) { return run_distributed(E.view(), xs, o, d); });
+                         [&](std::vector<Group>* d) { return run_distributed(E.view(), xs, o, d); });
     else
       return run_distributed(E.view(), xs, o);
   }
@@ -222,10 +207,7 @@ at::Tensor einshard(const at::Tensor& x, const at::Tensor& y, const at::Tensor& 
 /// Any number of operands, passed as a list.
 template <fixed_string S>
 at::Tensor einshard(at::TensorList xs, const Options& o = {}) {
-  if (xs.size() != notation::static_expression<S>.view().input_count())
-    throw Error("einshard: '" + std::string(S.view()) + "' has " +
-                std::to_string(notation::static_expression<S>.view().input_count()) +
-                " inputs, but " + std::to_string(xs.size()) + " tensors were given");
+  exec::check_input_count(S.view(), notation::static_expression<S>.view().input_count(), xs.size());
   return detail::run_static<S>(xs, o);
 }
 
@@ -234,9 +216,9 @@ at::Tensor einshard(at::TensorList xs, const Options& o = {}) {
 inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
-  const auto run = [&](std::vector<std::string>* deferred) {
+  const auto run = [&](std::vector<Group>* deferred) {
     if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o, deferred);
-    return ops::run_local(compiled->local_plan, compiled->source, xs, o);
+    return exec::run_local(compiled->local_plan, compiled->source, xs, o.sizes, o.families);
   };
   if (detail::has_param(compiled->view()))
     return detail::with_params(compiled->view(), xs, detail::shape_of(o.mesh), run);
@@ -245,12 +227,14 @@ inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const O
 
 /// What `einshard<S>(xs..., o)` would run on these tensors: its steps and this rank's traffic and
 /// memory per step, forward and backward. Collective over the mesh for a distributed notation (the
-/// ranks agree on shapes first); an empty plan for a local one.
+/// ranks agree on shapes first); an empty plan for a local one. Input `einshard` rejects before it
+/// computes (no mesh, the wrong number of tensors or of dimensions) raises the same error here.
 template <fixed_string S>
 Plan explain(at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   constexpr auto& E = notation::static_expression<S>;
   if constexpr (plan::is_local(E.view())) {
+    (void)exec::check_local_operands(detail::static_local_plan<S>(), S.view(), xs);
     return {std::string(S.view()), {}, {}};
   } else {
     return detail::explain_distributed(E.view(), xs, o);
@@ -268,7 +252,10 @@ Plan explain(const at::Tensor& x, const at::Tensor& y, const Options& o = {}) {
 inline Plan explain(std::string_view notation, at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
-  if (compiled->local) return {compiled->source, {}, {}};
+  if (compiled->local) {
+    (void)exec::check_local_operands(compiled->local_plan, compiled->source, xs);
+    return {compiled->source, {}, {}};
+  }
   return detail::explain_distributed(compiled->view(), xs, o);
 }
 

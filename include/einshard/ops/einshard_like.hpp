@@ -53,7 +53,7 @@ inline void einshard_like_view(const notation::ExpressionView& e, at::TensorList
   }
   const auto& mesh = shape_of(o.mesh);
   auto states = param_states(e, xs, mesh, op);
-  std::vector<std::string> deferred(n);
+  std::vector<Group> deferred(n);
   if (!plan::is_local(e)) {
     if (!o.mesh)
       throw Error(op + " moves data between ranks; distributed einshard operations require a mesh (.mesh = ...)");

@@ -142,7 +142,7 @@ inline at::Tensor run_fft(const notation::ExpressionView& e, std::string_view so
       return exec::describe_fft(source, *call, mesh, element, complex);
     };
   }
-  return exec::run_fft(*prepared.call, x, o.mesh);
+  return exec::run_fft(*prepared.call, x);
 }
 
 inline Plan explain_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,

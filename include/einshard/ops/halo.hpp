@@ -171,22 +171,19 @@ inline StencilInput agree_input(const notation::ExpressionView& e, const notatio
       throw Error(what + ": the tensor has " + std::to_string(xs[0].dim()) +
                   " dimensions, but the notation names " + std::to_string(ndim));
     for (std::int64_t d = 0; d < ndim; ++d)
-      in.axes.push_back({in.layout.axes[static_cast<std::size_t>(d)].axis, d, "", {xs[0].size(d)}});
+      in.axes.push_back({in.layout.axes[static_cast<std::size_t>(d)].axis, d, {}, {xs[0].size(d)}});
     return in;
   }
   const Mesh& mesh = o.mesh;
   // An exchange along one axis runs within its group, among ranks holding the same rows of every
   // other axis: that needs the groups of different axes to share no mesh dimension.
-  std::vector<int> owner(mesh.shape().sizes.size(), -1);
   for (std::size_t d = 0; d < in.layout.axes.size(); ++d)
-    for (int m : in.layout.axes[d].group.empty() ? std::vector<int>{} : mesh.components(in.layout.axes[d].group)) {
-      auto& o2 = owner[static_cast<std::size_t>(m)];
-      if (o2 >= 0)
-        throw Error(what + ": axes '" + in.layout.axes[static_cast<std::size_t>(o2)].axis + "' and '" +
-                    in.layout.axes[d].axis + "' are both sharded over mesh dimension '" +
-                    mesh.names()[static_cast<std::size_t>(m)] + "'; stencil axes need disjoint groups");
-      o2 = static_cast<int>(d);
-    }
+    for (std::size_t e = 0; e < d; ++e)
+      if (const auto& g = in.layout.axes[d].group; g.overlaps(in.layout.axes[e].group))
+        throw Error(what + ": axes '" + in.layout.axes[e].axis + "' and '" + in.layout.axes[d].axis +
+                    "' are both sharded over mesh dimension '" +
+                    mesh.shape().minus(g, mesh.shape().minus(g, in.layout.axes[e].group)).name() +
+                    "'; stencil axes need disjoint groups");
   std::vector<std::int64_t> dims{ndim};
   dims.insert(dims.end(), extra_dims.begin(), extra_dims.end());
   in.agreed = exec::agree_stencil(mesh, xs, dims, exec::fingerprint(what + key, 0), what);
@@ -250,7 +247,7 @@ struct StencilPlan {
   std::string local{};              ///< the local computation after the exchanges, if any
   /// Whole operands whose gradients are partial sums over `partial_group` (einconv's weight and
   /// bias): their layouts and bytes.
-  std::string partial_group{};
+  Group partial_group{};
   std::vector<std::pair<plan::Layout, std::int64_t>> partials{};
 
   [[nodiscard]] Plan describe() const {
@@ -265,7 +262,7 @@ struct StencilPlan {
     for (std::size_t i = 0; i < partials.size(); ++i) {
       // Costed as einshard's identity/all-reduce pair: a copy forward, a ring all-reduce backward.
       const auto& [operand, bytes] = partials[i];
-      p.steps.push_back({"identity_forward_allreduce_backward", partial_group, "", operand.str(), operand.str(),
+      p.steps.push_back({"identity_forward_allreduce_backward", partial_group.name(), "", operand.str(), operand.str(),
                          {0, 0, 0, bytes}, ring_all_reduce(bytes, P), static_cast<int>(i) + 1});
     }
     return p;
@@ -340,7 +337,8 @@ inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view
   const auto key = halo_key(halos, axis_names(e, spec), what, "halo") + std::to_string(static_cast<int>(edge)) + ':' +
                    std::to_string(fill);
   auto in = agree_input(e, spec, {&x, 1}, {}, o, what, key);
-  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&](const StencilInput& measured) {
+  // `edge = edge`: clang 14 cannot capture a structured binding (C++20 allows it; clang 16 does).
+  auto prepared = prepare_exchanges(in, o, e.source, what, key, [&, edge = edge](const StencilInput& measured) {
     PreparedExchanges p;
     for (const auto& axis : measured.axes)
       if (const auto h = halos.find(axis.name); h != halos.end())

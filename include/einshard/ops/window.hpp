@@ -86,7 +86,7 @@ inline plan::Layout output_layout(const plan::Layout& in, const std::vector<std:
   for (const auto p : perm) {
     const auto& name = expected[static_cast<std::size_t>(p)];
     const auto d = in.find(name);
-    out.axes.push_back({name, d < 0 ? std::string() : in.axes[static_cast<std::size_t>(d)].group});
+    out.axes.push_back({name, d < 0 ? Group() : in.axes[static_cast<std::size_t>(d)].group});
   }
   return out;
 }
@@ -136,7 +136,8 @@ inline WindowCall prepare_window(const notation::ExpressionView& in_e, const not
   for (std::size_t i = 0; i < sources.size(); ++i)
     key += sources[i] + '>' + kernels[i] + ':' + std::to_string(strides[i]) + ',' + std::to_string(dilations[i]) + ';';
   auto in = agree_input(in_e, spec, {&x, 1}, {}, o, what, key);
-  auto prepared = prepare_exchanges(in, o, in_e.source, what, key, [&](const StencilInput& measured) {
+  // `edge = edge`: clang 14 cannot capture a structured binding (C++20 allows it; clang 16 does).
+  auto prepared = prepare_exchanges(in, o, in_e.source, what, key, [&, edge = edge](const StencilInput& measured) {
     PreparedExchanges p;
     for (std::size_t i = 0; i < sources.size(); ++i) {
       const auto& axis = measured.axis(sources[i]);

@@ -23,7 +23,6 @@
 
 #include "einshard/error.hpp"
 #include "einshard/mesh_shape.hpp"
-#include "einshard/options.hpp"
 #include "einshard/plan/cost.hpp"
 #include "einshard/plan/layout.hpp"
 #include "einshard/plan/local.hpp"
@@ -56,42 +55,21 @@ struct BinaryPlan {
 
 namespace detail {
 
-/// Mesh dimensions along which a layout's data varies (sharded axes or partial groups).
-inline std::vector<bool> varies(const Layout& l, const MeshShape& mesh) {
-  std::vector<bool> v = mesh.mask(l.partial);
-  for (const auto& a : l.axes)
-    if (!a.group.empty())
-      for (int d : mesh.components(a.group)) v[static_cast<std::size_t>(d)] = true;
+/// Mesh dimensions (bits) along which a layout's data varies (sharded axes or partial groups).
+inline std::uint32_t varies(const Layout& l) {
+  std::uint32_t v = l.partial.bits();
+  for (const auto& a : l.axes) v |= a.group.bits();
   return v;
 }
 
-inline void add_to(std::vector<bool>& m, const std::vector<bool>& more) {
-  for (std::size_t d = 0; d < m.size(); ++d) m[d] = m[d] || more[d];
-}
-
 /// The operand `l` moved to the compute groups, plus a partial over every mesh dimension the
-/// computation varies along but the operand does not.
-inline Layout operand_target(const Layout& l, const Layout& compute, const std::vector<bool>& used,
+/// computation varies along (`used`) but the operand does not.
+inline Layout operand_target(const Layout& l, const Layout& compute, std::uint32_t used,
                              const MeshShape& mesh) {
   Layout t = l;
   for (auto& a : t.axes) a.group = compute.group(a.axis);
-  const auto v = varies(t, mesh);
-  auto partial = mesh.mask(t.partial);
-  for (std::size_t d = 0; d < used.size(); ++d) partial[d] = partial[d] || (used[d] && !v[d]);
-  t.partial = mesh.group(partial);
+  t.partial = mesh.group(t.partial.bits() | (used & ~varies(t)));
   return t;
-}
-
-inline bool groups_overlap(const std::vector<std::string>& groups, const MeshShape& mesh) {
-  std::vector<bool> seen(mesh.sizes.size(), false);
-  for (const auto& g : groups) {
-    if (g.empty()) continue;
-    for (int d : mesh.components(g)) {
-      if (seen[static_cast<std::size_t>(d)]) return true;
-      seen[static_cast<std::size_t>(d)] = true;
-    }
-  }
-  return false;
 }
 
 }  // namespace detail
@@ -104,13 +82,13 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
                               std::int64_t element, const PlanPolicy& policy, bool free_output = false) {
   // Axes of the contraction, in first-seen order, each with its candidate compute groups.
   std::vector<std::string> axes;
-  std::vector<std::vector<std::string>> options;
+  std::vector<std::vector<Group>> options;
   auto consider = [&](const Layout& l) {
     for (const auto& a : l.axes) {
       auto it = std::find(axes.begin(), axes.end(), a.axis);
       if (it == axes.end()) {
         axes.push_back(a.axis);
-        options.push_back({""});
+        options.push_back({Group{}});
         it = axes.end() - 1;
       }
       auto& opts = options[static_cast<std::size_t>(it - axes.begin())];
@@ -121,21 +99,19 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
   consider(x);
   consider(y);
   if (!free_output) consider(z);
-  if (detail::groups_overlap({x.partial, y.partial}, mesh))
-    throw Error("einshard: both inputs are partial over '" + x.partial + "' and '" + y.partial +
-                "'; a product of partial sums is not a partial sum: reduce one input first");
+  if (x.partial.overlaps(y.partial))
+    throw Error("einshard: both inputs are partial over '" + x.partial.name() + "' and '" +
+                y.partial.name() + "'; a product of partial sums is not a partial sum: reduce one input first");
   auto in = [](const Layout& l, const std::string& a) { return l.find(a) >= 0; };
   // An output partial over a group that an input shards a summed axis over (or is partial over)
   // keeps the contraction's own partial sums there: its sum over the group is the product on every
   // candidate. Only a partial no input can produce is introduced as Megatron's f (identity
   // forward), the convention of the unary `a b -> a b // tp`.
-  auto producible = mesh.mask(x.partial);
-  detail::add_to(producible, mesh.mask(y.partial));
+  std::uint32_t producible = x.partial.bits() | y.partial.bits();
   for (const Layout* l : {&x, &y})
     for (const auto& a : l->axes)
-      if (!a.group.empty() && !in(z, a.axis)) detail::add_to(producible, mesh.mask(a.group));
-  auto natural = mesh.mask(z.partial);
-  for (std::size_t d = 0; d < natural.size(); ++d) natural[d] = natural[d] && producible[d];
+      if (!in(z, a.axis)) producible |= a.group.bits();
+  const std::uint32_t natural = z.partial.bits() & producible;
 
   BinaryPlan plan;
   // One candidate per compute layout, or none (with the reason) when the layout is invalid: a mesh
@@ -146,44 +122,50 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
       plan.rejected.push_back({compute, std::move(why)});
       return std::nullopt;
     };
-    auto groups_with = [&](const Layout* l) {
-      std::vector<std::string> g;
-      for (const auto& a : (l ? l->axes : compute.axes)) g.push_back(compute.group(a.axis));
-      if (l) g.push_back(l->partial);
-      return g;
+    // Whether a mesh dimension shards two axes of `l` (all of compute's when null) in the compute
+    // layout, or one of them and `l`'s partial.
+    auto overlapping = [&](const Layout* l) {
+      std::uint32_t seen = l ? l->partial.bits() : 0;
+      for (const auto& a : (l ? l->axes : compute.axes)) {
+        const auto bits = compute.group(a.axis).bits();
+        if (seen & bits) return true;
+        seen |= bits;
+      }
+      return false;
     };
-    if (detail::groups_overlap(groups_with(nullptr), mesh))
-      return reject("a mesh dimension would shard two axes");
-    if (detail::groups_overlap(groups_with(&x), mesh) || detail::groups_overlap(groups_with(&y), mesh))
+    if (overlapping(nullptr)) return reject("a mesh dimension would shard two axes");
+    if (overlapping(&x) || overlapping(&y))
       return reject("a mesh dimension would shard an axis of an input that is partial over it");
     BinaryCandidate c;
     c.compute = compute;
     for (const auto& a : z.axes) c.result.axes.push_back({a.axis, compute.group(a.axis)});
-    auto partial = mesh.mask(x.partial);  // summed axes leave partial sums over their groups
-    detail::add_to(partial, mesh.mask(y.partial));
+    // Summed axes leave partial sums over their groups.
+    std::uint32_t partial = x.partial.bits() | y.partial.bits();
     for (const auto& a : compute.axes)
-      if (!a.group.empty() && !in(z, a.axis)) detail::add_to(partial, mesh.mask(a.group));
-    for (std::size_t d = 0; d < natural.size(); ++d)
-      if (natural[d] && !partial[d])
-        return reject("it does not produce the output's partial sums over '" + mesh.names[d] + "'");
+      if (!in(z, a.axis)) partial |= a.group.bits();
+    if (const auto missing = natural & ~partial)
+      return reject("it does not produce the output's partial sums over '" + mesh.group(missing).name() + "'");
     for (const auto& a : c.result.axes)  // a result sharded and partial over one dimension
-      if (!a.group.empty() && detail::groups_overlap({a.group, mesh.group(partial)}, mesh))
-        return reject("its result would be sharded and partial over '" + a.group + "' at once");
+      if (a.group.bits() & partial)
+        return reject("its result would be sharded and partial over '" + a.group.name() + "' at once");
     c.result.partial = mesh.group(partial);
-    std::vector<bool> used = detail::varies(c.result, mesh);
-    for (const auto& a : compute.axes)
-      if (!a.group.empty())
-        for (int d : mesh.components(a.group)) used[static_cast<std::size_t>(d)] = true;
+    std::uint32_t used = detail::varies(c.result);
+    for (const auto& a : compute.axes) used |= a.group.bits();
     Layout target = z;
     if (free_output)
       for (auto& a : target.axes) a.group = compute.group(a.axis);
-    try {  // a move the unary planner refuses (e.g. through diagonal blocks) rules a candidate out
-      c.x_steps = plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh);
-      c.y_steps = plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh);
-      c.z_steps = plan_unary(c.result, target, mesh);
-    } catch (const Error& e) {
-      return reject(std::string("a move to or from it is impossible: ") + e.what());
-    }
+    // A move the unary planner refuses (e.g. through diagonal blocks) rules a candidate out.
+    std::string refusal;
+    auto refused = [&] { return reject("a move to or from it is impossible: " + refusal); };
+    auto xs = detail::try_plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh, &refusal);
+    if (!xs) return refused();
+    auto ys = detail::try_plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh, &refusal);
+    if (!ys) return refused();
+    auto zs = detail::try_plan_unary(c.result, target, mesh, &refusal);
+    if (!zs) return refused();
+    c.x_steps = std::move(*xs);
+    c.y_steps = std::move(*ys);
+    c.z_steps = std::move(*zs);
     c.estimate = estimate(c.x_steps, global, mesh, element);
     c.estimate += estimate(c.y_steps, global, mesh, element);
     c.estimate += estimate(c.z_steps, global, mesh, element);

@@ -56,7 +56,7 @@ struct FftAxis {
   bool transform = false;
   bool half = false;                  ///< the real transform's half-spectrum axis
   std::int64_t in_length = 0, out_length = 0;
-  std::string in_group, out_group;    ///< canonical mesh groups ("" = whole)
+  Group in_group, out_group;          ///< mesh groups (empty = whole)
 };
 
 struct FftProblem {
@@ -93,18 +93,10 @@ struct FftPlan {
 
 namespace detail {
 
-inline bool overlaps(const MeshShape& mesh, const std::string& a, const std::string& b) {
-  if (a.empty() || b.empty()) return false;
-  const auto ma = mesh.mask(a), mb = mesh.mask(b);
-  for (std::size_t d = 0; d < ma.size(); ++d)
-    if (ma[d] && mb[d]) return true;
-  return false;
-}
-
-inline void require_disjoint(const Layout& l, const MeshShape& mesh, const char* side) {
+inline void require_disjoint(const Layout& l, const char* side) {
   for (std::size_t i = 0; i < l.axes.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      if (overlaps(mesh, l.axes[i].group, l.axes[j].group))
+      if (l.axes[i].group.overlaps(l.axes[j].group))
         throw Error(std::string("einfft: axes '") + l.axes[j].axis + "' and '" + l.axes[i].axis +
                     "' of the " + side + " are sharded over the same mesh dimension ('" + l.str() +
                     "'); each mesh dimension may shard one axis");
@@ -138,7 +130,8 @@ inline FftProblem fft_problem(const notation::ExpressionView& e, std::string_vie
     throw Error(what + ": einfft takes one tensor, but the notation has " +
                 std::to_string(e.input_count() - 1) + " inputs");
   struct Named {
-    std::string name, group;
+    std::string name;
+    Group group;
   };
   auto read = [&](const notation::Spec& s, const char* side) {
     if (s.partial_count != 0)
@@ -150,12 +143,12 @@ inline FftProblem fft_problem(const notation::ExpressionView& e, std::string_vie
                     (item.kind == notation::ItemKind::ellipsis ? std::string("...") : std::string("( )")) +
                     "'; einfft names every axis plainly (reshape first)");
       const auto& a = e.axes_of(item)[0];
-      std::string g;
+      Group g;
       if (!a.mesh.empty()) {
         if (mesh == nullptr)
           throw Error(what + " shards axis '" + std::string(e.name(a)) +
                       "'; a distributed einfft needs a mesh (.mesh = ...)");
-        g = mesh->canonical(e.mesh(a));
+        g = mesh->group(e.mesh(a));
       }
       for (const auto& o : out)
         if (o.name == e.name(a))
@@ -176,7 +169,7 @@ inline FftProblem fft_problem(const notation::ExpressionView& e, std::string_vie
   FftProblem p;
   p.inverse = inverse;
   p.real = real;
-  for (const auto& a : in) p.axes.push_back({a.name, a.name, false, false, 0, 0, a.group, ""});
+  for (const auto& a : in) p.axes.push_back({a.name, a.name, false, false, 0, 0, a.group, {}});
   for (std::size_t k = 0; k < axes.size(); ++k) {
     const auto& [from, to] = axes[k];
     const auto i = find(in, from);
@@ -207,8 +200,8 @@ inline FftProblem fft_problem(const notation::ExpressionView& e, std::string_vie
     a.out_group = out[find(out, a.out)].group;
     if (!a.transform && a.out_group != a.in_group)
       throw Error(what + ": axis '" + a.in + "' is not transformed, so it must keep its sharding ('" +
-                  (a.in_group.empty() ? a.in : a.in + "/" + a.in_group) + "' in, '" +
-                  (a.out_group.empty() ? a.in : a.in + "/" + a.out_group) +
+                  (a.in_group.empty() ? a.in : a.in + "/" + a.in_group.name()) + "' in, '" +
+                  (a.out_group.empty() ? a.in : a.in + "/" + a.out_group.name()) +
                   "' out); change it with einshard before or after");
   }
   for (const auto& o : out) p.out_order.push_back(o.name);
@@ -218,7 +211,7 @@ inline FftProblem fft_problem(const notation::ExpressionView& e, std::string_vie
 /// The stages that compute the transform of `p` on a mesh of shape `mesh`.
 inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
   const auto n = p.axes.size();
-  std::vector<std::string> group(n);
+  std::vector<Group> group(n);
   std::vector<bool> done(n, false);
   for (std::size_t d = 0; d < n; ++d) group[d] = p.axes[d].in_group;
 
@@ -232,8 +225,8 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
   for (const auto& name : p.out_order)
     for (const auto& a : p.axes)
       if (a.out == name) plan.out.axes.push_back({a.out, a.out_group});
-  detail::require_disjoint(plan.in, mesh, "input");
-  detail::require_disjoint(plan.out, mesh, "output");
+  detail::require_disjoint(plan.in, "input");
+  detail::require_disjoint(plan.out, "output");
 
   std::size_t half = n;
   for (std::size_t d = 0; d < n; ++d)
@@ -278,14 +271,14 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
     }
 
     // Every eligible axis is sharded: transpose. Each hands its group to a partner axis.
-    auto rank = [&](std::size_t c, const std::string& g) {
+    auto rank = [&](std::size_t c, const Group& g) {
       const auto& a = p.axes[c];
       const int kind = done[c] && a.transform ? (a.out_group == g ? 0 : 1) : !a.transform ? 2 : 3;
       return std::tuple{group[c].empty() ? 0 : 1, kind, -length(c), c};
     };
     std::vector<std::size_t> taken;
     auto is_taken = [&](std::size_t c) { return std::find(taken.begin(), taken.end(), c) != taken.end(); };
-    std::vector<std::string> next = group;
+    std::vector<Group> next = group;
     for (auto f : eligible) {
       std::size_t best = n;
       for (std::size_t c = 0; c < n; ++c) {
@@ -297,7 +290,7 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
       taken.push_back(best);
       taken.push_back(f);
       next[best] = group[f];
-      next[f].clear();
+      next[f] = {};
     }
     if (taken.empty()) {
       // No axis is local: the first eligible axis joins its group to a sharded one (a compound
@@ -320,11 +313,8 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
         plan.stages.push_back(std::move(s));
         continue;
       }
-      auto mask = mesh.mask(group[best]);
-      const auto add = mesh.mask(group[f]);
-      for (std::size_t d = 0; d < mask.size(); ++d) mask[d] = mask[d] || add[d];
-      next[best] = mesh.group(mask);
-      next[f].clear();
+      next[best] = mesh.unite(group[best], group[f]);
+      next[f] = {};
     }
     FftStage s;
     s.kind = FftStage::Kind::move;

@@ -15,25 +15,25 @@
 
 namespace einshard::plan {
 
-/// One axis: its name and the (canonical) mesh group sharding it; "" when every rank holds it whole.
+/// One axis: its name and the mesh group sharding it; empty when every rank holds it whole.
 struct Placement {
   std::string axis;
-  std::string group;
+  Group group;
   friend bool operator==(const Placement&, const Placement&) = default;
 };
 
 struct Layout {
   std::vector<Placement> axes;
-  /// The (canonical) group of every mesh dimension the tensor is a partial sum over; "" when it is
-  /// not partial. `// (sp, dp)` and `// dp-sp` are one and the same: a sum over both dimensions.
-  std::string partial;
+  /// Every mesh dimension the tensor is a partial sum over; empty when it is not partial.
+  /// `// (sp, dp)` and `// dp-sp` are one and the same: a sum over both dimensions.
+  Group partial;
 
   [[nodiscard]] std::ptrdiff_t find(std::string_view axis) const {
     for (std::size_t i = 0; i < axes.size(); ++i)
       if (axes[i].axis == axis) return static_cast<std::ptrdiff_t>(i);
     return -1;
   }
-  [[nodiscard]] const std::string& group(std::string_view axis) const {
+  [[nodiscard]] const Group& group(std::string_view axis) const {
     return axes[static_cast<std::size_t>(find(axis))].group;
   }
   friend bool operator==(const Layout&, const Layout&) = default;
@@ -44,9 +44,9 @@ struct Layout {
     for (const auto& p : axes) {
       if (!out.empty()) out += ' ';
       out += p.axis;
-      if (!p.group.empty()) out += "/" + p.group;
+      if (!p.group.empty()) out += "/" + p.group.name();
     }
-    if (!partial.empty()) out += " // " + partial;
+    if (!partial.empty()) out += " // " + partial.name();
     return out;
   }
 };
@@ -65,7 +65,7 @@ inline Layout layout_of(const notation::ExpressionView& e, const notation::Spec&
       throw Error("einshard: factored groups such as '(h p)' are supported in local operations "
                   "only; reshape before or after the distributed step");
     if (item.kind == notation::ItemKind::ellipsis) {
-      for (std::int64_t i = ellipsis_dims; i > 0; --i) l.axes.push_back({ellipsis_axis(i - 1), ""});
+      for (std::int64_t i = ellipsis_dims; i > 0; --i) l.axes.push_back({ellipsis_axis(i - 1), {}});
       continue;
     }
     const auto& a = e.axes_of(item)[0];
@@ -73,17 +73,16 @@ inline Layout layout_of(const notation::ExpressionView& e, const notation::Spec&
     if (l.find(name) >= 0)
       throw Error("einshard: axis '" + name +
                   "' appears twice in one operand of a distributed operation");
-    l.axes.push_back({name, a.mesh.empty() ? std::string() : mesh.canonical(e.mesh(a))});
+    l.axes.push_back({name, mesh.group(a.mesh.empty() ? std::string_view() : e.mesh(a))});
   }
-  std::vector<bool> partial(mesh.sizes.size(), false);
-  for (const auto& p : e.partials_of(s))
-    for (int d : mesh.components(e.text(p))) {
-      if (partial[static_cast<std::size_t>(d)])
-        throw Error("einshard: partial groups of one operand share the mesh dimension '" +
-                    mesh.names[static_cast<std::size_t>(d)] + "'");
-      partial[static_cast<std::size_t>(d)] = true;
-    }
-  l.partial = mesh.group(partial);
+  for (const auto& p : e.partials_of(s)) {
+    const auto g = mesh.group(e.text(p));
+    if (g.overlaps(l.partial))
+      throw Error("einshard: partial groups of one operand share the mesh dimension '" +
+                  mesh.group(l.partial.bits() & g.bits()).name() + "' ('" + l.partial.name() + "' and '" +
+                  g.name() + "')");
+    l.partial = mesh.unite(l.partial, g);
+  }
   return l;
 }
 

@@ -8,9 +8,10 @@
 /// instead of one per use. `defer_parameter_partial` takes it out of the operand's steps and
 /// returns its group: the parameter's inferred gradient groups. Pure.
 
-#include <string>
+#include <cstdint>
 #include <vector>
 
+#include "einshard/group.hpp"
 #include "einshard/mesh_shape.hpp"
 #include "einshard/plan/layout.hpp"
 #include "einshard/plan/step.hpp"
@@ -20,24 +21,18 @@ namespace einshard::plan {
 
 /// `steps` take `operand` to its compute layout. Removes the partial they add over mesh dimensions
 /// the operand itself is replicated over (replanning the steps without it) and returns the group
-/// of those dimensions ("" when there are none). Partials over dimensions the operand is sharded
-/// over stay: their backward is a reduce-scatter into the operand's own shards.
-inline std::string defer_parameter_partial(std::vector<Step>& steps, const Layout& operand, const MeshShape& mesh) {
+/// of those dimensions (empty when there are none). Partials over dimensions the operand is
+/// sharded over stay: their backward is a reduce-scatter into the operand's own shards.
+inline Group defer_parameter_partial(std::vector<Step>& steps, const Layout& operand, const MeshShape& mesh) {
   if (steps.empty()) return {};
   Layout target = steps.back().after;
-  auto varies = mesh.mask(operand.partial);
-  for (const auto& a : operand.axes)
-    if (!a.group.empty())
-      for (int d : mesh.components(a.group)) varies[static_cast<std::size_t>(d)] = true;
-  auto partial = mesh.mask(target.partial);
-  std::vector<bool> deferred(partial.size(), false);
-  for (std::size_t d = 0; d < partial.size(); ++d)
-    if (partial[d] && !varies[d]) deferred[d] = true, partial[d] = false;
-  const auto group = mesh.group(deferred);
-  if (group.empty()) return {};
-  target.partial = mesh.group(partial);
+  std::uint32_t varies = operand.partial.bits();
+  for (const auto& a : operand.axes) varies |= a.group.bits();
+  const std::uint32_t deferred = target.partial.bits() & ~varies;
+  if (!deferred) return {};
+  target.partial = mesh.group(target.partial.bits() & ~deferred);
   steps = plan_unary(operand, target, mesh);
-  return group;
+  return mesh.group(deferred);
 }
 
 }  // namespace einshard::plan

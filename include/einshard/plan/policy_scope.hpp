@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "einshard/plan/cost.hpp"
+#include "einshard/plan/policy.hpp"
 
 namespace einshard {
 

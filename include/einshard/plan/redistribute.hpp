@@ -40,7 +40,7 @@ struct Schedule {
 };
 
 /// Sizes of the shards of an axis over a group, by group coordinate.
-using ShardSizes = std::function<const std::vector<std::int64_t>&(std::size_t axis, const std::string& group)>;
+using ShardSizes = std::function<const std::vector<std::int64_t>&(std::size_t axis, const Group& group)>;
 /// Mesh coordinates of a rank of the mesh communicator.
 using CoordinatesOf = std::function<std::span<const int>(int rank)>;
 
@@ -99,13 +99,11 @@ inline Schedule schedule_redistribute(const Layout& from, const Layout& to,
                                       std::span<const std::int64_t> global, const ShardSizes& shards,
                                       const MeshShape& mesh, const CoordinatesOf& coords_of, int me,
                                       int world) {
-  std::vector<bool> sharded(mesh.sizes.size(), false);  // mesh dimensions `from` shards over
-  for (const auto& a : from.axes)
-    if (!a.group.empty())
-      for (int d : mesh.components(a.group)) sharded[static_cast<std::size_t>(d)] = true;
+  std::uint32_t sharded = 0;  // mesh dimensions `from` shards over
+  for (const auto& a : from.axes) sharded |= a.group.bits();
   auto same_replica = [&](std::span<const int> p, std::span<const int> q) {
-    for (std::size_t d = 0; d < sharded.size(); ++d)
-      if (!sharded[d] && p[d] != q[d]) return false;
+    for (std::size_t d = 0; d < mesh.sizes.size(); ++d)
+      if (!((sharded >> d) & 1u) && p[d] != q[d]) return false;
     return true;
   };
   // Ranks of other replicas hold and want nothing from this one: empty boxes.

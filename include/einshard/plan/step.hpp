@@ -39,7 +39,7 @@ constexpr const char* step_name(StepKind k) noexcept {
 
 struct Step {
   StepKind kind;
-  std::string group;  ///< the mesh group it communicates over ("" for local steps and redistribute)
+  Group group;        ///< the mesh group it communicates over (empty for local steps and redistribute)
   std::string axis;   ///< the axis it splits, gathers or scatters into ("" otherwise)
   Layout before, after;
   std::vector<std::int64_t> permutation;  ///< permute: output dim i is input dim permutation[i]

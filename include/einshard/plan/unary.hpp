@@ -11,6 +11,9 @@
 /// fallback.
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -23,26 +26,37 @@ namespace einshard::plan {
 
 namespace detail {
 
-inline bool overlap(const MeshShape& mesh, const std::string& a, const std::string& b) {
-  const auto ca = mesh.components(a), cb = mesh.components(b);
-  return std::any_of(ca.begin(), ca.end(),
-                     [&](int d) { return std::find(cb.begin(), cb.end(), d) != cb.end(); });
+/// Whether no mesh dimension shards two axes of `l`: the layouts the all-to-all engine can read
+/// from or write to (one that does holds only diagonal blocks).
+inline bool disjoint_groups(const Layout& l) {
+  std::uint32_t seen = 0;
+  for (const auto& a : l.axes) {
+    if (seen & a.group.bits()) return false;
+    seen |= a.group.bits();
+  }
+  return true;
 }
 
-/// A layout the all-to-all engine can read from or write to: no mesh dimension shards two axes.
-inline void require_disjoint_groups(const Layout& l, const MeshShape& mesh) {
+/// Why `l` cannot be repartitioned (it is not `disjoint_groups`).
+inline std::string diagonal_refusal(const Layout& l) {
   for (std::size_t i = 0; i < l.axes.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
-      if (!l.axes[i].group.empty() && !l.axes[j].group.empty() &&
-          overlap(mesh, l.axes[i].group, l.axes[j].group))
-        throw Error("einshard: axes '" + l.axes[j].axis + "' and '" + l.axes[i].axis +
-                    "' are sharded over the same mesh dimension in '" + l.str() +
-                    "'; such a layout holds only diagonal blocks and cannot be repartitioned");
+      if (l.axes[i].group.overlaps(l.axes[j].group))
+        return "einshard: axes '" + l.axes[j].axis + "' and '" + l.axes[i].axis +
+               "' are sharded over the same mesh dimension in '" + l.str() +
+               "'; such a layout holds only diagonal blocks and cannot be repartitioned";
+  return {};
 }
 
-}  // namespace detail
-
-inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const MeshShape& mesh) {
+/// The steps from `in` to `out`, or nothing when there are none; then `*refusal` (when given) says
+/// why. The binary planner asks this way for every candidate it weighs, so a refused candidate
+/// costs neither an exception nor a message.
+inline std::optional<std::vector<Step>> try_plan_unary(const Layout& in, const Layout& out,
+                                                       const MeshShape& mesh, std::string* refusal) {
+  auto refuse = [&](auto&& why) -> std::optional<std::vector<Step>> {
+    if (refusal) *refusal = why();
+    return std::nullopt;
+  };
   // Same axes on both sides: a distributed unary op moves data, it does not reduce axes.
   auto names = [](const Layout& l) {
     std::vector<std::string> n;
@@ -51,63 +65,45 @@ inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const M
     return n;
   };
   if (names(in) != names(out))
-    throw Error("einshard: a distributed unary operation needs the same axes on both sides ('" +
-                in.str() + "' -> '" + out.str() + "'); sum an axis away locally first");
+    return refuse([&] {
+      return "einshard: a distributed unary operation needs the same axes on both sides ('" + in.str() +
+             "' -> '" + out.str() + "'); sum an axis away locally first";
+    });
 
   std::vector<Step> steps;
   Layout cur = in;
-  auto push = [&](StepKind kind, std::string group, std::string axis, const Layout& next) {
+  auto push = [&](StepKind kind, Group group, std::string axis, const Layout& next) {
     steps.push_back({kind, std::move(group), std::move(axis), cur, next, {}});
     cur = next;
   };
 
-  // Partial sums are over sets of mesh dimensions (masks).
-  auto mask = [&](const std::string& g) { return mesh.mask(g); };
-  auto minus = [](std::vector<bool> a, const std::vector<bool>& b) {
-    for (std::size_t d = 0; d < a.size(); ++d) a[d] = a[d] && !b[d];
-    return a;
-  };
-  auto plus = [](std::vector<bool> a, const std::vector<bool>& b) {
-    for (std::size_t d = 0; d < a.size(); ++d) a[d] = a[d] || b[d];
-    return a;
-  };
-  auto within = [](const std::vector<bool>& a, const std::vector<bool>& b) {  // a is a non-empty subset of b
-    bool any = false;
-    for (std::size_t d = 0; d < a.size(); ++d) {
-      if (a[d] && !b[d]) return false;
-      any = any || a[d];
-    }
-    return any;
-  };
-  auto none = [](const std::vector<bool>& a) { return std::none_of(a.begin(), a.end(), [](bool b) { return b; }); };
-
   // 1. Partial sums the output does not keep: reduce-scatter straight into an axis the output
   //    shards over (part of) them, then one all-reduce over all the rest together.
-  auto reduce = minus(mask(in.partial), mask(out.partial));
+  auto reduce = mesh.minus(in.partial, out.partial);
   for (const auto& a : in.axes) {
     const auto& to = out.group(a.axis);
-    if (!a.group.empty() || to.empty() || !within(mask(to), reduce)) continue;
+    if (!a.group.empty() || to.empty() || !to.within(reduce)) continue;
     auto next = cur;
     next.axes[static_cast<std::size_t>(next.find(a.axis))].group = to;
-    next.partial = mesh.group(minus(mask(cur.partial), mask(to)));
+    next.partial = mesh.minus(cur.partial, to);
     push(StepKind::reduce_scatter, to, a.axis, next);
-    reduce = minus(reduce, mask(to));
+    reduce = mesh.minus(reduce, to);
   }
-  if (!none(reduce)) {
+  if (!reduce.empty()) {
     auto next = cur;
-    next.partial = mesh.group(minus(mask(cur.partial), reduce));
-    push(StepKind::all_reduce, mesh.group(reduce), "", next);
+    next.partial = mesh.minus(cur.partial, reduce);
+    push(StepKind::all_reduce, reduce, "", next);
   }
 
   // 2. Shards that become partial sums over their own group (the all-gather whose backward
   //    reduce-scatters).
-  auto add = minus(mask(out.partial), mask(cur.partial));
+  auto add = mesh.minus(out.partial, cur.partial);
   for (const auto& a : cur.axes) {
-    if (a.group.empty() || !out.group(a.axis).empty() || !within(mask(a.group), add)) continue;
+    if (a.group.empty() || !out.group(a.axis).empty() || !a.group.within(add)) continue;
     auto next = cur;
-    next.axes[static_cast<std::size_t>(next.find(a.axis))].group.clear();
-    next.partial = mesh.group(plus(mask(cur.partial), mask(a.group)));
-    add = minus(add, mask(a.group));
+    next.axes[static_cast<std::size_t>(next.find(a.axis))].group = {};
+    next.partial = mesh.unite(cur.partial, a.group);
+    add = mesh.minus(add, a.group);
     push(StepKind::gather_to_partial, a.group, a.axis, next);
   }
 
@@ -125,27 +121,28 @@ inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const M
       push(StepKind::split, out.group(axis), axis, next);
     }
   } else if (splits.empty() && moves.empty()) {
-    detail::require_disjoint_groups(cur, mesh);  // gathering diagonal blocks would not rebuild it
+    // Gathering diagonal blocks would not rebuild the tensor.
+    if (!disjoint_groups(cur)) return refuse([&] { return diagonal_refusal(cur); });
     for (const auto& axis : gathers) {
       auto next = cur;
       const auto i = static_cast<std::size_t>(next.find(axis));
       const auto group = next.axes[i].group;
-      next.axes[i].group.clear();
+      next.axes[i].group = {};
       push(StepKind::gather, group, axis, next);
     }
   } else {
     auto next = cur;
     for (auto& a : next.axes) a.group = out.group(a.axis);
-    detail::require_disjoint_groups(cur, mesh);
-    detail::require_disjoint_groups(next, mesh);
-    push(StepKind::redistribute, "", "", next);
+    if (!disjoint_groups(cur)) return refuse([&] { return diagonal_refusal(cur); });
+    if (!disjoint_groups(next)) return refuse([&] { return diagonal_refusal(next); });
+    push(StepKind::redistribute, {}, "", next);
   }
 
   // 4. Partial sums the output adds (Megatron's f: identity forward, all-reduce backward).
-  if (!none(add)) {
+  if (!add.empty()) {
     auto next = cur;
-    next.partial = mesh.group(plus(mask(cur.partial), add));
-    push(StepKind::add_partial, mesh.group(add), "", next);
+    next.partial = mesh.unite(cur.partial, add);
+    push(StepKind::add_partial, add, "", next);
   }
 
   // 5. Axis order.
@@ -154,9 +151,18 @@ inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const M
   if (!std::is_sorted(perm.begin(), perm.end())) {
     Layout next = out;
     next.partial = cur.partial;
-    steps.push_back({StepKind::permute, "", "", cur, next, perm});
+    steps.push_back({StepKind::permute, {}, "", cur, next, perm});
   }
   return steps;
+}
+
+}  // namespace detail
+
+inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const MeshShape& mesh) {
+  std::string refusal;
+  auto steps = detail::try_plan_unary(in, out, mesh, &refusal);
+  if (!steps) throw Error(refusal);
+  return std::move(*steps);
 }
 
 }  // namespace einshard::plan

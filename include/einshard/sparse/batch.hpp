@@ -18,14 +18,14 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/agreement.hpp"
-#include "einshard/exec/autograd.hpp"
-#include "einshard/exec/steps.hpp"
+#include "einshard/comm/agreement.hpp"
+#include "einshard/comm/autograd.hpp"
+#include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/krylov/cg.hpp"
+#include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/layout.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
@@ -196,7 +196,6 @@ class BatchSparseTensor {
     detail::check_batched(rhs, batch_size(), rows(), what + " (right-hand sides)", false);
     if (x0.defined()) detail::check_batched(x0, batch_size(), rows(), what + " (initial guesses)", false);
     if (options.x0) throw Error(what + ": pass the initial guesses as the x0 tensor argument, not SolveOptions::x0");
-    if (options.method != Method::cg) throw Error(what + ": only Method::cg is implemented");
 
     const auto t = at::promote_types(dtype(), rhs.scalar_type());
     BatchSolveResult out{at::empty({batch_size(), rows()}, values_.options().dtype(t).requires_grad(false)), {}};
@@ -207,14 +206,15 @@ class BatchSparseTensor {
     for (std::int64_t i = 0; i < batch_size(); ++i) {
       const detail::LocalOperator A(layout, detail::with_values(pattern_, values.select(0, i)));
       const auto start = MPI_Wtime();
-      const auto precond = detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{A.csr(), rows(), MPI_COMM_SELF},
-          [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
+      auto precond = detail::custom_preconditioner(options, layout, what);
+      if (!precond && options.preconditioner != Preconditioner::none)
+        precond = detail::make_preconditioner(
+            options.preconditioner, detail::LocalRows{A.csr(), rows(), MPI_COMM_SELF},
+            [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
       const auto setup = MPI_Wtime() - start;
       auto item_options = options;
       if (x0.defined()) item_options.x0 = DVector(layout, x0.select(0, i).detach().to(t).contiguous());
-      auto r = detail::cg(A, DVector(layout, b.select(0, i).contiguous()), options.preconditioner, precond.get(),
-                          item_options);
+      auto r = detail::krylov_solve(A, DVector(layout, b.select(0, i).contiguous()), precond.get(), item_options);
       r.info.setup_seconds = setup;
       out.x.select(0, i).copy_(r.x.local());
       out.info.push_back(std::move(r.info));
@@ -271,12 +271,12 @@ class DBatchSparseTensor {
   [[nodiscard]] at::Tensor gather(const at::Tensor& local) const {
     const auto x = local.defined() ? local : at::empty({0});
     agree_slices(x, "DBatchSparseTensor::gather");
-    return exec::apply_op(x, c10::make_intrusive<exec::GatherOp>(pieces(), false));
+    return comm::apply_op(x, c10::make_intrusive<comm::GatherOp>(pieces(), false));
   }
 
   /// The values of the whole batch, (global batch, nnz), on every rank. Collective; differentiable.
   [[nodiscard]] at::Tensor full_values() const {
-    return exec::apply_op(local_.values(), c10::make_intrusive<exec::GatherOp>(pieces(), false));
+    return comm::apply_op(local_.values(), c10::make_intrusive<comm::GatherOp>(pieces(), false));
   }
   /// The whole batch on every rank. Collective; differentiable.
   [[nodiscard]] BatchSparseTensor full_tensor() const { return local_.with_values(full_values()); }
@@ -322,14 +322,14 @@ class DBatchSparseTensor {
         global_batch_(global_batch),
         sizes_(std::move(sizes)) {}
 
-  [[nodiscard]] exec::Pieces pieces() const { return {mesh_.comm(), 0, sizes_, mesh_.rank()}; }
+  [[nodiscard]] comm::Pieces pieces() const { return {mesh_.comm(), 0, sizes_, mesh_.rank()}; }
 
   /// Raises the same Error on every rank unless each rank's `x` is its slice of the batch (leading
-  /// length its share) and the trailing shapes and dtypes agree (exec::agree checks the dtypes).
+  /// length its share) and the trailing shapes and dtypes agree (comm::agree checks the dtypes).
   void agree_slices(const at::Tensor& x, const std::string& what) const {
-    const std::array<exec::RankInfo, 1> mine{exec::describe(x, 0, exec::LocalFault::none)};
+    const std::array<comm::RankInfo, 1> mine{comm::describe(x, 0, comm::LocalFault::none)};
     const std::array<std::string, 1> dims{"(batch, ...)"};
-    const auto all = exec::agree(mesh_.comm(), mine, what, dims);
+    const auto all = comm::agree(mesh_.comm(), mine, what, dims);
     for (std::size_t r = 0; r < all.size(); ++r) {
       const auto& info = all[r][0];
       if (info.ndim < 1 || info.sizes[0] != sizes_[r])
@@ -341,7 +341,7 @@ class DBatchSparseTensor {
                       ") on rank 0, (" + shape_text(info) + ") on rank " + std::to_string(r));
     }
   }
-  static std::string shape_text(const exec::RankInfo& info) {
+  static std::string shape_text(const comm::RankInfo& info) {
     std::string s;
     for (std::int64_t d = 0; d < info.ndim; ++d)
       s += (d ? ", " : "") + std::to_string(info.sizes[static_cast<std::size_t>(d)]);

@@ -1,9 +1,11 @@
 #pragma once
 /// @file
-/// `DSparseTensor`: a square sparse matrix partitioned by rows over the ranks of a mesh. Each rank
+/// `DSparseTensor`: a sparse matrix partitioned by rows over the ranks of a mesh. Each rank
 /// stores its owned rows in local numbering (owned columns first, then ghosts), split as PETSc's
 /// MPIAIJ into a diagonal block (owned columns) and a row-compressed off-diagonal block (ghost
-/// columns), so a product multiplies the diagonal block while the halo is in flight.
+/// columns), so a product multiplies the diagonal block while the halo is in flight. A
+/// rectangular (m, n) matrix has two partitions, as PETSc's row and column layouts: the range
+/// (rows, b, A x) and the domain (columns, x, Aᴴ y); a square one has one.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -12,7 +14,9 @@
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,50 +27,83 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/autograd.hpp"
-#include "einshard/exec/steps.hpp"
+#include "einshard/comm/autograd.hpp"
+#include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
-#include "einshard/sparse/batch.hpp"
+#include "einshard/sparse/amg.hpp"
+#include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/halo.hpp"
-#include "einshard/sparse/krylov/bicgstab.hpp"
-#include "einshard/sparse/krylov/cg.hpp"
-#include "einshard/sparse/krylov/gmres.hpp"
-#include "einshard/sparse/krylov/minres.hpp"
+#include "einshard/sparse/krylov/block_cg.hpp"
+#include "einshard/sparse/krylov/lsmr.hpp"
+#include "einshard/sparse/krylov/lsqr.hpp"
+#include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/least_squares.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/solve_autograd.hpp"
 #include "einshard/sparse/solver.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
 
 namespace einshard::sparse {
+
+class BatchSparseTensor;
+class DBatchSparseTensor;
+inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
+
+// Results and options of the operations defined in graph.hpp, io.hpp, eigsh.hpp, logdet.hpp and
+// nonlinear.hpp (included by <einshard/sparse.hpp>).
+struct Components;
+struct EigshOptions;
+struct EigshResult;
+struct LogdetOptions;
+struct NewtonOptions;
+struct NewtonResult;
+struct NonlinearResidual;
+/// g(u) or g'(u) on the owned slice of u (nonlinear_solve's pointwise term).
+using PointwiseFunction = std::function<at::Tensor(const at::Tensor&)>;
 
 /// Options of `DSparseTensor::from_local`.
 struct FromLocalOptions {
   /// The global rows this rank owns (any set; together the ranks must own every row exactly once).
   /// Default: contiguous blocks, the `simple` partition.
   std::optional<at::Tensor> owned_rows{};
+  /// The domain entries (x's rows, the matrix's columns) this rank owns. Default: the row
+  /// partition for a square matrix, contiguous blocks for a rectangular one.
+  std::optional<at::Tensor> owned_cols{};
 };
 
 namespace detail {
 
-/// x (owned) -> x with ghosts appended. Backward: the ghosts' gradients go back to their owners
-/// and are added (the reverse halo exchange), so d/dx of a distributed product is exact.
-struct HaloOp final : exec::CommOp {
+/// The halo pair. Forward: x (owned) -> x with ghosts appended; backward: the ghosts' gradients go
+/// back to their owners and are added (the reverse exchange), so d/dx of a distributed product is
+/// exact. `reverse` swaps the two (A^T's product: ghost contributions, the tail of a local-length
+/// vector, to their owners).
+struct HaloOp final : comm::CommOp {
   std::shared_ptr<HaloExchange> exchange;
-  explicit HaloOp(std::shared_ptr<HaloExchange> e) : exchange(std::move(e)) {}
+  bool reverse;
+  explicit HaloOp(std::shared_ptr<HaloExchange> e, bool reverse_pair = false)
+      : exchange(std::move(e)), reverse(reverse_pair) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
+    return reverse ? accumulate(x) : with_ghosts(x);
+  }
+  [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
+    return reverse ? with_ghosts(g) : accumulate(g);
+  }
+
+ private:
+  [[nodiscard]] at::Tensor with_ghosts(const at::Tensor& x) const {
     const auto owned = x.contiguous();
     return at::cat({owned, exchange->ghosts_of(owned)});
   }
-  [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
+  [[nodiscard]] at::Tensor accumulate(const at::Tensor& full) const {
     const auto n = exchange->plan().owned();
-    auto owned = g.narrow(0, 0, n).clone();
-    const auto ghosts = g.narrow(0, n, g.numel() - n).contiguous();
-    exchange->start_reverse(ghosts);
+    auto owned = full.narrow(0, 0, n).clone();
+    exchange->start_reverse(full.narrow(0, n, full.numel() - n).contiguous());
     exchange->finish_reverse(owned);
     return owned;
   }
@@ -121,8 +158,45 @@ inline Triples send_to_owners(const RowLayout& layout, Triples t) {
           at::cat({t.cols.index_select(0, kept), at::tensor(c, at::kLong).view({n})})};
 }
 
+/// The halo exchange of one DSparseTensor object and its ghost buffer: the scratch its `const`
+/// products write into. A copy gets its own (same plan, fresh buffers), so copies (`A + 1`,
+/// `with_values`) never share buffers; one object is not to be used from two threads at once.
+class HaloScratch {
+ public:
+  HaloScratch() = default;
+  explicit HaloScratch(std::shared_ptr<const HaloPlan> plan)
+      : plan_(std::move(plan)), exchange_(plan_ ? std::make_shared<HaloExchange>(plan_) : nullptr) {}
+  HaloScratch(const HaloScratch& o) : HaloScratch(o.plan_) {}
+  HaloScratch& operator=(const HaloScratch& o) {
+    if (this != &o) *this = HaloScratch(o.plan_);
+    return *this;
+  }
+  HaloScratch(HaloScratch&&) noexcept = default;
+  HaloScratch& operator=(HaloScratch&&) noexcept = default;
+  ~HaloScratch() = default;
+
+  [[nodiscard]] const std::shared_ptr<HaloExchange>& exchange() const { return exchange_; }
+  /// The ghost buffer, (re)made for `like`'s dtype and columns: (ghosts) for a vector, (ghosts, k)
+  /// for an (owned, k) block.
+  at::Tensor& ghosts(const at::Tensor& like) {
+    const auto k = like.dim() == 2 ? like.size(1) : std::int64_t{-1};
+    const auto held = ghosts_.defined() && ghosts_.dim() == 2 ? ghosts_.size(1) : std::int64_t{-1};
+    if (!ghosts_.defined() || ghosts_.scalar_type() != like.scalar_type() || held != k)
+      ghosts_ = k < 0 ? at::empty({plan_->ghost_count()}, like.options().requires_grad(false))
+                      : at::empty({plan_->ghost_count(), k}, like.options().requires_grad(false));
+    return ghosts_;
+  }
+
+ private:
+  std::shared_ptr<const HaloPlan> plan_;
+  std::shared_ptr<HaloExchange> exchange_;
+  at::Tensor ghosts_;
+};
+
 }  // namespace detail
 
+/// Thread safety: `const` methods change no value but write into the object's halo scratch, so one
+/// object (not its copies, which are independent) must not be used by two threads at once.
 class DSparseTensor final : public detail::Operator {
  public:
   /// Distributed assembly: each rank passes COO entries (global row and column indices) of any
@@ -136,43 +210,61 @@ class DSparseTensor final : public detail::Operator {
     if (!mesh) throw Error("DSparseTensor::from_local: needs a mesh");
     const MPI_Comm comm = mesh.comm();
     std::string fault;
-    if (values.dim() != 1 || rows.dim() != 1 || cols.dim() != 1 || values.numel() != rows.numel() ||
+    // First: the checks below read the indices, which a tensor of another device (or the meta
+    // device, which has no data) would fail on this rank alone, leaving the others in the collective.
+    if (!values.device().is_cpu() || !rows.device().is_cpu() || !cols.device().is_cpu())
+      fault = "DSparseTensor::from_local: values, rows and cols must be CPU tensors, got devices " +
+              std::string(c10::str(values.device(), ", ", rows.device(), ", ", cols.device()));
+    else if (values.dim() != 1 || rows.dim() != 1 || cols.dim() != 1 || values.numel() != rows.numel() ||
         values.numel() != cols.numel())
       fault = "DSparseTensor::from_local: values, rows and cols must be 1-D of one length, got " +
               std::string(c10::str(values.sizes(), ", ", rows.sizes(), ", ", cols.sizes()));
     else if (!at::isFloatingType(values.scalar_type()) && !at::isComplexType(values.scalar_type()))
       fault = std::string("DSparseTensor::from_local: values must be floating point or complex, got ") +
               c10::toString(values.scalar_type());
-    else if (shape[0] != shape[1] || shape[0] < 0)
-      fault = "DSparseTensor::from_local: a distributed matrix must be square, got shape (" +
-              std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ")";
+    else if (shape[0] < 0 || shape[1] < 0)
+      fault = "DSparseTensor::from_local: expected a shape of sizes >= 0, got (" + std::to_string(shape[0]) +
+              ", " + std::to_string(shape[1]) + ")";
     else if (rows.numel() > 0) {
-      const auto range = [&](const at::Tensor& t, const char* what) {
+      const auto range = [&](const at::Tensor& t, const char* what, std::int64_t n) {
         const auto lo = t.min().item<std::int64_t>(), hi = t.max().item<std::int64_t>();
-        if (lo < 0 || hi >= shape[0])
+        if (lo < 0 || hi >= n)
           fault = std::string("DSparseTensor::from_local: ") + what + " index " +
-                  std::to_string(lo < 0 ? lo : hi) + " is out of range [0, " + std::to_string(shape[0]) + ")";
+                  std::to_string(lo < 0 ? lo : hi) + " is out of range [0, " + std::to_string(n) + ")";
       };
-      range(rows, "row");
-      if (fault.empty()) range(cols, "column");
+      range(rows, "row", shape[0]);
+      if (fault.empty()) range(cols, "column", shape[1]);
     }
     // Collective on every rank, faulty or not, so the checks stay matched.
-    const auto disagreement = agree_across_ranks(comm, shape[0], values.scalar_type());
+    const auto disagreement = agree_across_ranks(comm, shape, values.scalar_type());
     comm::raise_if_any(comm, fault.empty() ? disagreement : fault);
 
     auto layout = options.owned_rows ? std::make_shared<const RowLayout>(*options.owned_rows, shape[0], comm)
                                      : RowLayout::simple(shape[0], comm);
+    auto domain = options.owned_cols ? std::make_shared<const RowLayout>(*options.owned_cols, shape[1], comm)
+                  : shape[0] == shape[1] ? layout
+                                         : RowLayout::simple(shape[1], comm);
     auto t = detail::send_to_owners(*layout, {values, rows.to(at::kLong), cols.to(at::kLong)});
-    return DSparseTensor(mesh, std::move(layout), std::move(t));
+    return DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(t));
   }
 
   /// Partitions a matrix every rank holds (`A` identical on all ranks) with `options.method`; the
   /// partition ids are computed on rank 0 and broadcast, so every rank agrees byte for byte even
-  /// when the partitioner is not deterministic.
+  /// when the partitioner is not deterministic. A rectangular matrix has no graph to partition:
+  /// its rows and columns go in contiguous blocks (`simple`, the only method it accepts).
   static DSparseTensor partition(const SparseTensor& A, const Mesh& mesh, const PartitionOptions& options = {}) {
     if (!mesh) throw Error("DSparseTensor::partition: needs a mesh");
     const MPI_Comm comm = mesh.comm();
     const auto n = A.rows();
+    if (A.rows() != A.cols()) {
+      if (options.method != PartitionMethod::simple)
+        throw Error("DSparseTensor::partition: a rectangular matrix (" + std::to_string(A.rows()) + " x " +
+                    std::to_string(A.cols()) + ") is partitioned in contiguous blocks; expected method simple");
+      const auto [first, last] = simple_rows(n, comm);
+      const auto keep = ((A.row_indices() >= first) & (A.row_indices() < last)).nonzero().flatten();
+      return from_local(A.values().index_select(0, keep), A.row_indices().index_select(0, keep),
+                        A.col_indices().index_select(0, keep), {n, A.cols()}, mesh);
+    }
     std::string fault;
     at::Tensor ids;
     const int me = comm::rank_of(comm);
@@ -193,14 +285,18 @@ class DSparseTensor final : public detail::Operator {
   }
 
   /// Many matrices with one pattern, the batch split over the mesh's ranks (see batch.hpp).
-  static DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh) {
+  /// A template only so that this header need not include batch.hpp: instantiated where
+  /// `BatchSparseTensor` is complete.
+  template <class Batch>
+  static auto partition_batch(const Batch& A, const Mesh& mesh) {
     return sparse::partition_batch(A, mesh);
   }
 
   // ---- properties ----------------------------------------------------------------------------
-  [[nodiscard]] std::array<std::int64_t, 2> shape() const { return {n_, n_}; }
-  [[nodiscard]] std::int64_t rows() const { return n_; }
+  [[nodiscard]] std::array<std::int64_t, 2> shape() const { return {m_, n_}; }
+  [[nodiscard]] std::int64_t rows() const { return m_; }
   [[nodiscard]] std::int64_t cols() const { return n_; }
+  [[nodiscard]] bool is_square() const { return m_ == n_; }
   [[nodiscard]] int num_partitions() const { return layout_->size(); }
   [[nodiscard]] at::ScalarType dtype() const { return local_.dtype(); }
   /// Stored entries of this rank's rows.
@@ -212,7 +308,10 @@ class DSparseTensor final : public detail::Operator {
     return n;
   }
   [[nodiscard]] const Mesh& mesh() const { return mesh_; }
+  /// The range partition: rows, b, A x.
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
+  /// The domain partition: columns, x, Aᴴ y (the range partition's object when they coincide).
+  [[nodiscard]] const std::shared_ptr<const RowLayout>& domain_layout() const override { return domain_; }
   [[nodiscard]] const HaloPlan& halo() const { return *plan_; }
   /// This rank's rows in local numbering: columns [0, owned) are owned rows, then the ghosts
   /// (`halo().ghosts` gives their global indices).
@@ -221,23 +320,30 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] const at::Tensor& values() const { return local_.values; }
 
   // ---- vectors -------------------------------------------------------------------------------
-  /// The owned slice of a global vector every rank holds.
+  /// The owned slice of a global vector every rank holds: of length rows() in the range partition
+  /// (b), or, for a rectangular matrix, of length cols() in the domain partition (x); an (N, k)
+  /// block of k vectors gives an (n_local, k) slice.
   [[nodiscard]] DVector scatter(const at::Tensor& global) const {
-    if (global.dim() != 1 || global.numel() != n_)
-      throw Error("DSparseTensor::scatter: expected a global vector of length " + std::to_string(n_) +
-                  ", got shape " + std::string(c10::str(global.sizes())));
-    return {layout_, layout_->scatter(global)};
+    if ((global.dim() != 1 && global.dim() != 2) || (global.size(0) != m_ && global.size(0) != n_))
+      throw Error("DSparseTensor::scatter: expected a global vector of length " + std::to_string(m_) +
+                  (m_ == n_ ? std::string() : " (range) or " + std::to_string(n_) + " (domain)") +
+                  " or a block (length, k), got shape " + std::string(c10::str(global.sizes())));
+    const auto& l = global.size(0) == m_ ? layout_ : domain_;
+    return {l, l->scatter(global)};
   }
   [[nodiscard]] DVector vector(at::Tensor owned) const { return {layout_, std::move(owned)}; }
+  /// Zeros in the range partition (b's).
   [[nodiscard]] DVector zeros() const { return {layout_, at::zeros({layout_->local_size()}, local_.values.options().requires_grad(false))}; }
+  /// Zeros in the domain partition (x's).
+  [[nodiscard]] DVector domain_zeros() const { return {domain_, at::zeros({domain_->local_size()}, local_.values.options().requires_grad(false))}; }
 
   // ---- products ------------------------------------------------------------------------------
   /// y = A x. Overlaps the halo exchange with the diagonal block; differentiable in x and in
   /// `values()` (then through the autograd path, with the reverse halo exchange in backward).
   [[nodiscard]] DVector matvec(const DVector& x) const {
-    check_vector(x, "matvec");
+    check_vector(x, "matvec", *domain_);
     if (at::GradMode::is_enabled() && (x.local().requires_grad() || local_.values.requires_grad())) {
-      const auto with_ghosts = exec::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(exchange_));
+      const auto with_ghosts = comm::apply_op(x.local(), c10::make_intrusive<detail::HaloOp>(scratch_.exchange()));
       return {layout_, detail::csr_matvec(local_, local_.values, with_ghosts)};
     }
     const auto xl = x.local().to(dtype()).contiguous();
@@ -247,63 +353,94 @@ class DSparseTensor final : public detail::Operator {
   }
   friend DVector operator*(const DSparseTensor& a, const DVector& x) { return a.matvec(x); }
 
-  /// w = A^T y: the transposed blocks' contributions to ghost rows go back to their owners (the
-  /// reverse halo exchange), overlapped with the diagonal block. Differentiable in y.
+  /// w = A^T y (range -> domain): the transposed blocks' contributions to ghost rows go back to
+  /// their owners (the reverse halo exchange), overlapped with the diagonal block. Differentiable in y.
   [[nodiscard]] DVector rmatvec(const DVector& y) const {
-    check_vector(y, "rmatvec");
+    check_vector(y, "rmatvec", *layout_);
     if (at::GradMode::is_enabled() && (y.local().requires_grad() || local_.values.requires_grad())) {
       const auto full = detail::csr_rmatvec(local_, local_.values, y.local());
-      return {layout_, exec::apply_op(full, c10::make_intrusive<ReverseHaloOp>(exchange_))};
+      return {domain_, comm::apply_op(full, c10::make_intrusive<detail::HaloOp>(scratch_.exchange(), /*reverse=*/true))};
     }
     const auto yl = y.local().to(dtype()).contiguous();
-    auto ghosts = at::zeros({plan_->ghost_count()}, yl.options());
-    detail::spmv_transpose_rows_add(off_, off_rows_, yl, ghosts);
-    exchange_->start_reverse(ghosts);
-    auto w = at::zeros({layout_->local_size()}, yl.options());
-    detail::spmv_transpose_add(diag_, yl, w, 0, diag_.rows);
-    exchange_->finish_reverse(w);
-    return {layout_, w};
+    auto w = at::empty({domain_->local_size()}, yl.options());
+    transpose_apply(yl, w, /*conjugate=*/false);
+    return {domain_, w};
   }
+
+  /// Y = A X for an (owned, k) block: one halo exchange of whole rows for all k columns, and each
+  /// stored entry read once (block_kernels.hpp).
+  void apply_block(const at::Tensor& x, at::Tensor& y) const override {
+    const auto k = x.size(1);
+    auto& ghosts = scratch_.ghosts(x);
+    scratch_.exchange()->start(x, ghosts);
+    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false);
+    scratch_.exchange()->finish();
+    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghosts, y, /*accumulate=*/true);
+  }
+
+  /// x = Aᴴ y on owned slices (y: range, x: domain), the adjoint half of the least-squares methods.
+  void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override { transpose_apply(y, x, /*conjugate=*/true); }
 
   /// y = A x on owned slices, returning the local partial <w, y>: the hot path of the solvers.
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
-    exchange_->start(x, ghost_buffer(x));
+    auto& ghosts = scratch_.ghosts(x);
+    scratch_.exchange()->start(x, ghosts);
     auto dot = detail::spmv_dot(diag_, x, y, w);
-    exchange_->finish();
-    if (off_.rows > 0) dot += detail::spmv_rows_add_dot(off_, off_rows_, ghost_buffer_, y, w);
+    scratch_.exchange()->finish();
+    if (off_.rows > 0) dot += detail::spmv_rows_add_dot(off_, off_rows_, ghosts, y, w);
     return dot;
   }
 
   // ---- solvers -------------------------------------------------------------------------------
   /// Solves A x = b (see `SolveOptions` for the stop test and defaults). Collective.
+  ///
+  /// Several right-hand sides: `b` an (n_local, k) block (`scatter` of an (N, k) tensor) gives an
+  /// (n_local, k) x and `info.columns`. CG runs them as one block iteration (one halo exchange and
+  /// two all-reduces per step for all k, columns converging independently); the other methods,
+  /// custom preconditioners and a recorded (differentiable) solve take the columns one by one.
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
-    check_vector(b, "solve");
-    const auto start = MPI_Wtime();
-    auto make = [&] {
-      return detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{local_, layout_->local_size(), layout_->comm()},
-          [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); }, options.preconditioner_options);
+    check_square(to_string(options.method));
+    check_vector(b, "solve", *layout_);
+    if (b.local().dim() == 2) return solve_block(b, options);
+    // Whether to record is decided together: the backward is collective.
+    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    if (record == 0) return solve_detached(b, options).first;
+    const auto bl = b.local().to(dtype());
+    auto [result, precond] = solve_detached(b.like(bl.detach()), options);
+    auto adjoint = c10::make_intrusive<detail::AdjointSolver>();
+    adjoint->pattern = local_;
+    adjoint->with_ghosts = [exchange = scratch_.exchange()](const at::Tensor& x) {
+      const auto owned = x.contiguous();
+      return at::cat({owned, exchange->ghosts_of(owned)});
     };
-    std::shared_ptr<const detail::PreconditionerOp> precond;
-    bool reused = false;
-    if (options.preconditioner == Preconditioner::none)
-      precond = make();
-    else
-      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
-                                                            local_.values, layout_->comm(), make);
-    const auto setup = MPI_Wtime() - start;
-    auto result = [&] {
-      switch (options.method) {
-        case Method::cg: return detail::cg(*this, b, options.preconditioner, precond.get(), options);
-        case Method::bicgstab: return detail::bicgstab(*this, b, options.preconditioner, precond.get(), options);
-        case Method::gmres: return detail::gmres(*this, b, options.preconditioner, precond.get(), options);
-        case Method::minres: return detail::minres(*this, b, options.preconditioner, precond.get(), options);
-      }
-      throw Error("DSparseTensor::solve: unknown method");
-    }();
-    result.info.setup_seconds = setup;
-    result.info.preconditioner_reused = reused;
+    adjoint->solve = [self = *this, precond = precond, options](const at::Tensor& g) {
+      return self.adjoint_solve(g, precond, options);
+    };
+    result.x = DVector(layout_, detail::SolveFunction::apply(bl, local_.values, result.x.local(), adjoint));
     return result;
+  }
+
+  /// Aᴴ (Aᵀ for real values) as a distributed matrix: its rows partitioned as this matrix's
+  /// columns and its columns as these rows. Collective (one assembly); differentiable in values().
+  [[nodiscard]] DSparseTensor adjoint() const {
+    const auto [v, r, c] = detail::csr_to_coo(local_);
+    const auto global_col = at::cat({domain_->owned(), plan_->ghosts}).index_select(0, c.to(at::kLong));
+    const auto global_row = layout_->owned().index_select(0, r.to(at::kLong));
+    FromLocalOptions o{.owned_rows = domain_->owned()};
+    if (domain_ != layout_) o.owned_cols = layout_->owned();
+    return from_local(local_.values.is_complex() ? local_.values.conj().resolve_conj() : local_.values, global_col,
+                      global_row, {n_, m_}, mesh_, o);
+  }
+
+  // ---- least squares (any shape) ---------------------------------------------------------------
+  /// min ‖A x − b‖² + damp² ‖x‖² by LSQR (SciPy's `lsqr`); b in the range, x in the domain.
+  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LeastSquaresOptions& options = {}) const {
+    return least_squares(b, options, "lsqr", detail::lsqr);
+  }
+  /// The same problem by LSMR (SciPy's `lsmr`): ‖Aᴴ r‖ decreases monotonically.
+  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LeastSquaresOptions& options = {}) const {
+    return least_squares(b, options, "lsmr", detail::lsmr);
   }
 
   // ---- values --------------------------------------------------------------------------------
@@ -340,13 +477,15 @@ class DSparseTensor final : public detail::Operator {
 
   // ---- reductions over the stored values (collective; replicated results) --------------------
   [[nodiscard]] at::Tensor sum() const {
-    return exec::apply_op(values().sum(), c10::make_intrusive<exec::AllReduceOp>(layout_->comm()));
+    return comm::apply_op(values().sum(), c10::make_intrusive<comm::AllReduceOp>(layout_->comm()));
   }
   /// Row sums (axis 1, A 1) or column sums (axis 0, A^T 1), as a distributed vector.
   [[nodiscard]] DVector sum(int axis) const {
-    const auto ones = DVector(layout_, at::ones({layout_->local_size()}, local_.values.options().requires_grad(false)));
-    if (axis == 1 || axis == -1) return matvec(ones);
-    if (axis == 0 || axis == -2) return rmatvec(ones);
+    const auto ones = [&](const std::shared_ptr<const RowLayout>& l) {
+      return DVector(l, at::ones({l->local_size()}, local_.values.options().requires_grad(false)));
+    };
+    if (axis == 1 || axis == -1) return matvec(ones(domain_));
+    if (axis == 0 || axis == -2) return rmatvec(ones(layout_));
     throw Error("DSparseTensor::sum: axis must be 0, 1, -1 or -2, got " + std::to_string(axis));
   }
   [[nodiscard]] at::Tensor mean() const { return sum() / static_cast<double>(std::max<std::int64_t>(global_nnz(), 1)); }
@@ -368,45 +507,83 @@ class DSparseTensor final : public detail::Operator {
     return m;
   }
 
- private:
-  /// A^T's backward pair: ghost contributions (the tail of a local-length vector) to owners.
-  struct ReverseHaloOp final : exec::CommOp {
-    std::shared_ptr<HaloExchange> exchange;
-    explicit ReverseHaloOp(std::shared_ptr<HaloExchange> e) : exchange(std::move(e)) {}
-    [[nodiscard]] at::Tensor forward(const at::Tensor& full) const override {
-      const auto n = exchange->plan().owned();
-      auto owned = full.narrow(0, 0, n).clone();
-      exchange->start_reverse(full.narrow(0, n, full.numel() - n).contiguous());
-      exchange->finish_reverse(owned);
-      return owned;
-    }
-    [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
-      const auto owned = g.contiguous();
-      return at::cat({owned, exchange->ghosts_of(owned)});
-    }
-  };
+  // ---- graphs, files, spectra, determinants, Newton (each defined in its own header) ----------
+  /// Labels of the connected components of the symmetrised pattern (graph.hpp). Collective.
+  [[nodiscard]] Components connected_components() const;
+  /// Writes `directory` (created if needed): one file per partition, then the metadata (io.hpp).
+  void save(const std::string& directory) const;
+  /// Reads a saved matrix at any world size (io.hpp). Collective over `mesh`.
+  static DSparseTensor load(const std::string& directory, const Mesh& mesh);
+  /// k eigenpairs by LOBPCG with a sharded basis (eigsh.hpp). Collective.
+  [[nodiscard]] EigshResult eigsh() const;
+  [[nodiscard]] EigshResult eigsh(const EigshOptions& options) const;
+  /// Newton-Krylov for A u + g(u) = 0 with g pointwise, or for a general residual (nonlinear.hpp).
+  [[nodiscard]] NewtonResult nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg, const DVector& u0) const;
+  [[nodiscard]] NewtonResult nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg, const DVector& u0,
+                                             const NewtonOptions& options) const;
+  [[nodiscard]] NewtonResult nonlinear_solve(const NonlinearResidual& residual, const DVector& u0,
+                                             const NewtonOptions& options) const;
+  /// log det A by stochastic Lanczos quadrature, distributed and differentiable (logdet.hpp).
+  [[nodiscard]] at::Tensor logdet() const;
+  [[nodiscard]] at::Tensor logdet(const LogdetOptions& options) const;
+  /// Gathering fallbacks that do not scale: the whole matrix on every rank (gathered.hpp).
+  [[nodiscard]] at::Tensor full_tensor() const;
+  [[nodiscard]] double det() const;
+  [[nodiscard]] at::Tensor svd(std::int64_t k = 6) const;
+  [[nodiscard]] double condition_number() const;
+  /// A^T and A^H with the same row partition; each entry travels to its column's owner (queries.hpp).
+  [[nodiscard]] DSparseTensor T() const;
+  [[nodiscard]] DSparseTensor H() const;
+  [[nodiscard]] bool is_symmetric(double atol = 1e-8, double rtol = 1e-5) const;
+  [[nodiscard]] bool is_hermitian(double atol = 1e-8, double rtol = 1e-5) const;
+  /// A X for a block X whose owned slice is (n_local, m): one halo exchange for the whole block,
+  /// each stored entry read once for all m columns (LOBPCG's and the probes' products).
+  [[nodiscard]] at::Tensor apply_block(const at::Tensor& x) const {
+    if (x.dim() != 2 || x.size(0) != layout_->local_size())
+      throw Error("DSparseTensor::apply_block: expected an owned block (" + std::to_string(layout_->local_size()) +
+                  ", m), got shape " + std::string(c10::str(x.sizes())));
+    const auto xc = x.detach().to(dtype()).contiguous();
+    auto y = at::empty_like(xc);
+    apply_block(xc, y);
+    return y;
+  }
 
-  DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, detail::Triples t)
-      : mesh_(std::move(mesh)), layout_(std::move(layout)), n_(layout_->global_size()) {
-    const auto n_owned = layout_->local_size();
-    const auto owned_col = layout_->is_owned(t.cols);
+ private:
+  DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, std::shared_ptr<const RowLayout> domain,
+                detail::Triples t)
+      : mesh_(std::move(mesh)), layout_(std::move(layout)), domain_(std::move(domain)),
+        m_(layout_->global_size()), n_(domain_->global_size()) {
+    const auto n_owned = domain_->local_size();
+    const auto owned_col = domain_->is_owned(t.cols);
     const auto ghosts = std::get<0>(at::_unique(t.cols.masked_select(~owned_col), /*sorted=*/true));
-    plan_ = HaloPlan::build(layout_, ghosts);
-    exchange_ = std::make_shared<HaloExchange>(plan_);
+    plan_ = HaloPlan::build(domain_, ghosts);
+    scratch_ = detail::HaloScratch(plan_);
     // Global ghost index -> ghost slot (the plan orders ghosts by owner, then index).
     const auto [sorted_ghosts, slot_of_sorted] = plan_->ghosts.sort();
     auto local_col = at::empty_like(t.cols);
-    local_col.masked_scatter_(owned_col, layout_->local_index(t.cols.masked_select(owned_col)));
+    local_col.masked_scatter_(owned_col, domain_->local_index(t.cols.masked_select(owned_col)));
     local_col.masked_scatter_(~owned_col, slot_of_sorted.index_select(
                                               0, at::searchsorted(sorted_ghosts, t.cols.masked_select(~owned_col))) +
                                               n_owned);
-    local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, n_owned, plan_->local_size());
+    local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, layout_->local_size(),
+                                plan_->local_size());
     split_blocks();
+  }
+
+  /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back
+  /// while the diagonal block runs.
+  void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
+    auto ghosts = at::zeros({plan_->ghost_count()}, y.options());
+    detail::spmv_transpose_rows_add(off_, off_rows_, y, ghosts, conjugate);
+    scratch_.exchange()->start_reverse(ghosts);
+    x.zero_();
+    detail::spmv_transpose_add(diag_, y, x, 0, diag_.rows, conjugate);
+    scratch_.exchange()->finish_reverse(x);
   }
 
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
   void split_blocks() {
-    const auto n_owned = layout_->local_size();
+    const auto n_rows = layout_->local_size(), n_owned = domain_->local_size();
     const auto [v, r, c] = detail::csr_to_coo(local_);
     const auto in_diag = c < n_owned;
     diag_pos_ = in_diag.nonzero().flatten();
@@ -414,7 +591,7 @@ class DSparseTensor final : public detail::Operator {
     const auto off_r = r.index_select(0, off_pos_);
     off_rows_ = std::get<0>(at::_unique(off_r, /*sorted=*/true)).contiguous();
     diag_ = detail::coo_to_csr(at::zeros({diag_pos_.numel()}, v.options()), r.index_select(0, diag_pos_),
-                               c.index_select(0, diag_pos_), n_owned, n_owned);
+                               c.index_select(0, diag_pos_), n_rows, n_owned);
     off_ = detail::coo_to_csr(at::zeros({off_pos_.numel()}, v.options()), at::searchsorted(off_rows_, off_r),
                               c.index_select(0, off_pos_) - n_owned, off_rows_.numel(), plan_->ghost_count());
     diag_ = detail::compact_rowptr(std::move(diag_));
@@ -427,11 +604,6 @@ class DSparseTensor final : public detail::Operator {
     off_.values = v.index_select(0, off_pos_).contiguous();
   }
 
-  at::Tensor& ghost_buffer(const at::Tensor& like) const {
-    if (!ghost_buffer_.defined() || ghost_buffer_.scalar_type() != like.scalar_type())
-      ghost_buffer_ = at::empty({plan_->ghost_count()}, like.options().requires_grad(false));
-    return ghost_buffer_;
-  }
 
   /// The values of `b`, after checking it has this matrix's structure (same halo plan: the
   /// results of value operations on one matrix, or the same assembly).
@@ -454,35 +626,196 @@ class DSparseTensor final : public detail::Operator {
     return v;
   }
 
-  void check_vector(const DVector& x, const char* op) const {
+  /// `x` must be in partition `l` (the range's or the domain's). The size test is local but the
+  /// sizes are global, so every rank throws together; same_as is collective.
+  void check_vector(const DVector& x, const char* op, const RowLayout& l) const {
     if (!x.defined()) throw Error(std::string("DSparseTensor::") + op + ": undefined vector");
-    if (x.layout() != layout_ && !x.layout()->same_as(*layout_))
-      throw Error(std::string("DSparseTensor::") + op + ": the vector's partition differs from the matrix's (" +
-                  std::to_string(x.size()) + " rows vs " + std::to_string(n_) +
-                  "); make it with scatter(), vector() or zeros() of this matrix");
+    const char* side = &l == domain_.get() && m_ != n_ ? "domain" : "range";
+    if (x.size() != l.global_size())
+      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side + " (" +
+                  std::to_string(l.global_size()) + " rows), got " + std::to_string(x.size()) + " rows");
+    if (x.layout().get() != &l && !x.layout()->same_as(l))
+      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side +
+                  " partition, got another (" + x.layout()->difference(l) +
+                  "); make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
-  /// Global size and dtype must be the same on every rank: a fault string, empty when they agree.
-  static std::string agree_across_ranks(MPI_Comm comm, std::int64_t n, at::ScalarType dtype) {
-    std::array<std::int64_t, 4> v{n, -n, static_cast<std::int64_t>(dtype), -static_cast<std::int64_t>(dtype)};
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), 4, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
-    if (v[0] != -v[1]) return "DSparseTensor::from_local: ranks disagree on the global shape";
-    if (v[2] != -v[3]) return "DSparseTensor::from_local: ranks pass values of different dtypes";
+  /// `solve` of an (n_local, k) block (see there).
+  [[nodiscard]] SolveResult solve_block(const DVector& b, const SolveOptions& options) const {
+    if (options.x0 && (options.x0->local().dim() != 2 || options.x0->columns() != b.columns()))
+      throw Error("DSparseTensor::solve: x0 must be a block of " + std::to_string(b.columns()) +
+                  " columns like b, got shape " + std::string(c10::str(options.x0->local().sizes())));
+    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    if (options.method == Method::cg && !options.custom_preconditioner && record == 0) {
+      const auto start = MPI_Wtime();
+      std::shared_ptr<const detail::PreconditionerOp> precond;
+      bool reused = false;
+      if (options.preconditioner != Preconditioner::none)
+        std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
+                                                              local_.values, layout_->comm(),
+                                                              [&] { return make_preconditioner(options); });
+      const auto setup = MPI_Wtime() - start;
+      auto result = detail::block_cg(*this, b.like(b.local().detach().to(dtype()).contiguous()), precond.get(), options);
+      result.info.setup_seconds = setup;
+      result.info.preconditioner_reused = reused;
+      if (precond) std::tie(result.info.levels, result.info.operator_complexity) = precond->hierarchy();
+      return result;
+    }
+    SolveResult out;
+    std::vector<at::Tensor> xs;
+    for (std::int64_t j = 0; j < b.columns(); ++j) {
+      auto o = options;
+      if (options.x0) o.x0 = options.x0->like(options.x0->local().select(1, j).contiguous());
+      auto r = solve(b.like(b.local().select(1, j).contiguous()), o);
+      xs.push_back(r.x.local());
+      out.info.columns.push_back(std::move(r.info));
+    }
+    out.x = DVector(layout_, at::stack(xs, 1));
+    out.info.converged = true;
+    out.info.reason = out.info.columns.empty() ? StopReason::zero_rhs : out.info.columns.front().reason;
+    for (const auto& c : out.info.columns) {
+      out.info.iterations = std::max(out.info.iterations, c.iterations);
+      out.info.residual_norm = std::max(out.info.residual_norm, c.residual_norm);
+      out.info.rhs_norm = std::max(out.info.rhs_norm, c.rhs_norm);
+      out.info.seconds += c.seconds;
+      if (!c.converged && out.info.converged) {
+        out.info.converged = false;
+        out.info.reason = c.reason;
+      }
+    }
+    return out;
+  }
+
+  /// A built-in preconditioner of `options` for this matrix. AMG's hierarchy spans the ranks, so
+  /// it needs the global numbering of the halo columns, which only the distributed matrix has.
+  [[nodiscard]] std::unique_ptr<detail::PreconditionerOp> make_preconditioner(const SolveOptions& options) const {
+    const detail::LocalRows rows{local_, layout_->local_size(), layout_->comm()};
+    if (options.preconditioner == Preconditioner::amg)
+      return detail::make_amg(
+          rows, shape()[0], shape()[1],
+          [exchange = scratch_.exchange()](const at::Tensor& owned) { return exchange->ghosts_of(owned); },
+          options.preconditioner_options.amg);
+    return detail::make_preconditioner(
+        options.preconditioner, rows, [this](const at::Tensor& x, at::Tensor& y) { apply(x, y, {}); },
+        options.preconditioner_options);
+  }
+
+  /// The solve without autograd, and the preconditioner it used (null: none).
+  [[nodiscard]] std::pair<SolveResult, std::shared_ptr<const detail::PreconditionerOp>> solve_detached(
+      const DVector& b, const SolveOptions& options) const {
+    const auto start = MPI_Wtime();
+    auto precond = detail::custom_preconditioner(options, layout_, "DSparseTensor::solve");
+    bool reused = false;
+    if (!precond && options.preconditioner != Preconditioner::none)
+      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
+                                                            local_.values, layout_->comm(),
+                                                            [&] { return make_preconditioner(options); });
+    const auto setup = MPI_Wtime() - start;
+    auto result = detail::krylov_solve(*this, b, precond.get(), options);
+    result.info.setup_seconds = setup;
+    result.info.preconditioner_reused = reused;
+    if (precond) std::tie(result.info.levels, result.info.operator_complexity) = precond->hierarchy();
+    return {std::move(result), std::move(precond)};
+  }
+
+  /// λ = A⁻ᴴ g for the backward of `solve`: CG and MINRES assume A = Aᴴ, so they reuse A and the
+  /// forward's preconditioner; the other methods solve with the assembled Aᴴ (kept while the
+  /// values are unchanged) and its own preconditioner of the same kind (a custom one is for A, so
+  /// it is dropped). A stop without convergence is an Error on every rank.
+  [[nodiscard]] at::Tensor adjoint_solve(const at::Tensor& g, const std::shared_ptr<const detail::PreconditionerOp>& m,
+                                         const SolveOptions& options) const {
+    auto o = options;
+    o.x0.reset();
+    o.monitor = {};
+    o.residual_history = false;
+    const auto rhs = DVector(layout_, g.to(dtype()).contiguous());
+    SolveResult r;
+    if (o.method == Method::cg || o.method == Method::minres) {
+      r = detail::krylov_solve(*this, rhs, m.get(), o);
+    } else {
+      o.custom_preconditioner = {};
+      const auto& H = adjoint_cache_->get(local_.values, layout_->comm(), [this] { return adjoint(); });
+      r = H.solve_detached(DVector(H.layout(), rhs.local()), o).first;
+    }
+    if (!r.info.converged)
+      throw Error(std::string("DSparseTensor::solve (backward): the adjoint solve by ") + to_string(o.method) +
+                  " did not converge (" + to_string(r.info.reason) + " after " + std::to_string(r.info.iterations) +
+                  " iterations); loosen rtol or raise maxiter");
+    return r.x.local();
+  }
+
+  /// The assembled Aᴴ of the last backward, shared by copies and rebuilt when the values change
+  /// (the same key as the preconditioner cache: the values' storage and version).
+  class AdjointCache {
+   public:
+    template <class Make>
+    const DSparseTensor& get(const at::Tensor& values, MPI_Comm comm, Make&& make) {
+      std::lock_guard lock(mutex_);
+      int reuse = matrix_ && impl_ == values.unsafeGetTensorImpl() && version_ == values._version() ? 1 : 0;
+      comm::check(MPI_Allreduce(MPI_IN_PLACE, &reuse, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+      if (reuse == 0) {
+        matrix_ = std::make_shared<const DSparseTensor>(make());
+        impl_ = values.unsafeGetTensorImpl();
+        version_ = values._version();
+      }
+      return *matrix_;
+    }
+   private:
+    std::mutex mutex_;
+    std::shared_ptr<const DSparseTensor> matrix_;
+    const void* impl_ = nullptr;
+    std::uint32_t version_ = 0;
+  };
+
+  template <class Method>
+  [[nodiscard]] LeastSquaresResult least_squares(const DVector& b, const LeastSquaresOptions& options,
+                                                 const char* name, Method method) const {
+    const auto op = std::string(name);
+    check_vector(b, op.c_str(), *layout_);
+    if (options.x0) check_vector(*options.x0, (op + " (x0)").c_str(), *domain_);
+    if (!(options.damp >= 0.0) || !(options.atol >= 0.0) || !(options.btol >= 0.0) || !(options.conlim >= 0.0) ||
+        options.maxiter < 0)
+      throw Error("DSparseTensor::" + op + ": expected damp, atol, btol, conlim and maxiter >= 0, got damp " +
+                  std::to_string(options.damp) + ", atol " + std::to_string(options.atol) + ", btol " +
+                  std::to_string(options.btol) + ", conlim " + std::to_string(options.conlim) + ", maxiter " +
+                  std::to_string(options.maxiter));
+    return method(*this, b.like(b.local().detach().to(dtype()).contiguous()), options);
+  }
+
+  /// Methods for A x = b need a square matrix whose domain is partitioned as its range.
+  void check_square(const char* method) const {
+    if (m_ != n_)
+      throw Error(std::string("DSparseTensor::solve: ") + method + " needs a square matrix, got shape (" +
+                  std::to_string(m_) + ", " + std::to_string(n_) + "); use lsqr or lsmr for least squares");
+    if (domain_ != layout_ && !domain_->same_as(*layout_))
+      throw Error(std::string("DSparseTensor::solve: ") + method +
+                  " needs the columns partitioned as the rows (from_local's owned_cols differs from owned_rows)");
+  }
+
+  /// Global shape and dtype must be the same on every rank: a fault string, empty when they agree.
+  static std::string agree_across_ranks(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype) {
+    const auto d = static_cast<std::int64_t>(dtype);
+    std::array<std::int64_t, 6> v{shape[0], -shape[0], shape[1], -shape[1], d, -d};
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), 6, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
+    if (v[0] != -v[1] || v[2] != -v[3]) return "DSparseTensor::from_local: ranks disagree on the global shape";
+    if (v[4] != -v[5]) return "DSparseTensor::from_local: ranks pass values of different dtypes";
     return {};
   }
 
   Mesh mesh_;
-  std::shared_ptr<const RowLayout> layout_;
-  std::int64_t n_ = 0;
+  std::shared_ptr<const RowLayout> layout_;  // range (rows)
+  std::shared_ptr<const RowLayout> domain_;  // domain (columns); == layout_ for a square matrix
+  std::int64_t m_ = 0, n_ = 0;
   std::shared_ptr<const HaloPlan> plan_;
-  std::shared_ptr<HaloExchange> exchange_;
   Csr local_;     // owned rows x (owned + ghost) columns, the differentiable values
   Csr diag_;      // owned x owned
   Csr off_;       // rows off_rows_ x ghosts
   at::Tensor off_rows_, diag_pos_, off_pos_;
-  mutable at::Tensor ghost_buffer_;
+  mutable detail::HaloScratch scratch_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
+  std::shared_ptr<AdjointCache> adjoint_cache_ = std::make_shared<AdjointCache>();
 };
 
 }  // namespace einshard::sparse

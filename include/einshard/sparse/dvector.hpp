@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "einshard/error.hpp"
-#include "einshard/exec/autograd.hpp"
-#include "einshard/exec/steps.hpp"
+#include "einshard/comm/autograd.hpp"
+#include "einshard/comm/ops.hpp"
 #include "einshard/sparse/layout.hpp"
 
 namespace einshard::sparse {
@@ -21,7 +21,7 @@ namespace detail {
 
 /// Owned slices -> the global vector on every rank. Backward: each rank keeps the gradient of its
 /// own rows (the global result is replicated, so its gradient is the same on every rank).
-struct GatherRowsOp final : exec::CommOp {
+struct GatherRowsOp final : comm::CommOp {
   std::shared_ptr<const RowLayout> layout;
   explicit GatherRowsOp(std::shared_ptr<const RowLayout> l) : layout(std::move(l)) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override { return layout->gather(x); }
@@ -33,26 +33,33 @@ struct GatherRowsOp final : exec::CommOp {
 class DVector {
  public:
   DVector() = default;
-  /// `local`: this rank's owned entries, in the layout's (ascending global) order.
+  /// `local`: this rank's owned entries, in the layout's (ascending global) order: (n_local,) for
+  /// one vector, (n_local, k) for k of them (a block of right-hand sides or solutions).
   DVector(std::shared_ptr<const RowLayout> layout, at::Tensor local)
       : layout_(std::move(layout)), local_(std::move(local)) {
     if (!layout_) throw Error("DVector: no layout");
-    if (local_.dim() != 1 || local_.numel() != layout_->local_size())
-      throw Error("DVector: expected an owned slice of length " + std::to_string(layout_->local_size()) +
-                  ", got shape " + std::string(c10::str(local_.sizes())));
+    check_local(local_, "DVector");
   }
 
+  /// This rank's owned entries. Its values may be changed in place (`local().zero_()`); a new slice
+  /// goes through `set_local`, which keeps the length the layout says.
   [[nodiscard]] const at::Tensor& local() const { return local_; }
-  [[nodiscard]] at::Tensor& local() { return local_; }
+  /// Replaces the owned slice (same length; e.g. `x.set_local(x.local().detach().requires_grad_())`).
+  void set_local(at::Tensor local) {
+    check_local(local, "DVector::set_local");
+    local_ = std::move(local);
+  }
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const { return layout_; }
   [[nodiscard]] std::int64_t size() const { return layout_->global_size(); }
-  [[nodiscard]] std::int64_t local_size() const { return local_.numel(); }
+  [[nodiscard]] std::int64_t local_size() const { return local_.size(0); }
+  /// Vectors held: 1, or k for an (n_local, k) block.
+  [[nodiscard]] std::int64_t columns() const { return local_.dim() == 2 ? local_.size(1) : 1; }
   [[nodiscard]] at::ScalarType dtype() const { return local_.scalar_type(); }
   [[nodiscard]] bool defined() const { return layout_ != nullptr; }
 
   /// The whole vector in global order, on every rank (collective; differentiable).
   [[nodiscard]] at::Tensor full_tensor() const {
-    return exec::apply_op(local_, c10::make_intrusive<detail::GatherRowsOp>(layout_));
+    return comm::apply_op(local_, c10::make_intrusive<detail::GatherRowsOp>(layout_));
   }
 
   [[nodiscard]] DVector like(at::Tensor local) const { return {layout_, std::move(local)}; }
@@ -66,14 +73,21 @@ class DVector {
     return *this;
   }
 
+  /// Throws unless `local` is an owned slice of this vector's layout.
+  void check_local(const at::Tensor& local, const char* op) const {
+    if (!local.defined() || (local.dim() != 1 && local.dim() != 2) || local.size(0) != layout_->local_size())
+      throw Error(std::string(op) + ": expected an owned slice of shape (" + std::to_string(layout_->local_size()) +
+                  ") or (" + std::to_string(layout_->local_size()) + ", k), got " +
+                  (local.defined() ? "shape " + std::string(c10::str(local.sizes())) : std::string("an undefined tensor")));
+  }
+
   /// Throws unless `other` has the same partition.
   void check_same(const DVector& other, const char* op) const {
     if (!layout_ || !other.layout_) throw Error(std::string("DVector ") + op + ": undefined vector");
     if (layout_ == other.layout_) return;
     if (!layout_->same_as(*other.layout_))
-      throw Error(std::string("DVector ") + op + ": the vectors have different partitions (" +
-                  std::to_string(layout_->global_size()) + " and " +
-                  std::to_string(other.layout_->global_size()) + " rows); redistribute one first");
+      throw Error(std::string("DVector ") + op + ": expected vectors of one partition, but they have different partitions (" +
+                  layout_->difference(*other.layout_) + "); redistribute one first");
   }
 
   friend DVector operator+(const DVector& a, const DVector& b) { a.check_same(b, "+"); return a.like(a.local_ + b.local_); }
@@ -89,7 +103,7 @@ class DVector {
   /// Euclidean norm, replicated, as a 0-dim tensor.
   [[nodiscard]] at::Tensor norm() const {
     const auto sq = local_.is_complex() ? at::real(at::vdot(local_, local_)) : at::dot(local_, local_);
-    return at::sqrt(exec::apply_op(sq, c10::make_intrusive<exec::AllReduceOp>(layout_->comm())));
+    return at::sqrt(comm::apply_op(sq, c10::make_intrusive<comm::AllReduceOp>(layout_->comm())));
   }
 
  private:
@@ -102,7 +116,7 @@ inline at::Tensor dot(const DVector& a, const DVector& b) {
   a.check_same(b, "dot");
   const auto& x = a.local();
   const auto partial = x.is_complex() ? at::vdot(x, b.local()) : at::dot(x, b.local());
-  return exec::apply_op(partial, c10::make_intrusive<exec::AllReduceOp>(a.layout()->comm()));
+  return comm::apply_op(partial, c10::make_intrusive<comm::AllReduceOp>(a.layout()->comm()));
 }
 inline at::Tensor norm(const DVector& a) { return a.norm(); }
 

@@ -92,29 +92,31 @@ class HaloExchange {
   [[nodiscard]] const HaloPlan& plan() const { return *plan_; }
 
   /// Posts the receives into `ghosts` (length ghost_count()) and sends the owned values of `owned`
-  /// (length owned()) that the neighbours need. Both must stay alive until finish().
+  /// (length owned()) that the neighbours need. Both must stay alive until finish(). Both may be
+  /// contiguous blocks (rows, m): then whole rows travel.
   void start(const at::Tensor& owned, const at::Tensor& ghosts) {
     const auto& p = *plan_;
     const auto elem = comm::datatype(owned.scalar_type());
-    const auto size = owned.element_size();
+    const auto width = row_width(owned);
+    const auto size = owned.element_size() * width;
     requests_.clear();
     auto* recv = static_cast<char*>(ghosts.data_ptr());
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
-      post(MPI_Irecv(recv + p.recv_offsets[i] * size, comm::count(p.recv_offsets[i + 1] - p.recv_offsets[i]),
+      post(MPI_Irecv(recv + p.recv_offsets[i] * size, comm::count((p.recv_offsets[i + 1] - p.recv_offsets[i]) * width),
                      elem, p.recv_ranks[i], tag, p.layout->comm(), &next()));
     if (p.send_ranks.empty()) return;
     auto& buffer = buffer_for(owned, p.send_count());
     at::index_select_out(buffer, owned, 0, p.send_rows);
     auto* send = static_cast<char*>(buffer.data_ptr());
     for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
-      post(MPI_Isend(send + p.send_offsets[i] * size, comm::count(p.send_offsets[i + 1] - p.send_offsets[i]),
+      post(MPI_Isend(send + p.send_offsets[i] * size, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * width),
                      elem, p.send_ranks[i], tag, p.layout->comm(), &next()));
   }
   void finish() { wait(); }
 
   /// The ghosts of `owned`, exchanged (blocking).
   [[nodiscard]] at::Tensor ghosts_of(const at::Tensor& owned) {
-    auto g = at::empty({plan_->ghost_count()}, owned.options().requires_grad(false));
+    auto g = at::empty(rows_like(owned, plan_->ghost_count()), owned.options().requires_grad(false));
     start(owned, g);
     finish();
     return g;
@@ -125,16 +127,17 @@ class HaloExchange {
   void start_reverse(const at::Tensor& ghosts) {
     const auto& p = *plan_;
     const auto elem = comm::datatype(ghosts.scalar_type());
-    const auto size = ghosts.element_size();
+    const auto width = row_width(ghosts);
+    const auto size = ghosts.element_size() * width;
     requests_.clear();
     auto& buffer = buffer_for(ghosts, p.send_count());
     auto* recv = static_cast<char*>(buffer.data_ptr());
     for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
-      post(MPI_Irecv(recv + p.send_offsets[i] * size, comm::count(p.send_offsets[i + 1] - p.send_offsets[i]),
+      post(MPI_Irecv(recv + p.send_offsets[i] * size, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * width),
                      elem, p.send_ranks[i], tag, p.layout->comm(), &next()));
     const auto* send = static_cast<const char*>(ghosts.data_ptr());
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
-      post(MPI_Isend(send + p.recv_offsets[i] * size, comm::count(p.recv_offsets[i + 1] - p.recv_offsets[i]),
+      post(MPI_Isend(send + p.recv_offsets[i] * size, comm::count((p.recv_offsets[i + 1] - p.recv_offsets[i]) * width),
                      elem, p.recv_ranks[i], tag, p.layout->comm(), &next()));
   }
   void finish_reverse(at::Tensor& owned) {
@@ -153,10 +156,24 @@ class HaloExchange {
                   "MPI_Waitall");
     requests_.clear();
   }
+  /// n rows shaped like `like`'s (1-D, or rows of like.size(1) values).
   at::Tensor& buffer_for(const at::Tensor& like, std::int64_t n) {
-    if (!buffer_.defined() || buffer_.scalar_type() != like.scalar_type() || buffer_.numel() != n)
-      buffer_ = at::empty({n}, like.options().requires_grad(false));
+    const auto shape = rows_like(like, n);
+    if (!buffer_.defined() || buffer_.scalar_type() != like.scalar_type() || buffer_.sizes() != at::IntArrayRef(shape))
+      buffer_ = at::empty(shape, like.options().requires_grad(false));
     return buffer_;
+  }
+  // Blocks (rows, m...) travel as rows of m... contiguous values: one message per neighbour for
+  // the whole block (LOBPCG's products), not one per column.
+  static std::int64_t row_width(const at::Tensor& t) {
+    std::int64_t w = 1;
+    for (std::int64_t d = 1; d < t.dim(); ++d) w *= t.size(d);
+    return w;
+  }
+  static std::vector<std::int64_t> rows_like(const at::Tensor& t, std::int64_t n) {
+    std::vector<std::int64_t> shape{n};
+    for (std::int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
+    return shape;
   }
 
   std::shared_ptr<const HaloPlan> plan_;

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -139,6 +140,31 @@ class RowLayout {
     return same != 0;
   }
 
+  /// How `other` differs from this partition, the same text on every rank (collective; for the
+  /// message of a refused operation, after `same_as` said they differ): the first rank whose rows
+  /// differ, with its row count and first row in each.
+  [[nodiscard]] std::string difference(const RowLayout& other) const {
+    if (n_ != other.n_)
+      return std::to_string(n_) + " rows in one and " + std::to_string(other.n_) + " in the other";
+    const auto first = [](const at::Tensor& owned) {
+      return owned.numel() == 0 ? std::int64_t{-1} : owned.data_ptr<std::int64_t>()[0];
+    };
+    const std::array<std::int64_t, 5> mine{at::equal(owned_, other.owned_) ? 1 : 0, owned_.numel(), first(owned_),
+                                           other.owned_.numel(), first(other.owned_)};
+    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size()));
+    comm::check(MPI_Allgather(mine.data(), 5, MPI_INT64_T, all.data(), 5, MPI_INT64_T, *comm_), "MPI_Allgather");
+    auto rows = [](std::int64_t count, std::int64_t from) {
+      return std::to_string(count) + " rows" + (count > 0 ? " from row " + std::to_string(from) : std::string());
+    };
+    for (std::size_t r = 0; r < all.size() / 5; ++r) {
+      const auto* v = all.data() + 5 * r;
+      if (v[0] == 0)
+        return "rank " + std::to_string(r) + " owns " + rows(v[1], v[2]) + " in one and " + rows(v[3], v[4]) +
+               " in the other" + (v[1] == v[3] && v[2] == v[4] ? " (different rows)" : "");
+    }
+    return "the same rows on every rank";
+  }
+
   /// The owned slice of a global vector (every rank holds `global`, length n).
   [[nodiscard]] at::Tensor scatter(const at::Tensor& global) const {
     return global.index_select(0, owned_);
@@ -146,20 +172,29 @@ class RowLayout {
 
   /// The global vector, in global order, on every rank (all-gathers of the owned slices and,
   /// unless the partition is contiguous in rank order, of their row indices).
+  /// A 2-D (n_local, k) slice gathers to (n, k).
   [[nodiscard]] at::Tensor gather(const at::Tensor& local) const {
     const int p = size();
     const auto x = local.contiguous();
-    const auto counts = gathered_counts();
+    // Rows of a multi-vector (n_local, k) travel whole: counts and offsets in values, k per row.
+    std::vector<std::int64_t> shape{n_};
+    std::int64_t width = 1;
+    for (std::int64_t d = 1; d < x.dim(); ++d) {
+      shape.push_back(x.size(d));
+      width *= x.size(d);
+    }
+    auto counts = gathered_counts();
+    for (auto& c : counts) c = comm::count(c * width);
     std::vector<int> displs(static_cast<std::size_t>(p), 0);
     for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    auto all = at::empty({n_}, x.options());
+    auto all = at::empty(shape, x.options());
     comm::check(MPI_Allgatherv(x.data_ptr(), comm::count(x.numel()), comm::datatype(x.scalar_type()),
                                all.data_ptr(), counts.data(), displs.data(),
                                comm::datatype(x.scalar_type()), *comm_),
                 "MPI_Allgatherv");
     const auto& order = gathered_rows();
     if (!order.defined()) return all;
-    auto out = at::empty({n_}, x.options());
+    auto out = at::empty(shape, x.options());
     out.index_copy_(0, order, all);
     return out;
   }

@@ -9,6 +9,7 @@
 /// | `l1_jacobi`    | 1 / Σ_j \|a_ij\| over owned and halo columns          | local            | 1 multiply     |
 /// | `block_jacobi` | (L U)⁻¹ of ILU(0) (or (L Lᵀ)⁻¹ of IC(0)) of the owned×owned block | local | 2 sweeps |
 /// | `chebyshev`    | q(D⁻¹A) D⁻¹, q the Chebyshev approximation of 1/λ     | Lanczos, collective | degree distributed matvecs |
+/// | `amg`          | one BoomerAMG V-cycle over all ranks (hypre, sparse/amg.hpp) | collective | collective |
 ///
 /// Jacobi, l1-Jacobi and block Jacobi ignore the coupling to other ranks (block Jacobi drops the
 /// halo columns; l1-Jacobi counts them in its row norm), so they need no communication when
@@ -36,38 +37,9 @@
 #include "einshard/error.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/ilu.hpp"
+#include "einshard/sparse/preconditioner_options.hpp"
 
 namespace einshard::sparse {
-
-/// Which preconditioner a solver applies. `block_jacobi` is a per-rank ILU(0), or IC(0) with
-/// `PreconditionerOptions::ic0`.
-enum class Preconditioner { none, jacobi, l1_jacobi, block_jacobi, chebyshev };
-
-inline std::string to_string(Preconditioner kind) {
-  switch (kind) {
-    case Preconditioner::none: return "none";
-    case Preconditioner::jacobi: return "jacobi";
-    case Preconditioner::l1_jacobi: return "l1_jacobi";
-    case Preconditioner::block_jacobi: return "block_jacobi";
-    case Preconditioner::chebyshev: return "chebyshev";
-  }
-  return "unknown";
-}
-
-/// Settings of the preconditioners that have any.
-///
-/// Chebyshev: the polynomial targets the eigenvalues of D⁻¹A in [chebyshev_lower·λ, 1.1·λ], λ the
-/// largest Ritz value of `eig_iterations` Lanczos steps (run as Jacobi-preconditioned CG on a
-/// pseudo-random right-hand side, as PETSc's KSPChebyshev estimates with KSPCG). The factor 1.1
-/// is PETSc's. PETSc's lower factor is 0.1 (KSPChebyshevEstEigSet's default transform
-/// (0, 0.1; 0, 1.1)), which targets the upper spectrum for a multigrid smoother; a preconditioner
-/// of CG should also damp lower modes, hence 1/30 here.
-struct PreconditionerOptions {
-  bool ic0 = false;                   ///< block_jacobi: IC(0) (symmetric A) instead of ILU(0)
-  int chebyshev_degree = 3;           ///< degree of q: distributed matvecs per application (≥ 1)
-  double chebyshev_lower = 1.0 / 30;  ///< lower bound as a fraction of λ_max, in (0, 1.1)
-  int eig_iterations = 10;            ///< Lanczos steps of the λ_max estimate (≥ 1)
-};
 
 namespace detail {
 
@@ -90,6 +62,9 @@ struct PreconditionerOp {
   /// M⁻¹ as a vector when it is diagonal (undefined otherwise), so a Krylov method can fuse it
   /// into its vector updates instead of applying it in a pass of its own.
   [[nodiscard]] virtual at::Tensor diagonal() const { return {}; }
+  /// A multigrid hierarchy's levels and operator complexity (Σ nnz(A_l) / nnz(A_0)) for
+  /// `SolveInfo`; {0, 0} for a preconditioner without one.
+  [[nodiscard]] virtual std::pair<int, double> hierarchy() const { return {0, 0.0}; }
 };
 
 /// Runs a rank's local setup and turns any `Error` it throws into a collective one (the lowest
@@ -355,6 +330,11 @@ inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind
     case Preconditioner::l1_jacobi: return std::make_unique<DiagonalOp>(inverse_l1_norms(rows), "l1_jacobi");
     case Preconditioner::block_jacobi: return std::make_unique<BlockJacobiOp>(rows, opts.ic0);
     case Preconditioner::chebyshev: return std::make_unique<ChebyshevOp>(rows, matvec, opts);
+    case Preconditioner::amg:
+      // Its hierarchy spans the ranks: it needs the global numbering of the halo columns, which
+      // only the distributed matrix knows (DSparseTensor::solve builds it, sparse/amg.hpp).
+      throw Error("sparse: the amg preconditioner is built by DSparseTensor::solve from the distributed "
+                  "matrix, not from a rank's local rows");
   }
   throw Error("sparse: unknown preconditioner kind");
 }
@@ -381,7 +361,7 @@ class PreconditionerCache {
   std::pair<std::shared_ptr<const PreconditionerOp>, bool> get(Preconditioner kind, const PreconditionerOptions& opts,
                                                                const at::Tensor& values, MPI_Comm comm, Make&& make) {
     const Key key{static_cast<int>(kind), opts.ic0, opts.chebyshev_degree, opts.chebyshev_lower, opts.eig_iterations,
-                  values.unsafeGetTensorImpl(), values._version(), static_cast<int>(values.scalar_type())};
+                  values.unsafeGetTensorImpl(), values._version(), static_cast<int>(values.scalar_type()), opts.amg};
     std::lock_guard lock(mutex_);
     int reuse = op_ != nullptr && key == key_ ? 1 : 0;
     comm::check(MPI_Allreduce(MPI_IN_PLACE, &reuse, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
@@ -393,7 +373,7 @@ class PreconditionerCache {
   }
 
  private:
-  using Key = std::tuple<int, bool, int, double, int, const void*, std::uint32_t, int>;
+  using Key = std::tuple<int, bool, int, double, int, const void*, std::uint32_t, int, AmgOptions>;
   std::mutex mutex_;
   Key key_{};
   std::shared_ptr<const PreconditionerOp> op_;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner_options.hpp"
 
 namespace einshard::sparse {
 
@@ -19,6 +19,7 @@ enum class Method {
   bicgstab,  ///< BiCGStab, right-preconditioned (general A)
   gmres,     ///< restarted GMRES(m), right-preconditioned, CGS2 Arnoldi (general A)
   minres,    ///< MINRES (symmetric / Hermitian A, possibly indefinite; M positive definite)
+  fgmres,    ///< flexible GMRES(m): right preconditioning that may change every step (general A)
 };
 
 inline const char* to_string(Method m) {
@@ -27,6 +28,7 @@ inline const char* to_string(Method m) {
     case Method::bicgstab: return "bicgstab";
     case Method::gmres: return "gmres";
     case Method::minres: return "minres";
+    case Method::fgmres: return "fgmres";
   }
   return "?";
 }
@@ -34,8 +36,11 @@ inline const char* to_string(Method m) {
 /// How CG organises its reductions. `standard`: Hestenes–Stiefel, two all-reduces per iteration
 /// (<p, Ap>, then <r, z> with <r, r>). `single_reduction`: Chronopoulos–Gear, one all-reduce of
 /// (<r, u>, <Au, u>, <r, r>) per iteration, for latency-bound runs on many ranks; one extra
-/// vector update, slightly different rounding.
-enum class CgVariant { standard, single_reduction };
+/// vector update, slightly different rounding. `pipelined`: Ghysels–Vanroose (PETSc's KSPPIPECG),
+/// one non-blocking all-reduce per iteration overlapped with the product and the preconditioner,
+/// four more vectors, and a check of the true residual before it reports convergence
+/// (krylov/pipecg.hpp).
+enum class CgVariant { standard, single_reduction, pipelined };
 
 /// When GMRES's classical Gram–Schmidt runs a second pass. `if_needed` (DGKS): when the first
 /// cancelled more than half of ‖w‖², which keeps the basis orthogonal to rounding (on a PDE matrix
@@ -74,24 +79,56 @@ inline const char* to_string(StopReason r) {
 /// the iteration number and the residual norm the stop test uses.
 using Monitor = std::function<void(int iteration, double residual_norm)>;
 
-/// Options of `DSparseTensor::solve`. The stop test is ||r_k|| <= max(atol, rtol * ||b||) with the
-/// recursively updated (unpreconditioned) residual, checked every iteration. Defaults follow
-/// PETSc's KSP (rtol 1e-5, maxiter 10000, dtol 1e4; PETSc's abstol 1e-50 is atol 0 here) and
-/// SciPy's cg (rtol 1e-5, atol 0), except that SciPy's maxiter is 10 n. See docs/sparse.md.
-struct SolveOptions {
+/// A preconditioner you bring: z = M⁻¹ r, r and z in the matrix's partition. Called collectively
+/// (every rank, same step), so it may itself communicate or run an inner solve; with
+/// `Method::fgmres` it may differ from call to call.
+using PreconditionerFn = std::function<DVector(const DVector& r)>;
+
+namespace detail {
+/// The defaults `SolveOptions` takes its fields from: the library's, or those of the innermost
+/// `SolverConfig` alive on this thread (solver_config.hpp).
+struct SolveDefaults {
   Method method = Method::cg;
   Preconditioner preconditioner = Preconditioner::none;
   double rtol = 1e-5;
   double atol = 0.0;
   int maxiter = 10000;
-  double dtol = 1e4;                 ///< divergence: ||r|| > dtol * ||b|| (PETSc's divtol)
+  double dtol = 1e4;
+  int restart = 30;
+};
+inline SolveDefaults& solve_defaults() {
+  thread_local SolveDefaults defaults;
+  return defaults;
+}
+}  // namespace detail
+
+/// Options of `DSparseTensor::solve`. The stop test is ||r_k|| <= max(atol, rtol * ||b||) with the
+/// recursively updated (unpreconditioned) residual, checked every iteration. Defaults follow
+/// PETSc's KSP (rtol 1e-5, maxiter 10000, dtol 1e4; PETSc's abstol 1e-50 is atol 0 here) and
+/// SciPy's cg (rtol 1e-5, atol 0), except that SciPy's maxiter is 10 n. See docs/sparse.md.
+///
+/// The fields below that a `SolverConfig` sets take its values when the options are made inside its
+/// scope; a field you write (`{.rtol = 1e-8}`) wins over the scope.
+struct SolveOptions {
+  Method method = detail::solve_defaults().method;
+  Preconditioner preconditioner = detail::solve_defaults().preconditioner;
+  double rtol = detail::solve_defaults().rtol;
+  double atol = detail::solve_defaults().atol;
+  int maxiter = detail::solve_defaults().maxiter;
+  double dtol = detail::solve_defaults().dtol;  ///< divergence: ||r|| > dtol * ||b|| (PETSc's divtol)
   std::optional<DVector> x0{};       ///< initial guess (default zero)
   Monitor monitor{};
   CgVariant cg_variant = CgVariant::standard;
-  int restart = 30;                  ///< gmres: Krylov vectors per cycle (PETSc's and SciPy's 30)
+  int restart = detail::solve_defaults().restart;  ///< (f)gmres: Krylov vectors per cycle (PETSc's and SciPy's 30)
   Reorthogonalize reorthogonalize = Reorthogonalize::if_needed;  ///< gmres: see `Reorthogonalize`
   PreconditionerOptions preconditioner_options{};
   bool residual_history = true;      ///< record every residual norm in `SolveInfo`
+  /// Your own preconditioner, used instead of `preconditioner` (which must then stay `none`).
+  PreconditionerFn custom_preconditioner{};
+  /// Pipelined CG: replace the recursive residual by b − A x (and rebuild the auxiliary vectors)
+  /// every this many iterations; 0: only when the recursive one passes the stop test and the true
+  /// one does not. See krylov/pipecg.hpp.
+  int residual_replacement = 0;
 };
 
 struct SolveInfo {
@@ -106,6 +143,11 @@ struct SolveInfo {
   /// The matrix's preconditioner from its previous solve was reused (same kind and options): no
   /// setup ran.
   bool preconditioner_reused = false;
+  /// Several right-hand sides (`solve` of an (n_local, k) block): each column's own record; the
+  /// fields above then summarize them (converged: all did; iterations, norms: the largest).
+  std::vector<SolveInfo> columns;
+  int levels = 0;                      ///< multigrid preconditioners: levels of the hierarchy
+  double operator_complexity = 0.0;    ///< multigrid: Σ nnz(A_level) / nnz(A), the setup's memory factor
 };
 
 struct SolveResult {

@@ -1,10 +1,10 @@
 #pragma once
 /// @file
-/// Distributed preconditioned conjugate gradients, in two organisations of the reductions
-/// (`CgVariant`): Hestenes–Stiefel with two all-reduces per iteration, and Chronopoulos–Gear with
-/// one. The vector updates and the dots are fused (krylov/kernels.hpp) and the product returns
-/// its own dot (`Operator::apply`), so an unpreconditioned standard iteration streams the matrix
-/// once and the vectors in three passes.
+/// Distributed preconditioned conjugate gradients, in three organisations of the reductions
+/// (`CgVariant`): Hestenes–Stiefel with two all-reduces per iteration, Chronopoulos–Gear with
+/// one, and pipelined with one non-blocking (krylov/pipecg.hpp). The vector updates and the dots
+/// are fused (krylov/kernels.hpp) and the product returns its own dot (`Operator::apply`), so an
+/// unpreconditioned standard iteration streams the matrix once and the vectors in three passes.
 
 #include <mpi.h>
 
@@ -18,6 +18,7 @@
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/krylov/kernels.hpp"
+#include "einshard/sparse/krylov/pipecg.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
@@ -26,6 +27,7 @@ namespace einshard::sparse::detail {
 
 inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
                       const SolveOptions& o) {
+  if (o.cg_variant == CgVariant::pipelined) return pipecg(A, b, kind, m, o);
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();
   SolveResult result;
@@ -59,17 +61,29 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
 
   if (o.cg_variant == CgVariant::standard) {
     auto p = z.clone();
+    // A multigrid cycle costs many products: test ‖r‖ before applying it, at the price of a third
+    // all-reduce per iteration, so that the converged iterate does not pay for one more cycle.
+    const bool test_first = M.general() && m->hierarchy().first > 0;
     for (int k = 1;; ++k) {
       const double pap = sum_real<1>({A.apply(p, q, p)}, comm)[0];
       if (progress.check_same_sign(rz, pap)) break;
       const double alpha = rz / pap;
       auto dots = cg_update(x, r, p, q, alpha, M.diagonal, z);
-      if (M.general()) {
+      std::array<double, 2> red{};
+      if (test_first) {
+        red[1] = sum_real<1>({dots[1]}, comm)[0];
+        if (progress.record(k, std::sqrt(red[1]))) break;
         M.apply(r, z);
-        dots[0] = local_dot(r, z);
+        red[0] = sum_real<1>({local_dot(r, z)}, comm)[0];
+        if (progress.check_nonzero(red[0])) break;
+      } else {
+        if (M.general()) {
+          M.apply(r, z);
+          dots[0] = local_dot(r, z);
+        }
+        red = sum_real<2>(dots, comm);
+        if (progress.record(k, std::sqrt(red[1])) || progress.check_nonzero(red[0])) break;
       }
-      const auto red = sum_real<2>(dots, comm);
-      if (progress.record(k, std::sqrt(red[1])) || progress.check_nonzero(red[0])) break;
       const double beta = red[0] / rz;
       rz = red[0];
       at::add_out(p, M.identity ? r : z, p, beta);

@@ -86,8 +86,9 @@ struct PreconditionerUse {
   at::Tensor diagonal;
   bool identity = true;
 
-  PreconditionerUse(Preconditioner kind, const PreconditionerOp* m, const at::Tensor& like) : op(m) {
-    if (kind == Preconditioner::none || m == nullptr) return;
+  /// `m` null: the identity (a solve passes null for `Preconditioner::none`).
+  PreconditionerUse(Preconditioner /*kind*/, const PreconditionerOp* m, const at::Tensor& like) : op(m) {
+    if (m == nullptr) return;
     identity = false;
     if (const auto d = m->diagonal(); d.defined()) diagonal = d.to(like.scalar_type()).contiguous();
   }

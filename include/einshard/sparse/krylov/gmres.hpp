@@ -11,6 +11,10 @@
 /// enough"), or, with `Reorthogonalize::never`, only when it cancelled all of it. The small least-squares problem is solved on every rank redundantly with
 /// Givens rotations in complex<double>, from all-reduced values, so every rank takes the same
 /// decisions. Each restart recomputes the true residual.
+///
+/// Flexible GMRES (Saad 1993) is the same Arnoldi process with z_j = M_j⁻¹ v_j kept (Z, another
+/// m vectors) and x += Z y instead of x += M⁻¹ V y, so M may change from step to step (an inner
+/// iteration, a preconditioner with its own tolerance).
 
 #include <mpi.h>
 
@@ -26,9 +30,11 @@
 namespace einshard::sparse::detail {
 
 inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
-                         const SolveOptions& o) {
+                         const SolveOptions& o, bool flexible = false) {
   using C = std::complex<double>;
-  if (o.restart < 1) throw Error("DSparseTensor::solve (gmres): .restart must be at least 1, got " + std::to_string(o.restart));
+  if (o.restart < 1)
+    throw Error(std::string("DSparseTensor::solve (") + (flexible ? "fgmres" : "gmres") +
+                "): .restart must be at least 1, got " + std::to_string(o.restart));
   const MPI_Comm comm = A.layout()->comm();
   SolveResult result;
   auto& info = result.info;
@@ -44,6 +50,8 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
   const int mm = o.restart;
   auto V = at::empty({mm + 1, n}, bl.options());  // the Krylov basis, one row per vector
   auto z = M.identity ? at::Tensor() : at::empty_like(bl);
+  const bool keep_z = flexible && !M.identity;
+  auto Z = keep_z ? at::empty({mm, n}, bl.options()) : at::Tensor();  // FGMRES: z_j = M_j⁻¹ v_j
   // A second Gram–Schmidt pass runs when no more than `keep` of ‖w‖² is left after the first.
   const double keep = o.reorthogonalize == Reorthogonalize::if_needed ? 0.5 : 0.0;
   std::vector<C> H(static_cast<std::size_t>((mm + 1) * mm)), g(static_cast<std::size_t>(mm + 1)), cs(mm), sn(mm);
@@ -57,8 +65,9 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
     for (; j < mm; ++j) {
       const auto vj = V[j];
       auto w = V[j + 1];  // the new vector is built in place, in the basis's next row
-      if (!M.identity) M.apply(vj, z);
-      A.apply(M.identity ? vj : z, w, {});
+      auto zj = keep_z ? Z[j] : z;
+      if (!M.identity) M.apply(vj, zj);
+      A.apply(M.identity ? vj : zj, w, {});
       // Classical Gram–Schmidt, h = Vᴴw and w −= V h, with <w, w> in the same reduction; a second
       // pass when the first left no more than `keep` of ‖w‖².
       const auto basis = V.narrow(0, 0, j + 1);
@@ -117,8 +126,10 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
         for (int l = i + 1; l < j; ++l) s -= h(i, l) * y[static_cast<std::size_t>(l)];
         y[static_cast<std::size_t>(i)] = s / h(i, i);
       }
-      const auto vy = at::mv(V.narrow(0, 0, j).t(), tensor_like(y, bl));
-      if (M.identity) {
+      const auto yt = tensor_like(y, bl);
+      if (keep_z) {
+        x.add_(at::mv(Z.narrow(0, 0, j).t(), yt));
+      } else if (const auto vy = at::mv(V.narrow(0, 0, j).t(), yt); M.identity) {
         x.add_(vy);
       } else {
         M.apply(vy.contiguous(), z);

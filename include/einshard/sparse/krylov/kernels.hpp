@@ -103,6 +103,60 @@ inline std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor
   return out;
 }
 
+/// Pipelined CG step (Ghysels–Vanroose): z = n + β z; q = m + β q; s = w + β s; p = u + β p;
+/// x += α p; r −= α s; u −= α q; w −= α z; then m = d .* w (a diagonal M) or m = w (M the
+/// identity; otherwise the caller applies M). Returns {<r, u>, <w, u>, <r, r>} of the new vectors,
+/// the next iteration's one reduction.
+inline std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tensor& r, at::Tensor& u, at::Tensor& w,
+                                                         at::Tensor& z, at::Tensor& q, at::Tensor& s, at::Tensor& p,
+                                                         at::Tensor& m, const at::Tensor& n, double alpha, double beta,
+                                                         const at::Tensor& d, bool identity) {
+  std::array<std::complex<double>, 3> out{};
+  dispatch_values(x.scalar_type(), [&](auto v0) {
+    using V = decltype(v0);
+    const auto len = x.numel();
+    auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict rv = r.data_ptr<V>();
+    auto* __restrict uv = u.data_ptr<V>();
+    auto* __restrict wv = w.data_ptr<V>();
+    auto* __restrict zv = z.data_ptr<V>();
+    auto* __restrict qv = q.data_ptr<V>();
+    auto* __restrict sv = s.data_ptr<V>();
+    auto* __restrict pv = p.data_ptr<V>();
+    auto* __restrict mv = m.data_ptr<V>();
+    const auto* __restrict nv = n.data_ptr<V>();
+    const auto* __restrict dv = d.defined() ? d.data_ptr<V>() : nullptr;
+    const V a = static_cast<V>(alpha), b = static_cast<V>(beta);
+    V ru{}, wu{}, rr{};
+    for (std::int64_t i = 0; i < len; ++i) {
+      const V zi = nv[i] + b * zv[i];
+      const V qi = mv[i] + b * qv[i];
+      const V si = wv[i] + b * sv[i];
+      const V pi = uv[i] + b * pv[i];
+      zv[i] = zi;
+      qv[i] = qi;
+      sv[i] = si;
+      pv[i] = pi;
+      xv[i] += a * pi;
+      const V ri = rv[i] - a * si;
+      const V ui = uv[i] - a * qi;
+      const V wi = wv[i] - a * zi;
+      rv[i] = ri;
+      uv[i] = ui;
+      wv[i] = wi;
+      if (dv)
+        mv[i] = dv[i] * wi;
+      else if (identity)
+        mv[i] = wi;
+      ru += conj_if_complex(ri) * ui;
+      wu += conj_if_complex(wi) * ui;
+      rr += conj_if_complex(ri) * ri;
+    }
+    out = {widen(ru), widen(wu), widen(rr)};
+  });
+  return out;
+}
+
 /// <a, b> (a conjugated) of this rank's slices. BLAS's dot (torch's vdot): a plain loop's
 /// floating-point reduction does not vectorize without reassociation and ran 5x slower.
 inline std::complex<double> local_dot(const at::Tensor& a, const at::Tensor& b) {

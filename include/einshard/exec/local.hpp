@@ -13,10 +13,9 @@
 
 #include "einshard/error.hpp"
 #include "einshard/notation/families.hpp"
-#include "einshard/options.hpp"
 #include "einshard/plan/local.hpp"
 
-namespace einshard::ops {
+namespace einshard::exec {
 
 namespace detail {
 
@@ -49,10 +48,11 @@ inline void check_rank(const plan::OperandLayout& l, const at::Tensor& x, std::s
 
 /// Sizes of every axis id: from plain dimensions of the inputs, the `sizes` option, and inference
 /// of one unknown factor per group.
-inline std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::TensorList xs,
-                                               const Options& o) {
+template <class SizeMap>
+std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::TensorList xs, const SizeMap& sizes,
+                                        const notation::FamilyMap& families) {
   std::vector<std::int64_t> size(p.axis_names.size(), -1);
-  const auto given = notation::expand_sizes(o.sizes, o.families);
+  const auto given = notation::expand_sizes(sizes, families);
   std::vector<bool> stated(size.size(), false);  // given in .sizes: a statement, not a broadcast
   for (std::size_t id = 0; id < size.size(); ++id)
     if (auto it = given.find(p.axis_names[id]); it != given.end()) size[id] = it->second, stated[id] = true;
@@ -125,21 +125,36 @@ inline std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::Ten
 
 }  // namespace detail
 
-/// Runs a local plan on `xs` (one tensor per input of the notation `source`).
-inline at::Tensor run_local(const plan::LocalPlan& p, std::string_view source, at::TensorList xs,
-                            const Options& o) {
-  if (xs.size() != p.inputs.size())
-    throw Error("einshard: '" + std::string(source) + "' has " + std::to_string(p.inputs.size()) +
-                " inputs, but " + std::to_string(xs.size()) + " tensors were given");
+/// Throws unless `given` tensors were passed to the notation `source` of `inputs` inputs.
+inline void check_input_count(std::string_view source, std::size_t inputs, std::size_t given) {
+  if (given != inputs)
+    throw Error("einshard: '" + std::string(source) + "' has " + std::to_string(inputs) + " inputs, but " +
+                std::to_string(given) + " tensors were given");
+}
+
+/// The checks `run_local` makes before it computes (what `explain` raises for a local notation):
+/// one tensor per input, each with as many dimensions as its spec names. Whether any input is a
+/// 0-d tensor standing for a one-axis spec.
+inline bool check_local_operands(const plan::LocalPlan& p, std::string_view source, at::TensorList xs) {
+  check_input_count(source, p.inputs.size(), xs.size());
   bool scalars = false;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     detail::check_rank(p.inputs[i], xs[i], i, xs.size(), source);
     scalars = scalars || detail::takes_scalar(p.inputs[i], xs[i]);
   }
+  return scalars;
+}
+
+/// Runs a local plan on `xs` (one tensor per input of the notation `source`); `sizes` (an
+/// `es::Sizes`) and `families` give the factors of its groups. Needs no mesh and no MPI.
+template <class SizeMap>
+at::Tensor run_local(const plan::LocalPlan& p, std::string_view source, at::TensorList xs,
+                     const SizeMap& sizes, const notation::FamilyMap& families) {
+  const bool scalars = check_local_operands(p, source, xs);
   if (!p.has_groups && !scalars) return detail::einsum(p.equation, xs, source);
 
   std::vector<std::int64_t> size;
-  if (p.has_groups) size = detail::resolve_sizes(p, xs, o);
+  if (p.has_groups) size = detail::resolve_sizes(p, xs, sizes, families);
   std::vector<at::Tensor> operands;
   operands.reserve(xs.size());
   bool scalar_output = p.output.single_axis();
@@ -279,4 +294,4 @@ inline at::Tensor contract(const std::optional<MatmulForm>& form, const std::str
   return at::matmul(x2, y2).reshape(shape);
 }
 
-}  // namespace einshard::ops
+}  // namespace einshard::exec

@@ -1,0 +1,331 @@
+// Time to solution with algebraic multigrid: einshard CG + amg (hypre BoomerAMG over all ranks)
+// against PETSc CG + BoomerAMG (PCHYPRE) and PETSc CG + GAMG on the same matrix, rows and
+// right-hand side, in one launch; einshard CG + Jacobi as the speed-up anchor; and pipelined CG
+// (einshard CgVariant::pipelined against PETSc KSPPIPECG, and against einshard's plain CG) per
+// iteration.
+//
+// Problems: the 2-D 5-point Poisson matrix on a g × g grid or the 3-D 7-point one on g × g × g
+// (Dirichlet), float64, b = 1, x0 = 0, rows in contiguous blocks of ceil(N / P) on both sides,
+// each rank assembling only its own rows. Stop test: ‖r‖ ≤ rtol ‖b‖ on the unpreconditioned
+// residual (PETSc: KSP_NORM_UNPRECONDITIONED), checked every iteration.
+//
+// Time to solution: what a user waits for once the matrix exists: preconditioner setup plus the
+// iterations. einshard: D.solve on a fresh copy of the matrix every rep (with_values, made before
+// the clock starts, so no setup is reused); PETSc: KSPCreate, KSPSetUp (the hypre conversion and
+// setup, or GAMG's), KSPSolve, all timed. Solvers (`--solvers`):
+//   es_amg        einshard CG + amg, BoomerAMG's recommended settings (einshard's defaults: HMIS,
+//                 extended+i with 4 entries, l1 Gauss–Seidel forward/backward, θ = 0.25; with
+//                 `--problem poisson3d`, θ = 0.5 as hypre advises for 3-D unless --theta is given)
+//   es_amg_f      einshard CG + amg with PETSc's PCHYPRE settings (Falgout, classical, no
+//                 truncation, hybrid symmetric Gauss–Seidel in C/F order)
+//   es_jacobi     einshard CG + Jacobi (the anchor of the speed-up)
+//   petsc_hypre   PETSc CG + PCHYPRE BoomerAMG with PETSc's settings (the same as es_amg_f)
+//   petsc_hypre_x PETSc CG + PCHYPRE BoomerAMG with einshard's default settings (the same
+//                 hierarchy and cycle as es_amg)
+//   petsc_gamg    PETSc CG + PCGAMG (smoothed aggregation, its defaults)
+// A sample is the slowest rank's time; every rep runs each solver once, the order rotating from rep
+// to rep (the machine's load drifts); medians over `--reps` (es_jacobi: its first `--jacobi-reps`).
+//
+// Pipelined CG (`--cases pipecg`): `--iters` iterations exactly (rtol = atol = 0), Jacobi, einshard
+// standard / pipelined CG and PETSc KSPCG / KSPPIPECG, interleaved per rep; ms per iteration.
+//
+//   {"bench":"amg_solve","problem":...,"ranks":P,"n":N,"solver":...,"iterations":k,"setup_s":...,
+//    "solve_s":...,"total_s":...,"levels":...,"complexity":...}
+//   {"bench":"amg_summary","ranks":P,"n":N,"best_es":"es_amg","best_es_s":...,"best_petsc":"petsc_gamg",
+//    "best_petsc_s":...,"ratio_vs_best_petsc":es/petsc (≤ 1: einshard is faster),"speedup_vs_es_jacobi":...}
+//   {"bench":"pipecg","ranks":P,"n":N,"es_cg_ms_it":...,"es_pipecg_ms_it":...,"petsc_cg_ms_it":...,
+//    "petsc_pipecg_ms_it":...,"ratio_vs_petsc_pipecg":...,"ratio_vs_es_cg":...}
+//
+//   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
+//        [--reps 3] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg]
+//        [--theta 0.25] [--cases amg,pipecg] [--iters 200]
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <mpi.h>
+#include <petscksp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <einshard/sparse.hpp>
+
+#include "../common.hpp"
+#include "petsc_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+using einshard_bench::as_tensor;
+using einshard_bench::assemble_aij;
+using einshard_bench::median;
+using einshard_bench::poisson_rows;
+using einshard_bench::Rows;
+using einshard_bench::split;
+using einshard_bench::timed;
+
+namespace {
+
+struct Config {
+  std::string problem = "poisson2d";
+  std::int64_t grid = 1000;
+  double rtol = 1e-8;
+  int reps = 3, jacobi_reps = 1, iters = 200;
+  double theta = -1;  // < 0: the problem's default
+  std::vector<std::string> solvers{"es_amg", "es_amg_f", "es_jacobi", "petsc_hypre", "petsc_hypre_x", "petsc_gamg"};
+  bool amg = true, pipecg = false;
+};
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--problem") c.problem = value();
+    else if (a == "--grid") c.grid = std::stoll(value());
+    else if (a == "--rtol") c.rtol = std::stod(value());
+    else if (a == "--reps") c.reps = std::stoi(value());
+    else if (a == "--jacobi-reps") c.jacobi_reps = std::stoi(value());
+    else if (a == "--iters") c.iters = std::stoi(value());
+    else if (a == "--theta") c.theta = std::stod(value());
+    else if (a == "--solvers") c.solvers = split(value());
+    else if (a == "--cases") {
+      const auto cases = split(value());
+      c.amg = std::find(cases.begin(), cases.end(), "amg") != cases.end();
+      c.pipecg = std::find(cases.begin(), cases.end(), "pipecg") != cases.end();
+    } else
+      throw std::runtime_error("unknown argument " + a);
+  }
+  if (c.problem != "poisson2d" && c.problem != "poisson3d")
+    throw std::runtime_error("--problem: expected poisson2d or poisson3d, got " + c.problem);
+  if (c.theta < 0) c.theta = c.problem == "poisson3d" ? 0.5 : 0.25;
+  return c;
+}
+
+double max_over_ranks(double t) {
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return t;
+}
+
+/// PETSc's side: the same rows as an AIJ matrix, and a KSP per configuration.
+struct Petsc {
+  Mat A = nullptr;
+  Vec b = nullptr, x = nullptr;
+
+  Petsc(const Rows& rows, std::int64_t n) : A(assemble_aij(rows, n)) {
+    PETSC(MatCreateVecs(A, &x, &b));
+    PETSC(VecSet(b, 1.0));
+  }
+  ~Petsc() {
+    VecDestroy(&x);
+    VecDestroy(&b);
+    MatDestroy(&A);
+  }
+
+  /// A KSP `type` with preconditioner `pc` and the options of `prefix` (set beforehand).
+  KSP make(const char* type, const char* pc_type, const std::string& prefix, double rtol, int maxiter) const {
+    KSP ksp = nullptr;
+    PETSC(KSPCreate(PETSC_COMM_WORLD, &ksp));
+    PETSC(KSPSetOptionsPrefix(ksp, prefix.c_str()));
+    PETSC(KSPSetOperators(ksp, A, A));
+    PETSC(KSPSetType(ksp, type));
+    PC pc = nullptr;
+    PETSC(KSPGetPC(ksp, &pc));
+    PETSC(PCSetType(pc, pc_type));
+    PETSC(KSPSetNormType(ksp, KSP_NORM_UNPRECONDITIONED));
+    PETSC(KSPSetTolerances(ksp, rtol, 0.0, PETSC_DEFAULT, maxiter));
+    PETSC(KSPSetFromOptions(ksp));
+    return ksp;
+  }
+  /// Setup and solve from x = 0; returns {setup s, solve s, iterations} (this rank's times).
+  std::array<double, 3> solve(KSP ksp) const {
+    PETSC(VecSet(x, 0.0));
+    const double t0 = MPI_Wtime();
+    PETSC(KSPSetUp(ksp));
+    const double t1 = MPI_Wtime();
+    PETSC(KSPSolve(ksp, b, x));
+    const double t2 = MPI_Wtime();
+    PetscInt its = 0;
+    PETSC(KSPGetIterationNumber(ksp, &its));
+    KSPConvergedReason reason;
+    PETSC(KSPGetConvergedReason(ksp, &reason));
+    if (reason < 0) throw std::runtime_error("PETSc KSP did not converge (reason " + std::to_string(reason) + ")");
+    return {t1 - t0, t2 - t1, static_cast<double>(its)};
+  }
+};
+
+void set_option(const std::string& name, const std::string& value) {
+  PETSC(PetscOptionsSetValue(nullptr, name.c_str(), value.c_str()));
+}
+
+/// The PETSc configurations of the AMG case, by solver name: options under a prefix of its own.
+void set_petsc_options(const Config& c) {
+  set_option("-petsc_hypre_pc_hypre_type", "boomeramg");
+  const std::string x = "-petsc_hypre_x_pc_hypre_";
+  set_option(x + "type", "boomeramg");
+  set_option(x + "boomeramg_coarsen_type", "HMIS");
+  set_option(x + "boomeramg_interp_type", "ext+i");
+  set_option(x + "boomeramg_P_max", "4");
+  set_option(x + "boomeramg_strong_threshold", std::to_string(c.theta));
+  set_option(x + "boomeramg_relax_type_down", "l1-Gauss-Seidel");
+  set_option(x + "boomeramg_relax_type_up", "backward-l1-Gauss-Seidel");
+  set_option(x + "boomeramg_relax_type_coarse", "Gaussian-elimination");
+  set_option(x + "boomeramg_no_CF", "");  // row-order relaxation, hypre's and einshard's default
+}
+
+struct Sample {
+  std::vector<double> setup, solve, total;
+  int iterations = 0, levels = 0;
+  double complexity = 0;
+};
+
+int run(const Config& cfg) {
+  int rank = 0, p = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  const std::int64_t g = cfg.grid, n = cfg.problem == "poisson3d" ? g * g * g : g * g;
+  const std::int64_t block = (n + p - 1) / p;
+  const std::int64_t lo = std::min<std::int64_t>(rank * block, n), hi = std::min<std::int64_t>(lo + block, n);
+  const Rows rows = poisson_rows(g, lo, hi, cfg.problem == "poisson3d");
+  es::Mesh mesh(MPI_COMM_WORLD, {p}, {"rows"});
+  const auto values = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
+                                    at::kDouble).clone();
+  const auto D = sp::DSparseTensor::from_local(values, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh,
+                                               {.owned_rows = at::arange(lo, hi, at::kLong)});
+  Petsc petsc(rows, n);
+  set_petsc_options(cfg);
+  auto b = D.zeros();
+  b.local().fill_(1.0);
+
+  if (cfg.amg) {
+    std::map<std::string, Sample> samples;
+    const auto sample = [&](const std::string& name) {
+      auto& s = samples[name];
+      double setup = 0, solve = 0, total = 0;
+      if (name.rfind("es_", 0) == 0) {
+        sp::SolveOptions o{.preconditioner = name == "es_jacobi" ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
+                           .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false};
+        o.preconditioner_options.amg.strong_threshold = cfg.theta;
+        if (name == "es_amg_f")
+          o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
+                                          .interpolation = sp::AmgInterpolation::classical,
+                                          .strong_threshold = cfg.theta, .max_elements = 0,
+                                          .smoother = sp::AmgSmoother::hybrid_gauss_seidel,
+                                          .cf_order = true};
+        const auto fresh = D.with_values(D.values().clone());  // no setup to reuse
+        sp::SolveResult r;
+        total = timed([&] { r = fresh.solve(b, o); });
+        if (!r.info.converged) throw std::runtime_error(name + " did not converge: " + sp::to_string(r.info.reason));
+        setup = r.info.setup_seconds;
+        solve = r.info.seconds;
+        s.iterations = r.info.iterations;
+        s.levels = r.info.levels;
+        s.complexity = r.info.operator_complexity;
+      } else {
+        KSP ksp = petsc.make(KSPCG, name == "petsc_gamg" ? PCGAMG : PCHYPRE, name + "_", cfg.rtol, 100000);
+        std::array<double, 3> t{};
+        total = timed([&] { t = petsc.solve(ksp); });
+        PETSC(KSPDestroy(&ksp));
+        setup = t[0];
+        solve = t[1];
+        s.iterations = static_cast<int>(t[2]);
+      }
+      s.setup.push_back(max_over_ranks(setup));
+      s.solve.push_back(max_over_ranks(solve));
+      s.total.push_back(total);
+    };
+    const auto count = cfg.solvers.size();
+    for (int rep = 0; rep < cfg.reps; ++rep)
+      for (std::size_t v = 0; v < count; ++v) {
+        const auto& name = cfg.solvers[(v + static_cast<std::size_t>(rep)) % count];
+        if (name != "es_jacobi" || rep < cfg.jacobi_reps) sample(name);
+      }
+    for (const auto& name : cfg.solvers) {
+      const auto& s = samples[name];
+      if (rank == 0) {
+        std::printf("{\"bench\":\"amg_solve\",\"problem\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"solver\":\"%s\","
+                    "\"rtol\":%.0e,\"theta\":%.2f,\"iterations\":%d,\"setup_s\":%.3f,\"solve_s\":%.3f,\"total_s\":%.3f,"
+                    "\"levels\":%d,\"complexity\":%.3f,\"reps\":%zu}\n",
+                    cfg.problem.c_str(), p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.rtol,
+                    cfg.theta, s.iterations, median(s.setup), median(s.solve), median(s.total), s.levels, s.complexity,
+                    s.total.size());
+        std::fflush(stdout);
+      }
+    }
+    if (rank == 0 && samples.count("es_amg")) {
+      // The best of each side (einshard: the default options or PETSc's settings).
+      const auto best_of = [&](const char* prefix) {
+        std::pair<std::string, double> best{"", 0.0};
+        for (const auto& [name, s] : samples)
+          if (name.rfind(prefix, 0) == 0 && name != "es_jacobi" && (best.first.empty() || median(s.total) < best.second))
+            best = {name, median(s.total)};
+        return best;
+      };
+      const auto [es_best, es_s] = best_of("es_");
+      const auto [best, best_s] = best_of("petsc");
+      const double jacobi_s = samples.count("es_jacobi") ? median(samples["es_jacobi"].total) : 0.0;
+      std::printf("{\"bench\":\"amg_summary\",\"problem\":\"%s\",\"ranks\":%d,\"n\":%lld,\"best_es\":\"%s\",\"best_es_s\":%.3f,"
+                  "\"best_petsc\":\"%s\",\"best_petsc_s\":%.3f,\"ratio_vs_best_petsc\":%.3f,"
+                  "\"es_jacobi_s\":%.3f,\"speedup_vs_es_jacobi\":%.1f}\n",
+                  cfg.problem.c_str(), p, static_cast<long long>(n), es_best.c_str(), es_s, best.c_str(), best_s,
+                  best.empty() ? 0.0 : es_s / best_s, jacobi_s, jacobi_s > 0 ? jacobi_s / es_s : 0.0);
+      std::fflush(stdout);
+    }
+  }
+
+  if (cfg.pipecg) {
+    // Fixed iteration count, Jacobi on both sides, setup outside the clock (reused).
+    sp::SolveOptions o{.preconditioner = sp::Preconditioner::jacobi, .rtol = 0, .atol = 0, .maxiter = cfg.iters,
+                       .residual_history = false};
+    auto pipelined = o;
+    pipelined.cg_variant = sp::CgVariant::pipelined;
+    KSP cg = petsc.make(KSPCG, PCJACOBI, "fixed_cg_", 0.0, cfg.iters);
+    KSP pipe = petsc.make(KSPPIPECG, PCJACOBI, "fixed_pipecg_", 0.0, cfg.iters);
+    PETSC(KSPSetUp(cg));
+    PETSC(KSPSetUp(pipe));
+    (void)D.solve(b, o);  // warm-up; sets up and keeps Jacobi
+    std::vector<std::vector<double>> t(4);
+    for (int rep = 0; rep < cfg.reps + 1; ++rep) {
+      std::vector<std::function<void()>> runs = {
+          [&] { (void)D.solve(b, o); },
+          [&] { (void)D.solve(b, pipelined); },
+          [&] { PETSC(VecSet(petsc.x, 0.0)); PETSC(KSPSolve(cg, petsc.b, petsc.x)); },
+          [&] { PETSC(VecSet(petsc.x, 0.0)); PETSC(KSPSolve(pipe, petsc.b, petsc.x)); },
+      };
+      for (std::size_t v = 0; v < runs.size(); ++v) {
+        const auto which = (v + static_cast<std::size_t>(rep)) % runs.size();
+        const double dt = timed(runs[which]);
+        if (rep > 0) t[which].push_back(dt * 1e3 / cfg.iters);
+      }
+    }
+    PETSC(KSPDestroy(&cg));
+    PETSC(KSPDestroy(&pipe));
+    if (rank == 0) {
+      const double es_cg = median(t[0]), es_pipe = median(t[1]), pe_cg = median(t[2]), pe_pipe = median(t[3]);
+      std::printf("{\"bench\":\"pipecg\",\"problem\":\"%s\",\"ranks\":%d,\"n\":%lld,\"iterations\":%d,"
+                  "\"es_cg_ms_it\":%.4f,\"es_pipecg_ms_it\":%.4f,\"petsc_cg_ms_it\":%.4f,\"petsc_pipecg_ms_it\":%.4f,"
+                  "\"ratio_vs_petsc_pipecg\":%.3f,\"ratio_vs_es_cg\":%.3f,\"reps\":%d}\n",
+                  cfg.problem.c_str(), p, static_cast<long long>(n), cfg.iters, es_cg, es_pipe, pe_cg, pe_pipe,
+                  es_pipe / pe_pipe, es_pipe / es_cg, cfg.reps);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return einshard_bench::petsc_main(argc, argv, "einshard_bench_sparse_amg", parse, run);
+}

@@ -1,0 +1,353 @@
+// Distributed LSQR and LSMR: einshard (DSparseTensor::lsqr, lsmr) against PETSc's KSPLSQR on the
+// same rectangular matrix, rows, columns and right-hand side, in one launch; and the cost of the
+// differentiable solve's backward against its forward.
+//
+// Problem: A is (2N) x N, N = g², float64: rows [0, N) the 2-D 5-point Poisson matrix on a g × g
+// grid, rows [N, 2N) the forward difference u_i − u_{i+1} (u_i alone at the end): an
+// overdetermined, inconsistent system. b = 1. Rows and columns are split in contiguous blocks
+// (einshard's `simple` partition of 2N and of N), given explicitly to both libraries (from_local's
+// owned_rows / owned_cols, PETSc's local row and column sizes). Each rank assembles its own rows.
+//
+// Both run exactly `--iters` iterations: einshard with atol = btol = conlim = 0 and maxiter =
+// iters, PETSc with KSPSetTolerances(0, 0, default, iters) and no preconditioner. The all-reduces
+// each solve makes are counted by PETSc's own MPI logging (petsc_allreduce_ct, which also sees
+// einshard's calls in this file, see allreduce_calls()); reported per iteration.
+//
+// Backward: x = D.solve(b).x on the Poisson part (N x N) with b a leaf, CG + Jacobi at rtol 1e-8
+// and GMRES(30) + Jacobi at rtol 1e-8, then loss = <w, x>, loss.backward(): the backward is one
+// solve with Aᴴ (GMRES: with the assembled Aᴴ, built on the first backward and kept). Reported:
+// forward and backward medians and their ratio.
+//
+// A sample is the maximum over the ranks of one variant's elapsed time (MPI_Barrier first);
+// variants alternate within each rep; medians over `--reps`. JSON lines on rank 0:
+//
+//   {"bench":"sparse_lsqr","method":"lsqr"|"lsmr","ranks":P,"grid":g,"m":2N,"n":N,"iterations":...,
+//    "einshard_ms_per_it":...,"petsc_lsqr_ms_per_it":...,"ratio":einshard time / PETSc time per
+//    iteration,"einshard_allreduce_per_it":...,"petsc_allreduce_per_it":...,"x_rel_diff":...}
+//   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"forward_ms":...,
+//    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
+//   {"bench":"sparse_multi_rhs","ranks":P,"grid":g,"k":8,"iterations":...,"block_ms":...,
+//    "singles_ms":...,"throughput_ratio":singles / block}
+//
+// Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (backward grid), CG + Jacobi
+// for exactly `--iters` iterations, against 8 single solves of its columns.
+//
+//   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <mpi.h>
+#include <petscksp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <einshard/sparse.hpp>
+
+#include "../common.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+using einshard_bench::median;
+using einshard_bench::timed;
+
+namespace {
+
+/// PETSc's logging wraps MPI_Allreduce in a macro that counts calls (petsc_allreduce_ct), in
+/// PETSc itself and in every translation unit that includes petscsys.h before calling it: this
+/// one, einshard's header-only code included. So one counter sees both libraries' all-reduces.
+double allreduce_calls() { return static_cast<double>(petsc_allreduce_ct); }
+
+#define PETSC(call)                                                          \
+  do {                                                                       \
+    const PetscErrorCode petsc_code_ = (call);                               \
+    if (petsc_code_ != 0) throw std::runtime_error(std::string("PETSc: ") + #call); \
+  } while (0)
+
+struct Config {
+  std::int64_t grid = 500;
+  int iters = 200;
+  int reps = 5;
+  std::int64_t backward_grid = 200;
+};
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
+      return std::string(argv[++i]);
+    };
+    if (a == "--grid") c.grid = std::stoll(next());
+    else if (a == "--iters") c.iters = std::stoi(next());
+    else if (a == "--reps") c.reps = std::stoi(next());
+    else if (a == "--backward-grid") c.backward_grid = std::stoll(next());
+    else throw std::runtime_error("unknown argument " + a);
+  }
+  return c;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+/// Rows [lo, hi) of the (2N) x N matrix, COO with global indices, ascending columns per row.
+struct Rows {
+  std::vector<std::int64_t> row, col, rowptr{0};
+  std::vector<double> val;
+};
+Rows rect_rows(std::int64_t g, std::int64_t lo, std::int64_t hi) {
+  const auto n = g * g;
+  Rows r;
+  for (std::int64_t i = lo; i < hi; ++i) {
+    auto add = [&](std::int64_t j, double v) {
+      r.row.push_back(i);
+      r.col.push_back(j);
+      r.val.push_back(v);
+    };
+    if (i < n) {
+      const auto x = i % g, y = i / g;
+      if (y > 0) add(i - g, -1);
+      if (x > 0) add(i - 1, -1);
+      add(i, 4);
+      if (x + 1 < g) add(i + 1, -1);
+      if (y + 1 < g) add(i + g, -1);
+    } else {
+      const auto j = i - n;
+      add(j, 1);
+      if (j + 1 < n) add(j + 1, -1);
+    }
+    r.rowptr.push_back(static_cast<std::int64_t>(r.val.size()));
+  }
+  return r;
+}
+
+at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
+  return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
+}
+
+struct PetscLsqr {
+  Mat A = nullptr;
+  Vec b = nullptr, x = nullptr;
+  KSP ksp = nullptr;
+
+  PetscLsqr(const Rows& rows, std::int64_t lo, std::int64_t mloc, std::int64_t nloc, std::int64_t m, std::int64_t n,
+            int iters) {
+    PETSC(MatCreate(PETSC_COMM_WORLD, &A));
+    PETSC(MatSetSizes(A, static_cast<PetscInt>(mloc), static_cast<PetscInt>(nloc), static_cast<PetscInt>(m),
+                      static_cast<PetscInt>(n)));
+    PETSC(MatSetType(A, MATAIJ));
+    PETSC(MatSeqAIJSetPreallocation(A, 5, nullptr));
+    PETSC(MatMPIAIJSetPreallocation(A, 5, nullptr, 3, nullptr));
+    std::vector<PetscInt> cols;
+    for (std::int64_t i = 0; i < mloc; ++i) {
+      const auto begin = rows.rowptr[static_cast<std::size_t>(i)], end = rows.rowptr[static_cast<std::size_t>(i) + 1];
+      cols.assign(rows.col.begin() + begin, rows.col.begin() + end);
+      const auto row = static_cast<PetscInt>(lo + i);
+      PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), rows.val.data() + begin,
+                         INSERT_VALUES));
+    }
+    PETSC(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+    PETSC(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+    PETSC(MatCreateVecs(A, &x, &b));
+    PETSC(VecSet(b, 1.0));
+    PETSC(KSPCreate(PETSC_COMM_WORLD, &ksp));
+    PETSC(KSPSetOperators(ksp, A, A));
+    PETSC(KSPSetType(ksp, KSPLSQR));
+    PC pc = nullptr;
+    PETSC(KSPGetPC(ksp, &pc));
+    PETSC(PCSetType(pc, PCNONE));
+    PETSC(KSPSetTolerances(ksp, 0.0, 0.0, PETSC_DEFAULT, iters));
+    PETSC(KSPSetUp(ksp));
+  }
+  int solve() {
+    PETSC(KSPSolve(ksp, b, x));
+    PetscInt its = 0;
+    PETSC(KSPGetIterationNumber(ksp, &its));
+    return static_cast<int>(its);
+  }
+  at::Tensor solution() const {
+    const PetscScalar* p = nullptr;
+    PetscInt n = 0;
+    VecGetLocalSize(x, &n);
+    VecGetArrayRead(x, &p);
+    auto t = at::from_blob(const_cast<PetscScalar*>(p), {static_cast<std::int64_t>(n)}, at::kDouble).clone();
+    VecRestoreArrayRead(x, &p);
+    return t;
+  }
+  ~PetscLsqr() {
+    KSPDestroy(&ksp);
+    VecDestroy(&x);
+    VecDestroy(&b);
+    MatDestroy(&A);
+  }
+};
+
+void run_lsqr(const Config& cfg) {
+  const auto g = cfg.grid, n = g * g, m = 2 * n;
+  const auto [lo, hi] = sp::simple_rows(m, MPI_COMM_WORLD);
+  const auto [clo, chi] = sp::simple_rows(n, MPI_COMM_WORLD);
+  const auto rows = rect_rows(g, lo, hi);
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  const auto mesh = es::Mesh(MPI_COMM_WORLD, {P}, {"x"});
+  const auto vals = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
+                                  at::kDouble).clone();
+  const auto D = sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {m, n}, mesh,
+                                               {.owned_rows = at::arange(lo, hi, at::kLong),
+                                                .owned_cols = at::arange(clo, chi, at::kLong)});
+  const auto b = D.vector(at::ones({hi - lo}, at::kDouble));
+  PetscLsqr petsc(rows, lo, hi - lo, chi - clo, m, n, cfg.iters);
+  const sp::LeastSquaresOptions o{.atol = 0.0, .btol = 0.0, .conlim = 0.0, .maxiter = cfg.iters,
+                                  .residual_history = false};
+  for (const std::string method : {"lsqr", "lsmr"}) {
+    const auto run_es = [&] { return method == "lsqr" ? D.lsqr(b, o) : D.lsmr(b, o); };
+    // Warm-up, and the all-reduce counts of one solve each.
+    auto calls0 = allreduce_calls();
+    const auto warm = run_es();
+    const double es_calls = allreduce_calls() - calls0;
+    calls0 = allreduce_calls();
+    const int petsc_its = petsc.solve();
+    const double petsc_calls = allreduce_calls() - calls0;
+    std::vector<double> t_es, t_pe, paired;
+    for (int rep = 0; rep < cfg.reps; ++rep) {
+      const double a = timed([&] { (void)run_es(); });
+      const double p = timed([&] { (void)petsc.solve(); });
+      t_es.push_back(a);
+      t_pe.push_back(p);
+      paired.push_back(a / p);
+    }
+    // Same algorithm, different summation order: the iterates agree to rounding amplified by
+    // the conditioning (LSQR and LSMR differ as methods, so only LSQR is compared).
+    double diff = 0.0, ref = 0.0;
+    if (method == "lsqr") {
+      const auto d = (warm.x.local() - petsc.solution());
+      diff = d.abs().max().item<double>();
+      ref = petsc.solution().abs().max().item<double>();
+      MPI_Allreduce(MPI_IN_PLACE, &diff, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &ref, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    }
+    const double es_it = median(t_es) / warm.info.iterations, pe_it = median(t_pe) / petsc_its;
+    if (world_rank() == 0)
+      std::printf("{\"bench\":\"sparse_lsqr\",\"method\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"m\":%lld,\"n\":%lld,"
+                  "\"iterations\":%d,\"petsc_iterations\":%d,\"einshard_ms_per_it\":%.4f,\"petsc_lsqr_ms_per_it\":%.4f,"
+                  "\"ratio\":%.3f,\"ratio_paired\":%.3f,\"einshard_allreduce_per_it\":%.2f,"
+                  "\"petsc_allreduce_per_it\":%.2f,\"x_rel_diff\":%.2e,\"reps\":%d}\n",
+                  method.c_str(), P, static_cast<long long>(g), static_cast<long long>(m), static_cast<long long>(n),
+                  warm.info.iterations, petsc_its, es_it * 1e3, pe_it * 1e3, es_it / pe_it, median(paired),
+                  es_calls / warm.info.iterations, petsc_calls / petsc_its, ref > 0 ? diff / ref : 0.0, cfg.reps);
+    std::fflush(stdout);
+  }
+}
+
+void run_backward(const Config& cfg) {
+  const auto g = cfg.backward_grid, n = g * g;
+  const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
+  const auto rows = rect_rows(g, lo, hi);  // rows < N: the Poisson part
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  const auto mesh = es::Mesh(MPI_COMM_WORLD, {P}, {"x"});
+  const auto vals = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
+                                  at::kDouble).clone();
+  const auto D = sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
+  const auto w = at::linspace(0.5, 1.5, hi - lo, at::kDouble);
+  for (const auto method : {sp::Method::cg, sp::Method::gmres}) {
+    const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-8,
+                             .residual_history = false};
+    std::vector<double> t_fwd, t_bwd;
+    int its = 0;
+    for (int rep = 0; rep <= cfg.reps; ++rep) {  // rep 0: warm-up (and GMRES's Aᴴ assembly)
+      const auto b = at::ones({hi - lo}, at::kDouble).requires_grad_(true);
+      sp::DVector x;
+      const double f = timed([&] {
+        auto r = D.solve(D.vector(b), o);
+        its = r.info.iterations;
+        x = r.x;
+      });
+      const auto loss = (x.local() * w).sum();
+      const double bw = timed([&] { loss.backward(); });
+      if (rep > 0) {
+        t_fwd.push_back(f);
+        t_bwd.push_back(bw);
+      }
+    }
+    if (world_rank() == 0)
+      std::printf("{\"bench\":\"sparse_solve_backward\",\"method\":\"%s\",\"ranks\":%d,\"grid\":%lld,"
+                  "\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"backward_over_forward\":%.3f,"
+                  "\"forward_iterations\":%d,\"reps\":%d}\n",
+                  sp::to_string(method), P, static_cast<long long>(g), median(t_fwd) * 1e3, median(t_bwd) * 1e3,
+                  median(t_bwd) / median(t_fwd), its, cfg.reps);
+    std::fflush(stdout);
+  }
+}
+
+/// D.solve(B) with an (n_local, 8) block against 8 single solves of the same columns, CG with
+/// Jacobi, exactly `iters` iterations each (rtol = atol = 0).
+void run_multi_rhs(const Config& cfg) {
+  const auto g = cfg.backward_grid, n = g * g;
+  const std::int64_t k = 8;
+  const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
+  const auto rows = rect_rows(g, lo, hi);
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  const auto mesh = es::Mesh(MPI_COMM_WORLD, {P}, {"x"});
+  const auto vals = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
+                                  at::kDouble).clone();
+  const auto D = sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1 + world_rank());
+  const auto B = D.vector(at::rand({hi - lo, k}, gen, at::kDouble));
+  std::vector<sp::DVector> cols;
+  for (std::int64_t j = 0; j < k; ++j) cols.push_back(D.vector(B.local().select(1, j).contiguous()));
+  const sp::SolveOptions o{.preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0, .maxiter = cfg.iters,
+                           .residual_history = false};
+  (void)D.solve(B, o);
+  std::vector<double> t_block, t_single;
+  for (int rep = 0; rep < cfg.reps; ++rep) {
+    t_block.push_back(timed([&] { (void)D.solve(B, o); }));
+    t_single.push_back(timed([&] {
+      for (const auto& c : cols) (void)D.solve(c, o);
+    }));
+  }
+  if (world_rank() == 0)
+    std::printf("{\"bench\":\"sparse_multi_rhs\",\"ranks\":%d,\"grid\":%lld,\"k\":%lld,\"iterations\":%d,"
+                "\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"reps\":%d}\n",
+                P, static_cast<long long>(g), static_cast<long long>(k), cfg.iters, median(t_block) * 1e3,
+                median(t_single) * 1e3, median(t_single) / median(t_block), cfg.reps);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int code = 0;
+  try {
+    const Config cfg = parse(argc, argv);
+    const char* t = std::getenv("EINSHARD_NUM_THREADS");
+    at::set_num_threads(t && std::atoi(t) > 0 ? std::atoi(t) : 1);
+    if (PetscInitializeNoArguments() != 0) throw std::runtime_error("PetscInitializeNoArguments failed");
+    try {
+      run_lsqr(cfg);
+      run_backward(cfg);
+      run_multi_rhs(cfg);
+    } catch (...) {
+      PetscFinalize();
+      throw;
+    }
+    PetscFinalize();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "einshard_bench_sparse_lsqr (rank %d): %s\n", world_rank(), e.what());
+    code = 1;
+  }
+  if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,118 @@
+#pragma once
+/// @file
+/// Agreeing before moving data: one small all-gather of every rank's metadata about every operand
+/// (a fingerprint of the call, dtype, local shape, and any fault it found locally). Every rank then
+/// sees the same facts, so a fault found anywhere raises the same `Error` on every rank and nobody
+/// is left waiting in a collective. The same exchange tells every rank every shard's size, so
+/// gathers need no `shapes`. Used by the notation's executor and by the sparse part.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "einshard/comm/collectives.hpp"
+#include "einshard/error.hpp"
+
+namespace einshard::comm {
+
+/// Faults a rank can find in its own input before any communication.
+enum class LocalFault : std::int64_t { none = 0, rank_mismatch = 1, too_many_dims = 2, not_cpu = 3 };
+
+/// What a rank says about one operand.
+struct RankInfo {
+  static constexpr std::size_t max_dims = 24;
+  static constexpr std::size_t words = 4 + max_dims;
+  std::int64_t fingerprint = 0;
+  std::int64_t dtype = 0;
+  std::int64_t ndim = 0;
+  std::int64_t fault = 0;
+  std::array<std::int64_t, max_dims> sizes{};
+};
+
+inline RankInfo describe(const at::Tensor& x, std::int64_t fingerprint, LocalFault fault) {
+  RankInfo r;
+  r.fingerprint = fingerprint;
+  r.dtype = static_cast<std::int64_t>(x.scalar_type());
+  r.ndim = x.dim();
+  if (fault == LocalFault::none && !x.device().is_cpu()) fault = LocalFault::not_cpu;
+  if (fault == LocalFault::none && static_cast<std::size_t>(x.dim()) > RankInfo::max_dims)
+    fault = LocalFault::too_many_dims;
+  r.fault = static_cast<std::int64_t>(fault);
+  for (std::int64_t d = 0; d < x.dim() && static_cast<std::size_t>(d) < RankInfo::max_dims; ++d)
+    r.sizes[static_cast<std::size_t>(d)] = x.size(d);
+  return r;
+}
+
+/// `infos[r][i]`: rank r's description of operand i.
+using Agreed = std::vector<std::vector<RankInfo>>;
+
+/// All ranks' descriptions of all operands (collective over `comm`), after checking what must agree:
+/// the call (fingerprint), dtypes and ranks. `what` names the call in messages; `expected_dims[i]`
+/// explains a rank-mismatch fault of operand i.
+inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_view what,
+                    std::span<const std::string> expected_dims) {
+  std::vector<std::int64_t> packed;
+  for (const auto& m : mine) {
+    packed.insert(packed.end(), {m.fingerprint, m.dtype, m.ndim, m.fault});
+    packed.insert(packed.end(), m.sizes.begin(), m.sizes.end());
+  }
+  const auto all = all_gather_values(packed, comm);
+  const auto n = mine.size();
+  Agreed ranks(all.size() / (n * RankInfo::words), std::vector<RankInfo>(n));
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto* p = all.data() + (r * n + i) * RankInfo::words;
+      auto& info = ranks[r][i];
+      info.fingerprint = p[0];
+      info.dtype = p[1];
+      info.ndim = p[2];
+      info.fault = p[3];
+      std::copy(p + 4, p + RankInfo::words, info.sizes.begin());
+    }
+  auto prefix = [&] { return std::string(what) + ": "; };  // built only for an error
+  auto operand = [&](std::size_t i) {
+    return n == 1 ? std::string("the tensor") : "input " + std::to_string(i + 1);
+  };
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& info = ranks[r][i];
+      const auto on = " on rank " + std::to_string(r);
+      switch (static_cast<LocalFault>(info.fault)) {
+        case LocalFault::none: break;
+        case LocalFault::rank_mismatch:
+          throw Error(prefix() + operand(i) + on + " has " + std::to_string(info.ndim) +
+                      " dimensions, but the notation names " + expected_dims[i]);
+        case LocalFault::too_many_dims:
+          throw Error(prefix() + operand(i) + on + " has more than " +
+                      std::to_string(RankInfo::max_dims) + " dimensions");
+        case LocalFault::not_cpu:
+          throw Error(prefix() + operand(i) + on +
+                      " is not a CPU tensor; this version communicates CPU tensors only");
+      }
+    }
+  for (std::size_t r = 1; r < ranks.size(); ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& a = ranks[0][i];
+      const auto& b = ranks[r][i];
+      const auto on = " on rank " + std::to_string(r);
+      if (b.fingerprint != a.fingerprint)  // no notation in the message: it differs between ranks
+        throw Error("einshard: rank " + std::to_string(r) +
+                    " called a different operation than rank 0 (notation or number of operands differ)");
+      if (b.dtype != a.dtype)
+        throw Error(prefix() + "the dtype of " + operand(i) + " differs between ranks: " +
+                    c10::toString(static_cast<at::ScalarType>(a.dtype)) + " on rank 0, " +
+                    c10::toString(static_cast<at::ScalarType>(b.dtype)) + on);
+      if (b.ndim != a.ndim)
+        throw Error(prefix() + "the rank of " + operand(i) + " differs between ranks: " +
+                    std::to_string(a.ndim) + " dimensions on rank 0, " + std::to_string(b.ndim) + on);
+    }
+  return ranks;
+}
+
+}  // namespace einshard::comm

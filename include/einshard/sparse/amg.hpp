@@ -1,0 +1,313 @@
+#pragma once
+/// @file
+/// `Preconditioner::amg`: one hypre BoomerAMG hierarchy over the whole distributed matrix (not
+/// one per rank, which is block-Jacobi AMG and needs more iterations the more ranks there are),
+/// applied as `AmgOptions::cycles` V- or W-cycles from a zero guess.
+///
+/// hypre numbers the rows of each rank contiguously, in rank order. einshard's partitions (RCB,
+/// Hilbert, METIS, `from_local` ownership) need not be contiguous, but a rank's owned rows are
+/// stored in a fixed order, so the contiguous numbering is implied: owned row i of rank r is
+/// hypre row first(r) + i, first(r) the rows owned by lower ranks. Setup finds first(r) with one
+/// exclusive scan and the hypre numbers of the halo columns with one halo exchange of those
+/// numbers (the same messages as a product); after that a vector's owned slice *is* its hypre
+/// slice, so applying the preconditioner copies the slice in and out and gathers nothing.
+///
+/// Only real float64 (hypre's HYPRE_Real); other dtypes raise an `Error` naming the conversion.
+/// Without hypre (EINSHARD_HAS_HYPRE unset) the option raises an `Error` naming hypre.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/comm/exchange.hpp"
+#include "einshard/error.hpp"
+#include "einshard/sparse/amg_options.hpp"
+#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/preconditioner.hpp"
+
+#if defined(EINSHARD_HAS_HYPRE)
+// hypre's internal headers (for the hierarchy's levels and matrices, and the vectors' local data:
+// its public API has no getter for either) are C written for C; quiet them.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wvolatile"
+#pragma GCC diagnostic ignored "-Wpedantic"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#endif
+#include <HYPRE.h>
+#include <HYPRE_parcsr_ls.h>
+#include <_hypre_parcsr_ls.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+namespace einshard::sparse::detail {
+
+/// The ghosts of an owned-length vector, in the matrix's halo order (its halo exchange).
+using GhostsOf = std::function<at::Tensor(const at::Tensor& owned)>;
+
+#if defined(EINSHARD_HAS_HYPRE)
+
+inline constexpr int hypre_coarsen_type(AmgCoarsening c) {
+  switch (c) {
+    case AmgCoarsening::hmis: return 10;
+    case AmgCoarsening::pmis: return 8;
+    case AmgCoarsening::falgout: return 6;
+  }
+  return 10;
+}
+
+inline constexpr int hypre_interp_type(AmgInterpolation i) {
+  switch (i) {
+    case AmgInterpolation::extended_i: return 6;
+    case AmgInterpolation::extended: return 14;
+    case AmgInterpolation::standard: return 8;
+    case AmgInterpolation::classical: return 0;
+    case AmgInterpolation::direct: return 3;
+    case AmgInterpolation::multipass: return 4;
+  }
+  return 6;
+}
+
+/// hypre relax types of the down and the up sweeps.
+inline constexpr std::pair<int, int> hypre_relax_types(AmgSmoother s) {
+  switch (s) {
+    case AmgSmoother::l1_gauss_seidel: return {13, 14};
+    case AmgSmoother::hybrid_gauss_seidel: return {6, 6};
+    case AmgSmoother::l1_jacobi: return {18, 18};
+    case AmgSmoother::chebyshev: return {16, 16};
+  }
+  return {13, 14};
+}
+
+/// The faults of options and matrix found before any hypre call, so that a bad input is the same
+/// `Error` on every rank instead of a hypre abort or a hang inside a collective setup.
+inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols,
+                             const AmgOptions& o) {
+  if (global_rows != global_cols)
+    return "sparse: the amg preconditioner needs a square matrix, got " + std::to_string(global_rows) + "x" +
+           std::to_string(global_cols);
+  if (rows.a.dtype() != at::kDouble)
+    return std::string("sparse: the amg preconditioner (hypre BoomerAMG) needs float64 values, got ") +
+           c10::toString(rows.a.dtype()) + " (convert the matrix with .to(at::kDouble))";
+  if (global_rows > std::numeric_limits<HYPRE_BigInt>::max() ||
+      rows.a.nnz() > std::numeric_limits<HYPRE_Int>::max())
+    return "sparse: the amg preconditioner: hypre was built with " + std::to_string(8 * sizeof(HYPRE_BigInt)) +
+           "-bit indices, too small for " + std::to_string(global_rows) + " rows";
+  if (!(o.strong_threshold >= 0 && o.strong_threshold < 1) || o.sweeps < 1 || o.max_levels < 1 ||
+      o.max_elements < 0 || o.aggressive_levels < 0 || o.cycles < 1)
+    return "sparse: amg options: expected 0 ≤ strong_threshold < 1, sweeps ≥ 1, max_levels ≥ 1, "
+           "max_elements ≥ 0, aggressive_levels ≥ 0 and cycles ≥ 1, got " +
+           std::to_string(o.strong_threshold) + ", " + std::to_string(o.sweeps) + ", " +
+           std::to_string(o.max_levels) + ", " + std::to_string(o.max_elements) + ", " +
+           std::to_string(o.aggressive_levels) + " and " + std::to_string(o.cycles);
+  check_rows(rows);
+  // Every smoother divides by the diagonal (or its l1 row norm, which a zero diagonal makes
+  // indefinite); hypre would only warn.
+  return first_bad_row(diagonal(rows.a) == 0, "sparse: the amg preconditioner needs a nonzero diagonal, found a zero one in");
+}
+
+/// hypre's status after a call sequence: empty, or what failed. Clears hypre's sticky flag.
+inline std::string hypre_fault(const char* what) {
+  const HYPRE_Int err = HYPRE_GetError();
+  HYPRE_ClearAllErrors();
+  if (err == 0 || err == HYPRE_ERROR_CONV) return {};
+  return std::string("sparse: hypre BoomerAMG ") + what + " failed (hypre error code " + std::to_string(err) + ")";
+}
+
+class AmgOp final : public PreconditionerOp {
+ public:
+  AmgOp(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols, const GhostsOf& ghosts_of,
+        const AmgOptions& o)
+      : options_(o) {
+    agreed_setup(rows.comm, [&] {
+      if (auto fault = amg_fault(rows, global_rows, global_cols, o); !fault.empty()) throw Error(fault);
+    });
+    initialize_hypre();
+    comm::check(MPI_Comm_dup(rows.comm, &comm_), "MPI_Comm_dup");
+    const std::int64_t n = rows.n_owned;
+    std::int64_t first = 0;
+    comm::check(MPI_Exscan(&n, &first, 1, MPI_INT64_T, MPI_SUM, comm_), "MPI_Exscan");
+    if (comm::rank_of(comm_) == 0) first = 0;
+    const auto numbers = ghosts_of(at::arange(first, first + n, at::kLong)).contiguous();
+    HYPRE_ClearAllErrors();
+    build_matrix(rows, first, numbers);
+    std::string fault = hypre_fault("matrix assembly");
+    if (fault.empty()) {
+      setup_solver();
+      fault = hypre_fault("setup");
+    }
+    comm::raise_if_any(comm_, fault);
+    measure_hierarchy();
+  }
+  AmgOp(const AmgOp&) = delete;
+  AmgOp& operator=(const AmgOp&) = delete;
+  ~AmgOp() override {
+    if (solver_) HYPRE_BoomerAMGDestroy(solver_);
+    if (x_) HYPRE_IJVectorDestroy(x_);
+    if (b_) HYPRE_IJVectorDestroy(b_);
+    if (matrix_) HYPRE_IJMatrixDestroy(matrix_);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+  /// `cycles` cycles on A z = r from z = 0 (collective). hypre's vectors borrow r's and z's
+  /// memory for the call (as PETSc's PCHYPRE does), so nothing is copied; BoomerAMG reads b only.
+  void apply(const at::Tensor& r, at::Tensor& z) const override {
+    const auto src = r.contiguous();
+    z.zero_();
+    Borrow b(par_b_, const_cast<double*>(src.data_ptr<double>())), x(par_x_, z.data_ptr<double>());
+    HYPRE_BoomerAMGSolve(solver_, par_a_, par_b_, par_x_);
+  }
+  [[nodiscard]] std::string name() const override { return "amg(boomeramg)"; }
+  [[nodiscard]] std::pair<int, double> hierarchy() const override { return {levels_, complexity_}; }
+
+ private:
+  static void initialize_hypre() {
+    static const bool done = [] {
+      HYPRE_Init();
+      return true;
+    }();
+    (void)done;
+  }
+  /// Points a hypre vector's local data at `data` until destroyed (its own array is restored).
+  class Borrow {
+   public:
+    Borrow(HYPRE_ParVector v, double* data)
+        : local_(hypre_ParVectorLocalVector(reinterpret_cast<hypre_ParVector*>(v))), own_(hypre_VectorData(local_)) {
+      hypre_VectorData(local_) = data;
+    }
+    Borrow(const Borrow&) = delete;
+    Borrow& operator=(const Borrow&) = delete;
+    ~Borrow() { hypre_VectorData(local_) = own_; }
+
+   private:
+    hypre_Vector* local_;
+    double* own_;
+  };
+
+  void build_matrix(const LocalRows& rows, std::int64_t first, const at::Tensor& ghost_numbers) {
+    n_ = rows.n_owned;
+    const auto lo = static_cast<HYPRE_BigInt>(first), hi = static_cast<HYPRE_BigInt>(first + n_ - 1);
+    const auto rowptr = rows.a.rowptr.to(at::kLong).contiguous();
+    const auto col = rows.a.col.to(at::kLong).contiguous();
+    const auto values = rows.a.values.detach().contiguous();
+    const auto* rp = rowptr.data_ptr<std::int64_t>();
+    const auto* cp = col.data_ptr<std::int64_t>();
+    const auto* gp = ghost_numbers.data_ptr<std::int64_t>();
+    const auto nnz = static_cast<std::size_t>(rp[n_]);
+    std::vector<HYPRE_Int> ncols(static_cast<std::size_t>(n_)), diag(ncols.size()), offd(ncols.size());
+    std::vector<HYPRE_BigInt> row_ids(ncols.size()), cols(nnz);
+    for (std::int64_t i = 0; i < n_; ++i) {
+      const auto iu = static_cast<std::size_t>(i);
+      row_ids[iu] = static_cast<HYPRE_BigInt>(first + i);
+      ncols[iu] = static_cast<HYPRE_Int>(rp[i + 1] - rp[i]);
+      for (auto k = rp[i]; k < rp[i + 1]; ++k) {
+        const auto c = cp[k];
+        const bool owned = c < n_;
+        (owned ? diag : offd)[iu] += 1;
+        cols[static_cast<std::size_t>(k)] = static_cast<HYPRE_BigInt>(owned ? first + c : gp[c - n_]);
+      }
+    }
+    HYPRE_IJMatrixCreate(comm_, lo, hi, lo, hi, &matrix_);
+    HYPRE_IJMatrixSetObjectType(matrix_, HYPRE_PARCSR);
+    HYPRE_IJMatrixSetDiagOffdSizes(matrix_, diag.data(), offd.data());
+    HYPRE_IJMatrixInitialize(matrix_);
+    if (n_ > 0)
+      HYPRE_IJMatrixSetValues(matrix_, static_cast<HYPRE_Int>(n_), ncols.data(), row_ids.data(), cols.data(),
+                              values.data_ptr<double>());
+    HYPRE_IJMatrixAssemble(matrix_);
+    void* object = nullptr;
+    HYPRE_IJMatrixGetObject(matrix_, &object);
+    par_a_ = static_cast<HYPRE_ParCSRMatrix>(object);
+    const auto vector = [&](HYPRE_IJVector& v, HYPRE_ParVector& par) {
+      HYPRE_IJVectorCreate(comm_, lo, hi, &v);
+      HYPRE_IJVectorSetObjectType(v, HYPRE_PARCSR);
+      HYPRE_IJVectorInitialize(v);
+      HYPRE_IJVectorAssemble(v);
+      void* o = nullptr;
+      HYPRE_IJVectorGetObject(v, &o);
+      par = static_cast<HYPRE_ParVector>(o);
+    };
+    vector(b_, par_b_);
+    vector(x_, par_x_);
+  }
+
+  void setup_solver() {
+    const auto& o = options_;
+    HYPRE_BoomerAMGCreate(&solver_);
+    HYPRE_BoomerAMGSetPrintLevel(solver_, 0);
+    HYPRE_BoomerAMGSetCoarsenType(solver_, hypre_coarsen_type(o.coarsening));
+    HYPRE_BoomerAMGSetInterpType(solver_, hypre_interp_type(o.interpolation));
+    HYPRE_BoomerAMGSetPMaxElmts(solver_, o.max_elements);
+    HYPRE_BoomerAMGSetStrongThreshold(solver_, o.strong_threshold);
+    HYPRE_BoomerAMGSetAggNumLevels(solver_, o.aggressive_levels);
+    const auto [down, up] = hypre_relax_types(o.smoother);
+    HYPRE_BoomerAMGSetCycleRelaxType(solver_, down, 1);
+    HYPRE_BoomerAMGSetCycleRelaxType(solver_, up, 2);
+    HYPRE_BoomerAMGSetCycleRelaxType(solver_, 9, 3);  // Gaussian elimination on the coarsest level
+    HYPRE_BoomerAMGSetNumSweeps(solver_, o.sweeps);
+    HYPRE_BoomerAMGSetRelaxOrder(solver_, o.cf_order ? 1 : 0);
+    HYPRE_BoomerAMGSetCycleType(solver_, o.cycle == AmgCycle::v ? 1 : 2);
+    HYPRE_BoomerAMGSetMaxLevels(solver_, o.max_levels);
+    // A preconditioner: a fixed number of cycles, no convergence test (tol 0 also skips the
+    // residual norm hypre would compute every cycle).
+    HYPRE_BoomerAMGSetMaxIter(solver_, o.cycles);
+    HYPRE_BoomerAMGSetTol(solver_, 0.0);
+    HYPRE_BoomerAMGSetup(solver_, par_a_, par_b_, par_x_);
+  }
+
+  /// Levels and Σ nnz(A_l) / nnz(A_0), from the hierarchy's matrices (one small all-reduce).
+  void measure_hierarchy() {
+    auto* data = reinterpret_cast<hypre_ParAMGData*>(solver_);
+    levels_ = hypre_ParAMGDataNumLevels(data);
+    auto** a = hypre_ParAMGDataAArray(data);
+    std::vector<double> nnz(static_cast<std::size_t>(levels_), 0.0);
+    for (int l = 0; l < levels_; ++l) {
+      const auto* m = a[l];
+      nnz[static_cast<std::size_t>(l)] = static_cast<double>(hypre_CSRMatrixNumNonzeros(hypre_ParCSRMatrixDiag(m)) +
+                                                             hypre_CSRMatrixNumNonzeros(hypre_ParCSRMatrixOffd(m)));
+    }
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, nnz.data(), levels_, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
+    double total = 0;
+    for (const double v : nnz) total += v;
+    complexity_ = levels_ > 0 && nnz[0] > 0 ? total / nnz[0] : 0.0;
+  }
+
+  AmgOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::int64_t n_ = 0;
+  HYPRE_IJMatrix matrix_ = nullptr;
+  HYPRE_IJVector b_ = nullptr, x_ = nullptr;
+  HYPRE_ParCSRMatrix par_a_ = nullptr;
+  HYPRE_ParVector par_b_ = nullptr, par_x_ = nullptr;
+  HYPRE_Solver solver_ = nullptr;
+  int levels_ = 0;
+  double complexity_ = 0.0;
+};
+
+#endif  // EINSHARD_HAS_HYPRE
+
+/// The amg preconditioner of a distributed matrix: its rows, its global shape and its halo
+/// exchange. Collective over `rows.comm`; every fault is the same `Error` on every rank.
+inline std::unique_ptr<PreconditionerOp> make_amg(const LocalRows& rows, std::int64_t global_rows,
+                                                  std::int64_t global_cols, const GhostsOf& ghosts_of,
+                                                  const AmgOptions& options) {
+#if defined(EINSHARD_HAS_HYPRE)
+  return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options);
+#else
+  (void)rows, (void)global_rows, (void)global_cols, (void)ghosts_of, (void)options;
+  throw Error("sparse: the amg preconditioner needs hypre (BoomerAMG), which this build of einshard was "
+              "configured without (install libhypre-dev and reconfigure; EINSHARD_HAS_HYPRE is not set)");
+#endif
+}
+
+}  // namespace einshard::sparse::detail

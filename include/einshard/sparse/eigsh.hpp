@@ -1,0 +1,248 @@
+#pragma once
+/// @file
+/// `DSparseTensor::eigsh`: k eigenpairs of a symmetric (Hermitian) matrix by LOBPCG (Knyazev's
+/// three-block form X, W, P) with the basis sharded like the vectors: each rank holds the owned
+/// rows (n_local, m) of every block. Per iteration: one block product (one halo exchange for the
+/// m columns of W), one all-reduce of the Gram block Z^H [Z, A Z] of the (up to) 3m columns, one
+/// all-reduce of the m residual norms. Everything else is m x m work replicated on every rank, so
+/// every rank takes the same decisions from the same reduced numbers.
+///
+/// Orthogonalisation is SVQB (Stathopoulos and Wu): the reduced Gram matrix, scaled to a unit
+/// diagonal, is diagonalised and directions below a relative threshold are dropped, which is how
+/// rank deficiency (converged residuals, P collinear with X) is handled without a distributed QR.
+///
+/// `which`: LA and SA run LOBPCG on A itself. LM and SM are true magnitudes: LOBPCG runs on A^2
+/// (largest or smallest algebraic there), and a final Rayleigh-Ritz step with A on the converged
+/// block gives signed eigenvalues and separates +-lambda pairs.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/comm/exchange.hpp"
+#include "einshard/comm/mpi.hpp"
+#include "einshard/error.hpp"
+#include "einshard/sparse/dsparse_tensor.hpp"
+#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/random.hpp"
+
+namespace einshard::sparse {
+
+enum class Which { largest_algebraic, smallest_algebraic, largest_magnitude, smallest_magnitude };
+
+struct EigshOptions {
+  std::int64_t k = 6;
+  /// SciPy's default: largest magnitude.
+  Which which = Which::largest_magnitude;
+  /// Stop when every wanted Ritz pair has ||A x - lambda x|| <= tol * max(|lambda|, 1e-10 ||A||).
+  double tol = 1e-8;
+  int maxiter = 500;
+  /// Block size m; 0: min(max(2k, k + 2), n), as the original.
+  std::int64_t block_size = 0;
+  std::uint64_t seed = 0;
+  /// Optional preconditioner T: residual block (n_local, m) -> (n_local, m), e.g. R / diag(A).
+  std::function<at::Tensor(const at::Tensor&)> preconditioner{};
+};
+
+struct EigshResult {
+  /// (k,), replicated: LA descending, SA ascending, LM by falling |lambda|, SM by rising |lambda|.
+  /// Differentiable w.r.t. the stored values (d lambda = x^H dA x).
+  at::Tensor eigenvalues;
+  /// Owned slice (n_local, k), orthonormal columns.
+  DVector eigenvectors;
+  /// (k,) ||A x_i - lambda_i x_i||, replicated.
+  at::Tensor residual_norms;
+  int iterations = 0;
+  /// Products of A with one column (a block product of m columns counts m).
+  std::int64_t matvecs = 0;
+  bool converged = false;
+};
+
+namespace detail {
+
+/// Sums `t` (contiguous, any shape) over the ranks, in place.
+inline void allreduce_sum(at::Tensor& t, MPI_Comm comm) {
+  comm::check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), comm::count(t.numel()), comm::datatype(t.scalar_type()),
+                            MPI_SUM, comm),
+              "MPI_Allreduce");
+}
+
+/// Z^H [Z, A Z] summed over the ranks: the Gram block and the projected matrix in one reduction.
+inline std::pair<at::Tensor, at::Tensor> reduced_gram(const at::Tensor& z, const at::Tensor& az, MPI_Comm comm) {
+  auto g = at::matmul(z.conj().transpose(0, 1), at::cat({z, az}, 1)).contiguous();
+  allreduce_sum(g, comm);
+  const auto p = z.size(1);
+  return {g.narrow(1, 0, p), g.narrow(1, p, p)};
+}
+
+/// Rayleigh-Ritz on span(Z) given S = Z^H Z and H = Z^H A Z: coefficients C (p x q) with Z C
+/// orthonormal (SVQB; q = the directions kept) and the Ritz values theta (q,) and vectors Y
+/// (q x q), ordered by `largest`.
+struct Ritz {
+  at::Tensor coefficients, theta;
+};
+inline Ritz rayleigh_ritz(const at::Tensor& s, const at::Tensor& h, bool largest) {
+  const auto real = s.is_complex() ? at::real(s.diagonal()) : s.diagonal();
+  const double tiny = std::numeric_limits<double>::min();
+  const auto d = at::where(real > tiny, real.clamp_min(tiny).rsqrt(), at::zeros_like(real)).to(s.scalar_type());
+  const auto scaled = d.unsqueeze(1) * s * d.unsqueeze(0);
+  const auto [sv, u] = at::linalg_eigh(0.5 * (scaled + scaled.conj().transpose(0, 1)));
+  const double eps = s.scalar_type() == at::kFloat || s.scalar_type() == at::kComplexFloat ? 1e-5 : 1e-11;
+  const auto top = sv.numel() ? sv.max().item<double>() : 0.0;
+  const auto keep = (sv > eps * top).nonzero().flatten();
+  const auto c = d.unsqueeze(1) * u.index_select(1, keep) * sv.index_select(0, keep).rsqrt().to(s.scalar_type()).unsqueeze(0);
+  auto hr = at::matmul(c.conj().transpose(0, 1), at::matmul(h, c));
+  hr = 0.5 * (hr + hr.conj().transpose(0, 1));
+  auto [theta, y] = at::linalg_eigh(hr);
+  if (largest) {
+    theta = theta.flip(0);
+    y = y.flip(1);
+  }
+  return {at::matmul(c, y), theta};
+}
+
+struct LobpcgResult {
+  at::Tensor theta, x, ax, residual_norms;
+  int iterations = 0;
+  std::int64_t matvecs = 0;
+  bool converged = false;
+};
+
+/// LOBPCG for the k extreme eigenpairs of the Hermitian operator `op` on owned blocks.
+inline LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& op, at::Tensor x, std::int64_t k,
+                           bool largest, double tol, int maxiter,
+                           const std::function<at::Tensor(const at::Tensor&)>& precond, MPI_Comm comm,
+                           int products_per_apply) {
+  const auto m = x.size(1);
+  LobpcgResult out;
+  auto ax = op(x);
+  out.matvecs += m * products_per_apply;
+  {
+    auto [s, h] = reduced_gram(x, ax, comm);
+    const auto rr = rayleigh_ritz(s, h, largest);
+    const auto q = rr.coefficients.narrow(1, 0, std::min<std::int64_t>(m, rr.coefficients.size(1)));
+    x = at::matmul(x, q);
+    ax = at::matmul(ax, q);
+    out.theta = rr.theta.narrow(0, 0, q.size(1));
+  }
+  at::Tensor p, ap;
+  for (out.iterations = 0;; ++out.iterations) {
+    const auto mm = x.size(1);
+    const auto r = ax - x * out.theta.to(x.scalar_type()).unsqueeze(0);
+    auto norms = (r.is_complex() ? at::real(r.conj() * r) : r * r).sum(0).to(at::kDouble).contiguous();
+    allreduce_sum(norms, comm);
+    out.residual_norms = norms.sqrt();
+    const auto scale = out.theta.abs().to(at::kDouble);
+    const auto floor = std::max(scale.max().item<double>(), 1e-300) * 1e-10;
+    const auto wanted = std::min(k, mm);
+    const bool done = (out.residual_norms.narrow(0, 0, wanted) <= tol * scale.narrow(0, 0, wanted).clamp_min(floor))
+                          .all()
+                          .item<bool>();
+    if (done || mm < k) {
+      out.converged = done;
+      break;
+    }
+    if (out.iterations >= maxiter) break;
+    auto w = precond ? precond(r) : r;
+    const auto aw = op(w);
+    out.matvecs += w.size(1) * products_per_apply;
+    auto z = p.defined() ? at::cat({x, w, p}, 1) : at::cat({x, w}, 1);
+    auto az = p.defined() ? at::cat({ax, aw, ap}, 1) : at::cat({ax, aw}, 1);
+    auto [s, h] = reduced_gram(z, az, comm);
+    auto rr = rayleigh_ritz(s, h, largest);
+    if (rr.coefficients.size(1) < mm && p.defined()) {  // P collinear with X or W: drop it
+      z = at::cat({x, w}, 1);
+      az = at::cat({ax, aw}, 1);
+      const auto q = 2 * mm;
+      rr = rayleigh_ritz(s.narrow(0, 0, q).narrow(1, 0, q), h.narrow(0, 0, q).narrow(1, 0, q), largest);
+    }
+    const auto keep = std::min<std::int64_t>(mm, rr.coefficients.size(1));
+    const auto c = rr.coefficients.narrow(1, 0, keep);
+    const auto cx = c.narrow(0, mm, c.size(0) - mm);  // the W and P parts: the new search direction
+    p = at::matmul(z.narrow(1, mm, z.size(1) - mm), cx);
+    ap = at::matmul(az.narrow(1, mm, az.size(1) - mm), cx);
+    x = at::matmul(z, c);
+    ax = at::matmul(az, c);
+    out.theta = rr.theta.narrow(0, 0, keep);
+  }
+  out.x = x;
+  out.ax = ax;
+  return out;
+}
+
+}  // namespace detail
+
+inline EigshResult DSparseTensor::eigsh() const { return eigsh(EigshOptions{}); }
+
+inline EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
+  const MPI_Comm comm = layout_->comm();
+  const auto k = options.k;
+  const auto m = options.block_size > 0 ? std::min(options.block_size, n_) : std::min(std::max(2 * k, k + 2), n_);
+  std::string fault;
+  if (k < 1 || k > n_)
+    fault = "DSparseTensor::eigsh: expected 1 <= k <= n = " + std::to_string(n_) + ", got k = " + std::to_string(k);
+  else if (m < k)
+    fault = "DSparseTensor::eigsh: expected block_size >= k = " + std::to_string(k) + ", got " + std::to_string(m);
+  else if (options.maxiter < 0 || !(options.tol > 0))
+    fault = "DSparseTensor::eigsh: expected tol > 0 and maxiter >= 0, got tol = " + std::to_string(options.tol) +
+            ", maxiter = " + std::to_string(options.maxiter);
+  comm::raise_if_any(comm, fault);  // the same inputs everywhere, but a stray rank must not hang the rest
+
+  const bool magnitude = options.which == Which::largest_magnitude || options.which == Which::smallest_magnitude;
+  const bool largest = options.which == Which::largest_algebraic || options.which == Which::largest_magnitude;
+  const auto block = [this](const at::Tensor& x) { return apply_block(x); };
+  const auto square = [this](const at::Tensor& x) { return apply_block(apply_block(x)); };
+  const auto x0 = detail::counter_random(*layout_, m, options.seed, false, dtype());
+  auto run = detail::lobpcg(magnitude ? std::function<at::Tensor(const at::Tensor&)>(square) : block, x0, k, largest,
+                            options.tol, options.maxiter, options.preconditioner, comm, magnitude ? 2 : 1);
+  at::Tensor x = run.x, theta = run.theta, residuals = run.residual_norms;
+  if (magnitude) {
+    // Signed eigenvalues of A on the converged block; ordered by |lambda|.
+    auto ax = apply_block(x);
+    run.matvecs += x.size(1);
+    auto [s, h] = detail::reduced_gram(x, ax, comm);
+    const auto rr = detail::rayleigh_ritz(s, h, false);
+    const auto order = at::argsort(rr.theta.abs(), 0, largest);
+    const auto c = rr.coefficients.index_select(1, order);
+    x = at::matmul(x, c);
+    ax = at::matmul(ax, c);
+    theta = rr.theta.index_select(0, order);
+    auto r = ax - x * theta.to(x.scalar_type()).unsqueeze(0);
+    auto norms = (r.is_complex() ? at::real(r.conj() * r) : r * r).sum(0).to(at::kDouble).contiguous();
+    detail::allreduce_sum(norms, comm);
+    residuals = norms.sqrt();
+  }
+  const auto kk = std::min<std::int64_t>(k, x.size(1));
+  x = x.narrow(1, 0, kk).contiguous();
+  theta = theta.narrow(0, 0, kk).contiguous();
+  EigshResult result;
+  result.eigenvectors = DVector(layout_, x);
+  result.residual_norms = residuals.narrow(0, 0, kk).clone();
+  result.iterations = run.iterations;
+  result.matvecs = run.matvecs;
+  result.converged = run.converged;
+  result.eigenvalues = theta;
+  if (at::GradMode::is_enabled() && local_.values.requires_grad()) {
+    // d lambda_i = x_i^H dA x_i with x_i fixed: the Rayleigh quotients, differentiated through
+    // the distributed product, carry the gradient; the values stay LOBPCG's.
+    std::vector<at::Tensor> quotients;
+    for (std::int64_t i = 0; i < kk; ++i) {
+      const DVector xi(layout_, x.select(1, i).contiguous());
+      const auto q = dot(xi, matvec(xi));
+      quotients.push_back(q.is_complex() ? at::real(q) : q);
+    }
+    const auto rq = at::stack(quotients);
+    result.eigenvalues = theta.detach() + (rq - rq.detach()).to(theta.scalar_type());
+  }
+  return result;
+}
+
+}  // namespace einshard::sparse

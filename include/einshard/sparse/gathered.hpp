@@ -1,0 +1,123 @@
+#pragma once
+/// @file
+/// The operations of a `DSparseTensor` that gather the whole matrix: `full_tensor` (dense, on every
+/// rank), and `det`, `svd(k)`, `condition_number` (dense on rank 0, LAPACK there, the result
+/// broadcast). They need O(N^2) memory on one process and do not scale; each says so once per
+/// process at run time (rank 0, stderr). `logdet` (logdet.hpp) and `eigsh` are the distributed
+/// alternatives.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/comm/mpi.hpp"
+#include "einshard/sparse/dsparse_tensor.hpp"
+#include "einshard/sparse/queries.hpp"
+
+namespace einshard::sparse {
+
+namespace detail {
+
+/// One line on stderr the first time this process gathers for `op` (rank 0 of the matrix only).
+inline void warn_gathering(const char* op, const RowLayout& layout) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!said.insert(op).second || layout.rank() != 0) return;
+  std::fprintf(stderr,
+               "einshard: DSparseTensor::%s gathers the whole %lld x %lld matrix to one process and does not "
+               "scale (use eigsh or logdet for large matrices)\n",
+               op, static_cast<long long>(layout.global_size()), static_cast<long long>(layout.global_size()));
+}
+
+/// The dense matrix on `root` (every rank when root < 0); an undefined tensor elsewhere.
+inline at::Tensor gather_dense(const DSparseTensor& a, int root) {
+  const auto t = global_entries(a);
+  const auto& layout = *a.layout();
+  const MPI_Comm comm = layout.comm();
+  const int p = layout.size();
+  const auto values = t.values.detach().contiguous();
+  const auto index = (t.rows * a.rows() + t.cols).contiguous();  // row-major position
+  int mine = comm::count(values.numel());
+  std::vector<int> counts(static_cast<std::size_t>(p)), displs(static_cast<std::size_t>(p), 0);
+  comm::check(MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
+  const auto total = static_cast<std::int64_t>(displs[p - 1]) + counts[p - 1];
+  const bool here = root < 0 || layout.rank() == root;
+  auto all_values = at::empty({here ? total : 0}, values.options());
+  auto all_index = at::empty({here ? total : 0}, at::kLong);
+  const auto type = comm::datatype(values.scalar_type());
+  if (root < 0) {
+    comm::check(MPI_Allgatherv(values.data_ptr(), mine, type, all_values.data_ptr(), counts.data(), displs.data(), type, comm), "MPI_Allgatherv");
+    comm::check(MPI_Allgatherv(index.data_ptr(), mine, MPI_INT64_T, all_index.data_ptr(), counts.data(), displs.data(), MPI_INT64_T, comm), "MPI_Allgatherv");
+  } else {
+    comm::check(MPI_Gatherv(values.data_ptr(), mine, type, all_values.data_ptr(), counts.data(), displs.data(), type, root, comm), "MPI_Gatherv");
+    comm::check(MPI_Gatherv(index.data_ptr(), mine, MPI_INT64_T, all_index.data_ptr(), counts.data(), displs.data(), MPI_INT64_T, root, comm), "MPI_Gatherv");
+  }
+  if (!here) return {};
+  return at::zeros({a.rows() * a.rows()}, values.options()).index_put_({all_index}, all_values, true).view({a.rows(), a.rows()});
+}
+
+/// `f(dense)` on rank 0, its doubles broadcast; an Error there (a LAPACK failure) on every rank.
+template <class F>
+std::vector<double> on_root(const DSparseTensor& a, const char* op, std::size_t count, F&& f) {
+  warn_gathering(op, *a.layout());
+  const MPI_Comm comm = a.layout()->comm();
+  const auto dense = gather_dense(a, 0);
+  std::vector<double> out(count, 0.0);
+  std::string fault;
+  if (a.layout()->rank() == 0) {
+    try {
+      out = f(dense);
+    } catch (const std::exception& e) {
+      fault = std::string("DSparseTensor::") + op + ": " + e.what();
+    }
+  }
+  comm::raise_if_any(comm, fault);
+  comm::check(MPI_Bcast(out.data(), comm::count(static_cast<std::int64_t>(count)), MPI_DOUBLE, 0, comm), "MPI_Bcast");
+  return out;
+}
+
+}  // namespace detail
+
+inline at::Tensor DSparseTensor::full_tensor() const { return detail::gather_dense(*this, -1); }
+
+/// det A (the real part for complex A), by LU on rank 0.
+inline double DSparseTensor::det() const {
+  return detail::on_root(*this, "det", 1, [](const at::Tensor& d) {
+    const auto v = at::linalg_det(d);
+    return std::vector<double>{(v.is_complex() ? at::real(v) : v).item<double>()};
+  })[0];
+}
+
+/// The k largest singular values, descending (all of them when k >= n), by a dense SVD on rank 0.
+inline at::Tensor DSparseTensor::svd(std::int64_t k) const {
+  if (k < 1) throw Error("DSparseTensor::svd: expected k >= 1, got " + std::to_string(k));
+  const auto kk = std::min<std::int64_t>(k, n_);
+  const auto s = detail::on_root(*this, "svd", static_cast<std::size_t>(kk), [kk](const at::Tensor& d) {
+    const auto sv = at::linalg_svdvals(d).to(at::kDouble).narrow(0, 0, kk).contiguous();
+    return std::vector<double>(sv.data_ptr<double>(), sv.data_ptr<double>() + kk);
+  });
+  return at::tensor(s, at::kDouble).view({kk});
+}
+
+/// The 2-norm condition number sigma_max / sigma_min (infinity when singular).
+inline double DSparseTensor::condition_number() const {
+  return detail::on_root(*this, "condition_number", 1, [](const at::Tensor& d) {
+    const auto sv = at::linalg_svdvals(d).to(at::kDouble);
+    if (sv.numel() == 0) return std::vector<double>{1.0};
+    const auto lo = sv.min().item<double>();
+    return std::vector<double>{lo > 0 ? sv.max().item<double>() / lo : HUGE_VAL};
+  })[0];
+}
+
+}  // namespace einshard::sparse

@@ -1,0 +1,127 @@
+#pragma once
+/// @file
+/// Distributed LSMR (Fong and Saunders 2011) in the organisation of SciPy's `lsmr`: the same
+/// recurrences, estimates and `istop` codes. LSMR minimizes ‖Aᴴ r‖ over the Krylov space, so
+/// ‖Aᴴ r‖ falls monotonically and the method can stop earlier than LSQR on a least-squares problem.
+///
+/// Per iteration: one product with A, one with Aᴴ, two all-reduces. SciPy's stop test needs ‖x_k‖
+/// every iteration, which would be a third all-reduce; here it is predicted exactly from dots of
+/// the previous iterates (x, h, h̄), reduced together with ‖u‖²:
+/// x_k = x + γ h̄_k, h̄_k = h − δ h̄, so ‖x_k‖² = ‖x‖² + 2γ Re<x, h̄_k> + γ² ‖h̄_k‖², each a
+/// combination of <x,x>, <x,h>, <x,h̄>, <h,h>, <h,h̄>, <h̄,h̄>.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+
+#include "einshard/sparse/krylov/bidiag.hpp"
+#include "einshard/sparse/least_squares.hpp"
+#include "einshard/sparse/operator.hpp"
+
+namespace einshard::sparse::detail {
+
+inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastSquaresOptions& o) {
+  const auto m = A.layout()->global_size(), n = A.domain_layout()->global_size();
+  const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::max<std::int64_t>(std::min(m, n), 1));
+  LeastSquaresResult res;
+  const auto t0 = MPI_Wtime();
+  auto [x, u0, normb, normu2] = least_squares_start(A, b.local(), o);
+  res.x = DVector(A.domain_layout(), x);
+  res.info.rhs_norm = normb;
+  if (normb == 0.0) {
+    x.zero_();
+    least_squares_record(res, o, 0, 0.0);
+    least_squares_finish(res, /*zero_rhs=*/true);
+    return res;
+  }
+  GolubKahan gk(A, u0);
+  gk.begin(normu2);
+  auto& v = gk.v;
+  const double damp = o.damp;
+  double alpha = gk.alpha, beta = gk.beta;
+  double zetabar = alpha * beta, alphabar = alpha, rho = 1.0, rhobar = 1.0, cbar = 1.0, sbar = 0.0;
+  auto h = v.clone(), hbar = at::zeros_like(v);
+  double betadd = beta, betad = 0.0, rhodold = 1.0, tautildeold = 0.0, thetatilde = 0.0, zeta = 0.0, d = 0.0;
+  double normA2 = alpha * alpha, maxrbar = 0.0, minrbar = 1e100;
+  res.norma = std::sqrt(normA2);
+  res.conda = 1.0;
+  res.normr = res.r2norm = beta;
+  res.normar = alpha * beta;
+  least_squares_record(res, o, 0, beta);
+  if (res.normar == 0.0) {
+    least_squares_finish(res, false);
+    return res;
+  }
+  int istop = 0;
+  for (int itn = 1;; ++itn) {
+    const auto s = gk.next_u<6>({local_dot(x, x), local_dot(x, h), local_dot(x, hbar), local_dot(h, h),
+                                 local_dot(h, hbar), local_dot(hbar, hbar)});
+    beta = gk.beta;
+    if (beta > 0.0) {
+      gk.next_v<0>({});
+      alpha = gk.alpha;
+    }
+    // Construct the rotations P̂ (damping), P and P̄.
+    const auto [chat, shat, alphahat] = sym_ortho(alphabar, damp);
+    const double rhoold = rho;
+    const auto rot = sym_ortho(alphahat, beta);
+    const double c = rot.c, sn = rot.s;
+    rho = rot.r;
+    const double thetanew = sn * alpha;
+    alphabar = c * alpha;
+    const double rhobarold = rhobar, zetaold = zeta, thetabar = sbar * rho, rhotemp = cbar * rho;
+    const auto bar = sym_ortho(cbar * rho, thetanew);
+    cbar = bar.c;
+    sbar = bar.s;
+    rhobar = bar.r;
+    zeta = cbar * zetabar;
+    zetabar = -sbar * zetabar;
+    // h̄ = h − δ h̄, x += γ h̄, h = v − (θ/ρ) h; ‖x‖ predicted from the reduced dots (see above).
+    const double delta = thetabar * rho / (rhoold * rhobarold), gamma = zeta / (rho * rhobar);
+    const double x_hbar = s[2] - delta * s[3];
+    const double hbar2 = s[4] - 2.0 * delta * s[5] + delta * delta * s[6];
+    const double normx = std::sqrt(std::max(0.0, s[1] + 2.0 * gamma * x_hbar + gamma * gamma * hbar2));
+    hbar.mul_(-delta).add_(h);
+    x.add_(hbar, gamma);
+    h.mul_(-thetanew / rho).add_(v);
+    // Estimate ‖r‖.
+    const double betaacute = chat * betadd, betacheck = -shat * betadd;
+    const double betahat = c * betaacute;
+    betadd = -sn * betaacute;
+    const double thetatildeold = thetatilde;
+    const auto tilde = sym_ortho(rhodold, thetabar);
+    thetatilde = tilde.s * rhobar;
+    rhodold = tilde.c * rhobar;
+    betad = -tilde.s * betad + tilde.c * betahat;
+    tautildeold = (zetaold - thetatildeold * tautildeold) / tilde.r;
+    const double taud = (zeta - thetatilde * tautildeold) / rhodold;
+    d += betacheck * betacheck;
+    const double normr = std::sqrt(d + (betad - taud) * (betad - taud) + betadd * betadd);
+    // Estimate ‖A‖ and cond(A).
+    normA2 += beta * beta;
+    const double normA = std::sqrt(normA2);
+    normA2 += alpha * alpha;
+    maxrbar = std::max(maxrbar, rhobarold);
+    if (itn > 1) minrbar = std::min(minrbar, rhobarold);
+    const double condA = std::max(maxrbar, rhotemp) / std::min(minrbar, rhotemp);
+    // LSMR's estimate is of the damped residual ‖[b; 0] − [A; damp I] x‖ (SciPy's normr).
+    res.r2norm = normr;
+    res.normr = std::sqrt(std::max(0.0, normr * normr - damp * damp * normx * normx));
+    res.normar = std::abs(zetabar);
+    res.norma = normA;
+    res.conda = condA;
+    res.normx = normx;
+    least_squares_record(res, o, itn, normr);
+    istop = least_squares_istop(itn, maxiter, normb, normr, res.normar, normA, condA, normx, o);
+    if (istop != 0) break;
+  }
+  res.istop = istop;
+  res.info.seconds = MPI_Wtime() - t0;
+  least_squares_finish(res, false);
+  return res;
+}
+
+}  // namespace einshard::sparse::detail

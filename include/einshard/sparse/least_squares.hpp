@@ -1,0 +1,50 @@
+#pragma once
+/// @file
+/// What a least-squares solve is asked (`LeastSquaresOptions`) and what it answers
+/// (`LeastSquaresResult`): the vocabulary of `DSparseTensor::lsqr` and `lsmr`, with SciPy's
+/// options, defaults and `istop` codes so code ports from `scipy.sparse.linalg` line by line.
+
+#include <optional>
+
+#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/solver.hpp"
+
+namespace einshard::sparse {
+
+/// Options of `lsqr` and `lsmr`: min ‖A x − b‖² + damp² ‖x‖² for any (m, n) A. Defaults are
+/// SciPy's. The stop rules are Paige and Saunders' (see `LeastSquaresResult::istop`):
+/// ‖r‖ ≤ btol ‖b‖ + atol ‖A‖ ‖x‖ (a compatible system), ‖Aᴴ r‖ ≤ atol ‖A‖ ‖r‖ (a least-squares
+/// solution), cond(A) ≥ conlim.
+struct LeastSquaresOptions {
+  double damp = 0.0;
+  double atol = 1e-6;
+  double btol = 1e-6;
+  double conlim = 1e8;             ///< 0: no condition limit
+  int maxiter = 0;                 ///< 0: SciPy's default, 2 n for lsqr and min(m, n) for lsmr
+  /// Initial guess, in the domain partition (default zero). As in SciPy, the iteration solves for
+  /// the correction x − x0, so damping applies to the correction.
+  std::optional<DVector> x0{};
+  Monitor monitor{};               ///< (iteration, ‖r‖ estimate) on every rank
+  bool residual_history = true;
+};
+
+/// `istop` is SciPy's: 0 x = 0 is a solution (b = 0 or Aᴴ b = 0), 1 compatible system to
+/// atol/btol, 2 least-squares solution to atol, 3 cond(A) exceeded conlim, 4–6 the same as 1–3
+/// with the tolerances at machine precision, 7 maxiter reached. `info.reason` maps them onto the
+/// shared vocabulary: 0 zero_rhs or converged_atol, 1 and 4 converged_rtol, 2 and 5
+/// converged_atol, 3 and 6 breakdown (ill-conditioned), 7 maxiter.
+struct LeastSquaresResult {
+  DVector x;
+  SolveInfo info;
+  int istop = 0;
+  double normr = 0.0;   ///< ‖b − A x‖ (estimate from the recurrences; the stop test uses r2norm)
+  double normar = 0.0;  ///< ‖Aᴴ (b − A x) − damp² x‖
+  double norma = 0.0;   ///< Frobenius norm estimate of [A; damp I]
+  double conda = 0.0;   ///< condition number estimate of [A; damp I]
+  double normx = 0.0;   ///< ‖x‖
+  /// sqrt(normr² + damp² normx²), the damped residual the methods minimize: SciPy's lsqr r2norm
+  /// and lsmr normr (they are ‖b − A x‖ when damp = 0).
+  double r2norm = 0.0;
+};
+
+}  // namespace einshard::sparse

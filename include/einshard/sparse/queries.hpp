@@ -1,0 +1,64 @@
+#pragma once
+/// @file
+/// Structural queries of a `DSparseTensor` that stay distributed: the transpose and the conjugate
+/// transpose with the same row partition (each stored entry travels once, to the owner of its
+/// column: one all-to-all, no all-gather), and symmetry tests by assembling A - A^T the same way.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <array>
+#include <string>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/sparse/dsparse_tensor.hpp"
+
+namespace einshard::sparse {
+
+namespace detail {
+
+/// This rank's stored entries in global indices (the values as stored, differentiable).
+inline Triples global_entries(const DSparseTensor& a) {
+  const auto [v, r, c] = csr_to_coo(a.local());
+  const auto& owned = a.layout()->owned();
+  const auto local_to_global = at::cat({owned, a.halo().ghosts});
+  return {v, owned.index_select(0, r), local_to_global.index_select(0, c.to(at::kLong))};
+}
+
+/// max |a_ij - op(a_ji)| <= atol + rtol max |a_ij| over the whole matrix, where op conjugates
+/// when `conjugate`. Collective; the same answer on every rank.
+inline bool equals_own_transpose(const DSparseTensor& a, double atol, double rtol, bool conjugate) {
+  const auto t = global_entries(a);
+  const auto v = t.values.detach();
+  const auto vt = conjugate ? v.conj().resolve_conj() : v;
+  const auto difference = DSparseTensor::from_local(at::cat({v, -vt}), at::cat({t.rows, t.cols}), at::cat({t.cols, t.rows}),
+                                                    a.shape(), a.mesh(), {.owned_rows = a.layout()->owned()});
+  const auto d = difference.values().abs();
+  std::array<double, 2> worst{d.numel() ? d.max().item<double>() : 0.0, v.numel() ? v.abs().max().item<double>() : 0.0};
+  comm::check(MPI_Allreduce(MPI_IN_PLACE, worst.data(), 2, MPI_DOUBLE, MPI_MAX, a.layout()->comm()), "MPI_Allreduce");
+  return worst[0] <= atol + rtol * worst[1];
+}
+
+}  // namespace detail
+
+/// A^T: entries of row i go to the owner of row j = their column. Differentiable w.r.t. the values
+/// of entries that stay on their rank (as `from_local`: gradients reach the rows a rank owns).
+inline DSparseTensor DSparseTensor::T() const {
+  const auto t = detail::global_entries(*this);
+  return from_local(t.values, t.cols, t.rows, shape(), mesh_, {.owned_rows = layout_->owned()});
+}
+
+inline DSparseTensor DSparseTensor::H() const {
+  const auto t = detail::global_entries(*this);
+  return from_local(t.values.conj().resolve_conj(), t.cols, t.rows, shape(), mesh_, {.owned_rows = layout_->owned()});
+}
+
+/// Structural and numerical symmetry to atol + rtol max|a| (SciPy/torch-sla's defaults).
+inline bool DSparseTensor::is_symmetric(double atol, double rtol) const {
+  return detail::equals_own_transpose(*this, atol, rtol, false);
+}
+inline bool DSparseTensor::is_hermitian(double atol, double rtol) const {
+  return detail::equals_own_transpose(*this, atol, rtol, true);
+}
+
+}  // namespace einshard::sparse

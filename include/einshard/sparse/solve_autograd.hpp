@@ -1,0 +1,46 @@
+#pragma once
+/// @file
+/// The differentiable solve: x = A⁻¹ b recorded as one autograd node whatever the iteration count.
+/// Its backward is one solve with Aᴴ (λ = A⁻ᴴ ∂L/∂x, by the caller's method, preconditioner and
+/// tolerances), then ∂L/∂b = λ and ∂L/∂a_ij = −λ_i conj(x_j) on the stored pattern — torch's
+/// convention for `linalg_solve`, so gradients equal a dense solve's up to the tolerance.
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <functional>
+
+#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/csr_autograd.hpp"
+
+namespace einshard::sparse::detail {
+
+/// What the backward needs of the matrix, as closures over it (collective calls).
+struct AdjointSolver : torch::CustomClassHolder {
+  std::function<at::Tensor(const at::Tensor& g)> solve;        ///< λ = A⁻ᴴ g, owned slices
+  std::function<at::Tensor(const at::Tensor& x)> with_ghosts;  ///< owned x -> x with its halo
+  Csr pattern;                                                 ///< the local rows (values unused)
+};
+
+struct SolveFunction : torch::autograd::Function<SolveFunction> {
+  /// `x`: the solution, solved already (detached); `b` and `values` are the differentiable inputs.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& b, const at::Tensor& values,
+                            const at::Tensor& x, const c10::intrusive_ptr<AdjointSolver>& adjoint) {
+    ctx->saved_data["adjoint"] = at::IValue::make_capsule(adjoint);
+    ctx->save_for_backward({x});
+    (void)b;
+    (void)values;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto adjoint = c10::static_intrusive_pointer_cast<AdjointSolver>(ctx->saved_data["adjoint"].toCapsule());
+    const auto x = ctx->get_saved_variables()[0];
+    // Both halves run on every rank whatever it needs: each is collective.
+    const auto lambda = adjoint->solve(grads[0].contiguous());
+    const auto grad_values = sampled_product(adjoint->pattern, -lambda, adjoint->with_ghosts(x).conj());
+    return {lambda, grad_values, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace einshard::sparse::detail

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
+# The AddressSanitizer + UndefinedBehaviorSanitizer run: configures the `asan` preset (build/asan),
+# builds the chosen test executables and runs their tests at 1-3 ranks; any ASan or UBSan report
+# fails the test (ASAN_OPTIONS abort_on_error=1, UBSAN_OPTIONS halt_on_error=1, set by the
+# preset), and so the script.
+#
+#   scripts/sanitize.sh                      # what CI runs: EINSHARD_SANITIZE_SUITES below
+#   EINSHARD_SANITIZE_SUITES="unit mpi spectral stencil sparse" scripts/sanitize.sh   # everything
+#
+# Environment:
+#   EINSHARD_SANITIZE_SUITES  suites to build and run (default "unit sparse"; see
+#                             docs/testing.md for the cost of each on the 2-core CI machine)
+#   EINSHARD_SANITIZE_RANKS   world sizes of the MPI suites (default "1 2 3")
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=env.sh
+source "${here}/env.sh"
+cd "${EINSHARD_ROOT}"
+
+suites="${EINSHARD_SANITIZE_SUITES:-unit sparse}"
+ranks="${EINSHARD_SANITIZE_RANKS:-1 2 3}"
+
+mkdir -p build
+cmake --preset asan > build/asan.configure.log 2>&1 || { cat build/asan.configure.log; exit 1; }
+targets=()
+tests=()
+for suite in ${suites}; do
+  targets+=("einshard_${suite}_tests")
+  if [[ "${suite}" == unit ]]; then
+    tests+=("^unit\$")
+  else
+    for n in ${ranks}; do tests+=("^${suite}\\.np${n}\$"); done
+  fi
+done
+cmake --build --preset asan -j "${EINSHARD_JOBS}" --target "${targets[@]}"
+
+regex="$(IFS='|'; echo "${tests[*]}")"
+ctest --preset asan -j "${EINSHARD_JOBS}" -R "${regex}"

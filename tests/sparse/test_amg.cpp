@@ -1,0 +1,283 @@
+// The amg preconditioner (hypre BoomerAMG over the whole distributed matrix): CG, GMRES, BiCGStab
+// and MINRES on 2-D/3-D Poisson and anisotropic diffusion with every partition method, against a
+// dense one-process solve and against the iteration count of the same AMG on one process; setup
+// reuse; options; the faults, the same error on every rank.
+
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "collective_error.hpp"
+#include "einshard/sparse.hpp"
+#include "sparse_problems.hpp"
+#include "test_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+
+#if defined(EINSHARD_HAS_HYPRE)
+
+namespace {
+
+es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
+es::Mesh self_mesh() { return es::Mesh(MPI_COMM_SELF, {1}, {"x"}); }
+
+at::Tensor global_vector(std::int64_t n, std::uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({n}, gen, at::kDouble);
+}
+
+double relative_error(const at::Tensor& x, const at::Tensor& ref) {
+  return (x - ref).norm().item<double>() / ref.norm().item<double>();
+}
+
+struct Problem {
+  std::string name;
+  es::testing::Coo coo;
+  at::Tensor coords;
+  int max_iterations;  // what AMG-CG needs at rtol 1e-10, with room (measured: 2-D 9, 3-D 8, anisotropic 9)
+};
+
+std::vector<Problem> problems() {
+  return {{"poisson2d 24x24", es::testing::poisson2d(24, 24), es::testing::grid_coords(24, 24), 14},
+          {"poisson3d 8x8x8", es::testing::poisson3d(8, 8, 8), es::testing::grid_coords3d(8, 8, 8), 14},
+          {"anisotropic 24x24 eps 0.01", es::testing::anisotropic2d(24, 24, 0.01), es::testing::grid_coords(24, 24), 16}};
+}
+
+sp::DSparseTensor distribute(const Problem& p, const es::Mesh& mesh, sp::PartitionMethod method) {
+  const sp::SparseTensor A(p.coo.values, p.coo.rows, p.coo.cols, {p.coo.n, p.coo.n});
+  return sp::DSparseTensor::partition(A, mesh, {.method = method, .coords = p.coords});
+}
+
+int min_over_ranks(int v) {
+  int out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return out;
+}
+int max_over_ranks(int v) {
+  int out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("AMG-CG and AMG-GMRES give the one-process solution for every problem and partition",
+          "[sparse][amg]") {
+  const auto mesh = world_mesh();
+  using M = sp::PartitionMethod;
+  for (const auto& p : problems()) {
+    const auto b = global_vector(p.coo.n, 5);
+    const auto ref = at::linalg_solve(es::testing::dense(p.coo), b);
+    // The same hierarchy on one process: the iteration count the distributed one should keep.
+    const auto whole = distribute(p, self_mesh(), M::simple);
+    const auto one = whole.solve(whole.scatter(b), {.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10});
+    REQUIRE(one.info.converged);
+    for (auto method : {M::simple, M::rcb, M::metis})
+      for (auto krylov : {sp::Method::cg, sp::Method::gmres}) {
+        CAPTURE(p.name, static_cast<int>(method), sp::to_string(krylov));
+        const auto D = distribute(p, mesh, method);
+        const auto s = D.solve(D.scatter(b), {.method = krylov, .preconditioner = sp::Preconditioner::amg, .rtol = 1e-10});
+        CHECK(s.info.converged);
+        CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+        const auto true_r = (D.scatter(b) - D.matvec(s.x)).norm().item<double>();
+        CHECK(true_r <= 1e-9 * s.info.rhs_norm);
+        // Bounded and nearly rank invariant: hybrid Gauss–Seidel is Jacobi across ranks, HMIS
+        // coarsens the rank boundaries differently, so a few iterations may differ.
+        CHECK(s.info.iterations <= p.max_iterations);
+        CHECK(std::abs(s.info.iterations - one.info.iterations) <= 3);
+        CHECK(min_over_ranks(s.info.iterations) == max_over_ranks(s.info.iterations));
+        CHECK(s.info.levels >= 2);
+        CHECK(s.info.operator_complexity >= 1.0);
+        CHECK(s.info.operator_complexity < 3.0);
+        CHECK(s.info.setup_seconds > 0.0);
+      }
+  }
+}
+
+TEST_CASE("AMG preconditions BiCGStab, MINRES and the CG variants too", "[sparse][amg]") {
+  const auto mesh = world_mesh();
+  const auto p = problems()[0];
+  const auto b = global_vector(p.coo.n, 8);
+  const auto ref = at::linalg_solve(es::testing::dense(p.coo), b);
+  const auto D = distribute(p, mesh, sp::PartitionMethod::rcb);
+  const auto check = [&](const sp::SolveOptions& o) {
+    const auto s = D.solve(D.scatter(b), o);
+    CHECK(s.info.converged);
+    CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+    CHECK(s.info.iterations <= p.max_iterations);
+    return s.info.iterations;
+  };
+  const sp::SolveOptions base{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10};
+  for (auto method : {sp::Method::bicgstab, sp::Method::minres}) {
+    CAPTURE(sp::to_string(method));
+    auto o = base;
+    o.method = method;
+    check(o);
+  }
+  auto o = base;
+  const int standard = check(o);
+  for (auto variant : {sp::CgVariant::single_reduction, sp::CgVariant::pipelined}) {
+    CAPTURE(static_cast<int>(variant));
+    o.cg_variant = variant;
+    CHECK(std::abs(check(o) - standard) <= 1);
+  }
+}
+
+TEST_CASE("AMG options: every smoother, coarsening and cycle converges to the same solution", "[sparse][amg]") {
+  const auto mesh = world_mesh();
+  const auto p = problems()[1];
+  const auto b = global_vector(p.coo.n, 9);
+  const auto ref = at::linalg_solve(es::testing::dense(p.coo), b);
+  const auto D = distribute(p, mesh, sp::PartitionMethod::metis);
+  using C = sp::AmgCoarsening;
+  using I = sp::AmgInterpolation;
+  using S = sp::AmgSmoother;
+  const std::vector<sp::AmgOptions> variants = {
+      {},
+      {.coarsening = C::pmis},
+      {.coarsening = C::falgout, .interpolation = I::classical},
+      {.interpolation = I::extended, .strong_threshold = 0.5},
+      {.interpolation = I::standard, .max_elements = 0},
+      {.coarsening = C::falgout, .interpolation = I::direct},
+      {.interpolation = I::multipass, .aggressive_levels = 1},
+      {.smoother = S::hybrid_gauss_seidel},
+      {.smoother = S::l1_jacobi, .sweeps = 2},
+      {.smoother = S::chebyshev},
+      {.cycle = sp::AmgCycle::w},
+      {.max_levels = 2},
+      {.cycles = 2},
+      {.coarsening = C::falgout, .interpolation = I::classical, .max_elements = 0, .smoother = S::hybrid_gauss_seidel,
+       .cf_order = true},  // PETSc's PCHYPRE settings
+  };
+  int default_iterations = 0;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    CAPTURE(i);
+    sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10};
+    o.preconditioner_options.amg = variants[i];
+    const auto s = D.solve(D.scatter(b), o);
+    CHECK(s.info.converged);
+    CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+    if (variants[i].max_levels == 2)
+      CHECK(s.info.levels <= 2);  // a two-level method: the coarse level is only smoothed (hypre)
+    else
+      CHECK(s.info.iterations <= 40);
+    if (i == 0) default_iterations = s.info.iterations;
+    if (variants[i].cycles == 2) CHECK(s.info.iterations < default_iterations);
+  }
+}
+
+TEST_CASE("AMG setup is reused between solves of one matrix, and only then", "[sparse][amg]") {
+  const auto mesh = world_mesh();
+  const auto p = problems()[0];
+  const auto dense = es::testing::dense(p.coo);
+  const auto D = distribute(p, mesh, sp::PartitionMethod::rcb);
+  const auto b = global_vector(p.coo.n, 11), c = global_vector(p.coo.n, 12);
+  const sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10};
+  const auto first = D.solve(D.scatter(b), o);
+  CHECK_FALSE(first.info.preconditioner_reused);
+  const auto second = D.solve(D.scatter(c), o);
+  CHECK(second.info.preconditioner_reused);
+  CHECK(second.info.levels == first.info.levels);
+  CHECK(second.info.operator_complexity == first.info.operator_complexity);
+  CHECK(relative_error(second.x.full_tensor(), at::linalg_solve(dense, c)) < 1e-8);
+  CHECK(at::equal(D.solve(D.scatter(b), o).x.local(), first.x.local()));
+  auto other = o;
+  other.preconditioner_options.amg.strong_threshold = 0.5;
+  CHECK_FALSE(D.solve(D.scatter(b), other).info.preconditioner_reused);
+  const auto scaled = D * 3.0;
+  const auto s = scaled.solve(scaled.scatter(b), o);
+  CHECK_FALSE(s.info.preconditioner_reused);
+  CHECK(relative_error(s.x.full_tensor(), at::linalg_solve(3.0 * dense, b)) < 1e-8);
+}
+
+TEST_CASE("AMG with an empty shard and with from_local ownership", "[sparse][amg]") {
+  const auto world = es::testing::world();
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::poisson2d(16, 12);
+  const auto n = coo.n;
+  const auto b = global_vector(n, 13);
+  const auto ref = at::linalg_solve(es::testing::dense(coo), b);
+  // Rank r owns the rows i with i % (size - 1) == r, the last rank none (one rank: all).
+  const int owners = std::max(world.size - 1, 1);
+  const auto all = at::arange(n, at::kLong);
+  const auto owned = world.rank < owners ? all.masked_select(at::remainder(all, owners) == world.rank)
+                                         : at::empty({0}, at::kLong);
+  const auto mine = at::isin(coo.rows, owned);
+  const auto D = sp::DSparseTensor::from_local(coo.values.masked_select(mine), coo.rows.masked_select(mine),
+                                               coo.cols.masked_select(mine), {n, n}, mesh, {.owned_rows = owned});
+  for (auto krylov : {sp::Method::cg, sp::Method::gmres}) {
+    const auto s = D.solve(D.scatter(b), {.method = krylov, .preconditioner = sp::Preconditioner::amg, .rtol = 1e-10});
+    CHECK(s.info.converged);
+    CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+    CHECK(s.info.iterations <= 30);
+  }
+}
+
+TEST_CASE("AMG refuses what it cannot do, with the same error on every rank", "[sparse][amg]") {
+  const auto comm = es::testing::world().comm;
+  const auto mesh = world_mesh();
+  const auto p = problems()[0];
+  const auto D = distribute(p, mesh, sp::PartitionMethod::simple);
+  const auto b = global_vector(p.coo.n, 3);
+  const sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg};
+  SECTION("float32") {
+    const auto F = D.to(at::kFloat);
+    const auto message = es::testing::collective_error([&] { (void)F.solve(F.scatter(b.to(at::kFloat)), o); }, comm);
+    CHECK_THAT(message, Catch::Contains("amg") && Catch::Contains("float64") && Catch::Contains("Float"));
+  }
+  SECTION("complex") {
+    const auto Z = D.to(at::kComplexDouble);
+    const auto message =
+        es::testing::collective_error([&] { (void)Z.solve(Z.scatter(b.to(at::kComplexDouble)), o); }, comm);
+    CHECK_THAT(message, Catch::Contains("float64"));
+  }
+  SECTION("a zero diagonal entry, on the rank that owns it") {
+    const auto zeroed = at::where((p.coo.rows == p.coo.cols) & (p.coo.rows == p.coo.n - 1),
+                                  at::zeros_like(p.coo.values), p.coo.values);
+    const auto Z = sp::DSparseTensor::partition(sp::SparseTensor(zeroed, p.coo.rows, p.coo.cols, {p.coo.n, p.coo.n}), mesh);
+    const auto message = es::testing::collective_error([&] { (void)Z.solve(Z.scatter(b), o); }, comm);
+    CHECK_THAT(message, Catch::Contains("nonzero diagonal"));
+  }
+  SECTION("bad options") {
+    auto bad = o;
+    bad.preconditioner_options.amg.sweeps = 0;
+    CHECK_THAT(es::testing::collective_error([&] { (void)D.solve(D.scatter(b), bad); }, comm),
+               Catch::Contains("sweeps"));
+    bad = o;
+    bad.preconditioner_options.amg.strong_threshold = 1.5;
+    CHECK_THAT(es::testing::collective_error([&] { (void)D.solve(D.scatter(b), bad); }, comm),
+               Catch::Contains("strong_threshold"));
+  }
+  SECTION("a non-square matrix") {
+    const auto message = es::testing::collective_error(
+        [&] {
+          (void)sp::DSparseTensor::from_local(p.coo.values, p.coo.rows, p.coo.cols, {p.coo.n, p.coo.n + 1}, mesh)
+              .solve(D.scatter(b), o);
+        },
+        comm);
+    CHECK_THAT(message, Catch::Contains("square"));
+  }
+  SECTION("from a rank's local rows alone") {
+    const sp::detail::LocalRows rows{D.local(), D.layout()->local_size(), comm};
+    CHECK_THROWS_WITH(sp::detail::make_preconditioner(sp::Preconditioner::amg, rows, {}, {}),
+                      Catch::Contains("DSparseTensor::solve"));
+  }
+}
+
+#else
+
+TEST_CASE("Without hypre, the amg preconditioner names the missing library on every rank", "[sparse][amg]") {
+  const auto coo = es::testing::poisson2d(6, 6);
+  const auto D = sp::DSparseTensor::partition(sp::SparseTensor(coo.values, coo.rows, coo.cols, {coo.n, coo.n}),
+                                              es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}));
+  const auto message = es::testing::collective_error(
+      [&] { (void)D.solve(D.zeros() + 1.0, {.preconditioner = sp::Preconditioner::amg}); }, es::testing::world().comm);
+  CHECK_THAT(message, Catch::Contains("hypre"));
+}
+
+#endif

@@ -1,0 +1,141 @@
+// Faults injected on one rank of the distributed sparse part -- assembly, SpMV, every solver with
+// every preconditioner -- end the same way on every rank: the same es::Error, or the same
+// SolveInfo (reason and iteration), and no rank is left waiting.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <einshard/sparse.hpp>
+
+#include "fault_support.hpp"
+#include "sparse_problems.hpp"
+#include "test_support.hpp"
+
+#include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+namespace et = einshard::testing;
+using et::Coo;
+
+namespace {
+
+constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
+constexpr double infinity = std::numeric_limits<double>::infinity();
+
+/// This rank's rows of the simple partition, with `fault` applied to its values on the faulty rank.
+Coo my_rows(const Coo& a, bool faulty, const std::function<at::Tensor(at::Tensor)>& fault = {}) {
+  const auto w = et::world();
+  const auto first = sp::detail::block_first(a.n, w.size, w.rank), last = sp::detail::block_first(a.n, w.size, w.rank + 1);
+  const auto keep = ((a.rows >= first) & (a.rows < last)).nonzero().flatten();
+  Coo mine{a.values.index_select(0, keep), a.rows.index_select(0, keep), a.cols.index_select(0, keep), a.n};
+  if (faulty && fault) mine.values = fault(mine.values.clone());
+  return mine;
+}
+
+std::string solve_outcome(const sp::DSparseTensor& D, const sp::DVector& b, const sp::SolveOptions& o) {
+  sp::SolveInfo info;
+  auto outcome = et::outcome_of([&] { info = D.solve(b, o).info; });
+  if (outcome.empty())
+    outcome = std::string(sp::to_string(info.reason)) + " after " + std::to_string(info.iterations) +
+              (info.converged ? " (converged)" : " (not converged)");
+  return outcome;
+}
+
+}  // namespace
+
+TEST_CASE("faults in assembly raise the same error on every rank", "[sparse][faults]") {
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  const bool me = w.rank == et::faulty_rank();
+  const auto a = et::poisson2d(6, 5);
+  const auto mine = my_rows(a, false);
+  auto assemble = [&](const at::Tensor& v, const at::Tensor& r, const at::Tensor& c) {
+    (void)sp::DSparseTensor::from_local(v, r, c, {a.n, a.n}, mesh);
+  };
+  if (w.size > 1)
+    et::expect_error_everywhere([&] { assemble(me ? mine.values.to(at::kFloat) : mine.values, mine.rows, mine.cols); },
+                                "different dtypes");
+  et::expect_error_everywhere([&] { assemble(me ? mine.values.view({-1, 1}) : mine.values, mine.rows, mine.cols); },
+                              "1-D of one length");
+  // Integer values on one rank: the first rank's fault wins, which with other ranks is rank 0's
+  // view (the dtypes differ), alone the faulty rank's own.
+  et::expect_error_everywhere([&] { assemble(me ? mine.values.to(at::kLong) : mine.values, mine.rows, mine.cols); },
+                              w.size > 1 ? "different dtypes" : "floating point or complex");
+  // A tensor on another device (meta: no data at all) is refused before anything reads it.
+  const auto meta = at::TensorOptions().device(at::kMeta);
+  et::expect_error_everywhere(
+      [&] { assemble(mine.values, me ? at::empty_like(mine.rows, meta) : mine.rows, mine.cols); }, "CPU");
+  et::expect_error_everywhere(
+      [&] { assemble(me ? at::empty_like(mine.values, meta) : mine.values, mine.rows, mine.cols); }, "CPU");
+  // Still usable afterwards.
+  const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {a.n, a.n}, mesh);
+  CHECK(D.global_nnz() == a.values.numel());
+}
+
+TEST_CASE("a NaN on one rank reaches exactly the rows it touches in SpMV", "[sparse][faults]") {
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  const auto a = et::poisson2d(6, 5);
+  const auto mine = my_rows(a, false);
+  const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {a.n, a.n}, mesh);
+  const auto A = et::dense(a);
+  // x has a NaN in the faulty rank's first owned entry (if it owns any): rows with a stored entry in
+  // that column become NaN, no others (the sparse product never multiplies a structural zero).
+  auto x = D.scatter(at::ones({a.n}, at::kDouble));
+  std::int64_t column = -1;
+  if (w.rank == et::faulty_rank() && x.local_size() > 0) {
+    x.local()[0] = not_a_number;
+    column = D.layout()->owned()[0].item<std::int64_t>();
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &column, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (column < 0) return;
+  const auto touched = A.select(1, column) != 0;
+  CHECK(at::equal(at::isnan(D.matvec(x).full_tensor()), touched));
+  CHECK(at::equal(at::isnan(D.rmatvec(x).full_tensor()), A.select(0, column) != 0));
+}
+
+TEST_CASE("faults on one rank end every solver the same way on every rank", "[sparse][faults]") {
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  const bool me = w.rank == et::faulty_rank();
+  const auto a = et::poisson2d(6, 5);
+  using P = sp::Preconditioner;
+  using M = sp::Method;
+  struct Fault {
+    const char* name;
+    std::function<at::Tensor(at::Tensor)> values;  // applied to the faulty rank's matrix values
+    bool nan_in_b = false, nan_in_x0 = false;
+  };
+  const std::vector<Fault> faults{
+      {"NaN in b", {}, true, false},
+      {"NaN in x0", {}, false, true},
+      {"NaN in the matrix", [](at::Tensor v) { return v.numel() ? v.index_fill_(0, at::zeros({1}, at::kLong), not_a_number) : v; }},
+      {"Inf on the diagonal", [](at::Tensor v) { return v.numel() ? v.index_fill_(0, at::zeros({1}, at::kLong), infinity) : v; }},
+  };
+  for (const auto& f : faults) {
+    const auto rows = my_rows(a, me, f.values);
+    const auto D = sp::DSparseTensor::from_local(rows.values, rows.rows, rows.cols, {a.n, a.n}, mesh);
+    auto b = D.scatter(at::ones({a.n}, at::kDouble));
+    auto x0 = D.zeros();
+    if (me && b.local_size() > 0) {
+      if (f.nan_in_b) b.local()[0] = not_a_number;
+      if (f.nan_in_x0) x0.local()[0] = not_a_number;
+    }
+    for (auto method : {M::cg, M::bicgstab, M::gmres, M::minres})
+      for (auto pc : {P::none, P::jacobi, P::l1_jacobi, P::block_jacobi, P::chebyshev}) {
+        if (pc == P::chebyshev && method != M::cg) continue;
+        INFO(f.name << ", method " << static_cast<int>(method) << ", " << sp::to_string(pc));
+        const auto o = et::same_on_every_rank(
+            solve_outcome(D, b, {.method = method, .preconditioner = pc, .rtol = 1e-10, .maxiter = 60, .x0 = x0}));
+        // A fault that reaches the iteration never passes for convergence.
+        CHECK(o.find("(converged)") == std::string::npos);
+      }
+  }
+}

@@ -1,0 +1,189 @@
+// save / load: round trips at the same world size (the partition kept, bitwise-equal products),
+// loads at other world sizes (sub-communicators of the world, simple repartition, bitwise equal to
+// assembling the same matrix there), files pre-sharded on one process, and damaged directories
+// (the same error, naming the file, on every rank).
+
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "operations_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+using es::testing::Coo;
+
+namespace {
+
+/// A fresh directory name shared by every rank (rank 0's pid), removed when the test ends.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    long pid = static_cast<long>(::getpid());
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    path = std::filesystem::temp_directory_path() / ("einshard_io_" + tag + "_" + std::to_string(pid));
+    if (es::testing::world().rank == 0) std::filesystem::remove_all(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ~TempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (es::testing::world().rank == 0) std::filesystem::remove_all(path);
+  }
+  [[nodiscard]] std::string str() const { return path.string(); }
+};
+
+/// Rank 0 edits the directory; the others wait for it.
+template <class F>
+void on_rank0(F&& f) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (es::testing::world().rank == 0) f();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+at::Tensor seeded(std::int64_t n, std::uint64_t seed, at::ScalarType dtype) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({n}, gen, at::kDouble).to(dtype);
+}
+
+/// y = A x gathered; products of equally assembled matrices must agree bit for bit.
+at::Tensor product(const sp::DSparseTensor& D, std::uint64_t seed = 3) {
+  return D.matvec(D.scatter(seeded(D.rows(), seed, D.dtype()))).full_tensor();
+}
+
+/// The ranks [0, q) of the world as a mesh (nullopt on the others, which sit the load out).
+std::optional<es::Mesh> first_ranks(int q, MPI_Comm& comm) {
+  const auto w = es::testing::world();
+  MPI_Comm_split(MPI_COMM_WORLD, w.rank < q ? 0 : MPI_UNDEFINED, w.rank, &comm);
+  if (comm == MPI_COMM_NULL) return std::nullopt;
+  return es::Mesh(comm, {q}, {"x"});
+}
+
+}  // namespace
+
+TEST_CASE("save / load at the same world size keeps the partition and the bits", "[sparse][io]") {
+  const auto mesh = es::testing::world_mesh();
+  using M = sp::PartitionMethod;
+  for (auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
+    for (auto method : {M::simple, M::rcb}) {
+      TempDir dir("same");
+      auto coo = es::testing::poisson2d(9, 7);
+      coo.values = coo.values.to(dtype) * (1.0 + 0.01 * at::arange(coo.values.numel()).to(dtype));
+      const auto D = es::testing::distribute(coo, mesh, method, es::testing::grid_coords(9, 7));
+      D.save(dir.str());
+      const auto E = sp::DSparseTensor::load(dir.str(), mesh);
+      CHECK(E.dtype() == dtype);
+      CHECK(E.rows() == D.rows());
+      CHECK(at::equal(E.layout()->owned(), D.layout()->owned()));
+      CHECK(at::equal(E.values(), D.values()));
+      CHECK(at::equal(product(E), product(D)));
+      CHECK(E.global_nnz() == D.global_nnz());
+    }
+  }
+}
+
+TEST_CASE("save / load: files of 4 partitions load at 1, 2, 3 ranks and the whole world", "[sparse][io]") {
+  const auto w = es::testing::world();
+  const auto coo = es::testing::unsymmetric_with_duplicates(50);
+  const sp::SparseTensor A(coo.values, coo.rows, coo.cols, {coo.n, coo.n});
+  const auto coords = at::rand({coo.n, 2}, at::make_generator<at::CPUGeneratorImpl>(4), at::kDouble);
+  TempDir dir("four");
+  on_rank0([&] { sp::save_partitioned(A, dir.str(), 4, {.method = sp::PartitionMethod::rcb, .coords = coords}); });
+  for (int q : {1, 2, 3, w.size}) {
+    if (q > w.size) continue;
+    MPI_Comm comm = MPI_COMM_NULL;
+    const auto mesh = first_ranks(q, comm);
+    if (mesh) {
+      const auto E = sp::DSparseTensor::load(dir.str(), *mesh);
+      // At 4 ranks the saved RCB partition is kept; elsewhere the rows come in simple blocks.
+      const auto R = q == 4 ? sp::DSparseTensor::partition(A, *mesh, {.method = sp::PartitionMethod::rcb, .coords = coords})
+                            : sp::DSparseTensor::partition(A, *mesh);
+      CHECK(at::equal(E.layout()->owned(), R.layout()->owned()));
+      CHECK(at::equal(product(E), product(R)));
+      CHECK(E.global_nnz() == R.global_nnz());
+      MPI_Comm_free(&comm);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  // A collective save at this world size reloads on fewer ranks too.
+  TempDir again("again");
+  const auto D = sp::DSparseTensor::partition(A, es::testing::world_mesh(), {.method = sp::PartitionMethod::rcb, .coords = coords});
+  D.save(again.str());
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int q = (w.size + 1) / 2;
+  if (const auto mesh = first_ranks(q, comm)) {
+    const auto E = sp::DSparseTensor::load(again.str(), *mesh);
+    const auto R = q == w.size ? D : sp::DSparseTensor::partition(A, *mesh);
+    CHECK(at::equal(product(E), product(R)));
+    MPI_Comm_free(&comm);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("save / load: empty shards and a matrix without entries", "[sparse][io]") {
+  const auto mesh = es::testing::world_mesh();
+  TempDir dir("empty");
+  const auto coo = es::testing::poisson2d(3, 1);  // 3 rows: empty shards at 4 and 8 ranks
+  const auto D = es::testing::distribute(coo, mesh, sp::PartitionMethod::simple, {});
+  D.save(dir.str());
+  const auto E = sp::DSparseTensor::load(dir.str(), mesh);
+  CHECK(at::equal(product(E), product(D)));
+  const Coo none{at::zeros({0}, at::kDouble), at::zeros({0}, at::kLong), at::zeros({0}, at::kLong), 5};
+  const auto Z = es::testing::distribute(none, mesh, sp::PartitionMethod::simple, {});
+  Z.save(dir.str());  // over the previous save
+  const auto F = sp::DSparseTensor::load(dir.str(), mesh);
+  CHECK(F.rows() == 5);
+  CHECK(F.global_nnz() == 0);
+}
+
+TEST_CASE("save / load: damaged directories raise the same error, naming the file, on every rank", "[sparse][io]") {
+  const auto mesh = es::testing::world_mesh();
+  TempDir dir("bad");
+  const auto D = es::testing::distribute(es::testing::poisson2d(6, 5), mesh, sp::PartitionMethod::simple, {});
+  const auto load_error = [&] {
+    return es::testing::error_of([&] { (void)sp::DSparseTensor::load(dir.str(), mesh); });
+  };
+  const auto part0 = (dir.path / "partition_0.bin").string();
+  const auto meta = (dir.path / "metadata.txt").string();
+  const auto expect = [&](const std::string& needle, const std::string& also) {
+    const auto e = load_error();
+    INFO(e);
+    CHECK(e.find(needle) != std::string::npos);
+    CHECK(e.find(also) != std::string::npos);
+    CHECK(es::testing::same_on_every_rank(e));
+  };
+  const auto edit_metadata = [&](const std::string& from, const std::string& to) {
+    on_rank0([&] {
+      std::ifstream in(meta);
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      text.replace(text.find(from), from.size(), to);
+      std::ofstream(meta, std::ios::trunc) << text;
+    });
+  };
+
+  expect("metadata.txt", "cannot open");  // nothing saved yet
+  D.save(dir.str());
+  on_rank0([&] { std::filesystem::remove(part0); });
+  expect(part0, "cannot open");
+  D.save(dir.str());
+  on_rank0([&] { std::filesystem::resize_file(part0, std::filesystem::file_size(part0) - 5); });
+  expect(part0, "truncated");
+  D.save(dir.str());
+  on_rank0([&] {
+    std::fstream f(part0, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  });
+  expect(part0, "corrupt");
+  D.save(dir.str());
+  edit_metadata("einshard-dsparse 1", "einshard-dsparse 7");
+  expect("version 7", "expected version 1");
+  D.save(dir.str());
+  edit_metadata("dtype float64", "dtype float32");
+  expect(part0, "dtype");
+  D.save(dir.str());
+  CHECK(at::equal(product(sp::DSparseTensor::load(dir.str(), mesh)), product(D)));  // repaired by a save
+}

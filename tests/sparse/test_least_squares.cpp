@@ -1,0 +1,238 @@
+// Rectangular DSparseTensor (range and domain partitions, matvec, rmatvec) and LSQR / LSMR
+// against a dense least-squares solve on one process: over- and underdetermined, damped, complex,
+// x0, uneven and empty shards, the same iteration count as the one-process run of the method, and
+// bad input raised identically on every rank.
+
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "einshard/sparse.hpp"
+#include "test_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+
+namespace {
+
+es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
+es::Mesh self_mesh() { return es::Mesh(MPI_COMM_SELF, {1}, {"x"}); }
+
+/// A seeded m x n sparse matrix (about `density` of the entries, plus a scaled identity band so
+/// it has full rank and a moderate condition number), dense, identical on every rank.
+at::Tensor random_rect(std::int64_t m, std::int64_t n, double density, std::uint64_t seed,
+                       at::ScalarType dtype = at::kDouble) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto a = at::randn({m, n}, gen, dtype) * (at::rand({m, n}, gen, at::kDouble) < density).to(dtype);
+  const auto k = std::min(m, n);
+  const auto i = at::arange(k, at::kLong);
+  const auto band = m >= n ? i * (m / n) : i;          // spread the band over the long side
+  const auto col = m >= n ? i : i * (n / m);
+  a.index_put_({band, col}, a.index({band, col}) + 3.0);
+  return a;
+}
+
+int comm_size(MPI_Comm c) { int s = 0; MPI_Comm_size(c, &s); return s; }
+int comm_rank(MPI_Comm c) { int s = 0; MPI_Comm_rank(c, &s); return s; }
+
+/// The matrix `a` assembled by from_local. `skew`: each rank owns the rows r, r + p, r + 2p, ...
+/// (non-contiguous, uneven) and hands in those of the next rank (so entries travel to their
+/// owner); the columns go unevenly: rank 0 owns none, the last rank half, the others share the
+/// rest in blocks. Otherwise both partitions are contiguous blocks.
+sp::DSparseTensor distribute(const at::Tensor& a, const es::Mesh& mesh, bool skew) {
+  const int p = comm_size(mesh.comm()), r = comm_rank(mesh.comm());
+  const auto m = a.size(0), n = a.size(1);
+  const auto nz = a.nonzero();
+  const auto rows = nz.select(1, 0).contiguous(), cols = nz.select(1, 1).contiguous();
+  const auto vals = a.index({rows, cols});
+  // Each entry handed in once: by the rank after its row's residue.
+  const auto pick = (at::remainder(rows, p) == (r + 1) % p).nonzero().flatten();
+  const auto v = vals.index_select(0, pick), i = rows.index_select(0, pick), j = cols.index_select(0, pick);
+  if (!skew) return sp::DSparseTensor::from_local(v, i, j, {m, n}, mesh);
+  const auto owned_rows = at::arange(r, m, p, at::kLong);
+  at::Tensor owned_cols = at::arange(n, at::kLong);
+  if (p == 2) owned_cols = r == 0 ? at::arange(0, at::kLong) : at::arange(n, at::kLong);
+  if (p > 2) {
+    const auto rest = n - n / 2, q = static_cast<std::int64_t>(p - 2);
+    owned_cols = r == 0       ? at::arange(0, at::kLong)
+                 : r == p - 1 ? at::arange(rest, n, at::kLong)
+                              : at::arange(rest * (r - 1) / q, rest * r / q, at::kLong);
+  }
+  return sp::DSparseTensor::from_local(v, i, j, {m, n}, mesh, {.owned_rows = owned_rows, .owned_cols = owned_cols});
+}
+
+/// argmin ‖A x − b‖² + damp² ‖x‖² (the minimum-norm one), densely on one process.
+at::Tensor dense_lstsq(const at::Tensor& a, const at::Tensor& b, double damp) {
+  const auto n = a.size(1);
+  const auto aa = at::cat({a, damp * at::eye(n, a.options())});
+  const auto bb = at::cat({b, at::zeros({n}, b.options())});
+  return at::linalg_pinv(aa).matmul(bb);
+}
+
+double rel(const at::Tensor& x, const at::Tensor& ref) {
+  return (x - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+}
+
+using Method = sp::LeastSquaresResult (sp::DSparseTensor::*)(const sp::DVector&, const sp::LeastSquaresOptions&) const;
+
+}  // namespace
+
+TEST_CASE("rectangular DSparseTensor: shape, matvec and rmatvec against dense products", "[sparse][lsq]") {
+  const auto mesh = world_mesh();
+  for (const auto& [m, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{31, 12}, {9, 26}}) {
+    const auto a = random_rect(m, n, 0.2, 5);
+    for (const bool skew : {false, true}) {
+      const auto D = distribute(a, mesh, skew);
+      CHECK(D.shape() == std::array<std::int64_t, 2>{m, n});
+      CHECK_FALSE(D.is_square());
+      CHECK(D.global_nnz() == a.ne(0).sum().item<std::int64_t>());
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(17);  // the same vectors on every rank
+      const auto x = at::randn({n}, gen, at::kDouble), y = at::randn({m}, gen, at::kDouble);
+      const auto dx = D.scatter(x), dy = D.scatter(y);
+      CHECK(dx.layout() == D.domain_layout());
+      CHECK(dy.layout() == D.layout());
+      CHECK(rel(D.matvec(dx).full_tensor(), a.matmul(x)) < 1e-13);
+      CHECK(rel(D.rmatvec(dy).full_tensor(), a.t().matmul(y)) < 1e-13);
+      CHECK(rel(D.sum(0).full_tensor(), a.sum(0)) < 1e-13);
+      CHECK(rel(D.sum(1).full_tensor(), a.sum(1)) < 1e-13);
+      CHECK(std::abs(D.norm("1") - a.abs().sum(0).max().item<double>()) < 1e-12);
+      // Gradients of both products reach the vector and the stored values.
+      const auto xg = dx.local().clone().requires_grad_(true);
+      const auto loss = (D.matvec(D.domain_zeros().like(xg)).full_tensor() * at::arange(m, at::kDouble)).sum();
+      loss.backward();
+      CHECK(rel(D.domain_zeros().like(xg.grad()).full_tensor(), a.t().matmul(at::arange(m, at::kDouble))) < 1e-13);
+    }
+  }
+}
+
+TEST_CASE("LSQR and LSMR match a dense least-squares solve, damped or not", "[sparse][lsq]") {
+  const auto mesh = world_mesh();
+  struct Case {
+    std::int64_t m, n;
+    double damp;
+  };
+  for (const auto c : {Case{40, 17, 0.0}, Case{40, 17, 0.7}, Case{11, 30, 0.0}, Case{11, 30, 0.3}}) {
+    const auto a = random_rect(c.m, c.n, 0.15, 11 + static_cast<std::uint64_t>(c.m));
+    const auto b = at::randn({c.m}, at::make_generator<at::CPUGeneratorImpl>(3), at::kDouble);
+    const auto ref = dense_lstsq(a, b, c.damp);
+    for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+      const bool is_lsqr = method == static_cast<Method>(&sp::DSparseTensor::lsqr);
+      INFO((is_lsqr ? "lsqr" : "lsmr") << " m " << c.m << " n " << c.n << " damp " << c.damp);
+      const sp::LeastSquaresOptions o{.damp = c.damp, .atol = 1e-12, .btol = 1e-12, .maxiter = 400};
+      const auto D = distribute(a, mesh, true);
+      const auto r = (D.*method)(D.scatter(b), o);
+      CHECK(r.info.converged);
+      CHECK((r.istop == 1 || r.istop == 2 || r.istop == 4 || r.istop == 5));
+      CHECK(r.x.layout() == D.domain_layout());
+      const auto x = r.x.full_tensor();
+      CHECK(rel(x, ref) < 1e-8);
+      // The estimates against the same quantities computed densely.
+      const auto res = b - a.matmul(x);
+      CHECK(std::abs(r.normr - res.norm().item<double>()) < 1e-6 * b.norm().item<double>());
+      CHECK(std::abs(r.normx - x.norm().item<double>()) < 1e-6 * x.norm().item<double>());
+      const double r2 = std::sqrt(res.square().sum().item<double>() + c.damp * c.damp * x.square().sum().item<double>());
+      CHECK(std::abs(r.r2norm - r2) < 1e-6 * b.norm().item<double>());
+      CHECK(r.norma > 0.0);
+      CHECK(r.conda >= 1.0);
+      CHECK(r.info.residual_history.size() == static_cast<std::size_t>(r.info.iterations) + 1);
+      // The one-process run of the same method takes the same path up to rounding.
+      const auto S = distribute(a, self_mesh(), false);
+      const auto s = (S.*method)(S.scatter(b), o);
+      CHECK(std::abs(s.info.iterations - r.info.iterations) <= std::max(1, s.info.iterations / 20));
+      CHECK(rel(s.x.full_tensor(), x) < 1e-9);
+    }
+  }
+}
+
+TEST_CASE("LSQR and LSMR on a complex rectangular matrix, with x0", "[sparse][lsq]") {
+  const auto mesh = world_mesh();
+  const std::int64_t m = 33, n = 14;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
+  const auto a = random_rect(m, n, 0.2, 8, at::kComplexDouble) +
+                 at::complex(at::zeros({m, n}, at::kDouble), random_rect(m, n, 0.1, 9));
+  const auto b = at::randn({m}, gen, at::kComplexDouble);
+  const auto x0 = at::randn({n}, gen, at::kComplexDouble);
+  const auto D = distribute(a, mesh, true);
+  for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+    const auto r = (D.*method)(D.scatter(b), {.damp = 0.2, .atol = 1e-12, .btol = 1e-12});
+    CHECK(r.info.converged);
+    CHECK(rel(r.x.full_tensor(), dense_lstsq(a, b, 0.2)) < 1e-8);
+    // With x0 the iteration solves for the correction (damping applies to it, as in SciPy), so
+    // without damping the minimizer is the same.
+    const auto s = (D.*method)(D.scatter(b), {.atol = 1e-12, .btol = 1e-12, .x0 = D.scatter(x0)});
+    CHECK(s.info.converged);
+    CHECK(rel(s.x.full_tensor(), dense_lstsq(a, b, 0.0)) < 1e-8);
+  }
+}
+
+TEST_CASE("LSQR and LSMR stop codes: b = 0, maxiter, conlim, a compatible system", "[sparse][lsq]") {
+  const auto mesh = world_mesh();
+  const std::int64_t m = 25, n = 10;
+  const auto a = random_rect(m, n, 0.3, 2);
+  const auto D = distribute(a, mesh, true);
+  for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+    // b = 0: x = 0 exactly, whatever x0 was.
+    const auto z = (D.*method)(D.zeros(), {.x0 = D.scatter(at::ones({n}, at::kDouble))});
+    CHECK(z.istop == 0);
+    CHECK(z.info.reason == sp::StopReason::zero_rhs);
+    CHECK(z.x.full_tensor().abs().max().item<double>() == 0.0);
+    // maxiter.
+    const auto b = at::randn({m}, at::make_generator<at::CPUGeneratorImpl>(4), at::kDouble);
+    const auto t = (D.*method)(D.scatter(b), {.atol = 1e-14, .btol = 1e-14, .maxiter = 3});
+    CHECK(t.istop == 7);
+    CHECK(t.info.reason == sp::StopReason::maxiter);
+    CHECK_FALSE(t.info.converged);
+    CHECK(t.info.iterations == 3);
+    // A condition limit below cond(A) stops with istop 3.
+    const auto c = (D.*method)(D.scatter(b), {.atol = 1e-14, .btol = 1e-14, .conlim = 1.5});
+    CHECK(c.istop == 3);
+    CHECK(c.info.reason == sp::StopReason::breakdown);
+    // b in the range of A: a compatible system, stopped by btol (istop 1), ‖r‖ tiny.
+    const auto xs = at::randn({n}, at::make_generator<at::CPUGeneratorImpl>(5), at::kDouble);
+    const auto e = (D.*method)(D.scatter(a.matmul(xs)), {.atol = 1e-10, .btol = 1e-10});
+    CHECK(e.istop == 1);
+    CHECK(rel(e.x.full_tensor(), xs) < 1e-7);
+  }
+}
+
+TEST_CASE("rectangular matrices: bad input raises the same error on every rank", "[sparse][lsq]") {
+  const auto mesh = world_mesh();
+  const std::int64_t m = 20, n = 8;
+  const auto a = random_rect(m, n, 0.3, 6);
+  const auto D = distribute(a, mesh, false);
+  const auto b = D.scatter(at::ones({m}, at::kDouble));
+  // A square-only method on a rectangular matrix.
+  for (const auto method : {sp::Method::cg, sp::Method::gmres, sp::Method::bicgstab, sp::Method::minres})
+    CHECK_THROWS_WITH(D.solve(b, {.method = method}), Catch::Contains("needs a square matrix") &&
+                                                          Catch::Contains("(20, 8)"));
+  // b from the domain, x0 from the range, bad options.
+  CHECK_THROWS_WITH(D.lsqr(D.domain_zeros()), Catch::Contains("range") && Catch::Contains("20 rows"));
+  CHECK_THROWS_WITH(D.lsmr(b, {.x0 = b}), Catch::Contains("domain") && Catch::Contains("8 rows"));
+  CHECK_THROWS_WITH(D.lsqr(b, {.damp = -1.0}), Catch::Contains("damp"));
+  CHECK_THROWS_WITH(D.matvec(b), Catch::Contains("matvec") && Catch::Contains("domain"));
+  CHECK_THROWS_WITH(D.rmatvec(D.domain_zeros()), Catch::Contains("rmatvec"));
+  // Indices out of the column range, and a graph partitioner for a rectangular matrix.
+  const auto idx = at::zeros({1}, at::kLong);
+  CHECK_THROWS_WITH(sp::DSparseTensor::from_local(at::ones({1}, at::kDouble), idx, idx + n, {m, n}, mesh),
+                    Catch::Contains("column index 8 is out of range [0, 8)"));
+  const auto A = sp::SparseTensor::from_dense(a);
+  CHECK_THROWS_WITH(sp::DSparseTensor::partition(A, mesh, {.method = sp::PartitionMethod::metis}),
+                    Catch::Contains("rectangular"));
+  const auto P = sp::DSparseTensor::partition(A, mesh);
+  CHECK(rel(P.lsqr(P.scatter(at::ones({m}, at::kDouble)), {.atol = 1e-12, .btol = 1e-12}).x.full_tensor(),
+            dense_lstsq(a, at::ones({m}, at::kDouble), 0.0)) < 1e-8);
+  // A square matrix whose columns are partitioned unlike its rows: least squares only.
+  const auto q = random_rect(12, 12, 0.3, 7);
+  const int p = comm_size(MPI_COMM_WORLD), r = comm_rank(MPI_COMM_WORLD);
+  const auto nz = q.nonzero();
+  const auto rows = nz.select(1, 0).contiguous(), cols = nz.select(1, 1).contiguous();
+  const auto mine = (at::remainder(rows, p) == r).nonzero().flatten();
+  const auto Q = sp::DSparseTensor::from_local(q.index({rows, cols}).index_select(0, mine), rows.index_select(0, mine),
+                                               cols.index_select(0, mine), {12, 12}, mesh,
+                                               {.owned_cols = at::arange(p - 1 - r, 12, p, at::kLong)});
+  if (p > 1) CHECK_THROWS_WITH(Q.solve(Q.scatter(at::ones({12}, at::kDouble))), Catch::Contains("partitioned as the rows"));
+}

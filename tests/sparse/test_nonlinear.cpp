@@ -1,0 +1,124 @@
+// nonlinear_solve (Newton–Krylov): Bratu 1-D (n = 200, lambda = 1) against the analytic solution
+// and a dense Newton on one process, Bratu 2-D against dense Newton, the general-residual form,
+// the adjoint J^T lambda = dL/du against a dense solve, and a problem without solution (failure
+// reported, the same on every rank).
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "operations_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+using es::testing::Coo;
+
+namespace {
+
+double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
+
+/// (1/h^2) tridiag(-1, 2, -1) of n interior points of (0, 1).
+Coo laplacian_1d(std::int64_t n) {
+  std::vector<std::int64_t> r, c;
+  std::vector<double> v;
+  const double h2 = 1.0 / double((n + 1) * (n + 1));
+  for (std::int64_t i = 0; i < n; ++i) {
+    r.push_back(i), c.push_back(i), v.push_back(2.0 / h2);
+    if (i > 0) r.push_back(i), c.push_back(i - 1), v.push_back(-1.0 / h2);
+    if (i + 1 < n) r.push_back(i), c.push_back(i + 1), v.push_back(-1.0 / h2);
+  }
+  const auto m = static_cast<std::int64_t>(r.size());
+  return {at::tensor(v, at::kDouble).view({m}), at::tensor(r, at::kLong).view({m}), at::tensor(c, at::kLong).view({m}), n};
+}
+
+/// Dense Newton on one process for A u - lambda e^u = 0, to machine precision.
+at::Tensor dense_bratu(const at::Tensor& A, double lambda) {
+  auto u = at::zeros({A.size(0)}, at::kDouble);
+  for (int it = 0; it < 50; ++it) {
+    const auto f = A.mv(u) - lambda * u.exp();
+    if (max_abs(f) < 1e-13 * std::max(1.0, max_abs(A.mv(u)))) break;
+    u = u - at::linalg_solve(A - at::diag(lambda * u.exp()), f);
+  }
+  return u;
+}
+
+/// Bratu's analytic solution: u(x) = -2 log(cosh((x - 1/2) theta / 2) / cosh(theta / 4)), with
+/// theta = sqrt(2 lambda) cosh(theta / 4) (the lower branch).
+at::Tensor bratu_exact(std::int64_t n, double lambda) {
+  double theta = 1.0;
+  for (int i = 0; i < 200; ++i) theta = std::sqrt(2.0 * lambda) * std::cosh(theta / 4.0);
+  const auto x = at::arange(1, n + 1, at::kDouble) / double(n + 1);
+  return -2.0 * (at::cosh((x - 0.5) * theta / 2.0) / std::cosh(theta / 4.0)).log();
+}
+
+}  // namespace
+
+TEST_CASE("nonlinear_solve: Bratu 1-D n = 200, analytic and dense Newton, with the adjoint", "[sparse][nonlinear]") {
+  const auto mesh = es::testing::world_mesh();
+  const std::int64_t n = 200;
+  const double lambda = 1.0;
+  const auto coo = laplacian_1d(n);
+  const auto A = es::testing::dense(coo);
+  const auto reference = dense_bratu(A, lambda);
+  const auto coords = at::stack({at::remainder(at::arange(n), 20), at::div(at::arange(n), 20, "floor")}, 1).to(at::kDouble);
+  for (auto method : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
+    const auto D = es::testing::distribute(coo, mesh, method, coords);
+    const auto g = [lambda](const at::Tensor& u) { return -lambda * u.exp(); };
+    const auto r = D.nonlinear_solve(g, g, D.zeros());
+    INFO(r.info.reason << " after " << r.info.iterations << " steps");
+    CHECK(r.info.converged);
+    CHECK(r.info.iterations <= 8);
+    CHECK(r.info.steps.size() == static_cast<std::size_t>(r.info.iterations));
+    const auto u = r.u.full_tensor();
+    CHECK(max_abs(u - bratu_exact(n, lambda)) < 1e-3);
+    CHECK(max_abs(u - reference) < 1e-8 * max_abs(reference));
+    // Adjoint with dL/du = 1: lambda = J^{-T} 1 at the solution.
+    const auto J = A - at::diag(lambda * reference.exp());
+    const auto expected = at::linalg_solve(J.transpose(0, 1), at::ones({n}, at::kDouble));
+    const auto adj = r.adjoint(D.scatter(at::ones({n}, at::kDouble))).full_tensor();
+    CHECK(max_abs(adj - expected) < 1e-7 * max_abs(expected));
+  }
+}
+
+TEST_CASE("nonlinear_solve: Bratu 2-D and the general residual form against dense Newton", "[sparse][nonlinear]") {
+  const auto mesh = es::testing::world_mesh();
+  const std::int64_t nx = 10, ny = 9;
+  auto coo = es::testing::poisson2d(nx, ny);
+  coo.values = coo.values * double((nx + 1) * (nx + 1));
+  const auto A = es::testing::dense(coo);
+  const double lambda = 2.0;
+  const auto reference = dense_bratu(A, lambda);
+  const auto D = es::testing::distribute(coo, mesh, sp::PartitionMethod::rcb, es::testing::grid_coords(nx, ny));
+  const auto g = [lambda](const at::Tensor& u) { return -lambda * u.exp(); };
+  const auto pointwise = D.nonlinear_solve(g, g, D.zeros());
+  CHECK(pointwise.info.converged);
+  CHECK(max_abs(pointwise.u.full_tensor() - reference) < 1e-8 * max_abs(reference));
+  const sp::NonlinearResidual general{
+      .residual = [&](const sp::DVector& u) { return D.matvec(u) + u.like(g(u.local())); },
+      .jvp = [&](const sp::DVector& u, const sp::DVector& v) { return D.matvec(v) + v.like(g(u.local()) * v.local()); },
+      .vjp = [&](const sp::DVector& u, const sp::DVector& v) { return D.rmatvec(v) + v.like(g(u.local()) * v.local()); }};
+  const auto r = D.nonlinear_solve(general, D.zeros(), {.restart = 40});
+  CHECK(r.info.converged);
+  CHECK(max_abs(r.u.full_tensor() - reference) < 1e-8 * max_abs(reference));
+  const auto J = A - at::diag(lambda * reference.exp());
+  const auto w = at::arange(nx * ny, at::kDouble) / double(nx * ny);
+  const auto expected = at::linalg_solve(J.transpose(0, 1), w);
+  CHECK(max_abs(r.adjoint(D.scatter(w)).full_tensor() - expected) < 1e-7 * max_abs(expected));
+}
+
+TEST_CASE("nonlinear_solve: no solution (Bratu past the fold) is reported, not hidden", "[sparse][nonlinear]") {
+  const auto mesh = es::testing::world_mesh();
+  const auto coo = laplacian_1d(30);
+  const auto D = es::testing::distribute(coo, mesh, sp::PartitionMethod::simple, {});
+  const auto g = [](const at::Tensor& u) { return -10.0 * u.exp(); };  // lambda = 10 > 3.51: none
+  const auto r = D.nonlinear_solve(g, g, D.zeros(), {.maxiter = 30});
+  CHECK_FALSE(r.info.converged);
+  CHECK((r.info.reason == "line search failed" || r.info.reason == "maxiter reached"));
+  CHECK(es::testing::same_on_every_rank(r.info.reason));
+  CHECK(r.info.residual_norm >= r.info.steps.back().residual_norm * (r.info.reason == "line search failed" ? 1.0 : 0.0));
+  const auto bad = es::testing::error_of([&] {
+    const auto other = es::testing::distribute(laplacian_1d(31), mesh, sp::PartitionMethod::simple, {});
+    (void)D.nonlinear_solve(g, g, other.zeros());
+  });
+  CHECK(bad.find("nonlinear_solve") != std::string::npos);
+}

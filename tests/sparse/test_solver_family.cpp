@@ -1,0 +1,289 @@
+// FGMRES with a preconditioner that changes every step, custom preconditioners (callables on
+// DVectors), solve_batch with every method, scoped defaults (SolverConfig), and the differentiable
+// solve: gradients in b and in the stored values against a dense solve on one process and against
+// finite differences.
+
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "einshard/sparse.hpp"
+#include "sparse_problems.hpp"
+#include "test_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+
+namespace {
+
+es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
+
+/// 2-D convection-diffusion: the 5-point Laplacian plus a central difference of c·∂x (nonsymmetric).
+es::testing::Coo convection_diffusion(std::int64_t nx, std::int64_t ny, double c) {
+  auto a = es::testing::poisson2d(nx, ny);
+  const auto east = a.cols == a.rows + 1, west = a.cols == a.rows - 1;
+  a.values = a.values + c * east.to(at::kDouble) - c * west.to(at::kDouble);
+  return a;
+}
+
+/// The entries of the rows this rank owns under from_local's default (contiguous blocks): each
+/// entry handed in once, by its owner, so gradients reach every handed-in value.
+es::testing::Coo my_share(const es::testing::Coo& a) {
+  const auto [first, last] = sp::simple_rows(a.n, MPI_COMM_WORLD);
+  const auto pick = ((a.rows >= first) & (a.rows < last)).nonzero().flatten();
+  return {a.values.index_select(0, pick), a.rows.index_select(0, pick), a.cols.index_select(0, pick), a.n};
+}
+
+at::Tensor seeded(std::int64_t n, std::uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({n}, gen, at::kDouble);
+}
+
+double rel(const at::Tensor& x, const at::Tensor& ref) {
+  return (x - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+}
+
+at::Tensor sum_over_ranks(at::Tensor t) {
+  t = t.contiguous().clone();
+  MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return t;
+}
+
+sp::DSparseTensor assemble(const es::testing::Coo& share, const at::Tensor& values, const es::Mesh& mesh) {
+  return sp::DSparseTensor::from_local(values, share.rows, share.cols, {share.n, share.n}, mesh);
+}
+
+}  // namespace
+
+TEST_CASE("FGMRES: a fixed preconditioner as GMRES, an inner solve as preconditioner", "[sparse][fgmres]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(12, 9, 0.5);
+  const auto share = my_share(coo);
+  const auto D = assemble(share, share.values, mesh);
+  const auto b = seeded(coo.n, 3);
+  const auto ref = at::linalg_solve(es::testing::dense(coo), b);
+  const auto db = D.scatter(b);
+  // With a fixed preconditioner FGMRES builds the same Krylov space as right-preconditioned GMRES.
+  for (const auto pc : {sp::Preconditioner::none, sp::Preconditioner::jacobi, sp::Preconditioner::block_jacobi}) {
+    const auto g = D.solve(db, {.method = sp::Method::gmres, .preconditioner = pc, .rtol = 1e-10, .restart = 12});
+    const auto f = D.solve(db, {.method = sp::Method::fgmres, .preconditioner = pc, .rtol = 1e-10, .restart = 12});
+    CHECK(f.info.converged);
+    CHECK(std::abs(f.info.iterations - g.info.iterations) <= 1);
+    CHECK(rel(f.x.full_tensor(), ref) < 1e-8);
+  }
+  // A preconditioner that is itself an iteration (a few GMRES steps, different on every call):
+  // fewer outer iterations than none.
+  int calls = 0;
+  const sp::PreconditionerFn inner = [&](const sp::DVector& r) {
+    ++calls;
+    return D.solve(r, {.method = sp::Method::gmres, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-2,
+                       .maxiter = 4, .residual_history = false})
+        .x;
+  };
+  const auto plain = D.solve(db, {.method = sp::Method::fgmres, .rtol = 1e-10});
+  const auto f = D.solve(db, {.method = sp::Method::fgmres, .rtol = 1e-10, .custom_preconditioner = inner});
+  CHECK(f.info.converged);
+  CHECK(f.info.iterations < plain.info.iterations / 2);
+  CHECK(calls == f.info.iterations);
+  CHECK(rel(f.x.full_tensor(), ref) < 1e-8);
+}
+
+TEST_CASE("custom preconditioners: a callable equals the built-in one, bad ones fail on every rank",
+          "[sparse][custom_preconditioner]") {
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::poisson2d(11, 8);
+  const auto share = my_share(coo);
+  const auto D = assemble(share, share.values, mesh);
+  const auto db = D.scatter(seeded(coo.n, 5));
+  const auto ref = at::linalg_solve(es::testing::dense(coo), seeded(coo.n, 5));
+  // Jacobi written as a callable: the same iterations as the built-in one, in every method.
+  const auto inv_diag = D.zeros().like(at::full({D.layout()->local_size()}, 0.25, at::kDouble));
+  const sp::PreconditionerFn jacobi = [&](const sp::DVector& r) { return r * inv_diag; };
+  for (const auto m : {sp::Method::cg, sp::Method::bicgstab, sp::Method::gmres, sp::Method::minres, sp::Method::fgmres}) {
+    CAPTURE(sp::to_string(m));
+    const auto builtin = D.solve(db, {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-9});
+    const auto custom = D.solve(db, {.method = m, .rtol = 1e-9, .custom_preconditioner = jacobi});
+    CHECK(custom.info.converged);
+    CHECK(std::abs(custom.info.iterations - builtin.info.iterations) <= 1);
+    CHECK(rel(custom.x.full_tensor(), ref) < 1e-7);
+  }
+  // A callable that returns the wrong length on one rank only: the same Error everywhere.
+  const sp::PreconditionerFn bad = [&](const sp::DVector& r) {
+    return es::testing::world().rank == 0 ? sp::DVector(std::make_shared<const sp::RowLayout>(
+                                                            at::arange(0, at::kLong), 0, MPI_COMM_SELF),
+                                                        at::zeros({0}, at::kDouble))
+                                          : r;
+  };
+  CHECK_THROWS_WITH(D.solve(db, {.method = sp::Method::gmres, .custom_preconditioner = bad}),
+                    Catch::Contains("custom_preconditioner must return a DVector"));
+  CHECK_THROWS_WITH(D.solve(db, {.preconditioner = sp::Preconditioner::jacobi, .custom_preconditioner = jacobi}),
+                    Catch::Contains("not both"));
+}
+
+TEST_CASE("solve_batch with every method equals linalg_solve", "[sparse][batch][solver_family]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(5, 4, 0.3);
+  const std::int64_t batch = 5;
+  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
+  const auto values = (scale * coo.values.unsqueeze(0)).contiguous();
+  const sp::BatchSparseTensor A(values, coo.rows, coo.cols, {coo.n, coo.n});
+  const auto D = sp::partition_batch(A, mesh);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
+  const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
+  const auto dense = es::testing::dense(coo);
+  std::vector<at::Tensor> refs;
+  for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
+  const auto ref = at::stack(refs);
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres}) {
+    CAPTURE(sp::to_string(m));
+    const auto s = D.solve_batch(D.scatter(rhs), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-11});
+    for (const auto& info : s.info) CHECK(info.converged);
+    CHECK(rel(D.gather(s.x), ref) < 1e-8);
+  }
+}
+
+TEST_CASE("SolverConfig: scoped defaults, nested, explicit options win", "[sparse][solver_config]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(8, 7, 0.4);
+  const auto share = my_share(coo);
+  const auto D = assemble(share, share.values, mesh);
+  const auto db = D.scatter(seeded(coo.n, 9));
+  {
+    const sp::SolverConfig scope({.method = sp::Method::gmres, .rtol = 1e-10});
+    const sp::SolveOptions o{};
+    CHECK(o.method == sp::Method::gmres);
+    CHECK(o.rtol == 1e-10);
+    CHECK(o.maxiter == 10000);
+    const auto r = D.solve(db);  // CG would not be asked for a nonsymmetric matrix; GMRES is
+    CHECK(r.info.converged);
+    CHECK(r.info.residual_norm <= 1e-10 * r.info.rhs_norm);
+    {
+      const sp::SolverConfig inner({.preconditioner = sp::Preconditioner::jacobi, .maxiter = 3});
+      const sp::SolveOptions i{};
+      CHECK(i.method == sp::Method::gmres);  // from the outer scope
+      CHECK(i.preconditioner == sp::Preconditioner::jacobi);
+      CHECK(i.maxiter == 3);
+      const auto s = D.solve(db);
+      CHECK(s.info.reason == sp::StopReason::maxiter);
+      const auto e = D.solve(db, {.maxiter = 500});  // explicit wins
+      CHECK(e.info.converged);
+    }
+    CHECK(sp::SolveOptions{}.maxiter == 10000);
+    CHECK(sp::SolveOptions{}.preconditioner == sp::Preconditioner::none);
+  }
+  CHECK(sp::SolveOptions{}.method == sp::Method::cg);
+  CHECK(sp::SolveOptions{}.rtol == 1e-5);
+}
+
+TEST_CASE("the differentiable solve: gradients in b and values equal a dense solve's and finite differences",
+          "[sparse][solve_autograd]") {
+  const auto mesh = world_mesh();
+  struct Case {
+    es::testing::Coo coo;
+    sp::SolveOptions options;
+  };
+  const auto spd = es::testing::poisson2d(7, 6);
+  const auto unsym = convection_diffusion(7, 6, 0.6);
+  const std::vector<Case> cases{
+      {spd, {.method = sp::Method::cg, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-12}},
+      {spd, {.method = sp::Method::minres, .rtol = 1e-12}},
+      {unsym, {.method = sp::Method::gmres, .preconditioner = sp::Preconditioner::block_jacobi, .rtol = 1e-12}},
+      {unsym, {.method = sp::Method::bicgstab, .rtol = 1e-12}},
+      {unsym, {.method = sp::Method::fgmres, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-12}},
+  };
+  const auto weights = seeded(spd.n, 13);
+  for (const auto& c : cases) {
+    CAPTURE(sp::to_string(c.options.method));
+    const auto share = my_share(c.coo);
+    // Distributed: b (global, every rank) and this rank's share of the values are leaves.
+    const auto b = seeded(c.coo.n, 11).requires_grad_(true);
+    const auto v = share.values.clone().requires_grad_(true);
+    const auto D = assemble(share, v, mesh);
+    const auto r = D.solve(D.scatter(b), c.options);
+    REQUIRE(r.info.converged);
+    const auto loss = (r.x.full_tensor() * weights).sum();
+    loss.backward();
+    // Dense on one process.
+    const auto bd = b.detach().clone().requires_grad_(true);
+    const auto dense = es::testing::dense(c.coo).requires_grad_(true);
+    (at::linalg_solve(dense, bd) * weights).sum().backward();
+    CHECK(std::abs(loss.item<double>() - (at::linalg_solve(dense, bd) * weights).sum().item<double>()) < 1e-9);
+    // Each rank holds the gradient of what it owns (its rows of b, its share of the values).
+    CHECK(rel(sum_over_ranks(b.grad()), bd.grad()) < 1e-8);
+    if (v.numel() > 0)  // a rank past the last block owns nothing (8 ranks, 42 rows)
+      CHECK(rel(v.grad(), dense.grad().index({share.rows, share.cols})) < 1e-7);
+    // Central differences along one direction of the values, on every rank at once.
+    const double h = 1e-6;
+    const auto dir = at::randn({v.numel()}, at::make_generator<at::CPUGeneratorImpl>(7 + es::testing::world().rank),
+                               at::kDouble);
+    const auto loss_at = [&](double t) {
+      at::NoGradGuard guard;
+      const auto Dt = assemble(share, share.values + t * dir, mesh);
+      return (Dt.solve(Dt.scatter(b.detach()), c.options).x.full_tensor() * weights).sum().item<double>();
+    };
+    const double fd = (loss_at(h) - loss_at(-h)) / (2 * h);
+    double directional = (v.grad() * dir).sum().item<double>();
+    MPI_Allreduce(MPI_IN_PLACE, &directional, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(std::abs(fd - directional) < 1e-4 * std::max(1.0, std::abs(directional)));
+  }
+  // An adjoint solve that cannot converge in maxiter: the same Error on every rank in backward.
+  const auto share = my_share(unsym);
+  const auto v = share.values.clone().requires_grad_(true);
+  const auto D = assemble(share, v, mesh);
+  const auto x = D.solve(D.scatter(seeded(unsym.n, 2)), {.method = sp::Method::gmres, .rtol = 1e-12, .maxiter = 2}).x;
+  CHECK_THROWS_WITH((x.full_tensor() * weights).sum().backward(), Catch::Contains("adjoint solve by gmres did not converge"));
+}
+
+TEST_CASE("several right-hand sides: D.solve(B) with an (n_local, k) block", "[sparse][multi_rhs]") {
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::poisson2d(9, 8);
+  const auto share = my_share(coo);
+  const auto D = assemble(share, share.values, mesh);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
+  auto B = at::randn({coo.n, 4}, gen, at::kDouble);
+  B.select(1, 2).zero_();                      // a zero column: x = 0 exactly
+  B.select(1, 3).mul_(1e-3);                   // a small one converges on its own schedule
+  const auto dense = es::testing::dense(coo);
+  const auto ref = at::linalg_solve(dense, B);
+  const auto dB = D.scatter(B);
+  REQUIRE(dB.local().dim() == 2);
+  for (const auto pc : {sp::Preconditioner::none, sp::Preconditioner::jacobi, sp::Preconditioner::block_jacobi}) {
+    CAPTURE(sp::to_string(pc));
+    const auto s = D.solve(dB, {.preconditioner = pc, .rtol = 1e-10});
+    REQUIRE(s.info.columns.size() == 4);
+    CHECK(s.info.converged);
+    CHECK(s.info.columns[2].reason == sp::StopReason::zero_rhs);
+    const auto x = s.x.full_tensor();
+    CHECK(x.sizes() == B.sizes());
+    CHECK(rel(x, ref) < 1e-8);
+    CHECK(at::equal(x.select(1, 2), at::zeros({coo.n}, at::kDouble)));
+    // Each column takes the iterations of its own single solve.
+    for (std::int64_t j : {0, 1, 3}) {
+      const auto single = D.solve(D.scatter(B.select(1, j).contiguous()), {.preconditioner = pc, .rtol = 1e-10});
+      CHECK(std::abs(s.info.columns[static_cast<std::size_t>(j)].iterations - single.info.iterations) <= 1);
+    }
+    CHECK(s.info.iterations == std::max({s.info.columns[0].iterations, s.info.columns[1].iterations,
+                                         s.info.columns[3].iterations}));
+  }
+  // x0 as a block, another method (column by column), maxiter.
+  const auto warm = D.solve(dB, {.rtol = 1e-10, .x0 = D.scatter(ref)});
+  for (const auto& c : warm.info.columns) CHECK(c.iterations == 0);
+  const auto g = D.solve(dB, {.method = sp::Method::gmres, .rtol = 1e-10});
+  CHECK(g.info.converged);
+  CHECK(rel(g.x.full_tensor(), ref) < 1e-8);
+  const auto t = D.solve(dB, {.maxiter = 2});
+  CHECK_FALSE(t.info.converged);
+  CHECK(t.info.reason == sp::StopReason::maxiter);
+  CHECK_THROWS_WITH(D.solve(dB, {.x0 = D.scatter(ref.select(1, 0).contiguous())}), Catch::Contains("x0 must be a block"));
+  // Differentiable in the block (columns through the recorded single solve).
+  const auto Bg = B.clone().requires_grad_(true);
+  const auto w = at::randn({coo.n, 4}, gen, at::kDouble);
+  (D.solve(D.scatter(Bg), {.rtol = 1e-12}).x.full_tensor() * w).sum().backward();
+  const auto Bd = B.clone().requires_grad_(true);
+  (at::linalg_solve(dense, Bd) * w).sum().backward();
+  CHECK(rel(sum_over_ranks(Bg.grad()), Bd.grad()) < 1e-8);
+}
