@@ -328,7 +328,7 @@ inline Explained explain_request(const ExplainRequest& r) {
     for (const auto& s : steps) {
       const auto cost = plan::estimate({s}, x.sizes, mesh, r.element);
       x.total += cost;
-      x.steps.push_back({who, plan::step_name(s.kind), s.group, s.axis, s.before, s.after, cost});
+      x.steps.push_back({who, plan::step_name(s.kind), s.group.name(), s.axis, s.before, s.after, cost});
     }
   };
   if (x.inputs.size() == 1) {
