@@ -16,18 +16,7 @@ namespace es = einshard;
 
 namespace {
 
-/// Every ordered factorization of n into `dims` positive factors.
-std::vector<std::vector<int>> factorizations(int n, int dims) {
-  if (dims == 1) return {{n}};
-  std::vector<std::vector<int>> out;
-  for (int f = 1; f <= n; ++f)
-    if (n % f == 0)
-      for (auto rest : factorizations(n / f, dims - 1)) {
-        rest.insert(rest.begin(), f);
-        out.push_back(rest);
-      }
-  return out;
-}
+using einshard::testing::factorizations;
 
 const std::vector<std::string> dim_names{"dp", "sp", "tp"};
 

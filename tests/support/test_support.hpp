@@ -5,7 +5,11 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <vector>
+
+#include "einshard/error.hpp"
 
 namespace einshard::testing {
 
@@ -32,6 +36,29 @@ inline int num_threads_from_env() {
   char* end = nullptr;
   const long n = std::strtol(value, &end, 10);
   return (end != value && *end == '\0' && n > 0 && n < 1024) ? static_cast<int>(n) : 1;
+}
+
+/// Every ordered factorization of n into `dims` positive factors (the mesh shapes of n ranks).
+inline std::vector<std::vector<int>> factorizations(int n, int dims) {
+  if (dims == 1) return {{n}};
+  std::vector<std::vector<int>> out;
+  for (int f = 1; f <= n; ++f)
+    if (n % f == 0)
+      for (auto rest : factorizations(n / f, dims - 1)) {
+        rest.insert(rest.begin(), f);
+        out.push_back(rest);
+      }
+  return out;
+}
+
+/// The message of the `einshard::Error` that `f` throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const einshard::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace einshard::testing

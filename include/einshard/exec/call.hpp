@@ -21,6 +21,7 @@
 #include "einshard/notation/expression.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/plan.hpp"
+#include "einshard/plan/policy_scope.hpp"
 
 namespace einshard {
 
@@ -105,10 +106,11 @@ inline const std::string& cache_key(std::string_view source, const Options& o, c
   auto word = [](std::int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   key.assign(source);
   key += '\x1f';
-  // The mesh by identity and shape: MPI reuses a freed communicator's handle for the next one.
+  // The mesh by identity and shape: MPI reuses a freed communicator's handle for the next one. The
+  // policy as resolved (call, scope, default): a scope or a new default must not reuse a plan.
   word(static_cast<std::int64_t>(o.mesh.id()));
   for (auto n : o.mesh.sizes()) word(n);
-  word(static_cast<std::int64_t>(o.policy.value_or(Policy::training)));
+  word(resolve_policy(o.policy).key());
   if (!o.shapes.empty()) key += o.shapes.key();
   key += '\x1f';
   for (const auto& rank : a.ranks)

@@ -25,6 +25,7 @@
 #include "einshard/notation/expression.hpp"
 #include "einshard/options.hpp"
 #include "einshard/plan/binary.hpp"
+#include "einshard/plan/param_grad.hpp"
 #include "einshard/plan/plan.hpp"
 
 namespace einshard::exec {
@@ -41,6 +42,9 @@ struct Stage {
 struct ContractionCall {
   SizeTable sizes;
   std::vector<Stage> stages;
+  /// Per input: the groups of the gradient partial a `[param]` operand's plan leaves to the
+  /// model's reduction (plan/param_grad.hpp); "" for other operands.
+  std::vector<Group> deferred;
 };
 
 /// Resolves the sizes of a stage's chosen candidate and makes its programs.
@@ -73,7 +77,7 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
   const auto out = plan::layout_of(e, e.output(), ellipsis, mesh.shape());
   ContractionCall call;
   for (std::size_t i = 0; i < n; ++i) measure(call.sizes, work[i], ranks, i, mesh, o.shapes, what);
-  const auto policy = o.policy.value_or(Policy::training);
+  const PlanPolicy policy = resolve_policy(o.policy);
 
   // The axes an intermediate of operands i and j must keep: those some other operand or the
   // output still names.
@@ -90,6 +94,26 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
         if (r.find(a.axis) < 0 && needed(a.axis)) r.axes.push_back({a.axis, {}});
     return r;
   };
+  // Which input each working operand is (-1: an intermediate), for the [param] deferrals.
+  std::vector<int> origin(n);
+  for (std::size_t i = 0; i < n; ++i) origin[i] = static_cast<int>(i);
+  call.deferred.assign(n, Group{});
+  auto defer = [&](Stage& s) {
+    for (auto [index, steps] : {std::pair{s.left, &s.plan.chosen.x_steps}, std::pair{s.right, &s.plan.chosen.y_steps}}) {
+      const int in = origin[index];
+      if (in < 0) continue;
+      const auto& ann = e.input(static_cast<std::size_t>(in)).annotation;
+      // grad=none keeps the reduction in the plan's backward: nothing is left to the model.
+      if (!ann.param || e.text(ann.grad) == "none") continue;
+      call.deferred[static_cast<std::size_t>(in)] =
+          plan::defer_parameter_partial(*steps, work[index], mesh.shape());
+    }
+  };
+  auto retire = [&](const Stage& s) {
+    origin.erase(origin.begin() + static_cast<std::ptrdiff_t>(s.right));
+    origin.erase(origin.begin() + static_cast<std::ptrdiff_t>(s.left));
+    origin.push_back(-1);
+  };
   while (work.size() > 2) {
     Stage best;
     double best_score = 0;
@@ -104,15 +128,18 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
           found = true;
         }
       }
+    defer(best);
     plan::Layout result = best.plan.chosen.z_steps.empty() ? best.plan.chosen.result
                                                            : best.plan.chosen.z_steps.back().after;
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(best.right));
     work.erase(work.begin() + static_cast<std::ptrdiff_t>(best.left));
     work.push_back(std::move(result));
+    retire(best);
     call.stages.push_back(std::move(best));
   }
   call.stages.push_back(
       {0, 1, plan::plan_binary(work[0], work[1], out, mesh.shape(), call.sizes.global, element, policy), {}, {}, {}, {}});
+  defer(call.stages.back());
 
   for (auto& s : call.stages) make_stage(call.sizes, s, mesh, o.shapes, what);
   return call;
@@ -143,6 +170,7 @@ inline Plan describe_contraction(std::string_view source, const ContractionCall&
                                 a.estimate.backward_bytes,
                                 a.estimate.forward_collectives + a.estimate.backward_collectives,
                                 a.estimate.peak_bytes, a.estimate.flops});
+    for (const auto& r : s.plan.rejected) p.rejected.push_back({r.compute.str(), r.reason});
   }
   return p;
 }

@@ -8,11 +8,13 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "einshard/error.hpp"
 #include "einshard/exec/contraction.hpp"
 #include "einshard/exec/local.hpp"
 #include "einshard/exec/unary.hpp"
+#include "einshard/model/notation_params.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
 #include "einshard/notation/static_expression.hpp"
@@ -37,8 +39,9 @@ inline void check_distributed_call(const notation::ExpressionView& e, at::Tensor
 }
 
 /// A notation that moves data between ranks: agree, fetch (or prepare) the plan, run it.
+/// `deferred`: set to each input's gradient groups left to the model ([param] operands).
 inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
-                                  const Options& o) {
+                                  const Options& o, std::vector<Group>* deferred = nullptr) {
   check_distributed_call(e, xs, o);
   const Mesh& mesh = o.mesh;
   const auto agreement = exec::agree_operands(e, xs, mesh);
@@ -66,6 +69,7 @@ inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorL
   }
   auto call = exec::CallCache<exec::ContractionCall>::instance().get(
       key, [&] { return exec::prepare_contraction(e, agreement, element, o); });
+  if (deferred) *deferred = call->deferred;
   remember(call, [](const LastPlan& l) {
     return exec::describe_contraction(
         l.source, *static_cast<const exec::ContractionCall*>(l.call.get()), l.mesh, l.element);
@@ -158,9 +162,18 @@ at::Tensor run_static(at::TensorList xs, const Options& o) {
   constexpr auto& E = notation::static_expression<S>;
   check_einshard_options(o);
   if constexpr (plan::is_local(E.view())) {
-    return exec::run_local(static_local_plan<S>(), S.view(), xs, o.sizes, o.families);
+    const auto& plan = static_local_plan<S>();
+    if constexpr (has_param(E.view()))
+      return with_params(E.view(), xs, shape_of(o.mesh),
+                         [&](auto*) { return exec::run_local(plan, S.view(), xs, o.sizes, o.families); });
+    else
+      return exec::run_local(plan, S.view(), xs, o.sizes, o.families);
   } else {
-    return run_distributed(E.view(), xs, o);
+    if constexpr (has_param(E.view()))
+      return with_params(E.view(), xs, shape_of(o.mesh),
+                         [&](std::vector<Group>* d) { return run_distributed(E.view(), xs, o, d); });
+    else
+      return run_distributed(E.view(), xs, o);
   }
 }
 
@@ -203,8 +216,13 @@ at::Tensor einshard(at::TensorList xs, const Options& o = {}) {
 inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o = {}) {
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
-  if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o);
-  return exec::run_local(compiled->local_plan, compiled->source, xs, o.sizes, o.families);
+  const auto run = [&](std::vector<Group>* deferred) {
+    if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o, deferred);
+    return exec::run_local(compiled->local_plan, compiled->source, xs, o.sizes, o.families);
+  };
+  if (detail::has_param(compiled->view()))
+    return detail::with_params(compiled->view(), xs, detail::shape_of(o.mesh), run);
+  return run(nullptr);
 }
 
 /// What `einshard<S>(xs..., o)` would run on these tensors: its steps and this rank's traffic and

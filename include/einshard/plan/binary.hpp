@@ -26,6 +26,7 @@
 #include "einshard/plan/cost.hpp"
 #include "einshard/plan/layout.hpp"
 #include "einshard/plan/local.hpp"
+#include "einshard/plan/policy_scope.hpp"
 #include "einshard/plan/step.hpp"
 #include "einshard/plan/unary.hpp"
 
@@ -39,10 +40,17 @@ struct BinaryCandidate {
   double score = 0;
 };
 
+/// A compute layout the planner ruled out, and why.
+struct RejectedCandidate {
+  Layout compute;
+  std::string reason;
+};
+
 struct BinaryPlan {
   BinaryCandidate chosen;
   std::string equation;  ///< the local einsum, over the compute layouts of x and y
   std::vector<BinaryCandidate> alternatives;  ///< every valid candidate, cheapest first
+  std::vector<RejectedCandidate> rejected;    ///< every invalid one, in enumeration order
 };
 
 namespace detail {
@@ -71,7 +79,7 @@ inline Layout operand_target(const Layout& l, const Layout& compute, std::uint32
 /// it was computed (partial sums reduced), as an intermediate of a longer contraction may.
 inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z, const MeshShape& mesh,
                               const std::map<std::string, std::int64_t, std::less<>>& global,
-                              std::int64_t element, Policy policy, bool free_output = false) {
+                              std::int64_t element, const PlanPolicy& policy, bool free_output = false) {
   // Axes of the contraction, in first-seen order, each with its candidate compute groups.
   std::vector<std::string> axes;
   std::vector<std::vector<Group>> options;
@@ -105,9 +113,15 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
       if (!in(z, a.axis)) producible |= a.group.bits();
   const std::uint32_t natural = z.partial.bits() & producible;
 
-  // One candidate per compute layout, or none when the layout is invalid: a mesh dimension sharding
-  // two axes or an axis of a partial input, or an output partial it cannot produce naturally.
+  BinaryPlan plan;
+  // One candidate per compute layout, or none (with the reason) when the layout is invalid: a mesh
+  // dimension sharding two axes or an axis of a partial input, or an output partial it cannot
+  // produce naturally.
   auto candidate = [&](const Layout& compute) -> std::optional<BinaryCandidate> {
+    auto reject = [&](std::string why) -> std::optional<BinaryCandidate> {
+      plan.rejected.push_back({compute, std::move(why)});
+      return std::nullopt;
+    };
     // Whether a mesh dimension shards two axes of `l` (all of compute's when null) in the compute
     // layout, or one of them and `l`'s partial.
     auto overlapping = [&](const Layout* l) {
@@ -119,7 +133,9 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
       }
       return false;
     };
-    if (overlapping(nullptr) || overlapping(&x) || overlapping(&y)) return std::nullopt;
+    if (overlapping(nullptr)) return reject("a mesh dimension would shard two axes");
+    if (overlapping(&x) || overlapping(&y))
+      return reject("a mesh dimension would shard an axis of an input that is partial over it");
     BinaryCandidate c;
     c.compute = compute;
     for (const auto& a : z.axes) c.result.axes.push_back({a.axis, compute.group(a.axis)});
@@ -127,9 +143,11 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     std::uint32_t partial = x.partial.bits() | y.partial.bits();
     for (const auto& a : compute.axes)
       if (!in(z, a.axis)) partial |= a.group.bits();
-    if (natural & ~partial) return std::nullopt;
+    if (const auto missing = natural & ~partial)
+      return reject("it does not produce the output's partial sums over '" + mesh.group(missing).name() + "'");
     for (const auto& a : c.result.axes)  // a result sharded and partial over one dimension
-      if (a.group.bits() & partial) return std::nullopt;
+      if (a.group.bits() & partial)
+        return reject("its result would be sharded and partial over '" + a.group.name() + "' at once");
     c.result.partial = mesh.group(partial);
     std::uint32_t used = detail::varies(c.result);
     for (const auto& a : compute.axes) used |= a.group.bits();
@@ -137,12 +155,14 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     if (free_output)
       for (auto& a : target.axes) a.group = compute.group(a.axis);
     // A move the unary planner refuses (e.g. through diagonal blocks) rules a candidate out.
-    auto xs = detail::try_plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh, nullptr);
-    if (!xs) return std::nullopt;
-    auto ys = detail::try_plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh, nullptr);
-    if (!ys) return std::nullopt;
-    auto zs = detail::try_plan_unary(c.result, target, mesh, nullptr);
-    if (!zs) return std::nullopt;
+    std::string refusal;
+    auto refused = [&] { return reject("a move to or from it is impossible: " + refusal); };
+    auto xs = detail::try_plan_unary(x, detail::operand_target(x, compute, used, mesh), mesh, &refusal);
+    if (!xs) return refused();
+    auto ys = detail::try_plan_unary(y, detail::operand_target(y, compute, used, mesh), mesh, &refusal);
+    if (!ys) return refused();
+    auto zs = detail::try_plan_unary(c.result, target, mesh, &refusal);
+    if (!zs) return refused();
     c.x_steps = std::move(*xs);
     c.y_steps = std::move(*ys);
     c.z_steps = std::move(*zs);
@@ -153,11 +173,10 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     for (const auto& a : compute.axes)
       flops *= static_cast<double>(global.at(a.axis)) / (a.group.empty() ? 1 : mesh.size(a.group));
     c.estimate.flops = flops;
-    c.score = score(c.estimate, policy);
+    c.score = policy.score(c.estimate);
     return c;
   };
 
-  BinaryPlan plan;
   std::vector<std::size_t> pick(axes.size(), 0);
   while (true) {
     Layout compute;

@@ -47,12 +47,19 @@ struct PlanAlternative {
   double flops = 0;
 };
 
+/// A compute layout the planner ruled out, with the reason.
+struct PlanRejected {
+  std::string compute;
+  std::string reason;
+};
+
 /// The plan of one call: its steps in order, with costs; for contractions also the candidates the
-/// planner compared (cheapest first; the first is the one that runs).
+/// planner compared (cheapest first; the first is the one that runs) and those it ruled out.
 struct Plan {
   std::string notation{};
   std::vector<PlanStep> steps{};
   std::vector<PlanAlternative> alternatives{};
+  std::vector<PlanRejected> rejected{};
 
   [[nodiscard]] std::vector<std::string> names() const {
     std::vector<std::string> n;
