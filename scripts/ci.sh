@@ -4,7 +4,7 @@
 # CI machine and why this subset):
 #   1. the README's test command, scripts/run-tests.sh: the dev preset, the whole suite;
 #   2. scripts/fuzz.sh: every libFuzzer target for EINSHARD_CI_FUZZ_SECONDS (default 30) each;
-#   3. scripts/sanitize.sh: ASan + UBSan builds of the unit and sparse suites (its
+#   3. scripts/sanitize.sh: ASan + UBSan build of the unit suite (its
 #      EINSHARD_SANITIZE_SUITES), run at 1-3 ranks, failing on any report;
 #   4. the clang 14 build of the unit suite with -Wall -Wextra -Werror, run (EINSHARD_CI_CLANG=0
 #      skips it).

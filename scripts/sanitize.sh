@@ -9,7 +9,8 @@
 #   EINSHARD_SANITIZE_SUITES="unit mpi spectral stencil sparse" scripts/sanitize.sh   # everything
 #
 # Environment:
-#   EINSHARD_SANITIZE_SUITES  suites to build and run (default "unit sparse"; see
+#   EINSHARD_SANITIZE_SUITES  suites to build and run (default "unit": the sparse suite doubled in
+#                             size with the second wave and no longer fits the CI budget; see
 #                             docs/testing.md for the cost of each on the 2-core CI machine)
 #   EINSHARD_SANITIZE_RANKS   world sizes of the MPI suites (default "1 2 3")
 set -euo pipefail
@@ -18,7 +19,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${here}/env.sh"
 cd "${EINSHARD_ROOT}"
 
-suites="${EINSHARD_SANITIZE_SUITES:-unit sparse}"
+suites="${EINSHARD_SANITIZE_SUITES:-unit}"
 ranks="${EINSHARD_SANITIZE_RANKS:-1 2 3}"
 
 mkdir -p build

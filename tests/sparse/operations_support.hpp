@@ -25,19 +25,8 @@ inline sparse::DSparseTensor distribute(const Coo& a, const Mesh& mesh, sparse::
   return sparse::DSparseTensor::partition(A, mesh, {.method = method, .coords = coords});
 }
 
-/// The message of the Error `f` throws, or "" (then the test fails on the comparison).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const einshard::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 /// True when every rank holds the same string (collective).
-inline bool same_on_every_rank(const std::string& s) {
+inline bool agrees_on_every_rank(const std::string& s) {
   int n = static_cast<int>(s.size()), lo = n, hi = n;
   MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

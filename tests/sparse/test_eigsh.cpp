@@ -130,6 +130,6 @@ TEST_CASE("eigsh: bad k raises the same error on every rank", "[sparse][eigsh]")
   for (std::int64_t k : {0, 17}) {
     const auto e = es::testing::error_of([&] { (void)D.eigsh({.k = k}); });
     CHECK(e.find("eigsh: expected 1 <= k <= n = 16") != std::string::npos);
-    CHECK(es::testing::same_on_every_rank(e));
+    CHECK(es::testing::agrees_on_every_rank(e));
   }
 }

@@ -153,7 +153,7 @@ TEST_CASE("save / load: damaged directories raise the same error, naming the fil
     INFO(e);
     CHECK(e.find(needle) != std::string::npos);
     CHECK(e.find(also) != std::string::npos);
-    CHECK(es::testing::same_on_every_rank(e));
+    CHECK(es::testing::agrees_on_every_rank(e));
   };
   const auto edit_metadata = [&](const std::string& from, const std::string& to) {
     on_rank0([&] {

@@ -11,8 +11,8 @@
 ///   8 bytes "ESDSPART", then int64 version, partition id, partitions, n, owned rows R, entries K,
 ///   then int64 owned[R], int64 rows[K], int64 cols[K] (global indices), values[K].
 /// Metadata `metadata.txt`:
-///   einshard-dsparse <version> / shape <n> <n> / dtype <name> / partitions <P> /
-///   one line per partition: partition <id> <file> <rows> <nnz> <bytes> <checksum hex>.
+///   `einshard-dsparse <version>` / `shape <n> <n>` / `dtype <name>` / `partitions <P>` /
+///   one line per partition: `partition <id> <file> <rows> <nnz> <bytes> <checksum hex>`.
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
