@@ -637,8 +637,9 @@ class DSparseTensor final : public detail::Operator {
       throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side + " (" +
                   std::to_string(l.global_size()) + " rows), got " + std::to_string(x.size()) + " rows");
     if (x.layout().get() != &l && !x.layout()->same_as(l))
-      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side +
-                  " partition, got another (" + x.layout()->difference(l) +
+      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " +
+                  (m_ != n_ ? std::string(side) + " " : std::string()) + "partition, got another (" +
+                  x.layout()->difference(l) +
                   "); make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
