@@ -53,17 +53,6 @@ inline constexpr std::int64_t assumed_size = 1024;
 inline constexpr Policy all_policies[] = {Policy::training, Policy::inference, Policy::memory,
                                           Policy::communication, Policy::latency};
 
-inline const char* policy_name(Policy p) {
-  switch (p) {
-    case Policy::training: return "training";
-    case Policy::inference: return "inference";
-    case Policy::memory: return "memory";
-    case Policy::communication: return "communication";
-    case Policy::latency: return "latency";
-  }
-  return "?";
-}
-
 namespace detail {
 
 /// "a=1,b=2" (also "a=1 b=2") as ordered (name, value) pairs.

@@ -11,6 +11,18 @@ namespace einshard {
 /// How the planner weighs candidate plans. The named modes fix the weights.
 enum class Policy { training, inference, memory, communication, latency };
 
+/// The policy's name as the options and the explainer spell it.
+inline const char* policy_name(Policy p) {
+  switch (p) {
+    case Policy::training: return "training";
+    case Policy::inference: return "inference";
+    case Policy::memory: return "memory";
+    case Policy::communication: return "communication";
+    case Policy::latency: return "latency";
+  }
+  return "?";
+}
+
 namespace plan {
 
 /// Estimated work of a plan, per rank, forward and backward.

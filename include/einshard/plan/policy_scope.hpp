@@ -66,14 +66,7 @@ class PlanPolicy {
              ", bytes " + std::to_string(w.bytes) + ", collectives " + std::to_string(w.collectives) +
              ", peak_bytes " + std::to_string(w.peak_bytes) + ")";
     }
-    switch (mode_) {
-      case Policy::training: return "training";
-      case Policy::inference: return "inference";
-      case Policy::memory: return "memory";
-      case Policy::communication: return "communication";
-      case Policy::latency: return "latency";
-    }
-    return "?";
+    return policy_name(mode_);
   }
 
   friend bool operator==(const PlanPolicy& a, const PlanPolicy& b) {
