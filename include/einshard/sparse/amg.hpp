@@ -38,7 +38,9 @@
 // its public API has no getter for either) are C written for C; quiet them.
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wvolatile"
+#endif
 #pragma GCC diagnostic ignored "-Wpedantic"
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #endif

@@ -39,7 +39,9 @@ inline SolveResult pipecg(const Operator& A, const DVector& b, Preconditioner ki
   SolveResult result;
   auto& info = result.info;
   Progress progress(o, info);
-  auto [bl, x, r] = initial(A, b, o);
+  // Plain variables, not a structured binding: clang 14 cannot capture bindings in a lambda.
+  auto start = initial(A, b, o);
+  auto bl = start.b, x = start.x, r = start.r;
   result.x = DVector(A.layout(), x);
   const PreconditionerUse M(kind, m_op, bl);
   auto u = at::empty_like(bl), w = at::empty_like(bl), m = at::empty_like(bl), n = at::empty_like(bl);
