@@ -13,6 +13,7 @@
 #include "einshard/sparse/graph.hpp"
 #include "einshard/sparse/io.hpp"
 #include "einshard/sparse/least_squares.hpp"
+#include "einshard/sparse/linear_operator.hpp"
 #include "einshard/sparse/logdet.hpp"
 #include "einshard/sparse/matrix_market.hpp"
 #include "einshard/sparse/nonlinear.hpp"

@@ -148,6 +148,40 @@ TEST_CASE("LSQR and LSMR match a dense least-squares solve, damped or not", "[sp
   }
 }
 
+TEST_CASE("LSQR and LSMR on a LinearOperator: a rectangular product you bring, complex too", "[sparse][lsq][operator]") {
+  const auto mesh = world_mesh();
+  for (const auto dtype : {at::kDouble, at::kComplexDouble}) {
+    const auto a = random_rect(33, 14, 0.2, 21, dtype);
+    const auto b = at::randn({33}, at::make_generator<at::CPUGeneratorImpl>(4), dtype);
+    // The matrix with uneven, non-contiguous partitions, seen only through its two products.
+    const auto D = distribute(a, mesh, true);
+    const auto H = D.adjoint();
+    const sp::LinearOperator A(
+        D.layout(), D.domain_layout(), [&D](const sp::DVector& x) { return D.matvec(x); },
+        [&H](const sp::DVector& y) { return H.matvec(sp::DVector(H.domain_layout(), y.local())); });
+    CHECK(A.shape() == std::array<std::int64_t, 2>{33, 14});
+    const auto y = D.scatter(b);
+    CHECK(rel(A.rmatvec(y).full_tensor(), a.conj().t().matmul(b)) < 1e-13);
+    for (const double damp : {0.0, 0.5}) {
+      CAPTURE(damp, c10::toString(dtype));
+      const sp::LeastSquaresOptions o{.damp = damp, .atol = 1e-12, .btol = 1e-12};
+      const auto ref = dense_lstsq(a, b, damp);
+      const auto q = A.lsqr(y, o), qd = D.lsqr(y, o);
+      CHECK(q.info.converged);
+      CHECK(q.x.layout() == D.domain_layout());
+      CHECK(rel(q.x.full_tensor(), ref) < 1e-8);
+      CHECK(std::abs(q.info.iterations - qd.info.iterations) <= 1);
+      const auto l = A.lsmr(y, o), ld = D.lsmr(y, o);
+      CHECK(rel(l.x.full_tensor(), ref) < 1e-8);
+      CHECK(std::abs(l.info.iterations - ld.info.iterations) <= 1);
+    }
+    // b of the domain, x0 of the range: refused by size on every rank.
+    CHECK_THROWS_WITH(A.lsqr(D.domain_zeros()), Catch::Contains("operator's range (33 rows)"));
+    CHECK_THROWS_WITH(A.lsmr(y, {.x0 = y}), Catch::Contains("operator's domain (14 rows)"));
+    CHECK_THROWS_WITH(A.lsqr(y, {.btol = -1.0}), Catch::Contains("btol"));
+  }
+}
+
 TEST_CASE("LSQR and LSMR on a complex rectangular matrix, with x0", "[sparse][lsq]") {
   const auto mesh = world_mesh();
   const std::int64_t m = 33, n = 14;

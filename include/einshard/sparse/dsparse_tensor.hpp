@@ -631,63 +631,23 @@ class DSparseTensor final : public detail::Operator {
   /// `x` must be in partition `l` (the range's or the domain's). The size test is local but the
   /// sizes are global, so every rank throws together; same_as is collective.
   void check_vector(const DVector& x, const char* op, const RowLayout& l) const {
-    if (!x.defined()) throw Error(std::string("DSparseTensor::") + op + ": undefined vector");
-    const char* side = &l == domain_.get() && m_ != n_ ? "domain" : "range";
-    if (x.size() != l.global_size())
-      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " + side + " (" +
-                  std::to_string(l.global_size()) + " rows), got " + std::to_string(x.size()) + " rows");
-    if (x.layout().get() != &l && !x.layout()->same_as(l))
-      throw Error(std::string("DSparseTensor::") + op + ": expected a vector of the matrix's " +
-                  (m_ != n_ ? std::string(side) + " " : std::string()) + "partition, got another (" +
-                  x.layout()->difference(l) +
-                  "); make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
+    const char* side = m_ == n_ ? "" : &l == domain_.get() ? "domain" : "range";
+    detail::check_partition(x, l, std::string("DSparseTensor::") + op, "matrix's", side,
+                            "make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
   /// `solve` of an (n_local, k) block (see there).
   [[nodiscard]] SolveResult solve_block(const DVector& b, const SolveOptions& options) const {
-    if (options.x0 && (options.x0->local().dim() != 2 || options.x0->columns() != b.columns()))
-      throw Error("DSparseTensor::solve: x0 must be a block of " + std::to_string(b.columns()) +
-                  " columns like b, got shape " + std::string(c10::str(options.x0->local().sizes())));
+    detail::check_block_x0(b, options, "DSparseTensor::solve");
     int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
     comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
     if (options.method == Method::cg && !options.custom_preconditioner && record == 0) {
-      const auto start = MPI_Wtime();
-      std::shared_ptr<const detail::PreconditionerOp> precond;
-      bool reused = false;
-      if (options.preconditioner != Preconditioner::none)
-        std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
-                                                              local_.values, layout_->comm(),
-                                                              [&] { return make_preconditioner(options); });
-      const auto setup = MPI_Wtime() - start;
-      auto result = detail::block_cg(*this, b.like(b.local().detach().to(dtype()).contiguous()), precond.get(), options);
-      result.info.setup_seconds = setup;
-      result.info.preconditioner_reused = reused;
-      if (precond) std::tie(result.info.levels, result.info.operator_complexity) = precond->hierarchy();
+      const auto m = prepare_preconditioner(options);
+      auto result = detail::block_cg(*this, b.like(b.local().detach().to(dtype()).contiguous()), m.op.get(), options);
+      m.describe(result.info);
       return result;
     }
-    SolveResult out;
-    std::vector<at::Tensor> xs;
-    for (std::int64_t j = 0; j < b.columns(); ++j) {
-      auto o = options;
-      if (options.x0) o.x0 = options.x0->like(options.x0->local().select(1, j).contiguous());
-      auto r = solve(b.like(b.local().select(1, j).contiguous()), o);
-      xs.push_back(r.x.local());
-      out.info.columns.push_back(std::move(r.info));
-    }
-    out.x = DVector(layout_, at::stack(xs, 1));
-    out.info.converged = true;
-    out.info.reason = out.info.columns.empty() ? StopReason::zero_rhs : out.info.columns.front().reason;
-    for (const auto& c : out.info.columns) {
-      out.info.iterations = std::max(out.info.iterations, c.iterations);
-      out.info.residual_norm = std::max(out.info.residual_norm, c.residual_norm);
-      out.info.rhs_norm = std::max(out.info.rhs_norm, c.rhs_norm);
-      out.info.seconds += c.seconds;
-      if (!c.converged && out.info.converged) {
-        out.info.converged = false;
-        out.info.reason = c.reason;
-      }
-    }
-    return out;
+    return detail::solve_columns(b, options, [this](const DVector& bj, const SolveOptions& oj) { return solve(bj, oj); });
   }
 
   /// A built-in preconditioner of `options` for this matrix. AMG's hierarchy spans the ranks, so
@@ -704,22 +664,37 @@ class DSparseTensor final : public detail::Operator {
         options.preconditioner_options);
   }
 
+  /// A solve's preconditioner: the custom one of `options`, or the built-in kind (reused from the
+  /// previous solve when its kind, options and the values are the same), or null for none.
+  struct PreparedPreconditioner {
+    std::shared_ptr<const detail::PreconditionerOp> op;
+    bool reused = false;
+    double seconds = 0.0;
+    /// The setup's part of a solve's info.
+    void describe(SolveInfo& info) const {
+      info.setup_seconds = seconds;
+      info.preconditioner_reused = reused;
+      if (op) std::tie(info.levels, info.operator_complexity) = op->hierarchy();
+    }
+  };
+  [[nodiscard]] PreparedPreconditioner prepare_preconditioner(const SolveOptions& options) const {
+    const auto start = MPI_Wtime();
+    PreparedPreconditioner m{detail::custom_preconditioner(options, layout_, "DSparseTensor::solve")};
+    if (!m.op && options.preconditioner != Preconditioner::none)
+      std::tie(m.op, m.reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
+                                                           local_.values, layout_->comm(),
+                                                           [&] { return make_preconditioner(options); });
+    m.seconds = MPI_Wtime() - start;
+    return m;
+  }
+
   /// The solve without autograd, and the preconditioner it used (null: none).
   [[nodiscard]] std::pair<SolveResult, std::shared_ptr<const detail::PreconditionerOp>> solve_detached(
       const DVector& b, const SolveOptions& options) const {
-    const auto start = MPI_Wtime();
-    auto precond = detail::custom_preconditioner(options, layout_, "DSparseTensor::solve");
-    bool reused = false;
-    if (!precond && options.preconditioner != Preconditioner::none)
-      std::tie(precond, reused) = preconditioner_cache_.get(options.preconditioner, options.preconditioner_options,
-                                                            local_.values, layout_->comm(),
-                                                            [&] { return make_preconditioner(options); });
-    const auto setup = MPI_Wtime() - start;
-    auto result = detail::krylov_solve(*this, b, precond.get(), options);
-    result.info.setup_seconds = setup;
-    result.info.preconditioner_reused = reused;
-    if (precond) std::tie(result.info.levels, result.info.operator_complexity) = precond->hierarchy();
-    return {std::move(result), std::move(precond)};
+    const auto m = prepare_preconditioner(options);
+    auto result = detail::krylov_solve(*this, b, m.op.get(), options);
+    m.describe(result.info);
+    return {std::move(result), m.op};
   }
 
   /// λ = A⁻ᴴ g for the backward of `solve`: CG and MINRES assume A = Aᴴ, so they reuse A and the
@@ -777,12 +752,7 @@ class DSparseTensor final : public detail::Operator {
     const auto op = std::string(name);
     check_vector(b, op.c_str(), *layout_);
     if (options.x0) check_vector(*options.x0, (op + " (x0)").c_str(), *domain_);
-    if (!(options.damp >= 0.0) || !(options.atol >= 0.0) || !(options.btol >= 0.0) || !(options.conlim >= 0.0) ||
-        options.maxiter < 0)
-      throw Error("DSparseTensor::" + op + ": expected damp, atol, btol, conlim and maxiter >= 0, got damp " +
-                  std::to_string(options.damp) + ", atol " + std::to_string(options.atol) + ", btol " +
-                  std::to_string(options.btol) + ", conlim " + std::to_string(options.conlim) + ", maxiter " +
-                  std::to_string(options.maxiter));
+    detail::check_least_squares_options(options, "DSparseTensor::" + op);
     return method(*this, b.like(b.local().detach().to(dtype()).contiguous()), options);
   }
 

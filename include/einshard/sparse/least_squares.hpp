@@ -5,6 +5,9 @@
 /// options, defaults and `istop` codes so code ports from `scipy.sparse.linalg` line by line.
 
 #include <optional>
+#include <string>
+
+#include "einshard/error.hpp"
 
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/solver.hpp"
@@ -46,5 +49,15 @@ struct LeastSquaresResult {
   /// and lsmr normr (they are ‖b − A x‖ when damp = 0).
   double r2norm = 0.0;
 };
+
+namespace detail {
+/// Throws unless the options are in range (the same on every rank: they are the caller's).
+inline void check_least_squares_options(const LeastSquaresOptions& o, const std::string& what) {
+  if (!(o.damp >= 0.0) || !(o.atol >= 0.0) || !(o.btol >= 0.0) || !(o.conlim >= 0.0) || o.maxiter < 0)
+    throw Error(what + ": expected damp, atol, btol, conlim and maxiter >= 0, got damp " + std::to_string(o.damp) +
+                ", atol " + std::to_string(o.atol) + ", btol " + std::to_string(o.btol) + ", conlim " +
+                std::to_string(o.conlim) + ", maxiter " + std::to_string(o.maxiter));
+}
+}  // namespace detail
 
 }  // namespace einshard::sparse

@@ -9,10 +9,12 @@
 
 #include <complex>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "einshard/error.hpp"
 
+#include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/layout.hpp"
 
 namespace einshard::sparse::detail {
@@ -45,5 +47,20 @@ class Operator {
     throw Error("Operator::apply_adjoint: this operator has no adjoint product");
   }
 };
+
+/// Throws unless `x` is a vector (or block) of partition `l`: its global length first (local test,
+/// global sizes: every rank throws together), then the rows each rank owns (collective). `whose`:
+/// "matrix's" or "operator's"; `side`: "range" or "domain" for one whose two differ, empty
+/// otherwise; `hint`: how to make a vector of the right partition.
+inline void check_partition(const DVector& x, const RowLayout& l, const std::string& what, const std::string& whose,
+                            const std::string& side, const std::string& hint) {
+  if (!x.defined()) throw Error(what + ": undefined vector");
+  if (x.size() != l.global_size())
+    throw Error(what + ": expected a vector of the " + whose + " " + (side.empty() ? "range" : side) + " (" +
+                std::to_string(l.global_size()) + " rows), got " + std::to_string(x.size()) + " rows");
+  if (x.layout().get() != &l && !x.layout()->same_as(l))
+    throw Error(what + ": expected a vector of the " + whose + " " + (side.empty() ? std::string() : side + " ") +
+                "partition, got another (" + x.layout()->difference(l) + "); " + hint);
+}
 
 }  // namespace einshard::sparse::detail

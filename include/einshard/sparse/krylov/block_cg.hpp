@@ -122,18 +122,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
     }
     block_cg_direction(p, z, d, beta, active);
   }
-  // The block's summary: converged when every column did; the worst column's numbers.
-  info.converged = true;
-  info.reason = info.columns.empty() ? StopReason::zero_rhs : info.columns.front().reason;
-  for (const auto& c : info.columns) {
-    info.iterations = std::max(info.iterations, c.iterations);
-    info.residual_norm = std::max(info.residual_norm, c.residual_norm);
-    info.rhs_norm = std::max(info.rhs_norm, c.rhs_norm);
-    if (!c.converged && info.converged) {
-      info.converged = false;
-      info.reason = c.reason;
-    }
-  }
+  summarize_columns(info);
   info.seconds = MPI_Wtime() - t0;
   result.x = DVector(layout, x);
   return result;

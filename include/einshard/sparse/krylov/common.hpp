@@ -160,6 +160,22 @@ inline void zero_rhs(SolveResult& result, const SolveOptions& o) {
   if (o.monitor) o.monitor(0, 0.0);
 }
 
+/// A block solve's summary from its columns' records (`SolveInfo::columns`): converged when every
+/// column did (else the first failing column's reason); the largest iterations and norms.
+inline void summarize_columns(SolveInfo& info) {
+  info.converged = true;
+  info.reason = info.columns.empty() ? StopReason::zero_rhs : info.columns.front().reason;
+  for (const auto& c : info.columns) {
+    info.iterations = std::max(info.iterations, c.iterations);
+    info.residual_norm = std::max(info.residual_norm, c.residual_norm);
+    info.rhs_norm = std::max(info.rhs_norm, c.rhs_norm);
+    if (!c.converged && info.converged) {
+      info.converged = false;
+      info.reason = c.reason;
+    }
+  }
+}
+
 /// The start BiCGStab and GMRES share: x = x0 (or 0) and r = b − A x (`initial`), ‖b‖ for the stop
 /// test, x = 0 for b = 0, and the iteration-0 record. `done`: the solve ended before iterating.
 struct Started {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "einshard/error.hpp"
 #include "einshard/sparse/custom_preconditioner.hpp"
@@ -30,6 +31,32 @@ inline SolveResult krylov_solve(const Operator& A, const DVector& b, const Preco
     case Method::fgmres: return gmres(A, b, kind, m, o, /*flexible=*/true);
   }
   throw Error("solve: unknown method");
+}
+
+/// Throws unless `o.x0`, when given, is a block of as many columns as `b` (a solve of an (n_local, k) b).
+inline void check_block_x0(const DVector& b, const SolveOptions& o, const std::string& what) {
+  if (o.x0 && (o.x0->local().dim() != 2 || o.x0->columns() != b.columns()))
+    throw Error(what + ": x0 must be a block of " + std::to_string(b.columns()) + " columns like b, got shape " +
+                std::string(c10::str(o.x0->local().sizes())));
+}
+
+/// The solve of an (n_local, k) block `b` one column at a time: `solve_one(b_j, o_j)` (o_j: `o`
+/// with x0's column j) for each j, then the columns' records and their summary.
+template <class SolveOne>
+SolveResult solve_columns(const DVector& b, const SolveOptions& o, SolveOne&& solve_one) {
+  SolveResult out;
+  std::vector<at::Tensor> xs;
+  for (std::int64_t j = 0; j < b.columns(); ++j) {
+    auto oj = o;
+    if (o.x0) oj.x0 = o.x0->like(o.x0->local().select(1, j).contiguous());
+    auto r = solve_one(b.like(b.local().select(1, j).contiguous()), oj);
+    xs.push_back(r.x.local());
+    out.info.seconds += r.info.seconds;
+    out.info.columns.push_back(std::move(r.info));
+  }
+  out.x = b.like(at::stack(xs, 1));
+  summarize_columns(out.info);
+  return out;
 }
 
 /// The custom preconditioner of `o` on `layout` (checked against `o.preconditioner`), or null
