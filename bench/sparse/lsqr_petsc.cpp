@@ -26,8 +26,9 @@
 //    iteration,"einshard_allreduce_per_it":...,"petsc_allreduce_per_it":...,"x_rel_diff":...}
 //   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"forward_ms":...,
 //    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
-//   {"bench":"sparse_multi_rhs","ranks":P,"grid":g,"k":8,"iterations":...,"block_ms":...,
-//    "singles_ms":...,"throughput_ratio":singles / block}
+//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction","ranks":P,"grid":g,"k":8,
+//    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
+//    "allreduces_per_step_block":...,"allreduces_per_step_singles":...}
 //
 // Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (--multi-grid), CG + Jacobi
 // for exactly `--iters` iterations, against 8 single solves of its columns.
@@ -285,7 +286,9 @@ void run_backward(const Config& cfg) {
 }
 
 /// D.solve(B) with an (n_local, 8) block against 8 single solves of the same columns, CG with
-/// Jacobi, exactly `iters` iterations each (rtol = atol = 0).
+/// Jacobi, exactly `iters` iterations each (rtol = atol = 0), in both of CG's reduction
+/// organisations (standard: two all-reduces per step; single_reduction: one), with the all-reduces
+/// per step counted (block: for all 8 columns; singles: summed over the 8 solves).
 void run_multi_rhs(const Config& cfg) {
   const auto g = cfg.multi_grid;
   const std::int64_t k = 8;
@@ -295,22 +298,31 @@ void run_multi_rhs(const Config& cfg) {
   const auto B = D.vector(at::rand({D.layout()->local_size(), k}, gen, at::kDouble));
   std::vector<sp::DVector> cols;
   for (std::int64_t j = 0; j < k; ++j) cols.push_back(D.vector(B.local().select(1, j).contiguous()));
-  const sp::SolveOptions o{.preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0, .maxiter = cfg.iters,
-                           .residual_history = false};
-  (void)D.solve(B, o);
-  std::vector<double> t_block, t_single;
-  for (int rep = 0; rep < cfg.reps; ++rep) {
-    t_block.push_back(timed([&] { (void)D.solve(B, o); }));
-    t_single.push_back(timed([&] {
-      for (const auto& c : cols) (void)D.solve(c, o);
-    }));
+  for (const auto variant : {sp::CgVariant::standard, sp::CgVariant::single_reduction}) {
+    const sp::SolveOptions o{.preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0, .maxiter = cfg.iters,
+                             .cg_variant = variant, .residual_history = false};
+    (void)D.solve(B, o);
+    std::vector<double> t_block, t_single;
+    double ar_block = 0.0, ar_single = 0.0;
+    for (int rep = 0; rep < cfg.reps; ++rep) {
+      const double a0 = allreduce_calls();
+      t_block.push_back(timed([&] { (void)D.solve(B, o); }));
+      const double a1 = allreduce_calls();
+      t_single.push_back(timed([&] {
+        for (const auto& c : cols) (void)D.solve(c, o);
+      }));
+      ar_block = (a1 - a0) / cfg.iters;
+      ar_single = (allreduce_calls() - a1) / cfg.iters;
+    }
+    if (world_rank() == 0)
+      std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"k\":%lld,"
+                  "\"iterations\":%d,\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,"
+                  "\"allreduces_per_step_block\":%.2f,\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
+                  variant == sp::CgVariant::standard ? "standard" : "single_reduction", P, static_cast<long long>(g),
+                  static_cast<long long>(k), cfg.iters, median(t_block) * 1e3, median(t_single) * 1e3,
+                  median(t_single) / median(t_block), ar_block, ar_single, cfg.reps);
+    std::fflush(stdout);
   }
-  if (world_rank() == 0)
-    std::printf("{\"bench\":\"sparse_multi_rhs\",\"ranks\":%d,\"grid\":%lld,\"k\":%lld,\"iterations\":%d,"
-                "\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"reps\":%d}\n",
-                P, static_cast<long long>(g), static_cast<long long>(k), cfg.iters, median(t_block) * 1e3,
-                median(t_single) * 1e3, median(t_single) / median(t_block), cfg.reps);
-  std::fflush(stdout);
 }
 
 }  // namespace

@@ -164,4 +164,59 @@ inline void block_cg_direction(at::Tensor& p, const at::Tensor& z, const at::Ten
   });
 }
 
+/// Block Chronopoulos–Gear step in one pass, per column j: p = u + β p; s = w + β s; x += α p;
+/// r −= α s; then u = d .* r (d: a diagonal M), u = r (`identity`), or u untouched (a general M,
+/// applied by the caller). Returns {Re<r_j, u_j>..., ‖r_j‖²...} (the first k zero for a general M).
+/// A stopped column has α = β = 0: x and r stay as they are.
+inline std::vector<double> block_cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s, at::Tensor& u,
+                                             const at::Tensor& w, const std::vector<double>& alpha,
+                                             const std::vector<double>& beta, const at::Tensor& d, bool identity) {
+  const auto n = x.size(0), k = x.size(1);
+  std::vector<double> out(static_cast<std::size_t>(2 * k), 0.0);
+  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(x.scalar_type(), "einshard::sparse::block_cgcg_update", [&] {
+    using V = scalar_t;
+    auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict rv = r.data_ptr<V>();
+    auto* __restrict pv = p.data_ptr<V>();
+    auto* __restrict sv = s.data_ptr<V>();
+    auto* __restrict uv = u.data_ptr<V>();
+    const auto* __restrict wv = w.data_ptr<V>();
+    const V* dv = d.defined() ? d.data_ptr<V>() : nullptr;
+    const bool write_u = dv != nullptr || identity;
+    for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
+      const auto c = std::min(chunk, k - j0);
+      V a[chunk] = {}, b[chunk] = {};
+      for (std::int64_t j = 0; j < c; ++j) {
+        a[j] = static_cast<V>(alpha[static_cast<std::size_t>(j0 + j)]);
+        b[j] = static_cast<V>(beta[static_cast<std::size_t>(j0 + j)]);
+      }
+      double ru[chunk] = {}, rr[chunk] = {};
+      for (std::int64_t i = 0; i < n; ++i) {
+        const V di = dv ? dv[i] : V(1);
+        for (std::int64_t j = 0; j < c; ++j) {
+          const auto e = i * k + j0 + j;
+          const V pi = uv[e] + b[j] * pv[e];
+          const V si = wv[e] + b[j] * sv[e];
+          pv[e] = pi;
+          sv[e] = si;
+          xv[e] += a[j] * pi;
+          const V ri = rv[e] - a[j] * si;
+          rv[e] = ri;
+          rr[j] += re_dot(ri, ri);
+          if (write_u) {
+            const V ui = di * ri;
+            uv[e] = ui;
+            ru[j] += re_dot(ri, ui);
+          }
+        }
+      }
+      for (std::int64_t j = 0; j < c; ++j) {
+        out[static_cast<std::size_t>(j0 + j)] = ru[j];
+        out[static_cast<std::size_t>(k + j0 + j)] = rr[j];
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace einshard::sparse::detail

@@ -3,7 +3,7 @@
 /// CG for k right-hand sides at once: k coupled recurrences on an (n_local, k) block, one block
 /// product per iteration (one halo exchange for all k columns, each stored entry read once) and
 /// two all-reduces per iteration for all k columns' dots (the standard CG's two, each carrying k
-/// values), instead of k products and 2k all-reduces. Each column has its own α, β, stop test,
+/// values), or one with `CgVariant::single_reduction`, instead of k products and 2k all-reduces. Each column has its own α, β, stop test,
 /// history and reason (`SolveInfo::columns`); a column that stops is frozen (its α and direction
 /// are zero), so the others' arithmetic is exactly that of k separate CG solves.
 
@@ -31,6 +31,33 @@ inline std::vector<double> sum_over(std::vector<double> v, MPI_Comm comm) {
   return v;
 }
 
+/// The columns' starts from the reduced ‖b_j‖², ‖r_j‖² and <r_j, M r_j> (`sums`: those three blocks
+/// of k at `bb`, `rr`, `rz`): x_j = 0 for b_j = 0, the iteration-0 record, and which columns go on.
+inline std::vector<char> start_columns(std::vector<Progress>& progress, SolveInfo& info, at::Tensor& x,
+                                       const double* bb, const double* rr, const double* rz, const SolveOptions& o) {
+  const auto k = x.size(1);
+  std::vector<char> active(static_cast<std::size_t>(k), 1);
+  for (std::int64_t j = 0; j < k; ++j) {
+    const auto c = static_cast<std::size_t>(j);
+    const double bn = std::sqrt(bb[j]);
+    progress[c].start(bn);
+    if (bn == 0.0) {  // x_j = 0 exactly
+      x.select(1, j).zero_();
+      info.columns[c].reason = StopReason::zero_rhs;
+      info.columns[c].converged = true;
+      if (o.residual_history) info.columns[c].residual_history.push_back(0.0);
+      active[c] = 0;
+      continue;
+    }
+    if (progress[c].record(0, std::sqrt(rr[j])) || progress[c].check_nonzero(rz[j])) active[c] = 0;
+  }
+  return active;
+}
+
+/// `o.cg_variant` standard: Hestenes–Stiefel, two all-reduces per step (<p, A p>, then <r, z> with
+/// <r, r>), each carrying all k columns' values, the iterates of k single CG solves. Otherwise
+/// (single_reduction; pipelined, which a block runs blocking): Chronopoulos–Gear, ONE all-reduce
+/// per step of (<r, u>, <u, A u>, <r, r>) for all k columns, u = M r.
 inline SolveResult block_cg(const Operator& A, const DVector& B, const PreconditionerOp* m, const SolveOptions& o) {
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();
@@ -47,8 +74,15 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
   const auto diag = m ? m->diagonal() : at::Tensor();
   const auto d = diag.defined() ? diag.to(b.scalar_type()).contiguous() : at::Tensor();
   const bool general = m && !d.defined();
-  auto z = general ? at::empty_like(b) : r;  // a diagonal's z = d .* r is formed where needed
-  const auto apply_general = [&] {
+  const bool one_reduction = o.cg_variant != CgVariant::standard;
+  // Standard: z aliases r without a general M (a diagonal's z = d .* r is formed where needed).
+  // One reduction: u = M r is a block of its own, written by the update kernel.
+  auto z = general || one_reduction ? at::empty_like(b) : r;
+  const auto apply_m = [&] {
+    if (!general) {
+      if (one_reduction) d.defined() ? at::mul_out(z, r, d.unsqueeze(1)) : z.copy_(r);
+      return;
+    }
     auto zj = at::empty({b.size(0)}, b.options());
     for (std::int64_t j = 0; j < k; ++j) {
       m->apply(r.select(1, j).contiguous(), zj);
@@ -62,65 +96,102 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
   progress.reserve(static_cast<std::size_t>(k));
   for (auto& c : info.columns) progress.emplace_back(o, c);
   const auto t0 = MPI_Wtime();
-  if (general) apply_general();
-  // One all-reduce: <r, z>, <r, r> and <b, b> of every column.
-  std::vector<double> init = d.defined() ? block_dots(r, r * d.unsqueeze(1)) : block_dots(r, z);
+  apply_m();
+  // One all-reduce: <r, z>, <r, r> and <b, b> of every column (and <u, A u> with one reduction).
+  auto w = one_reduction ? at::empty_like(b) : at::Tensor();
+  std::vector<double> init = d.defined() && !one_reduction ? block_dots(r, r * d.unsqueeze(1)) : block_dots(r, z);
   for (const at::Tensor& t : {r, b}) {
     const auto more = block_dots(t, t);
     init.insert(init.end(), more.begin(), more.end());
   }
+  if (one_reduction) {
+    const auto uw = A.apply_block(z, w, z);
+    init.insert(init.end(), uw.begin(), uw.end());
+  }
   init = sum_over(std::move(init), comm);
   const auto* sv = init.data();
   std::vector<double> rz(sv, sv + k);
-  std::vector<char> active(static_cast<std::size_t>(k), 1);
-  for (std::int64_t j = 0; j < k; ++j) {
-    const auto c = static_cast<std::size_t>(j);
-    const double bn = std::sqrt(sv[2 * k + j]);
-    progress[c].start(bn);
-    if (bn == 0.0) {  // x_j = 0 exactly
-      x.select(1, j).zero_();
-      info.columns[c].reason = StopReason::zero_rhs;
-      info.columns[c].converged = true;
-      if (o.residual_history) info.columns[c].residual_history.push_back(0.0);
-      active[c] = 0;
-      continue;
-    }
-    if (progress[c].record(0, std::sqrt(sv[k + j])) || progress[c].check_nonzero(rz[c])) active[c] = 0;
-  }
-  auto p = d.defined() ? (r * d.unsqueeze(1)).contiguous() : z.clone();
+  auto active = start_columns(progress, info, x, sv + 2 * k, sv + k, sv, o);
   std::vector<double> alpha(static_cast<std::size_t>(k)), beta(static_cast<std::size_t>(k));
   const auto count_active = [&] { return std::count(active.begin(), active.end(), 1); };
-  for (int it = 1; count_active() > 0; ++it) {
-    const auto pq = sum_over(A.apply_block(p, q, p), comm);
-    for (std::int64_t j = 0; j < k; ++j) {
-      const auto c = static_cast<std::size_t>(j);
-      alpha[c] = 0.0;
-      if (!active[c]) continue;
-      if (progress[c].check_same_sign(rz[c], pq[c])) {
-        active[c] = 0;
-        continue;
+  if (one_reduction) {
+    // Chronopoulos–Gear per column: β = γ/γ_old, α = γ / (δ − β γ / α_old), with γ = <r, u> and
+    // δ = <u, A u> of the last reduction; p, s = A p follow u, w = A u.
+    std::vector<double> delta(sv + 3 * k, sv + 4 * k), gamma_old(static_cast<std::size_t>(k)),
+        alpha_old(static_cast<std::size_t>(k));
+    auto p = at::zeros_like(b), s = at::zeros_like(b);
+    for (int it = 1; count_active() > 0; ++it) {
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto c = static_cast<std::size_t>(j);
+        alpha[c] = beta[c] = 0.0;
+        if (!active[c]) continue;
+        beta[c] = it == 1 ? 0.0 : rz[c] / gamma_old[c];
+        const double denom = it == 1 ? delta[c] : delta[c] - beta[c] * rz[c] / alpha_old[c];
+        if (progress[c].check_same_sign(rz[c], denom)) {
+          active[c] = 0;
+          alpha[c] = beta[c] = 0.0;
+          continue;
+        }
+        alpha[c] = rz[c] / denom;
       }
-      alpha[c] = rz[c] / pq[c];
-    }
-    auto s2 = block_cg_update(x, r, p, q, alpha, d);
-    if (general) {
-      apply_general();
-      const auto rz_local = block_dots(r, z);
-      std::copy(rz_local.begin(), rz_local.end(), s2.begin());
-    }
-    s2 = sum_over(std::move(s2), comm);
-    for (std::int64_t j = 0; j < k; ++j) {
-      const auto c = static_cast<std::size_t>(j);
-      beta[c] = 0.0;
-      if (!active[c]) continue;
-      if (progress[c].record(it, std::sqrt(s2[static_cast<std::size_t>(k + j)])) || progress[c].check_nonzero(s2[c])) {
-        active[c] = 0;
-        continue;
+      auto sums = block_cgcg_update(x, r, p, s, z, w, alpha, beta, d, !m);
+      if (general) {
+        apply_m();
+        const auto ru = block_dots(r, z);
+        std::copy(ru.begin(), ru.end(), sums.begin());
       }
-      beta[c] = s2[c] / rz[c];
-      rz[c] = s2[c];
+      const auto uw = A.apply_block(z, w, z);
+      sums.insert(sums.end(), uw.begin(), uw.end());
+      sums = sum_over(std::move(sums), comm);
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto c = static_cast<std::size_t>(j);
+        if (!active[c]) continue;
+        if (progress[c].record(it, std::sqrt(sums[static_cast<std::size_t>(k + j)])) ||
+            progress[c].check_nonzero(sums[c])) {
+          active[c] = 0;
+          continue;
+        }
+        gamma_old[c] = rz[c];
+        alpha_old[c] = alpha[c];
+        rz[c] = sums[c];
+        delta[c] = sums[static_cast<std::size_t>(2 * k + j)];
+      }
     }
-    block_cg_direction(p, z, d, beta, active);
+  } else {
+    auto p = d.defined() ? (r * d.unsqueeze(1)).contiguous() : z.clone();
+    for (int it = 1; count_active() > 0; ++it) {
+      const auto pq = sum_over(A.apply_block(p, q, p), comm);
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto c = static_cast<std::size_t>(j);
+        alpha[c] = 0.0;
+        if (!active[c]) continue;
+        if (progress[c].check_same_sign(rz[c], pq[c])) {
+          active[c] = 0;
+          continue;
+        }
+        alpha[c] = rz[c] / pq[c];
+      }
+      auto s2 = block_cg_update(x, r, p, q, alpha, d);
+      if (general) {
+        apply_m();
+        const auto rz_local = block_dots(r, z);
+        std::copy(rz_local.begin(), rz_local.end(), s2.begin());
+      }
+      s2 = sum_over(std::move(s2), comm);
+      for (std::int64_t j = 0; j < k; ++j) {
+        const auto c = static_cast<std::size_t>(j);
+        beta[c] = 0.0;
+        if (!active[c]) continue;
+        if (progress[c].record(it, std::sqrt(s2[static_cast<std::size_t>(k + j)])) ||
+            progress[c].check_nonzero(s2[c])) {
+          active[c] = 0;
+          continue;
+        }
+        beta[c] = s2[c] / rz[c];
+        rz[c] = s2[c];
+      }
+      block_cg_direction(p, z, d, beta, active);
+    }
   }
   summarize_columns(info);
   info.seconds = MPI_Wtime() - t0;
