@@ -112,7 +112,8 @@ class LinearOperator final : public detail::Operator {
       detail::check_block_x0(bl, options, what);
       if (options.method == Method::cg && !options.custom_preconditioner)
         return detail::block_cg(*this, bl, nullptr, options);
-      return detail::solve_columns(bl, options, [this](const DVector& bj, const SolveOptions& oj) { return solve(bj, oj); });
+      return detail::solve_columns(bl, options,
+                                   [this](const DVector& bj, const SolveOptions& oj) { return solve(bj, oj); });
     }
     const auto m = detail::custom_preconditioner(options, range_, what);
     return detail::krylov_solve(*this, bl, m.get(), options);

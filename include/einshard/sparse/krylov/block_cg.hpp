@@ -3,9 +3,10 @@
 /// CG for k right-hand sides at once: k coupled recurrences on an (n_local, k) block, one block
 /// product per iteration (one halo exchange for all k columns, each stored entry read once) and
 /// two all-reduces per iteration for all k columns' dots (the standard CG's two, each carrying k
-/// values), or one with `CgVariant::single_reduction`, instead of k products and 2k all-reduces. Each column has its own α, β, stop test,
-/// history and reason (`SolveInfo::columns`); a column that stops is frozen (its α and direction
-/// are zero), so the others' arithmetic is exactly that of k separate CG solves.
+/// values), or one with `CgVariant::single_reduction`, instead of k products and 2k all-reduces.
+/// Each column has its own α, β, stop test, history and reason (`SolveInfo::columns`); a column
+/// that stops is frozen (its α and direction are zero), so the others' arithmetic is exactly that
+/// of k separate CG solves.
 
 #include <ATen/ATen.h>
 #include <mpi.h>

@@ -200,4 +200,18 @@ inline Started start(const Operator& A, const DVector& b, const SolveOptions& o,
   return s;
 }
 
+/// A method that begins with `start`: the result, its Progress and the start made, then
+/// `iterate(started, progress, result)` unless the solve ended at the start, the iterations
+/// timed into `info.seconds`.
+template <class Iterate>
+SolveResult run_from_start(const Operator& A, const DVector& b, const SolveOptions& o, Iterate&& iterate) {
+  SolveResult result;
+  Progress progress(o, result.info);
+  const auto t0 = MPI_Wtime();
+  auto s = start(A, b, o, progress, result);
+  if (!s.done) iterate(s, progress, result);
+  result.info.seconds = MPI_Wtime() - t0;
+  return result;
+}
+
 }  // namespace einshard::sparse::detail

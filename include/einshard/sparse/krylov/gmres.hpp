@@ -36,119 +36,114 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
     throw Error(std::string("DSparseTensor::solve (") + (flexible ? "fgmres" : "gmres") +
                 "): .restart must be at least 1, got " + std::to_string(o.restart));
   const MPI_Comm comm = A.layout()->comm();
-  SolveResult result;
-  auto& info = result.info;
-  Progress progress(o, info);
-  const auto t0 = MPI_Wtime();
-  auto [bl, x, r, beta, done_at_start] = start(A, b, o, progress, result);
-  if (done_at_start) {
-    info.seconds = MPI_Wtime() - t0;
-    return result;
-  }
-  const PreconditionerUse M(kind, m, bl);
-  const auto n = bl.numel();
-  const int mm = o.restart;
-  auto V = at::empty({mm + 1, n}, bl.options());  // the Krylov basis, one row per vector
-  auto z = M.identity ? at::Tensor() : at::empty_like(bl);
-  const bool keep_z = flexible && !M.identity;
-  auto Z = keep_z ? at::empty({mm, n}, bl.options()) : at::Tensor();  // FGMRES: z_j = M_j⁻¹ v_j
-  // A second Gram–Schmidt pass runs when no more than `keep` of ‖w‖² is left after the first.
-  const double keep = o.reorthogonalize == Reorthogonalize::if_needed ? 0.5 : 0.0;
-  std::vector<C> H(static_cast<std::size_t>((mm + 1) * mm)), g(static_cast<std::size_t>(mm + 1)), cs(mm), sn(mm);
-  auto h = [&](int i, int j) -> C& { return H[static_cast<std::size_t>(i * mm + j)]; };
-  int k = 0;
-  for (bool done = false; !done;) {
-    V[0].copy_(r).div_(beta);
-    std::fill(g.begin(), g.end(), C(0));
-    g[0] = beta;
-    int j = 0;
-    for (; j < mm; ++j) {
-      const auto vj = V[j];
-      auto w = V[j + 1];  // the new vector is built in place, in the basis's next row
-      auto zj = keep_z ? Z[j] : z;
-      if (!M.identity) M.apply(vj, zj);
-      A.apply(M.identity ? vj : zj, w, {});
-      // Classical Gram–Schmidt, h = Vᴴw and w −= V h, with <w, w> in the same reduction; a second
-      // pass when the first left no more than `keep` of ‖w‖².
-      const auto basis = V.narrow(0, 0, j + 1);
-      double norm2 = 0.0;
-      for (int pass = 0; pass < 2; ++pass) {
-        auto dots = host_complex(at::mv(basis.conj(), w));
-        dots.push_back(local_dot(w, w));
-        dots = sum_complex(std::move(dots), comm);
-        const double ww = dots.back().real();
-        dots.pop_back();
-        w.addmv_(basis.t(), tensor_like(dots, bl), 1, -1);
-        norm2 = ww;
-        for (int i = 0; i <= j; ++i) {
-          h(i, j) = (pass == 0 ? C(0) : h(i, j)) + dots[static_cast<std::size_t>(i)];
-          norm2 -= std::norm(dots[static_cast<std::size_t>(i)]);
+  return run_from_start(A, b, o, [&](Started& st, Progress& progress, SolveResult&) {
+    const auto& bl = st.b;
+    auto& x = st.x;
+    auto& r = st.r;
+    double& beta = st.rnorm;
+    const PreconditionerUse M(kind, m, bl);
+    const auto n = bl.numel();
+    const int mm = o.restart;
+    auto V = at::empty({mm + 1, n}, bl.options());  // the Krylov basis, one row per vector
+    auto z = M.identity ? at::Tensor() : at::empty_like(bl);
+    const bool keep_z = flexible && !M.identity;
+    auto Z = keep_z ? at::empty({mm, n}, bl.options()) : at::Tensor();  // FGMRES: z_j = M_j⁻¹ v_j
+    // A second Gram–Schmidt pass runs when no more than `keep` of ‖w‖² is left after the first.
+    const double keep = o.reorthogonalize == Reorthogonalize::if_needed ? 0.5 : 0.0;
+    std::vector<C> H(static_cast<std::size_t>((mm + 1) * mm)), g(static_cast<std::size_t>(mm + 1)), cs(mm), sn(mm);
+    auto h = [&](int i, int j) -> C& { return H[static_cast<std::size_t>(i * mm + j)]; };
+    int k = 0;
+    for (bool done = false; !done;) {
+      V[0].copy_(r).div_(beta);
+      std::fill(g.begin(), g.end(), C(0));
+      g[0] = beta;
+      int j = 0;
+      for (; j < mm; ++j) {
+        const auto vj = V[j];
+        auto w = V[j + 1];  // the new vector is built in place, in the basis's next row
+        auto zj = keep_z ? Z[j] : z;
+        if (!M.identity) M.apply(vj, zj);
+        A.apply(M.identity ? vj : zj, w, {});
+        // Classical Gram–Schmidt, h = Vᴴw and w −= V h, with <w, w> in the same reduction; a second
+        // pass when the first left no more than `keep` of ‖w‖².
+        const auto basis = V.narrow(0, 0, j + 1);
+        double norm2 = 0.0;
+        for (int pass = 0; pass < 2; ++pass) {
+          auto dots = host_complex(at::mv(basis.conj(), w));
+          dots.push_back(local_dot(w, w));
+          dots = sum_complex(std::move(dots), comm);
+          const double ww = dots.back().real();
+          dots.pop_back();
+          w.addmv_(basis.t(), tensor_like(dots, bl), 1, -1);
+          norm2 = ww;
+          for (int i = 0; i <= j; ++i) {
+            h(i, j) = (pass == 0 ? C(0) : h(i, j)) + dots[static_cast<std::size_t>(i)];
+            norm2 -= std::norm(dots[static_cast<std::size_t>(i)]);
+          }
+          if (norm2 > keep * ww) break;
         }
-        if (norm2 > keep * ww) break;
+        const double hn = std::sqrt(std::max(norm2, 0.0));
+        h(j + 1, j) = hn;
+        // The earlier rotations, then a new one that zeroes h(j+1, j).
+        for (int i = 0; i < j; ++i) {
+          const C a = h(i, j), c = h(i + 1, j);
+          h(i, j) = std::conj(cs[i]) * a + std::conj(sn[i]) * c;
+          h(i + 1, j) = -sn[i] * a + cs[i] * c;
+        }
+        const C a = h(j, j);
+        const double d = std::hypot(std::abs(a), hn);
+        if (d == 0.0 || !std::isfinite(d)) {
+          done = progress.stop(std::isfinite(d) ? StopReason::breakdown : StopReason::nan);
+          break;
+        }
+        cs[j] = a / d;
+        sn[j] = hn / d;
+        h(j, j) = d;
+        h(j + 1, j) = 0;
+        g[j + 1] = -sn[j] * g[j];
+        g[j] = std::conj(cs[j]) * g[j];
+        ++k;
+        if (progress.record(k, std::abs(g[j + 1]))) {
+          done = true;
+          ++j;
+          break;
+        }
+        if (hn == 0.0) {  // lucky breakdown: the Krylov space holds the solution
+          ++j;
+          break;
+        }
+        w.div_(hn);
       }
-      const double hn = std::sqrt(std::max(norm2, 0.0));
-      h(j + 1, j) = hn;
-      // The earlier rotations, then a new one that zeroes h(j+1, j).
-      for (int i = 0; i < j; ++i) {
-        const C a = h(i, j), c = h(i + 1, j);
-        h(i, j) = std::conj(cs[i]) * a + std::conj(sn[i]) * c;
-        h(i + 1, j) = -sn[i] * a + cs[i] * c;
+      // x += M⁻¹ V y, with H y = g solved on the j columns built.
+      if (j > 0) {
+        std::vector<C> y(static_cast<std::size_t>(j));
+        for (int i = j - 1; i >= 0; --i) {
+          C s = g[static_cast<std::size_t>(i)];
+          for (int l = i + 1; l < j; ++l) s -= h(i, l) * y[static_cast<std::size_t>(l)];
+          y[static_cast<std::size_t>(i)] = s / h(i, i);
+        }
+        const auto yt = tensor_like(y, bl);
+        if (keep_z) {
+          x.add_(at::mv(Z.narrow(0, 0, j).t(), yt));
+        } else if (const auto vy = at::mv(V.narrow(0, 0, j).t(), yt); M.identity) {
+          x.add_(vy);
+        } else {
+          M.apply(vy.contiguous(), z);
+          x.add_(z);
+        }
       }
-      const C a = h(j, j);
-      const double d = std::hypot(std::abs(a), hn);
-      if (d == 0.0 || !std::isfinite(d)) {
-        done = progress.stop(std::isfinite(d) ? StopReason::breakdown : StopReason::nan);
+      if (done) break;
+      // Restart from the true residual.
+      auto ax = V[0];
+      A.apply(x, ax, {});
+      at::sub_out(r, bl, ax);
+      beta = std::sqrt(sum_complex({local_dot(r, r)}, comm)[0].real());
+      if (beta == 0.0 || !std::isfinite(beta)) {  // exact, or lost: the recorded estimate was not
+        progress.stop(beta == 0.0 ? StopReason::converged_rtol : StopReason::nan);
         break;
       }
-      cs[j] = a / d;
-      sn[j] = hn / d;
-      h(j, j) = d;
-      h(j + 1, j) = 0;
-      g[j + 1] = -sn[j] * g[j];
-      g[j] = std::conj(cs[j]) * g[j];
-      ++k;
-      if (progress.record(k, std::abs(g[j + 1]))) {
-        done = true;
-        ++j;
-        break;
-      }
-      if (hn == 0.0) {  // lucky breakdown: the Krylov space holds the solution
-        ++j;
-        break;
-      }
-      w.div_(hn);
     }
-    // x += M⁻¹ V y, with H y = g solved on the j columns built.
-    if (j > 0) {
-      std::vector<C> y(static_cast<std::size_t>(j));
-      for (int i = j - 1; i >= 0; --i) {
-        C s = g[static_cast<std::size_t>(i)];
-        for (int l = i + 1; l < j; ++l) s -= h(i, l) * y[static_cast<std::size_t>(l)];
-        y[static_cast<std::size_t>(i)] = s / h(i, i);
-      }
-      const auto yt = tensor_like(y, bl);
-      if (keep_z) {
-        x.add_(at::mv(Z.narrow(0, 0, j).t(), yt));
-      } else if (const auto vy = at::mv(V.narrow(0, 0, j).t(), yt); M.identity) {
-        x.add_(vy);
-      } else {
-        M.apply(vy.contiguous(), z);
-        x.add_(z);
-      }
-    }
-    if (done) break;
-    // Restart from the true residual.
-    auto ax = V[0];
-    A.apply(x, ax, {});
-    at::sub_out(r, bl, ax);
-    beta = std::sqrt(sum_complex({local_dot(r, r)}, comm)[0].real());
-    if (beta == 0.0 || !std::isfinite(beta)) {  // exact, or lost: the recorded estimate was not
-      progress.stop(beta == 0.0 ? StopReason::converged_rtol : StopReason::nan);
-      break;
-    }
-  }
-  info.seconds = MPI_Wtime() - t0;
-  return result;
+  });
 }
 
 }  // namespace einshard::sparse::detail

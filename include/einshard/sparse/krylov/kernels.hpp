@@ -61,56 +61,17 @@ inline std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& 
   return out;
 }
 
-/// Chronopoulos–Gear step: p = u + beta p; s = w + beta s; x += alpha p; r -= alpha s; then
-/// u = d .* r (or u = r when `d` is undefined and `u` aliases nothing: the caller applies M).
-/// Returns {<r, u>, <r, r>} when `d` is given or M is the identity, else {0, <r, r>}.
-inline std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s,
-                                                       at::Tensor& u, const at::Tensor& w, double alpha, double beta,
+/// The step of both one-reduction CGs in one pass: s = w + β s; p = u + β p; x += α p; r −= α s.
+/// Chronopoulos–Gear (`Pipelined` false) then sets u = d .* r (a diagonal M) or u = r (M the
+/// identity; otherwise the caller applies M) and returns {<r, u> (0 for a general M), <r, r>, 0}.
+/// Ghysels–Vanroose (`Pipelined` true) also carries A p's chain: z = n + β z; q = m + β q;
+/// u −= α q; w −= α z; then m = d .* w or m = w (likewise), and returns {<r, u>, <w, u>, <r, r>}
+/// in that order. `z`, `q`, `m`, `n` are read only when `Pipelined`.
+template <bool Pipelined>
+std::array<std::complex<double>, 3> one_reduction_step(at::Tensor& x, at::Tensor& r, at::Tensor& u, at::Tensor& w,
+                                                       at::Tensor& p, at::Tensor& s, at::Tensor* z, at::Tensor* q,
+                                                       at::Tensor* m, const at::Tensor* n, double alpha, double beta,
                                                        const at::Tensor& d, bool identity) {
-  std::array<std::complex<double>, 2> out{};
-  dispatch_values(x.scalar_type(), [&](auto v0) {
-    using V = decltype(v0);
-    const auto n = x.numel();
-    auto* __restrict xv = x.data_ptr<V>();
-    auto* __restrict rv = r.data_ptr<V>();
-    auto* __restrict pv = p.data_ptr<V>();
-    auto* __restrict sv = s.data_ptr<V>();
-    auto* __restrict uv = u.data_ptr<V>();
-    const auto* __restrict wv = w.data_ptr<V>();
-    const auto* __restrict dv = d.defined() ? d.data_ptr<V>() : nullptr;
-    const V a = static_cast<V>(alpha), b = static_cast<V>(beta);
-    V ru{}, rr{};
-    for (std::int64_t i = 0; i < n; ++i) {
-      const V pi = uv[i] + b * pv[i];
-      const V si = wv[i] + b * sv[i];
-      pv[i] = pi;
-      sv[i] = si;
-      xv[i] += a * pi;
-      const V ri = rv[i] - a * si;
-      rv[i] = ri;
-      rr += conj_if_complex(ri) * ri;
-      if (dv) {
-        const V ui = dv[i] * ri;
-        uv[i] = ui;
-        ru += conj_if_complex(ri) * ui;
-      } else if (identity) {
-        uv[i] = ri;
-      }
-    }
-    if (identity && !dv) ru = rr;
-    out = {widen(ru), widen(rr)};
-  });
-  return out;
-}
-
-/// Pipelined CG step (Ghysels–Vanroose): z = n + β z; q = m + β q; s = w + β s; p = u + β p;
-/// x += α p; r −= α s; u −= α q; w −= α z; then m = d .* w (a diagonal M) or m = w (M the
-/// identity; otherwise the caller applies M). Returns {<r, u>, <w, u>, <r, r>} of the new vectors,
-/// the next iteration's one reduction.
-inline std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tensor& r, at::Tensor& u, at::Tensor& w,
-                                                         at::Tensor& z, at::Tensor& q, at::Tensor& s, at::Tensor& p,
-                                                         at::Tensor& m, const at::Tensor& n, double alpha, double beta,
-                                                         const at::Tensor& d, bool identity) {
   std::array<std::complex<double>, 3> out{};
   dispatch_values(x.scalar_type(), [&](auto v0) {
     using V = decltype(v0);
@@ -119,42 +80,78 @@ inline std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tens
     auto* __restrict rv = r.data_ptr<V>();
     auto* __restrict uv = u.data_ptr<V>();
     auto* __restrict wv = w.data_ptr<V>();
-    auto* __restrict zv = z.data_ptr<V>();
-    auto* __restrict qv = q.data_ptr<V>();
-    auto* __restrict sv = s.data_ptr<V>();
     auto* __restrict pv = p.data_ptr<V>();
-    auto* __restrict mv = m.data_ptr<V>();
-    const auto* __restrict nv = n.data_ptr<V>();
+    auto* __restrict sv = s.data_ptr<V>();
+    V* __restrict zv = nullptr;
+    V* __restrict qv = nullptr;
+    V* __restrict mv = nullptr;
+    const V* __restrict nv = nullptr;
+    if constexpr (Pipelined) {
+      zv = z->data_ptr<V>();
+      qv = q->data_ptr<V>();
+      mv = m->data_ptr<V>();
+      nv = n->data_ptr<V>();
+    }
     const auto* __restrict dv = d.defined() ? d.data_ptr<V>() : nullptr;
     const V a = static_cast<V>(alpha), b = static_cast<V>(beta);
     V ru{}, wu{}, rr{};
     for (std::int64_t i = 0; i < len; ++i) {
-      const V zi = nv[i] + b * zv[i];
-      const V qi = mv[i] + b * qv[i];
       const V si = wv[i] + b * sv[i];
       const V pi = uv[i] + b * pv[i];
-      zv[i] = zi;
-      qv[i] = qi;
+      V qi{}, zi{};
+      if constexpr (Pipelined) {
+        zi = nv[i] + b * zv[i];
+        qi = mv[i] + b * qv[i];
+        zv[i] = zi;
+        qv[i] = qi;
+      }
       sv[i] = si;
       pv[i] = pi;
       xv[i] += a * pi;
       const V ri = rv[i] - a * si;
-      const V ui = uv[i] - a * qi;
-      const V wi = wv[i] - a * zi;
       rv[i] = ri;
-      uv[i] = ui;
-      wv[i] = wi;
-      if (dv)
-        mv[i] = dv[i] * wi;
-      else if (identity)
-        mv[i] = wi;
-      ru += conj_if_complex(ri) * ui;
-      wu += conj_if_complex(wi) * ui;
       rr += conj_if_complex(ri) * ri;
+      if constexpr (Pipelined) {
+        const V ui = uv[i] - a * qi;
+        const V wi = wv[i] - a * zi;
+        uv[i] = ui;
+        wv[i] = wi;
+        if (dv)
+          mv[i] = dv[i] * wi;
+        else if (identity)
+          mv[i] = wi;
+        ru += conj_if_complex(ri) * ui;
+        wu += conj_if_complex(wi) * ui;
+      } else if (dv) {
+        const V ui = dv[i] * ri;
+        uv[i] = ui;
+        ru += conj_if_complex(ri) * ui;
+      } else if (identity) {
+        uv[i] = ri;
+      }
     }
-    out = {widen(ru), widen(wu), widen(rr)};
+    if constexpr (!Pipelined)
+      if (identity && !dv) ru = rr;
+    out = {widen(ru), widen(Pipelined ? wu : rr), widen(Pipelined ? rr : V{})};
   });
   return out;
+}
+
+/// Chronopoulos–Gear step (see `one_reduction_step`): {<r, u>, <r, r>}.
+inline std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s,
+                                                       at::Tensor& u, at::Tensor& w, double alpha, double beta,
+                                                       const at::Tensor& d, bool identity) {
+  const auto o = one_reduction_step<false>(x, r, u, w, p, s, nullptr, nullptr, nullptr, nullptr, alpha, beta, d,
+                                           identity);
+  return {o[0], o[1]};
+}
+
+/// Pipelined CG step (Ghysels–Vanroose; see `one_reduction_step`): {<r, u>, <w, u>, <r, r>}.
+inline std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tensor& r, at::Tensor& u, at::Tensor& w,
+                                                         at::Tensor& z, at::Tensor& q, at::Tensor& s, at::Tensor& p,
+                                                         at::Tensor& m, const at::Tensor& n, double alpha, double beta,
+                                                         const at::Tensor& d, bool identity) {
+  return one_reduction_step<true>(x, r, u, w, p, s, &z, &q, &m, &n, alpha, beta, d, identity);
 }
 
 /// <a, b> (a conjugated) of this rank's slices. BLAS's dot (torch's vdot): a plain loop's
