@@ -52,7 +52,7 @@
 #include <einshard/sparse.hpp>
 
 #include "../common.hpp"
-#include "petsc_matrix.hpp"
+#include "petsc_support.hpp"
 
 namespace es = einshard;
 namespace sp = einshard::sparse;
@@ -65,8 +65,6 @@ namespace {
 /// PETSc itself and in every translation unit that includes petscsys.h before calling it: this
 /// one, einshard's header-only code included. So one counter sees both libraries' all-reduces.
 double allreduce_calls() { return static_cast<double>(petsc_allreduce_ct); }
-
-#define PETSC(call) einshard_bench::petsc_check((call), #call)
 
 struct Config {
   std::int64_t grid = 500;
@@ -328,27 +326,10 @@ void run_multi_rhs(const Config& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int code = 0;
-  try {
-    const Config cfg = parse(argc, argv);
-    const char* t = std::getenv("EINSHARD_NUM_THREADS");
-    at::set_num_threads(t && std::atoi(t) > 0 ? std::atoi(t) : 1);
-    if (PetscInitializeNoArguments() != 0) throw std::runtime_error("PetscInitializeNoArguments failed");
-    try {
-      if (cfg.lsqr) run_lsqr(cfg);
-      if (cfg.backward) run_backward(cfg);
-      if (cfg.multi_rhs) run_multi_rhs(cfg);
-    } catch (...) {
-      PetscFinalize();
-      throw;
-    }
-    PetscFinalize();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "einshard_bench_sparse_lsqr (rank %d): %s\n", world_rank(), e.what());
-    code = 1;
-  }
-  if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
-  MPI_Finalize();
-  return code;
+  return einshard_bench::petsc_main(argc, argv, "einshard_bench_sparse_lsqr", parse, [](const Config& cfg) {
+    if (cfg.lsqr) run_lsqr(cfg);
+    if (cfg.backward) run_backward(cfg);
+    if (cfg.multi_rhs) run_multi_rhs(cfg);
+    return 0;
+  });
 }

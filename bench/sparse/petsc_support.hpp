@@ -1,6 +1,6 @@
-// What the PETSc-anchored sparse benchmarks (cg_petsc.cpp, amg_petsc.cpp) share: PETSc error
-// checks, comma lists, the torch thread count, one rank's rows of the Poisson matrices, PETSc's AIJ
-// copy of them, and main's MPI/PETSc bracket.
+// What the PETSc-anchored sparse benchmarks (cg_petsc.cpp, amg_petsc.cpp, lsqr_petsc.cpp) share:
+// PETSc error checks, comma lists, the torch thread count, the Poisson rows both libraries are
+// given, an AIJ matrix from one rank's rows (square or rectangular), and main's MPI/PETSc bracket.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -56,26 +56,34 @@ struct Rows {
   std::vector<double> val;
 };
 
+/// Row i of the Dirichlet Poisson matrix on a g × g grid (5-point) or, with `three`, a g × g × g
+/// grid (7-point): add(column, value) per entry, columns ascending.
+template <class Add>
+void poisson_row(std::int64_t g, std::int64_t i, Add&& add, bool three = false) {
+  const std::int64_t plane = g * g;
+  const auto x = i % g, y = (i / g) % g, z = three ? i / plane : 0;
+  if (three && z > 0) add(i - plane, -1.0);
+  if (y > 0) add(i - g, -1.0);
+  if (x > 0) add(i - 1, -1.0);
+  add(i, three ? 6.0 : 4.0);
+  if (x + 1 < g) add(i + 1, -1.0);
+  if (y + 1 < g) add(i + g, -1.0);
+  if (three && z + 1 < g) add(i + plane, -1.0);
+}
+
 inline Rows poisson_rows(std::int64_t g, std::int64_t lo, std::int64_t hi, bool three = false) {
   Rows r;
   r.lo = lo;
   r.hi = hi;
-  const std::int64_t plane = g * g;
   for (std::int64_t i = lo; i < hi; ++i) {
-    const auto x = i % g, y = (i / g) % g, z = three ? i / plane : 0;
-    const auto add = [&](bool inside, std::int64_t j, double v) {
-      if (!inside) return;
-      r.row.push_back(i);
-      r.col.push_back(j);
-      r.val.push_back(v);
-    };
-    add(three && z > 0, i - plane, -1);
-    add(y > 0, i - g, -1);
-    add(x > 0, i - 1, -1);
-    add(true, i, three ? 6 : 4);
-    add(x + 1 < g, i + 1, -1);
-    add(y + 1 < g, i + g, -1);
-    add(three && z + 1 < g, i + plane, -1);
+    poisson_row(
+        g, i,
+        [&](std::int64_t j, double v) {
+          r.row.push_back(i);
+          r.col.push_back(j);
+          r.val.push_back(v);
+        },
+        three);
     r.rowptr.push_back(static_cast<std::int64_t>(r.val.size()));
   }
   return r;
@@ -85,26 +93,36 @@ inline at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
   return at::from_blob(const_cast<std::int64_t*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kLong).clone();
 }
 
-/// The rows as a PETSc AIJ matrix (MPIAIJ, SEQAIJ on one rank) of n × n, assembled.
-inline Mat assemble_aij(const Rows& rows, std::int64_t n) {
+/// Rows [first, first + rowptr.size() - 1) (local CSR, global column indices) of an m x n AIJ
+/// matrix (MPIAIJ; SEQAIJ on one rank) with `nloc` owned columns, assembled; at most `d_nz`
+/// entries per row in the diagonal block and `o_nz` outside it (preallocation).
+inline Mat petsc_matrix(const std::vector<std::int64_t>& rowptr, const std::vector<std::int64_t>& col,
+                        const std::vector<double>& val, std::int64_t first, std::int64_t nloc, std::int64_t m,
+                        std::int64_t n, PetscInt d_nz, PetscInt o_nz) {
+  const auto mloc = static_cast<std::int64_t>(rowptr.size()) - 1;
   Mat A = nullptr;
-  const auto nloc = static_cast<PetscInt>(rows.hi - rows.lo);
   PETSC(MatCreate(PETSC_COMM_WORLD, &A));
-  PETSC(MatSetSizes(A, nloc, nloc, static_cast<PetscInt>(n), static_cast<PetscInt>(n)));
+  PETSC(MatSetSizes(A, static_cast<PetscInt>(mloc), static_cast<PetscInt>(nloc), static_cast<PetscInt>(m),
+                    static_cast<PetscInt>(n)));
   PETSC(MatSetType(A, MATAIJ));
-  PETSC(MatSeqAIJSetPreallocation(A, 7, nullptr));
-  PETSC(MatMPIAIJSetPreallocation(A, 7, nullptr, 4, nullptr));
+  PETSC(MatSeqAIJSetPreallocation(A, d_nz, nullptr));
+  PETSC(MatMPIAIJSetPreallocation(A, d_nz, nullptr, o_nz, nullptr));
   std::vector<PetscInt> cols;
-  for (std::int64_t i = 0; i < rows.hi - rows.lo; ++i) {
-    const auto begin = rows.rowptr[static_cast<std::size_t>(i)], end = rows.rowptr[static_cast<std::size_t>(i) + 1];
-    cols.assign(rows.col.begin() + begin, rows.col.begin() + end);
-    const PetscInt row = static_cast<PetscInt>(rows.lo + i);
-    PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), rows.val.data() + begin,
+  for (std::int64_t i = 0; i < mloc; ++i) {
+    const auto begin = rowptr[static_cast<std::size_t>(i)], end = rowptr[static_cast<std::size_t>(i) + 1];
+    cols.assign(col.begin() + begin, col.begin() + end);
+    const auto row = static_cast<PetscInt>(first + i);
+    PETSC(MatSetValues(A, 1, &row, static_cast<PetscInt>(end - begin), cols.data(), val.data() + begin,
                        INSERT_VALUES));
   }
   PETSC(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PETSC(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
   return A;
+}
+
+/// The square Poisson rows as a PETSc AIJ matrix of n × n, assembled.
+inline Mat assemble_aij(const Rows& rows, std::int64_t n) {
+  return petsc_matrix(rows.rowptr, rows.col, rows.val, rows.lo, rows.hi - rows.lo, n, n, 7, 4);
 }
 
 /// main's bracket: MPI, `parse(argc, argv)`, torch threads, PETSc, `run(config)`; an exception is
