@@ -89,10 +89,20 @@ struct Replay {
 
 namespace detail {
 
-inline constexpr std::size_t replay_slots = 64;
+inline constexpr std::size_t replay_slots = 64, evicted_slots = 16;
 inline std::array<Replay, replay_slots>& replays() {
   thread_local std::array<Replay, replay_slots> r;
   return r;
+}
+/// Replays pushed out of their slot by another site, newest last: a pending record may still name
+/// one (every rank evicts alike, so every rank still finds it, or none does).
+struct Evicted {
+  std::array<Replay, evicted_slots> ring;
+  std::size_t next = 0;
+};
+inline Evicted& evicted() {
+  thread_local Evicted e;
+  return e;
 }
 
 /// The call site's text, in this thread's reused string.
@@ -161,7 +171,7 @@ inline std::int64_t digest(std::string_view site, const Agreed& ranks) {
 /// The replay slot of this call site (empty, or another site's, when none is there).
 inline Replay& replay_slot(std::string_view source, const Options& o, bool& hit) {
   const auto& key = detail::site_key(source, o);
-  auto& slot = detail::replays()[std::hash<std::string>{}(key) % detail::replay_slots];
+  auto& slot = detail::replays()[(std::hash<std::string>{}(key) ^ o.mesh.id()) % detail::replay_slots];
   hit = slot.call && slot.mesh_id == o.mesh.id() && slot.site == key;
   return slot;
 }
@@ -200,6 +210,10 @@ inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std
                             const Options& o, const Agreement& a, std::shared_ptr<const void> call, bool unary,
                             std::int64_t element) {
   const auto& key = detail::site_key(e.source, o);
+  if (slot.call && (slot.mesh_id != o.mesh.id() || slot.site != key)) {
+    auto& ev = detail::evicted();
+    ev.ring[ev.next++ % detail::evicted_slots] = std::move(slot);
+  }
   const auto shape = unary ? detail::replay_shape(*static_cast<const UnaryCall*>(call.get()), o.mesh)
                            : detail::replay_shape(*static_cast<const ContractionCall*>(call.get()), o.mesh);
   slot.site = key;
@@ -271,6 +285,8 @@ inline void resolve_pending(MPI_Comm mesh) {
     const Replay* replay = nullptr;
     for (const auto& r : detail::replays())
       if (r.call && r.fingerprint == fingerprint) replay = &r;
+    for (const auto& r : detail::evicted().ring)
+      if (!replay && r.call && r.fingerprint == fingerprint) replay = &r;
     std::vector<RankInfo> infos;
     bool held = false;
     for (const auto& p : mine)
