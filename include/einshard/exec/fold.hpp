@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -99,19 +100,38 @@ bool sum_with_header(T* buf, std::int64_t n, std::int64_t fault, std::int64_t ch
 
 }  // namespace detail
 
+namespace detail {
+
+/// A contiguous CPU tensor of `sizes` over the first elements of `storage`, made without the
+/// dispatcher (narrow and view through it cost more than a tiny all-reduce itself).
+inline at::Tensor over(const c10::Storage& storage, at::ScalarType dtype, at::IntArrayRef sizes) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                    c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  return t;
+}
+
+}  // namespace detail
+
 /// Sum over `comm` of `x` (or, when `x` is undefined, of zeros: a rank that must not compute still
 /// joins with the `numel` elements the call was prepared for), with the header summed alongside.
 /// Returns whether every rank reported no fault and the same `check`; the sum lands in `out`.
 inline bool all_reduce_with_header(const at::Tensor& x, std::int64_t numel, at::ScalarType dtype,
                                    std::int64_t fault, std::int64_t check, MPI_Comm comm, at::Tensor& out) {
-  auto buf = comm::BlockPool::instance().empty({numel + 3}, at::TensorOptions(dtype));
-  auto body = buf.narrow(0, 0, numel);
-  if (x.defined()) body.view(x.sizes()).copy_(x);
-  else body.zero_();
+  const auto element = static_cast<std::int64_t>(c10::elementSize(dtype));
+  const auto bytes = (numel + 3) * element;
+  // Large buffers come from the block pool (comm/pool.hpp), small ones straight from the allocator.
+  const auto storage = bytes >= comm::BlockPool::min_bytes
+                           ? comm::BlockPool::instance().empty({numel + 3}, at::TensorOptions(dtype)).storage()
+                           : c10::Storage(c10::Storage::use_byte_size_t(), bytes, c10::GetAllocator(c10::DeviceType::CPU), false);
+  auto* data = static_cast<char*>(storage.mutable_data());
+  if (!x.defined()) std::memset(data, 0, static_cast<std::size_t>(numel * element));
+  else if (x.is_contiguous()) std::memcpy(data, x.const_data_ptr(), static_cast<std::size_t>(numel * element));
+  else detail::over(storage, dtype, x.sizes()).copy_(x);
   const bool ok = dtype == at::kFloat
-                      ? detail::sum_with_header(buf.data_ptr<float>(), numel, fault, check, comm, MPI_FLOAT)
-                      : detail::sum_with_header(buf.data_ptr<double>(), numel, fault, check, comm, MPI_DOUBLE);
-  if (x.defined()) out = body.view(x.sizes());
+                      ? detail::sum_with_header(reinterpret_cast<float*>(data), numel, fault, check, comm, MPI_FLOAT)
+                      : detail::sum_with_header(reinterpret_cast<double*>(data), numel, fault, check, comm, MPI_DOUBLE);
+  if (x.defined()) out = detail::over(storage, dtype, x.sizes());
   return ok;
 }
 

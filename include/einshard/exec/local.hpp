@@ -279,19 +279,23 @@ inline at::Tensor contract(const std::optional<MatmulForm>& form, const std::str
   }
   for (std::size_t i = 0; i < f.rows; ++i) rows *= xs[f.batch + i];
   for (std::size_t i = 0; i < f.columns; ++i) columns *= ys[yn + i];
+  // A reshape to the shape a tensor has already is still a dispatched op (a few thousand
+  // instructions, as much as a tiny product): skipped, which is every reshape of a plain matrix
+  // product (one axis each of rows, columns and contracted).
+  auto as = [](const at::Tensor& t, at::IntArrayRef shape) { return t.sizes() == shape ? t : t.reshape(shape); };
   c10::SmallVector<std::int64_t, 8> shape(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(f.batch));
   shape.append({rows, inner});
-  const auto x2 = x.reshape(shape);
+  const auto x2 = as(x, shape);
   shape.pop_back();
   shape.pop_back();
-  const auto y2 = f.y_contracted_first ? (shape.append({inner, columns}), y.reshape(shape))
-                                       : (shape.append({columns, inner}), y.reshape(shape).transpose(-1, -2));
+  const auto y2 = f.y_contracted_first ? (shape.append({inner, columns}), as(y, shape))
+                                       : (shape.append({columns, inner}), as(y, shape).transpose(-1, -2));
   shape.pop_back();
   shape.pop_back();
   shape.append(xs.begin() + static_cast<std::ptrdiff_t>(f.batch),
                xs.begin() + static_cast<std::ptrdiff_t>(f.batch + f.rows));
   shape.append(ys.begin() + static_cast<std::ptrdiff_t>(yn), ys.begin() + static_cast<std::ptrdiff_t>(yn + f.columns));
-  return at::matmul(x2, y2).reshape(shape);
+  return as(at::matmul(x2, y2), shape);
 }
 
 }  // namespace einshard::exec
