@@ -28,7 +28,7 @@ inline at::Tensor einsum(const std::string& equation, at::TensorList xs, std::st
   try {
     return at::einsum(equation, xs);
   } catch (const c10::Error& e) {
-    throw Error("einshard: '" + std::string(source) + "': the tensors' shapes do not fit the notation (" +
+    throw Error("einshard '" + std::string(source) + "': expected tensors whose shapes fit the notation, found (" +
                 e.what_without_backtrace() + ")");
   }
 }
@@ -41,9 +41,9 @@ inline void check_rank(const plan::OperandLayout& l, const at::Tensor& x, std::s
                        std::size_t inputs, std::string_view source) {
   const auto ok = l.has_ellipsis ? x.dim() >= l.rank : x.dim() == l.rank;
   if (ok || takes_scalar(l, x)) return;
-  throw Error("einshard: " + operand_label(i, inputs) + " of '" + std::string(source) + "' names " +
-              std::to_string(l.rank) + (l.has_ellipsis ? " or more" : "") +
-              " dimensions, but the tensor has " + std::to_string(x.dim()));
+  throw Error("einshard '" + std::string(source) + "': expected " + std::to_string(l.rank) +
+              (l.has_ellipsis ? " or more" : "") + " dimensions in " + operand_label(i, inputs) + ", found " +
+              std::to_string(x.dim()));
 }
 
 /// Sizes of every axis id: from plain dimensions of the inputs, the `sizes` option, and inference
@@ -128,8 +128,8 @@ std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::TensorList
 /// Throws unless `given` tensors were passed to the notation `source` of `inputs` inputs.
 inline void check_input_count(std::string_view source, std::size_t inputs, std::size_t given) {
   if (given != inputs)
-    throw Error("einshard: '" + std::string(source) + "' has " + std::to_string(inputs) + " inputs, but " +
-                std::to_string(given) + " tensors were given");
+    throw Error("einshard '" + std::string(source) + "': expected " + std::to_string(inputs) +
+                " tensors (one per input), found " + std::to_string(given));
 }
 
 /// The checks `run_local` makes before it computes (what `explain` raises for a local notation):

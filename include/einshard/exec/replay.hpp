@@ -305,8 +305,8 @@ inline void resolve_pending(MPI_Comm mesh) {
     for (std::size_t r = 0; r < P && lost == P; ++r)
       if (every[r * words] == 0) lost = r;
     if (lost != P)
-      throw Error("einshard: rank " + std::to_string(owner) +
-                  " gave a call that moves no data other operands than it was prepared for, and rank " +
+      throw Error("einshard (a call that moved no data): expected rank " + std::to_string(owner) +
+                  "'s operands to be those the call was prepared for, found others, and rank " +
                   std::to_string(lost) + " no longer holds that call to check them against");
     const auto n = static_cast<std::size_t>(every[2]);
     Agreement a;
