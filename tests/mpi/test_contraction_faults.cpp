@@ -105,6 +105,16 @@ TEST_CASE("replay: a repeated row-parallel call checks its operands inside its a
   // The shapes change on every rank (a new batch): agreed again and correct, then replayed again.
   const auto X2 = at::randn({6, 7}, at::kDouble);
   for (int i = 0; i < 2; ++i) CHECK(at::allclose(row(slice(X2, 1, mesh), y), X2.mm(Y), 1e-12, 1e-12));
+  // A unary all-reduce replays the same way, a 0-d loss too.
+  const auto part = X.mm(Y) / w.size;
+  auto sum = [&](const at::Tensor& t) { return es::einshard<"l e // tp -> l e">(t, o); };
+  for (int i = 0; i < 2; ++i) CHECK(at::allclose(sum(part), X.mm(Y), 1e-12, 1e-12));
+  if (w.size > 1) et::expect_error_everywhere([&] { (void)sum(on_one(me, part, part.narrow(0, 0, 4))); }, "axis 'l'");
+  et::expect_error_everywhere([&] { (void)sum(on_one(me, part, part.unsqueeze(0))); }, "dimensions");
+  if (w.size > 1) et::expect_error_everywhere([&] { (void)sum(on_one(me, part, part.to(at::kFloat))); }, "dtype");
+  auto loss = [&](const at::Tensor& t) { return es::einshard<"loss // tp -> loss">(t, o); };
+  for (int i = 0; i < 2; ++i) CHECK(loss(at::scalar_tensor(1.0, at::kDouble)).item<double>() == w.size);
+  et::expect_error_everywhere([&] { (void)loss(on_one(me, at::scalar_tensor(1.0, at::kDouble), X)); }, "dimensions");
   // Gradients through a replayed call.
   const auto xg = x.clone().requires_grad_(), yg = y.clone().requires_grad_();
   for (int i = 0; i < 2; ++i) {
