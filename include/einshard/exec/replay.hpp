@@ -34,8 +34,9 @@
 /// cannot catch without a rendezvous is ranks calling different notations at one point of the
 /// program when both have replays; a first call at a site still agrees and names it.
 ///
-/// A cached call here parses nothing, looks nothing up by name, takes no lock and allocates only
-/// its results (and the autograd nodes of a differentiable call).
+/// A cached call here parses nothing, looks nothing up by name and takes no lock; it allocates
+/// tensors only (the local product, the summed buffer, the result) and the autograd nodes of a
+/// differentiable call, plus the text of `shapes` metadata when the call passes some.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
