@@ -127,10 +127,12 @@ int main(int argc, char** argv) {
   }
 
   // Per-call overhead with a cached plan: a tiny row-parallel contraction (einsum + all-reduce)
-  // through einshard, against the same einsum + MPI_Allreduce by hand.
+  // through einshard, against the same einsum + MPI_Allreduce by hand; and a tiny column-parallel
+  // one (no data moves: no rendezvous at all) against the bare einsum. Interleaved, the order
+  // alternating, medians of many rounds.
   {
-    const auto a = at::randn({4, 8}), b = at::randn({8, 4});
-    const int n = quick ? 50 : 2000;
+    const auto a = at::randn({4, 8}), b = at::randn({8, 4}), c = at::randn({4, 8});
+    const int n = quick ? 50 : 2000, rounds = quick ? 3 : 21;
     auto via_einshard = [&] {
       for (int i = 0; i < n; ++i) (void)es::einshard<"a k/tp, k/tp b -> a b">(a, b, o);
     };
@@ -140,16 +142,32 @@ int main(int argc, char** argv) {
         all_reduce_in_place(z);
       }
     };
-    via_einshard();  // plan cached
-    std::vector<double> te, tm;
-    for (int r = 0; r < 5; ++r) {
-      te.push_back(timed(via_einshard) / n);
-      tm.push_back(timed(by_hand) / n);
+    auto column_einshard = [&] {
+      for (int i = 0; i < n; ++i) (void)es::einshard<"a k, h/tp k -> a h/tp">(a, c, o);
+    };
+    auto column_by_hand = [&] {
+      for (int i = 0; i < n; ++i) (void)at::matmul(a, c.t());
+    };
+    via_einshard();  // plans cached
+    column_einshard();
+    std::vector<double> te, tm, ce, cm;
+    for (int r = 0; r < rounds; ++r) {
+      if (r % 2 == 0) {
+        te.push_back(timed(via_einshard) / n), tm.push_back(timed(by_hand) / n);
+        ce.push_back(timed(column_einshard) / n), cm.push_back(timed(column_by_hand) / n);
+      } else {
+        tm.push_back(timed(by_hand) / n), te.push_back(timed(via_einshard) / n);
+        cm.push_back(timed(column_by_hand) / n), ce.push_back(timed(column_einshard) / n);
+      }
     }
-    if (rank == 0)
+    if (rank == 0) {
       std::printf("{\"bench\":\"call_overhead\",\"ranks\":%d,\"einshard_us\":%.2f,\"manual_us\":%.2f,"
-                  "\"overhead_us\":%.2f}\n",
-                  world, 1e6 * median(te), 1e6 * median(tm), 1e6 * (median(te) - median(tm)));
+                  "\"overhead_us\":%.2f,\"rounds\":%d}\n",
+                  world, 1e6 * median(te), 1e6 * median(tm), 1e6 * (median(te) - median(tm)), rounds);
+      std::printf("{\"bench\":\"call_overhead_column\",\"ranks\":%d,\"einshard_us\":%.2f,\"manual_us\":%.2f,"
+                  "\"overhead_us\":%.2f,\"rounds\":%d}\n",
+                  world, 1e6 * median(ce), 1e6 * median(cm), 1e6 * (median(ce) - median(cm)), rounds);
+    }
   }
   MPI_Finalize();
   return 0;

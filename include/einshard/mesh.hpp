@@ -70,30 +70,30 @@ class Mesh {
   Mesh(MPI_Comm comm, std::vector<int> sizes, std::vector<std::string> names)
       : state_(std::make_shared<detail::MeshState>()) {
     if (sizes.size() != names.size())
-      throw Error("Mesh: " + std::to_string(sizes.size()) + " sizes but " +
+      throw Error("Mesh: expected one name per size (" + std::to_string(sizes.size()) + " sizes), found " +
                   std::to_string(names.size()) + " names");
-    if (sizes.empty()) throw Error("Mesh: a mesh needs at least one dimension");
+    if (sizes.empty()) throw Error("Mesh: expected at least one dimension, found none");
     if (sizes.size() > max_dims)
-      throw Error("Mesh: a mesh has at most " + std::to_string(max_dims) + " dimensions, got " +
+      throw Error("Mesh: expected at most " + std::to_string(max_dims) + " dimensions, found " +
                   std::to_string(sizes.size()));
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto& n = names[i];
-      if (n.empty()) throw Error("Mesh: empty mesh dimension name");
+      if (n.empty()) throw Error("Mesh: expected a mesh dimension name, found an empty one");
       if (!detail::valid_dimension_name(n))
-        throw Error("Mesh: mesh dimension name '" + n +
-                    "' may contain only letters, digits and '_' ('-' joins compound groups)");
+        throw Error("Mesh: expected a mesh dimension name of letters, digits and '_' ('-' joins compound "
+                    "groups), found '" + n + "'");
       if (std::count(names.begin(), names.end(), n) > 1)
-        throw Error("Mesh: duplicate mesh dimension name '" + n + "'");
+        throw Error("Mesh: expected distinct mesh dimension names, found '" + n + "' twice");
       if (sizes[i] <= 0)
-        throw Error("Mesh: mesh dimension '" + n + "' has size " + std::to_string(sizes[i]));
+        throw Error("Mesh: expected a positive size of mesh dimension '" + n + "', found " + std::to_string(sizes[i]));
     }
     int world = 0;
     comm::check(MPI_Comm_size(comm, &world), "MPI_Comm_size");
     const auto product =
         std::accumulate(sizes.begin(), sizes.end(), std::int64_t{1}, std::multiplies<>());
     if (product != world)
-      throw Error("Mesh: sizes multiply to " + std::to_string(product) +
-                  ", but the communicator has " + std::to_string(world) + " ranks");
+      throw Error("Mesh: expected sizes that multiply to the communicator's " + std::to_string(world) +
+                  " ranks, found a product of " + std::to_string(product));
     const int ndim = static_cast<int>(sizes.size());
     std::vector<int> periods(sizes.size(), 0);
     comm::check(MPI_Cart_create(comm, ndim, sizes.data(), periods.data(), 0, &state_->cart),
@@ -175,14 +175,14 @@ class Mesh {
     if (group.empty()) return MPI_COMM_SELF;
     const auto& groups = state().groups;
     if (group.bits() >= groups.size())
-      throw Error("Mesh::comm: expected a group of this mesh (" + shape().joined_names() + "), got '" +
+      throw Error("Mesh::comm: expected a group of this mesh (" + shape().joined_names() + "), found '" +
                   group.name() + "'");
     return groups[group.bits()];
   }
 
  private:
   [[nodiscard]] detail::MeshState& state() const {
-    if (!state_) throw Error("Mesh: this mesh is empty (default-constructed)");
+    if (!state_) throw Error("Mesh: expected a mesh, found an empty (default-constructed) one");
     return *state_;
   }
 

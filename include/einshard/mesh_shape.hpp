@@ -33,10 +33,11 @@ struct MeshShape {
       const auto d = it - names.begin();
       if (part.empty() || it == names.end() || ((bits >> d) & 1u)) {
         if (why)
-          *why = part.empty() ? "Mesh: empty component in mesh group '" + std::string(text) + "'"
-                 : it == names.end()
-                     ? "Mesh: unknown mesh dimension '" + std::string(part) + "' (mesh has " + joined_names() + ")"
-                     : "Mesh: repeated component '" + std::string(part) + "' in mesh group '" + std::string(text) + "'";
+          *why = "mesh group '" + std::string(text) + "': expected " +
+                 (part.empty()         ? "a mesh dimension between each '-', found an empty component"
+                  : it == names.end() ? "dimensions of the mesh (" + joined_names() + "), found unknown mesh dimension '" +
+                                            std::string(part) + "'"
+                                      : "each dimension once, found repeated component '" + std::string(part) + "'");
         return std::nullopt;
       }
       bits |= 1u << d;
@@ -56,7 +57,7 @@ struct MeshShape {
 
   /// Mesh dimension indices of a (non-empty) group, in mesh order.
   [[nodiscard]] std::vector<int> components(std::string_view text) const {
-    if (text.empty()) throw Error("Mesh: empty component in mesh group ''");
+    if (text.empty()) throw Error("mesh group '': expected a mesh dimension, found an empty component");
     const auto g = group(text);
     std::vector<int> dims;
     for (std::size_t d = 0; d < names.size(); ++d)

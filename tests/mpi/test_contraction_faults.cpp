@@ -71,3 +71,121 @@ TEST_CASE("contraction faults: a fault on one rank raises the same error on ever
   CHECK(at::equal(at::isnan(z), at::isnan(want)));
   CHECK(at::allclose(at::nan_to_num(z), at::nan_to_num(want), 1e-12, 1e-12));
 }
+
+// ---- a repeated call replays its prepared call (exec/replay.hpp) ------------------------------
+
+namespace {
+
+/// `x` on every rank but the faulty one, where it is `bad`.
+at::Tensor on_one(bool me, const at::Tensor& x, const at::Tensor& bad) { return me ? bad : x; }
+
+}  // namespace
+
+TEST_CASE("replay: a repeated row-parallel call checks its operands inside its all-reduce", "[mpi][binary][faults][replay]") {
+  // "l f/tp, f/tp e -> l e": the plan's one collective is an all-reduce over the whole mesh, so a
+  // repeated call carries its check in that all-reduce and makes no other rendezvous.
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"tp"});
+  const bool me = w.rank == et::faulty_rank();
+  at::manual_seed(5);
+  const auto X = at::randn({5, 7}, at::kDouble), Y = at::randn({7, 4}, at::kDouble);
+  const auto x = slice(X, 1, mesh), y = slice(Y, 0, mesh);
+  const es::Options o{.mesh = mesh};
+  auto row = [&](const at::Tensor& a, const at::Tensor& b) { return es::einshard<"l f/tp, f/tp e -> l e">(a, b, o); };
+  for (int i = 0; i < 3; ++i) CHECK(at::allclose(row(x, y), X.mm(Y), 1e-12, 1e-12));  // first agrees, then replays
+
+  // Faults on one rank after the call was prepared: the same error on every rank as a first call.
+  et::expect_error_everywhere([&] { (void)row(x, on_one(me, y, at::cat({y, at::zeros({1, 4}, at::kDouble)}))); },
+                              "axis 'f'");
+  if (w.size > 1) et::expect_error_everywhere([&] { (void)row(on_one(me, x, x.to(at::kFloat)), y); }, "dtype");
+  et::expect_error_everywhere([&] { (void)row(on_one(me, x, x.unsqueeze(0)), y); }, "dimensions");
+  et::expect_error_everywhere(
+      [&] { (void)row(x, on_one(me, y, at::empty_like(y, at::TensorOptions().device(at::kMeta)))); }, "CPU");
+  if (w.size > 1) et::expect_error_everywhere([&] { (void)row(on_one(me, x, x.narrow(0, 0, 4)), y); }, "axis 'l'");
+  // The shapes change on every rank (a new batch): agreed again and correct, then replayed again.
+  const auto X2 = at::randn({6, 7}, at::kDouble);
+  for (int i = 0; i < 2; ++i) CHECK(at::allclose(row(slice(X2, 1, mesh), y), X2.mm(Y), 1e-12, 1e-12));
+  // A unary all-reduce replays the same way, a 0-d loss too.
+  const auto part = X.mm(Y) / w.size;
+  auto sum = [&](const at::Tensor& t) { return es::einshard<"l e // tp -> l e">(t, o); };
+  for (int i = 0; i < 2; ++i) CHECK(at::allclose(sum(part), X.mm(Y), 1e-12, 1e-12));
+  if (w.size > 1) et::expect_error_everywhere([&] { (void)sum(on_one(me, part, part.narrow(0, 0, 4))); }, "axis 'l'");
+  et::expect_error_everywhere([&] { (void)sum(on_one(me, part, part.unsqueeze(0))); }, "dimensions");
+  if (w.size > 1) et::expect_error_everywhere([&] { (void)sum(on_one(me, part, part.to(at::kFloat))); }, "dtype");
+  auto loss = [&](const at::Tensor& t) { return es::einshard<"loss // tp -> loss">(t, o); };
+  for (int i = 0; i < 2; ++i) CHECK(loss(at::scalar_tensor(1.0, at::kDouble)).item<double>() == w.size);
+  et::expect_error_everywhere([&] { (void)loss(on_one(me, at::scalar_tensor(1.0, at::kDouble), X)); }, "dimensions");
+  // Gradients through a replayed call.
+  const auto xg = x.clone().requires_grad_(), yg = y.clone().requires_grad_();
+  for (int i = 0; i < 2; ++i) {
+    xg.mutable_grad().reset();
+    yg.mutable_grad().reset();
+    (row(xg, yg) * X.mm(Y)).sum().backward();
+    CHECK(at::allclose(xg.grad(), slice(X.mm(Y).mm(Y.t()), 1, mesh), 1e-10, 1e-10));
+    CHECK(at::allclose(yg.grad(), slice(X.t().mm(X.mm(Y)), 0, mesh), 1e-10, 1e-10));
+  }
+}
+
+TEST_CASE("replay: a repeated column-parallel call does not synchronise, and a fault is raised at the next collective",
+          "[mpi][binary][faults][replay]") {
+  // "l f, e/tp f -> l e/tp" moves no data forward. A rank whose operands differ from the prepared
+  // ones keeps a pending record; the next collective of the notation on the mesh -- the next call's
+  // all-reduce, the next agreement, or this call's own backward all-reduce -- raises on every rank.
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"tp"});
+  const bool me = w.rank == et::faulty_rank();
+  at::manual_seed(6);
+  const auto X = at::randn({5, 7}, at::kDouble), W1 = at::randn({9, 7}, at::kDouble), W2 = at::randn({3, 9}, at::kDouble);
+  const auto w1 = slice(W1, 0, mesh), w2 = slice(W2, 1, mesh);
+  const es::Options o{.mesh = mesh};
+  auto col = [&](const at::Tensor& a, const at::Tensor& b) { return es::einshard<"l f, e/tp f -> l e/tp">(a, b, o); };
+  auto row = [&](const at::Tensor& a, const at::Tensor& b) { return es::einshard<"l e/tp, g e/tp -> l g">(a, b, o); };
+  auto mlp = [&](const at::Tensor& a) { return row(col(a, w1), w2); };
+  const auto want = X.mm(W1.t()).mm(W2.t());
+  for (int i = 0; i < 3; ++i) CHECK(at::allclose(mlp(X), want, 1e-12, 1e-12));
+
+  // Only the faulty rank's input differs: the column-parallel call returns on every rank, the
+  // row-parallel call after it raises the column-parallel call's error on every rank.
+  if (w.size > 1) {
+    et::expect_error_everywhere([&] { (void)mlp(on_one(me, X, X.narrow(0, 0, 4))); }, "axis 'l'");
+    // Operands that cannot even be contracted on that rank (NaN stands in for its result).
+    et::expect_error_everywhere([&] { (void)mlp(on_one(me, X, at::zeros({5, 8}, at::kDouble))); }, "axis 'f'");
+    // The next collective is an agreement (a first call of another notation).
+    et::expect_error_everywhere(
+        [&] {
+          (void)col(on_one(me, X, X.narrow(0, 0, 4)), w1);
+          (void)es::einshard<"l e/tp -> l e">(col(X, w1), o);
+        },
+        "axis 'l'");
+    // The next collective is the call's own backward.
+    et::expect_error_everywhere(
+        [&] {
+          const auto xg = on_one(me, X, X.narrow(0, 0, 4)).clone().requires_grad_();
+          col(xg, w1).sum().backward();
+        },
+        "axis 'l'");
+    et::expect_error_everywhere([&] { (void)mlp(on_one(me, X, X.to(at::kFloat))); }, "dtype");
+  }
+  et::expect_error_everywhere([&] { (void)mlp(on_one(me, X, X.unsqueeze(0))); }, "dimensions");
+  // A new batch on every rank: each rank's column-parallel result is right at once, and the ranks
+  // agree on the new shapes at the next collective -- forward or backward -- without an error.
+  const auto X2 = at::randn({8, 7}, at::kDouble);
+  CHECK(at::allclose(mlp(X2), X2.mm(W1.t()).mm(W2.t()), 1e-12, 1e-12));
+  const auto X3 = at::randn({2, 7}, at::kDouble);
+  const auto x3 = X3.clone().requires_grad_();
+  const auto h = col(x3, w1);
+  CHECK(at::allclose(h, slice(X3.mm(W1.t()), 1, mesh), 1e-12, 1e-12));
+  (h * slice(X3.mm(W1.t()), 1, mesh)).sum().backward();
+  CHECK(at::allclose(x3.grad(), X3.mm(W1.t()).mm(W1), 1e-10, 1e-10));
+  for (int i = 0; i < 2; ++i) CHECK(at::allclose(mlp(X3), X3.mm(W1.t()).mm(W2.t()), 1e-12, 1e-12));
+  // Gradients of the whole step through replayed calls, against one process.
+  const auto xg = X.clone().requires_grad_(), ag = w1.clone().requires_grad_(), bg = w2.clone().requires_grad_();
+  for (int i = 0; i < 2; ++i) {
+    for (const auto* t : {&xg, &ag, &bg}) t->mutable_grad().reset();
+    row(col(xg, ag), bg).sum().backward();
+    const auto G = at::ones({5, 3}, at::kDouble);
+    CHECK(at::allclose(xg.grad(), G.mm(W2).mm(W1), 1e-10, 1e-10));
+    CHECK(at::allclose(ag.grad(), slice(G.mm(W2).t().mm(X), 0, mesh), 1e-10, 1e-10));
+    CHECK(at::allclose(bg.grad(), slice(G.t().mm(X.mm(W1.t())), 1, mesh), 1e-10, 1e-10));
+  }
+}

@@ -111,13 +111,13 @@ TEST_CASE("mesh: works on a sub-communicator", "[mesh]") {
 TEST_CASE("mesh: malformed meshes and groups raise the same error on every rank", "[mesh][errors]") {
   const auto w = es::testing::world();
   CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size + 1}, {"dp"}),
-                    Catch::Contains("sizes multiply to " + std::to_string(w.size + 1)));
-  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size, 1}, {"dp"}), Catch::Contains("2 sizes but 1 names"));
+                    Catch::Contains("Mesh: expected sizes that multiply to the communicator's " + std::to_string(w.size) + " ranks, found a product of " + std::to_string(w.size + 1)));
+  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size, 1}, {"dp"}), Catch::Contains("Mesh: expected one name per size (2 sizes), found 1 names"));
   CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size, 1}, {"dp", "dp"}),
-                    Catch::Contains("duplicate mesh dimension name 'dp'"));
-  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size}, {""}), Catch::Contains("empty mesh dimension name"));
-  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size}, {"dp-sp"}), Catch::Contains("may contain only"));
-  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size, 0}, {"dp", "sp"}), Catch::Contains("has size 0"));
+                    Catch::Contains("Mesh: expected distinct mesh dimension names, found 'dp' twice"));
+  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size}, {""}), Catch::Contains("Mesh: expected a mesh dimension name, found an empty one"));
+  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size}, {"dp-sp"}), Catch::Contains("Mesh: expected a mesh dimension name of letters, digits and '_' ('-' joins compound groups), found 'dp-sp'"));
+  CHECK_THROWS_WITH(es::Mesh(MPI_COMM_WORLD, {w.size, 0}, {"dp", "sp"}), Catch::Contains("Mesh: expected a positive size of mesh dimension 'sp', found 0"));
   es::Mesh mesh(MPI_COMM_WORLD, {w.size, 1}, {"dp", "sp"});
   CHECK_THROWS_WITH(mesh.comm("tp"), Catch::Contains("unknown mesh dimension 'tp'"));
   CHECK_THROWS_WITH(mesh.size("dp-"), Catch::Contains("empty component"));

@@ -58,11 +58,11 @@ TEST_CASE("group: a rank's coordinate is row-major over the group's dimensions",
 TEST_CASE("group: text that names no group says what was written", "[group][errors]") {
   std::string why;
   CHECK_FALSE(mesh.find_group("dp-pp", &why).has_value());
-  CHECK(why.find("unknown mesh dimension 'pp' (mesh has dp, sp, tp)") != std::string::npos);
+  CHECK(why.find("mesh group 'dp-pp': expected dimensions of the mesh (dp, sp, tp), found unknown mesh dimension 'pp'") != std::string::npos);
   CHECK_FALSE(mesh.find_group("dp-", &why).has_value());
-  CHECK(why.find("empty component in mesh group 'dp-'") != std::string::npos);
+  CHECK(why.find("mesh group 'dp-': expected a mesh dimension between each '-', found an empty component") != std::string::npos);
   CHECK_FALSE(mesh.find_group("sp-sp", &why).has_value());
-  CHECK(why.find("repeated component 'sp' in mesh group 'sp-sp'") != std::string::npos);
+  CHECK(why.find("mesh group 'sp-sp': expected each dimension once, found repeated component 'sp'") != std::string::npos);
   CHECK_FALSE(mesh.find_group("xx").has_value());  // without a reason: no message is built
   CHECK_THROWS_AS(mesh.group("xx"), es::Error);
   CHECK_THROWS_WITH(mesh.size("xx"), Catch::Contains("unknown mesh dimension 'xx'"));

@@ -660,26 +660,26 @@ TEST_CASE("local einshard: rank mismatch and the number of tensors", "[local][er
   at::manual_seed(12);
   const auto x3 = randn({2, 3, 4});
   require_throws<es::Error>([&] { es::einshard<"a b -> b a">(x3); },
-                            "names 2 dimensions, but the tensor has 3");
+                            "expected 2 dimensions in the input, found 3");
   require_throws<es::Error>([&] { es::einshard("a b -> b a", {x3}); },
-                            "names 2 dimensions, but the tensor has 3");
+                            "expected 2 dimensions in the input, found 3");
   require_throws<es::Error>([&] { es::einshard("a b ... c -> c", {randn({2, 3})}); },
-                            "names 3 or more dimensions, but the tensor has 2");
+                            "expected 3 or more dimensions in the input, found 2");
   require_throws<es::Error>(
       [&] { es::einshard("a b, b c -> a c", {randn({2, 3}), randn({3, 4, 5})}); },
-      "input 2 of 'a b, b c -> a c' names 2 dimensions, but the tensor has 3");
+      "einshard 'a b, b c -> a c': expected 2 dimensions in input 2, found 3");
   // A 0-d tensor is accepted only for a single plain axis.
-  require_throws<es::Error>([&] { es::einshard("a b -> a", {randn({})}); }, "names 2 dimensions");
+  require_throws<es::Error>([&] { es::einshard("a b -> a", {randn({})}); }, "expected 2 dimensions");
   // Wrong number of tensors: run-time form and compile-time list form.
   require_throws<es::Error>([&] { es::einshard("a b, b c -> a c", {randn({2, 3})}); },
-                            "has 2 inputs, but 1 tensors were given");
+                            "expected 2 tensors (one per input), found 1");
   require_throws<es::Error>(
       [&] { es::einshard("a b -> b a", {randn({2, 3}), randn({2, 3})}); },
-      "has 1 inputs, but 2 tensors were given");
+      "expected 1 tensors (one per input), found 2");
   const Tensors one{randn({2, 3})};
   require_throws<es::Error>(
       [&] { es::einshard<"a b, b c, c d -> a d">(at::TensorList(one)); },
-      "has 3 inputs, but 1 tensors were given");
+      "expected 3 tensors (one per input), found 1");
 }
 
 TEST_CASE("local einshard: non-local notations without a mesh", "[local][errors]") {
@@ -707,12 +707,12 @@ TEST_CASE("explain raises what einshard raises before it computes", "[local][err
   // The wrong number of tensors, distributed and local.
   const Tensors one{x};
   require_throws<es::Error>([&] { (void)es::explain<"a b, b c -> a c">(at::TensorList(one)); },
-                            "has 2 inputs, but 1 tensors were given");
+                            "expected 2 tensors (one per input), found 1");
   require_throws<es::Error>([&] { (void)es::explain("a b -> b a", {x, x}); },
-                            "has 1 inputs, but 2 tensors were given");
+                            "expected 1 tensors (one per input), found 2");
   // The wrong number of dimensions of a local notation's tensor.
   require_throws<es::Error>([&] { (void)es::explain<"a b c -> c b a">(x); },
-                            "names 3 dimensions, but the tensor has 2");
+                            "expected 3 dimensions in the input, found 2");
   // Input einshard accepts is explained (a local notation: no steps).
   CHECK(es::explain<"a b -> b a">(x).steps.empty());
 }

@@ -52,22 +52,24 @@ inline RankInfo describe(const at::Tensor& x, std::int64_t fingerprint, LocalFau
 /// `infos[r][i]`: rank r's description of operand i.
 using Agreed = std::vector<std::vector<RankInfo>>;
 
-/// All ranks' descriptions of all operands (collective over `comm`), after checking what must agree:
-/// the call (fingerprint), dtypes and ranks. `what` names the call in messages; `expected_dims[i]`
-/// explains a rank-mismatch fault of operand i.
-inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_view what,
-                    std::span<const std::string> expected_dims) {
+/// Every rank's descriptions of its operands (collective over `comm`), and each rank's `flag`:
+/// one word a caller rides on the same exchange (the notation's pending records, exec/fold.hpp).
+inline Agreed gather_infos(MPI_Comm comm, std::span<const RankInfo> mine, std::int64_t flag = 0,
+                           std::vector<std::int64_t>* flags = nullptr) {
   std::vector<std::int64_t> packed;
   for (const auto& m : mine) {
     packed.insert(packed.end(), {m.fingerprint, m.dtype, m.ndim, m.fault});
     packed.insert(packed.end(), m.sizes.begin(), m.sizes.end());
   }
+  packed.push_back(flag);
   const auto all = all_gather_values(packed, comm);
   const auto n = mine.size();
-  Agreed ranks(all.size() / (n * RankInfo::words), std::vector<RankInfo>(n));
-  for (std::size_t r = 0; r < ranks.size(); ++r)
+  const auto stride = n * RankInfo::words + 1;
+  Agreed ranks(all.size() / stride, std::vector<RankInfo>(n));
+  if (flags) flags->assign(ranks.size(), 0);
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
     for (std::size_t i = 0; i < n; ++i) {
-      const auto* p = all.data() + (r * n + i) * RankInfo::words;
+      const auto* p = all.data() + r * stride + i * RankInfo::words;
       auto& info = ranks[r][i];
       info.fingerprint = p[0];
       info.dtype = p[1];
@@ -75,24 +77,36 @@ inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_v
       info.fault = p[3];
       std::copy(p + 4, p + RankInfo::words, info.sizes.begin());
     }
+    if (flags) (*flags)[r] = all[r * stride + stride - 1];
+  }
+  return ranks;
+}
+
+/// Checks what must agree in gathered descriptions: the call (fingerprint), dtypes and ranks, and
+/// that no rank found a fault. `what` names the call in messages; `expected_dims[i]` explains a
+/// rank-mismatch fault of operand i (a callable, or a list: called only for that error). Every rank
+/// reads the same descriptions, so every rank raises the same error.
+template <class ExpectedDims>
+void check_agreed(const Agreed& ranks, std::string_view what, const ExpectedDims& expected_dims) {
+  const auto n = ranks.empty() ? 0 : ranks[0].size();
   auto prefix = [&] { return std::string(what) + ": "; };  // built only for an error
   auto operand = [&](std::size_t i) {
     return n == 1 ? std::string("the tensor") : "input " + std::to_string(i + 1);
   };
+  auto on = [](std::size_t r) { return " on rank " + std::to_string(r); };
   for (std::size_t r = 0; r < ranks.size(); ++r)
     for (std::size_t i = 0; i < n; ++i) {
       const auto& info = ranks[r][i];
-      const auto on = " on rank " + std::to_string(r);
       switch (static_cast<LocalFault>(info.fault)) {
         case LocalFault::none: break;
         case LocalFault::rank_mismatch:
-          throw Error(prefix() + operand(i) + on + " has " + std::to_string(info.ndim) +
-                      " dimensions, but the notation names " + expected_dims[i]);
+          throw Error(prefix() + operand(i) + on(r) + " has " + std::to_string(info.ndim) +
+                      " dimensions, but the notation names " + std::string(expected_dims(i)));
         case LocalFault::too_many_dims:
-          throw Error(prefix() + operand(i) + on + " has more than " +
+          throw Error(prefix() + operand(i) + on(r) + " has more than " +
                       std::to_string(RankInfo::max_dims) + " dimensions");
         case LocalFault::not_cpu:
-          throw Error(prefix() + operand(i) + on +
+          throw Error(prefix() + operand(i) + on(r) +
                       " is not a CPU tensor; this version communicates CPU tensors only");
       }
     }
@@ -100,18 +114,24 @@ inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_v
     for (std::size_t i = 0; i < n; ++i) {
       const auto& a = ranks[0][i];
       const auto& b = ranks[r][i];
-      const auto on = " on rank " + std::to_string(r);
       if (b.fingerprint != a.fingerprint)  // no notation in the message: it differs between ranks
         throw Error("einshard: rank " + std::to_string(r) +
                     " called a different operation than rank 0 (notation or number of operands differ)");
       if (b.dtype != a.dtype)
         throw Error(prefix() + "the dtype of " + operand(i) + " differs between ranks: " +
                     c10::toString(static_cast<at::ScalarType>(a.dtype)) + " on rank 0, " +
-                    c10::toString(static_cast<at::ScalarType>(b.dtype)) + on);
+                    c10::toString(static_cast<at::ScalarType>(b.dtype)) + on(r));
       if (b.ndim != a.ndim)
         throw Error(prefix() + "the rank of " + operand(i) + " differs between ranks: " +
-                    std::to_string(a.ndim) + " dimensions on rank 0, " + std::to_string(b.ndim) + on);
+                    std::to_string(a.ndim) + " dimensions on rank 0, " + std::to_string(b.ndim) + on(r));
     }
+}
+
+/// All ranks' descriptions of all operands (collective over `comm`), after `check_agreed`.
+inline Agreed agree(MPI_Comm comm, std::span<const RankInfo> mine, std::string_view what,
+                    std::span<const std::string> expected_dims) {
+  auto ranks = gather_infos(comm, mine);
+  check_agreed(ranks, what, [&](std::size_t i) { return expected_dims[i]; });
   return ranks;
 }
 

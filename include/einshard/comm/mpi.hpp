@@ -101,7 +101,7 @@ inline MPI_Datatype datatype(at::ScalarType dtype) {
     case at::kComplexHalf: return detail::CustomTypes::get().bytes4;
     default:
       if (at::elementSize(dtype) == 1) return MPI_BYTE;  // float8 variants, uint bits: move only
-      throw Error(std::string("einshard: no MPI datatype for dtype ") + c10::toString(dtype));
+      throw Error(std::string("MPI datatype: expected a dtype MPI can move, found ") + c10::toString(dtype));
   }
 }
 
@@ -116,15 +116,16 @@ inline MPI_Op sum_op(at::ScalarType dtype) {
     case at::kLong: case at::kInt: case at::kShort: case at::kChar: case at::kByte:
       return MPI_SUM;
     default:
-      throw Error(std::string("einshard: cannot sum dtype ") + c10::toString(dtype) + " across ranks");
+      throw Error(std::string("MPI sum: expected a dtype that can be summed across ranks, found ") +
+                  c10::toString(dtype));
   }
 }
 
 /// MPI counts are `int`; refuse silently-truncated messages.
 inline int count(std::int64_t n) {
   if (n < 0 || n > std::numeric_limits<int>::max())
-    throw Error("einshard: message of " + std::to_string(n) +
-                " elements exceeds what one MPI call can move (2^31 - 1)");
+    throw Error("MPI message: expected at most 2^31 - 1 elements (what one MPI call can move), found " +
+                std::to_string(n));
   return static_cast<int>(n);
 }
 

@@ -8,6 +8,8 @@
 namespace einshard::exec {
 using comm::Agreed;
 using comm::agree;
+using comm::check_agreed;
+using comm::gather_infos;
 using comm::describe;
 using comm::LocalFault;
 using comm::RankInfo;

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "einshard/comm/mpi.hpp"
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/cache.hpp"
+#include "einshard/exec/fold.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
 #include "einshard/options.hpp"
@@ -79,23 +81,47 @@ struct Agreement {
   std::vector<bool> scalar;
 };
 
-/// Collective over the mesh.
+/// Whether input `i` is a 0-d tensor standing for a one-axis spec.
+inline bool stands_for_one_axis(const notation::ExpressionView& e, std::size_t i, const at::Tensor& x) {
+  const auto& spec = e.input(i);
+  return x.dim() == 0 && !spec.has_ellipsis && fixed_dims(e, spec) == 1;
+}
+
+/// How many dimensions input `i` must have, for messages.
+inline std::string expected_dims(const notation::ExpressionView& e, std::size_t i) {
+  const auto& spec = e.input(i);
+  return std::to_string(fixed_dims(e, spec)) + (spec.has_ellipsis ? " or more" : "");
+}
+
+/// This rank's description of input `i` (a 0-d stand-in as one element).
+inline RankInfo describe_operand(const notation::ExpressionView& e, std::size_t i, const at::Tensor& x) {
+  const auto& spec = e.input(i);
+  const auto fixed = fixed_dims(e, spec);
+  const bool scalar = stands_for_one_axis(e, i, x);
+  const auto ndim = scalar ? 1 : x.dim();
+  const bool ok = spec.has_ellipsis ? ndim >= fixed : ndim == fixed;
+  return describe(scalar ? x.reshape({1}) : x, fingerprint(e.source, i), ok ? LocalFault::none : LocalFault::rank_mismatch);
+}
+
+/// Checks gathered descriptions of the inputs of `e`; the same error on every rank.
+inline void check_operands(const notation::ExpressionView& e, const Agreed& ranks) {
+  check_agreed(ranks, call_name(e), [&](std::size_t i) { return expected_dims(e, i); });
+}
+
+/// Collective over the mesh. The exchange also carries whether each rank holds a pending record
+/// of a call that moved no data (exec/fold.hpp): those are resolved first, by every rank together.
 inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Mesh& mesh) {
   Agreement a;
   std::vector<RankInfo> mine;
-  std::vector<std::string> expected;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    const auto& spec = e.input(i);
-    const auto fixed = fixed_dims(e, spec);
-    const bool scalar = xs[i].dim() == 0 && !spec.has_ellipsis && fixed == 1;
-    const auto ndim = scalar ? 1 : xs[i].dim();
-    const bool ok = spec.has_ellipsis ? ndim >= fixed : ndim == fixed;
-    mine.push_back(describe(scalar ? xs[i].reshape({1}) : xs[i], fingerprint(e.source, i),
-                            ok ? LocalFault::none : LocalFault::rank_mismatch));
-    expected.push_back(std::to_string(fixed) + (spec.has_ellipsis ? " or more" : ""));
-    a.scalar.push_back(scalar);
+    mine.push_back(describe_operand(e, i, xs[i]));
+    a.scalar.push_back(stands_for_one_axis(e, i, xs[i]));
   }
-  a.ranks = agree(mesh.comm(), mine, call_name(e), expected);
+  std::vector<std::int64_t> flags;
+  a.ranks = gather_infos(mesh.comm(), mine, has_pending(mesh.comm()) ? 1 : 0, &flags);
+  if (std::any_of(flags.begin(), flags.end(), [](std::int64_t f) { return f != 0; }))
+    pending_resolver()(mesh.comm());
+  check_operands(e, a.ranks);
   return a;
 }
 

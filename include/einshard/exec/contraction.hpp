@@ -177,7 +177,7 @@ inline Plan describe_contraction(std::string_view source, const ContractionCall&
 
 inline at::Tensor run_contraction(const ContractionCall& call, at::TensorList xs,
                                   const std::vector<bool>& scalar) {
-  std::vector<at::Tensor> work;
+  c10::SmallVector<at::Tensor, 4> work;  // no allocation for up to four operands
   for (std::size_t i = 0; i < xs.size(); ++i) work.push_back(scalar[i] ? xs[i].reshape({1}) : xs[i]);
   for (const auto& s : call.stages) {
     const auto x = run(s.x, work[s.left]);

@@ -28,7 +28,7 @@ inline at::Tensor einsum(const std::string& equation, at::TensorList xs, std::st
   try {
     return at::einsum(equation, xs);
   } catch (const c10::Error& e) {
-    throw Error("einshard: '" + std::string(source) + "': the tensors' shapes do not fit the notation (" +
+    throw Error("einshard '" + std::string(source) + "': expected tensors whose shapes fit the notation, found (" +
                 e.what_without_backtrace() + ")");
   }
 }
@@ -41,9 +41,9 @@ inline void check_rank(const plan::OperandLayout& l, const at::Tensor& x, std::s
                        std::size_t inputs, std::string_view source) {
   const auto ok = l.has_ellipsis ? x.dim() >= l.rank : x.dim() == l.rank;
   if (ok || takes_scalar(l, x)) return;
-  throw Error("einshard: " + operand_label(i, inputs) + " of '" + std::string(source) + "' names " +
-              std::to_string(l.rank) + (l.has_ellipsis ? " or more" : "") +
-              " dimensions, but the tensor has " + std::to_string(x.dim()));
+  throw Error("einshard '" + std::string(source) + "': expected " + std::to_string(l.rank) +
+              (l.has_ellipsis ? " or more" : "") + " dimensions in " + operand_label(i, inputs) + ", found " +
+              std::to_string(x.dim()));
 }
 
 /// Sizes of every axis id: from plain dimensions of the inputs, the `sizes` option, and inference
@@ -128,8 +128,8 @@ std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::TensorList
 /// Throws unless `given` tensors were passed to the notation `source` of `inputs` inputs.
 inline void check_input_count(std::string_view source, std::size_t inputs, std::size_t given) {
   if (given != inputs)
-    throw Error("einshard: '" + std::string(source) + "' has " + std::to_string(inputs) + " inputs, but " +
-                std::to_string(given) + " tensors were given");
+    throw Error("einshard '" + std::string(source) + "': expected " + std::to_string(inputs) +
+                " tensors (one per input), found " + std::to_string(given));
 }
 
 /// The checks `run_local` makes before it computes (what `explain` raises for a local notation):
@@ -279,19 +279,23 @@ inline at::Tensor contract(const std::optional<MatmulForm>& form, const std::str
   }
   for (std::size_t i = 0; i < f.rows; ++i) rows *= xs[f.batch + i];
   for (std::size_t i = 0; i < f.columns; ++i) columns *= ys[yn + i];
+  // A reshape to the shape a tensor has already is still a dispatched op (a few thousand
+  // instructions, as much as a tiny product): skipped, which is every reshape of a plain matrix
+  // product (one axis each of rows, columns and contracted).
+  auto as = [](const at::Tensor& t, at::IntArrayRef shape) { return t.sizes() == shape ? t : t.reshape(shape); };
   c10::SmallVector<std::int64_t, 8> shape(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(f.batch));
   shape.append({rows, inner});
-  const auto x2 = x.reshape(shape);
+  const auto x2 = as(x, shape);
   shape.pop_back();
   shape.pop_back();
-  const auto y2 = f.y_contracted_first ? (shape.append({inner, columns}), y.reshape(shape))
-                                       : (shape.append({columns, inner}), y.reshape(shape).transpose(-1, -2));
+  const auto y2 = f.y_contracted_first ? (shape.append({inner, columns}), as(y, shape))
+                                       : (shape.append({columns, inner}), as(y, shape).transpose(-1, -2));
   shape.pop_back();
   shape.pop_back();
   shape.append(xs.begin() + static_cast<std::ptrdiff_t>(f.batch),
                xs.begin() + static_cast<std::ptrdiff_t>(f.batch + f.rows));
   shape.append(ys.begin() + static_cast<std::ptrdiff_t>(yn), ys.begin() + static_cast<std::ptrdiff_t>(yn + f.columns));
-  return at::matmul(x2, y2).reshape(shape);
+  return as(at::matmul(x2, y2), shape);
 }
 
 }  // namespace einshard::exec

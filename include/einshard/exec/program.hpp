@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/exec/fold.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/exec/steps.hpp"
 #include "einshard/mesh.hpp"
@@ -90,9 +91,14 @@ inline Program make_program(std::vector<plan::Step> steps, const SizeTable& t, c
         p.ops[i] = c10::make_intrusive<RedistributeOp>(mesh.comm(), detail::schedule(s.before, s.after, t, mesh),
                                                        detail::schedule(s.after, s.before, t, mesh));
         break;
-      case plan::StepKind::all_reduce: p.ops[i] = c10::make_intrusive<AllReduceOp>(pieces.comm); break;
+      case plan::StepKind::all_reduce: p.ops[i] = c10::make_intrusive<FoldingAllReduceOp>(pieces.comm); break;
       case plan::StepKind::add_partial:
-        p.ops[i] = c10::make_intrusive<AddPartialOp>(pieces.comm, !internal);
+        // Over the whole mesh its backward can carry a pending record (exec/fold.hpp).
+        if (mesh.size(s.group) == mesh.size())
+          p.ops[i] = c10::make_intrusive<GuardedAddPartialOp>(pieces.comm, mesh.comm(),
+                                                              detail::bytes_of(s.before, t, mesh, 1), !internal);
+        else
+          p.ops[i] = c10::make_intrusive<AddPartialOp>(pieces.comm, !internal);
         break;
       case plan::StepKind::reduce_scatter:
       case plan::StepKind::gather_to_partial:

@@ -13,6 +13,7 @@
 #include "einshard/error.hpp"
 #include "einshard/exec/contraction.hpp"
 #include "einshard/exec/local.hpp"
+#include "einshard/exec/replay.hpp"
 #include "einshard/exec/unary.hpp"
 #include "einshard/model/notation_params.hpp"
 #include "einshard/notation/families.hpp"
@@ -38,43 +39,72 @@ inline void check_distributed_call(const notation::ExpressionView& e, at::Tensor
   exec::check_input_count(e.source, e.input_count(), xs.size());
 }
 
-/// A notation that moves data between ranks: agree, fetch (or prepare) the plan, run it.
-/// `deferred`: set to each input's gradient groups left to the model ([param] operands).
+/// A notation that moves data between ranks: replay the call prepared at this site when there is
+/// one (exec/replay.hpp), else agree, fetch (or prepare) the plan, run it, and leave a replay.
+/// `deferred`: set to each input's gradient groups left to the model ([param] operands). `keep`
+/// owns `e` for a run-time notation.
 inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
-                                  const Options& o, std::vector<Group>* deferred = nullptr) {
+                                  const Options& o, std::vector<Group>* deferred = nullptr,
+                                  std::shared_ptr<const void> keep = nullptr) {
   check_distributed_call(e, xs, o);
   const Mesh& mesh = o.mesh;
-  const auto agreement = exec::agree_operands(e, xs, mesh);
-  const auto& key = exec::cache_key(e.source, o, agreement);
   const auto element = xs[0].element_size();
   auto& last = last_plan_storage();
   last.plan.reset();
   // The closures capture only `last` (small enough for std::function's inline storage), so a cached
   // call allocates nothing to remember its plan once `last.source` has grown to its notation.
-  auto remember = [&](std::shared_ptr<const void> call, Plan (*describe)(const LastPlan&)) {
+  auto remember = [&](std::shared_ptr<const void> call, bool unary) {
+    if (!unary && deferred) *deferred = static_cast<const exec::ContractionCall*>(call.get())->deferred;
     last.call = std::move(call);
     last.mesh = mesh;
     last.element = element;
     last.source.assign(e.source);
-    last.make = [l = &last, describe] { return describe(*l); };
+    if (unary)
+      last.make = [l = &last] {
+        return exec::describe_unary(l->source, *static_cast<const exec::UnaryCall*>(l->call.get()), l->mesh,
+                                    l->element);
+      };
+    else
+      last.make = [l = &last] {
+        return exec::describe_contraction(l->source, *static_cast<const exec::ContractionCall*>(l->call.get()),
+                                          l->mesh, l->element);
+      };
   };
-  if (xs.size() == 1) {
-    auto call = exec::CallCache<exec::UnaryCall>::instance().get(
-        key, [&] { return exec::prepare_unary(e, agreement, o); });
-    remember(call, [](const LastPlan& l) {
-      return exec::describe_unary(l.source, *static_cast<const exec::UnaryCall*>(l.call.get()), l.mesh,
-                                  l.element);
-    });
-    return exec::run_unary(*call, xs[0], agreement.scalar[0]);
+  bool hit = false;
+  auto& replay = exec::replay_slot(e.source, o, hit);
+  if (hit && replay.mode == exec::ReplayMode::quiet) {
+    remember(replay.call, replay.unary);
+    if (exec::matches(replay, e, xs)) return exec::run_replay(replay, xs);
+    return exec::run_deferred(replay, e, xs, mesh);
   }
-  auto call = exec::CallCache<exec::ContractionCall>::instance().get(
-      key, [&] { return exec::prepare_contraction(e, agreement, element, o); });
-  if (deferred) *deferred = call->deferred;
-  remember(call, [](const LastPlan& l) {
-    return exec::describe_contraction(
-        l.source, *static_cast<const exec::ContractionCall*>(l.call.get()), l.mesh, l.element);
-  });
-  return exec::run_contraction(*call, xs, agreement.scalar);
+  if (hit && replay.mode == exec::ReplayMode::fold) {
+    auto& fold = exec::fold_state();
+    const bool ok = exec::matches(replay, e, xs) && !exec::has_pending(mesh.comm());
+    fold = {true, ok ? 0 : 1, replay.fingerprint % exec::detail::digits(replay.fold_dtype, mesh.size()), false};
+    struct Disarm {
+      ~Disarm() { exec::fold_state().armed = false; }
+    } disarm;
+    try {
+      if (ok) {
+        auto z = exec::run_replay(replay, xs);
+        remember(replay.call, replay.unary);
+        return z;
+      }
+      // A rank that must not compute joins the all-reduce with zeros of the prepared size.
+      at::Tensor unused;
+      (void)exec::all_reduce_with_header(at::Tensor(), replay.fold_numel, replay.fold_dtype, 1, fold.check,
+                                         replay.fold_comm, unused);
+    } catch (const exec::FoldFailed&) {
+    }
+    // Every rank is here: some rank faulted. Agree in full, as a first call does.
+  }
+  const auto agreement = exec::agree_operands(e, xs, mesh);
+  const bool unary = xs.size() == 1;
+  auto call = exec::prepared(e, agreement, o, element, unary);
+  exec::remember_replay(replay, e, std::move(keep), o, agreement, call, unary, element);
+  remember(call, unary);
+  if (unary) return exec::run_unary(*static_cast<const exec::UnaryCall*>(call.get()), xs[0], agreement.scalar[0]);
+  return exec::run_contraction(*static_cast<const exec::ContractionCall*>(call.get()), xs, agreement.scalar);
 }
 
 /// The plan a distributed notation would run, with this rank's costs; collective, moves no data.
@@ -217,7 +247,7 @@ inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const O
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
   const auto run = [&](std::vector<Group>* deferred) {
-    if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o, deferred);
+    if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o, deferred, compiled);
     return exec::run_local(compiled->local_plan, compiled->source, xs, o.sizes, o.families);
   };
   if (detail::has_param(compiled->view()))

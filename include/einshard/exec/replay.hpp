@@ -1,0 +1,367 @@
+#pragma once
+/// @file
+/// Prepare once, run lean: a repeated distributed call replays the call it ran last at the same
+/// call site (notation, mesh, policy, shapes) without the metadata agreement's rendezvous.
+///
+/// The first call at a site agrees (exec/call.hpp), prepares, and leaves a *replay*: the prepared
+/// call, this rank's operands as agreed, and a fingerprint of every rank's. A later call there
+/// compares its own operands with the replay's, which needs no other rank, and then:
+/// - **fold** (the call's first collective is an all-reduce over the whole mesh, float or double):
+///   that all-reduce carries a header (exec/fold.hpp) with this rank's verdict and fingerprint. A
+///   rank whose operands differ joins it with zeros of the prepared size, so the counts agree. If
+///   any rank faulted or the fingerprints differ, every rank sees it in the same sums, drops what it
+///   computed and runs the full agreement: the same error as a first call on every rank, or a new
+///   replay when the operands changed consistently.
+/// - **quiet** (the forward moves no data: only permutes and whole -> partial steps over the whole
+///   mesh, e.g. column-parallel `b n c, h/tp c -> b n h/tp`): nothing is exchanged at all. A rank
+///   whose operands match computes exactly what the prepared call computes. A rank whose operands
+///   differ computes the same steps on them (they depend on no size but its own: permutes, the
+///   local einsum, an identity), or, when its operands cannot be contracted, NaN of the prepared
+///   shape through the same steps; and keeps a pending record. The next collective of the notation
+///   on this mesh carries that record -- the folded all-reduce of the next call, the next
+///   agreement, or this call's own backward all-reduce (`GuardedAddPartialOp`), whichever comes
+///   first -- and there every rank resolves it together: the same error on every rank as a first
+///   call with those operands, or, when the operands were consistent after all, a new replay.
+///   Until then, the one rank's result is its own operands' local product (what it would be if the
+///   call were accepted) or NaN; a result that went on to be summed with other ranks' never
+///   returns, because that sum is the collective that raises.
+/// - **agree**: any other plan agrees on every call, as a first call does.
+///
+/// Why every rank takes the same path: the replays are a pure function of the sequence of call
+/// sites and agreed outcomes, which every rank of an SPMD program shares (a replay is written only
+/// after an agreement or a resolution, both collective, and its slot is chosen by the site's text,
+/// never by a rank's shapes); so every rank finds a replay, or none, and the same mode. What this
+/// cannot catch without a rendezvous is ranks calling different notations at one point of the
+/// program when both have replays; a first call at a site still agrees and names it.
+///
+/// A cached call here parses nothing, looks nothing up by name and takes no lock; it allocates
+/// tensors only (the local product, the summed buffer, the result) and the autograd nodes of a
+/// differentiable call, plus the text of `shapes` metadata when the call passes some.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "einshard/comm/mpi.hpp"
+#include "einshard/error.hpp"
+#include "einshard/exec/agreement.hpp"
+#include "einshard/exec/call.hpp"
+#include "einshard/exec/contraction.hpp"
+#include "einshard/exec/fold.hpp"
+#include "einshard/exec/program.hpp"
+#include "einshard/exec/unary.hpp"
+#include "einshard/mesh.hpp"
+#include "einshard/notation/expression.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/policy_scope.hpp"
+
+namespace einshard::exec {
+
+enum class ReplayMode { agree, quiet, fold };
+
+/// The last agreed call at one call site on this thread.
+struct Replay {
+  std::string site;  ///< notation, mesh sizes, policy, shapes: the same text on every rank
+  std::uint64_t mesh_id = 0;
+  ReplayMode mode = ReplayMode::agree;
+  bool unary = false;
+  std::shared_ptr<const void> call;  ///< the UnaryCall or ContractionCall
+  std::int64_t fingerprint = 0;      ///< of the site and every rank's operands
+  std::vector<RankInfo> mine;        ///< this rank's operands as agreed
+  std::vector<bool> scalar;
+  // The first all-reduce of a fold: its communicator, element count and dtype.
+  MPI_Comm fold_comm = MPI_COMM_NULL;
+  std::int64_t fold_numel = 0;
+  at::ScalarType fold_dtype = at::kFloat;
+  // What preparing the call again needs (a resolution).
+  notation::ExpressionView view{};
+  std::shared_ptr<const void> keep;  ///< owns `view` for a run-time notation
+  Options options;
+  std::int64_t element = 0;
+};
+
+namespace detail {
+
+inline constexpr std::size_t replay_slots = 64, evicted_slots = 16;
+inline std::array<Replay, replay_slots>& replays() {
+  thread_local std::array<Replay, replay_slots> r;
+  return r;
+}
+/// Replays pushed out of their slot by another site, newest last: a pending record may still name
+/// one (every rank evicts alike, so every rank still finds it, or none does).
+struct Evicted {
+  std::array<Replay, evicted_slots> ring;
+  std::size_t next = 0;
+};
+inline Evicted& evicted() {
+  thread_local Evicted e;
+  return e;
+}
+
+/// The call site's text, in this thread's reused string.
+inline const std::string& site_key(std::string_view source, const Options& o) {
+  thread_local std::string key;
+  auto word = [](std::int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  key.assign(source);
+  key += '\x1f';
+  for (auto n : o.mesh.sizes()) word(n);
+  word(resolve_policy(o.policy).key());
+  if (!o.shapes.empty()) key += o.shapes.key();
+  return key;
+}
+
+/// How a prepared call can be replayed (see the file comment), from its programs in run order.
+struct Shape {
+  ReplayMode mode = ReplayMode::agree;
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::int64_t numel = 0;
+};
+inline Shape replay_shape(std::span<const Program* const> order, const SizeTable& t, const Mesh& mesh) {
+  bool local = true;  // only permutes and whole-mesh add-partials so far
+  for (const auto* p : order)
+    for (std::size_t i = 0; i < p->steps.size(); ++i) {
+      const auto& s = p->steps[i];
+      switch (s.kind) {
+        case plan::StepKind::permute: break;
+        case plan::StepKind::add_partial:
+          local = local && mesh.size(s.group) == mesh.size();
+          break;
+        case plan::StepKind::split: local = false; break;
+        case plan::StepKind::all_reduce:
+          if (mesh.size(s.group) == mesh.size())
+            return {ReplayMode::fold, p->pieces[i].comm, detail::bytes_of(s.before, t, mesh, 1)};
+          return {};
+        default: return {};
+      }
+    }
+  return local ? Shape{ReplayMode::quiet, MPI_COMM_NULL, 0} : Shape{};
+}
+
+inline Shape replay_shape(const UnaryCall& c, const Mesh& mesh) {
+  const Program* order[] = {&c.program};
+  return replay_shape(order, c.sizes, mesh);
+}
+inline Shape replay_shape(const ContractionCall& c, const Mesh& mesh) {
+  std::vector<const Program*> order;
+  for (const auto& s : c.stages) order.insert(order.end(), {&s.x, &s.y, &s.z});
+  return replay_shape(order, c.sizes, mesh);
+}
+
+inline std::int64_t digest(std::string_view site, const Agreed& ranks) {
+  auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(site));
+  auto mix = [&](std::int64_t v) { h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull; };
+  for (const auto& rank : ranks)
+    for (const auto& info : rank) {
+      mix(info.dtype);
+      mix(info.ndim);
+      for (std::int64_t d = 0; d < info.ndim; ++d) mix(info.sizes[static_cast<std::size_t>(d)]);
+    }
+  return static_cast<std::int64_t>(h & 0x7fffffffffffffffull);
+}
+
+}  // namespace detail
+
+/// The replay slot of this call site (empty, or another site's, when none is there).
+inline Replay& replay_slot(std::string_view source, const Options& o, bool& hit) {
+  const auto& key = detail::site_key(source, o);
+  auto& slot = detail::replays()[(std::hash<std::string>{}(key) ^ o.mesh.id()) % detail::replay_slots];
+  hit = slot.call && slot.mesh_id == o.mesh.id() && slot.site == key;
+  return slot;
+}
+
+/// Whether this rank's operands are those the replay was agreed with (no other rank consulted).
+inline bool matches(const Replay& r, const notation::ExpressionView& e, at::TensorList xs) {
+  if (xs.size() != r.mine.size()) return false;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const auto& x = xs[i];
+    const auto& m = r.mine[i];
+    const bool scalar = stands_for_one_axis(e, i, x);
+    if (scalar != r.scalar[i] || !x.device().is_cpu() || static_cast<std::int64_t>(x.scalar_type()) != m.dtype)
+      return false;
+    if (scalar) {
+      if (m.ndim != 1 || m.sizes[0] != 1) return false;
+      continue;
+    }
+    if (x.dim() != m.ndim) return false;
+    for (std::int64_t d = 0; d < m.ndim; ++d)
+      if (x.size(d) != m.sizes[static_cast<std::size_t>(d)]) return false;
+  }
+  return true;
+}
+
+/// The prepared call for agreed operands, from the process-wide cache (made on a miss).
+inline std::shared_ptr<const void> prepared(const notation::ExpressionView& e, const Agreement& a, const Options& o,
+                                            std::int64_t element, bool unary) {
+  const auto& key = cache_key(e.source, o, a);
+  if (unary)
+    return CallCache<UnaryCall>::instance().get(key, [&] { return prepare_unary(e, a, o); });
+  return CallCache<ContractionCall>::instance().get(key, [&] { return prepare_contraction(e, a, element, o); });
+}
+
+/// Writes the replay of an agreed call (every rank does, at the same point).
+inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std::shared_ptr<const void> keep,
+                            const Options& o, const Agreement& a, std::shared_ptr<const void> call, bool unary,
+                            std::int64_t element) {
+  const auto& key = detail::site_key(e.source, o);
+  if (slot.call && (slot.mesh_id != o.mesh.id() || slot.site != key)) {
+    auto& ev = detail::evicted();
+    ev.ring[ev.next++ % detail::evicted_slots] = std::move(slot);
+  }
+  const auto shape = unary ? detail::replay_shape(*static_cast<const UnaryCall*>(call.get()), o.mesh)
+                           : detail::replay_shape(*static_cast<const ContractionCall*>(call.get()), o.mesh);
+  slot.site = key;
+  slot.mesh_id = o.mesh.id();
+  slot.mode = shape.mode;
+  slot.unary = unary;
+  slot.call = std::move(call);
+  slot.fingerprint = detail::digest(key, a.ranks);
+  slot.mine = a.ranks[static_cast<std::size_t>(o.mesh.rank())];
+  slot.scalar = a.scalar;
+  slot.fold_comm = shape.comm;
+  slot.fold_numel = shape.numel;
+  // The header rides on the all-reduce's dtype: the contraction's result type of agreed operands.
+  auto dtype = static_cast<at::ScalarType>(slot.mine[0].dtype);
+  for (const auto& m : slot.mine) dtype = at::promote_types(dtype, static_cast<at::ScalarType>(m.dtype));
+  slot.fold_dtype = dtype;
+  if (shape.mode == ReplayMode::fold && detail::digits(dtype, o.mesh.size()) == 0) slot.mode = ReplayMode::agree;
+  slot.view = e;
+  slot.keep = std::move(keep);
+  slot.options = o;
+  slot.element = element;
+}
+
+/// Resolves every rank's pending records on `mesh` (see exec/fold.hpp); collective over `mesh`.
+inline void resolve_pending(MPI_Comm mesh) {
+  constexpr std::size_t max_operands = 4;
+  constexpr std::size_t words = 3 + max_operands * RankInfo::words;
+  auto pack = [](std::vector<std::int64_t>& v, const std::vector<RankInfo>& infos) {
+    for (std::size_t i = 0; i < max_operands; ++i) {
+      const RankInfo m = i < infos.size() ? infos[i] : RankInfo{};
+      v.insert(v.end(), {m.fingerprint, m.dtype, m.ndim, m.fault});
+      v.insert(v.end(), m.sizes.begin(), m.sizes.end());
+    }
+  };
+  auto unpack = [](const std::int64_t* p, std::size_t n) {
+    std::vector<RankInfo> infos(n);
+    for (std::size_t i = 0; i < n; ++i, p += RankInfo::words) {
+      infos[i].fingerprint = p[0];
+      infos[i].dtype = p[1];
+      infos[i].ndim = p[2];
+      infos[i].fault = p[3];
+      std::copy(p + 4, p + RankInfo::words, infos[i].sizes.begin());
+    }
+    return infos;
+  };
+  auto& mine = pending();
+  for (;;) {
+    // Round 1: each rank's oldest record on this mesh, if any.
+    std::vector<std::int64_t> v;
+    const Pending* first = nullptr;
+    for (const auto& p : mine)
+      if (p.mesh == mesh) {
+        first = &p;
+        break;
+      }
+    v.push_back(first ? 1 : 0);
+    v.push_back(first ? first->fingerprint : 0);
+    v.push_back(first ? static_cast<std::int64_t>(first->infos.size()) : 0);
+    pack(v, first ? first->infos : std::vector<RankInfo>{});
+    const auto all = comm::all_gather_values(v, mesh);
+    const auto P = all.size() / words;
+    std::size_t owner = P;
+    for (std::size_t r = 0; r < P && owner == P; ++r)
+      if (all[r * words] != 0) owner = r;
+    if (owner == P) return;
+    const auto fingerprint = all[owner * words + 1];
+    // Round 2: every rank's operands of that call: a rank holding a record for it sends what it
+    // had, the others what they agreed (their replay of it, which they matched).
+    const Replay* replay = nullptr;
+    for (const auto& r : detail::replays())
+      if (r.call && r.fingerprint == fingerprint) replay = &r;
+    for (const auto& r : detail::evicted().ring)
+      if (!replay && r.call && r.fingerprint == fingerprint) replay = &r;
+    std::vector<RankInfo> infos;
+    bool held = false;
+    for (const auto& p : mine)
+      if (p.mesh == mesh && p.fingerprint == fingerprint) {
+        infos = p.infos;
+        held = true;
+        break;
+      }
+    if (!held && replay) infos = replay->mine;
+    const bool found = replay != nullptr && infos.size() <= max_operands;
+    std::vector<std::int64_t> w{found ? 1 : 0, 0, static_cast<std::int64_t>(infos.size())};
+    pack(w, found ? infos : std::vector<RankInfo>{});
+    const auto every = comm::all_gather_values(w, mesh);
+    std::erase_if(mine, [&](const Pending& p) { return p.mesh == mesh && p.fingerprint == fingerprint; });
+    std::size_t lost = P;
+    for (std::size_t r = 0; r < P && lost == P; ++r)
+      if (every[r * words] == 0) lost = r;
+    if (lost != P)
+      throw Error("einshard (a call that moved no data): expected rank " + std::to_string(owner) +
+                  "'s operands to be those the call was prepared for, found others, and rank " +
+                  std::to_string(lost) + " no longer holds that call to check them against");
+    const auto n = static_cast<std::size_t>(every[2]);
+    Agreement a;
+    for (std::size_t r = 0; r < P; ++r) a.ranks.push_back(unpack(every.data() + r * words + 3, n));
+    a.scalar = replay->scalar;
+    // The same checks, the same plan and so the same error as a first call with these operands.
+    check_operands(replay->view, a.ranks);
+    auto& slot = const_cast<Replay&>(*replay);
+    auto call = prepared(slot.view, a, slot.options, slot.element, slot.unary);
+    const auto keep = slot.keep;
+    const auto options = slot.options;
+    const auto view = slot.view;
+    const auto element = slot.element;
+    const bool unary = slot.unary;
+    remember_replay(slot, view, keep, options, a, std::move(call), unary, element);
+  }
+}
+
+namespace detail {
+inline const bool pending_resolver_set = (pending_resolver() = &resolve_pending, true);
+}  // namespace detail
+
+/// Runs the replayed call on matching operands.
+inline at::Tensor run_replay(const Replay& r, at::TensorList xs) {
+  if (r.unary) return run_unary(*static_cast<const UnaryCall*>(r.call.get()), xs[0], r.scalar[0]);
+  std::vector<bool> const& scalar = r.scalar;
+  return run_contraction(*static_cast<const ContractionCall*>(r.call.get()), xs, scalar);
+}
+
+/// A quiet call whose operands differ on this rank: keep a pending record and compute what the
+/// prepared steps give on these operands (or NaN of the prepared shape when they cannot).
+inline at::Tensor run_deferred(const Replay& r, const notation::ExpressionView& e, at::TensorList xs,
+                               const Mesh& mesh) {
+  Pending p{mesh.comm(), r.fingerprint, {}};
+  for (std::size_t i = 0; i < xs.size(); ++i) p.infos.push_back(describe_operand(e, i, xs[i]));
+  pending().push_back(std::move(p));
+  if (xs.size() == r.mine.size()) {
+    try {
+      return run_replay(r, xs);
+    } catch (const std::exception&) {  // the operands cannot be contracted: NaN of the prepared shape
+    }
+  }
+  std::vector<at::Tensor> stand_ins;
+  for (std::size_t i = 0; i < r.mine.size(); ++i) {
+    const auto& m = r.mine[i];
+    const auto shape = r.scalar[i] ? std::vector<std::int64_t>{} : std::vector<std::int64_t>(m.sizes.begin(), m.sizes.begin() + m.ndim);
+    const auto dtype = static_cast<at::ScalarType>(m.dtype);
+    auto t = at::full(shape, at::isFloatingType(dtype) || at::isComplexType(dtype)
+                                 ? std::numeric_limits<double>::quiet_NaN() : 0.0,
+                      at::TensorOptions(dtype));
+    if (i < xs.size() && xs[i].requires_grad()) t.requires_grad_();
+    stand_ins.push_back(std::move(t));
+  }
+  return run_replay(r, stand_ins);
+}
+
+}  // namespace einshard::exec
