@@ -90,7 +90,7 @@ void check_on_gpu(const std::vector<int>& sizes, const std::vector<std::string>&
     const auto got = run(mesh, device);
     REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < got.size(); ++i) {
-      INFO(i == 0 ? std::string("values") : "gradient of input " + std::to_string(i));
+      INFO((i == 0 ? std::string("values") : "gradient of input " + std::to_string(i)));
       CHECK(got[i].sizes() == want[i].sizes());
       CHECK(at::allclose(got[i], want[i], tolerance, tolerance));
     }
