@@ -6,6 +6,7 @@
 #   einshard_find_metis()          defines einshard::metis (see 3.)
 #   einshard_find_fftw()           defines einshard::fftw (see 4.)
 #   einshard_find_hypre()          defines einshard::hypre (see 5.)
+#   einshard_find_nccl()           defines einshard::nccl (see 6.); call after find_package(Torch)
 #
 # 1. The CUDA toolkit shim (einshard_torch_before_find)
 #
@@ -63,6 +64,20 @@
 #    Debian's libhypre-dev installs it, and libHYPRE): EINSHARD_HAS_HYPRE=1; without it
 #    Preconditioner::amg throws einshard::Error naming hypre. EINSHARD_USE_HYPRE=OFF turns it off.
 #    hypre must be built with 32-bit HYPRE_BigInt and double HYPRE_Real (its default, Debian's).
+
+# 6. NCCL (einshard_find_nccl)
+#
+#    The NCCL communication backend for CUDA tensors (comm/nccl.hpp). Optional: EINSHARD_WITH_NCCL
+#    (default ON; the Spack recipe's EINSHARD_USE_NCCL is honoured as well) looks for nccl.h and
+#    libnccl, first in the nvidia-nccl wheel next to LibTorch's (site-packages/nvidia/nccl: the
+#    NCCL that libtorch_cuda.so itself loads, so one process never holds two), then under
+#    NCCL_ROOT, CUDA_HOME, CUDAToolkit_ROOT and /usr/local/cuda (the toolkit's NCCL), then the
+#    system's. nccl.h includes cuda_runtime.h, found the same way (the nvidia-cuda-runtime wheel's
+#    include/ first). Found: einshard::nccl carries both include directories, libnccl and
+#    EINSHARD_HAS_NCCL=1; not found (no toolkit and no wheel, a CPU LibTorch): it is empty, and
+#    the NCCL backend raises an error naming NCCL. Header include directories cost nothing to a
+#    translation unit that does not include comm/nccl.hpp, and libnccl is already loaded by a CUDA
+#    LibTorch, so every einshard target may carry it.
 
 macro(einshard_torch_before_find)
   if(NOT EINSHARD_TORCH_CUDA_TOOLKIT AND NOT TARGET torch AND NOT TARGET torch::cudart)
@@ -135,4 +150,88 @@ endfunction()
 
 function(einshard_find_hypre)
   _einshard_optional_library(hypre HYPRE.h "sparse Preconditioner::amg will throw" HYPRE)
+endfunction()
+
+function(einshard_find_nccl)
+  if(TARGET einshard::nccl)
+    return()
+  endif()
+  add_library(einshard::nccl INTERFACE IMPORTED GLOBAL)
+  set(wanted ON)
+  if(DEFINED EINSHARD_WITH_NCCL)
+    set(wanted ${EINSHARD_WITH_NCCL})
+  elseif(DEFINED EINSHARD_USE_NCCL)
+    set(wanted ${EINSHARD_USE_NCCL})
+  endif()
+  if(NOT wanted)
+    message(STATUS "einshard: NCCL disabled (EINSHARD_WITH_NCCL=OFF)")
+    return()
+  endif()
+  # Where LibTorch's Python wheel keeps its NVIDIA wheels (site-packages/nvidia).
+  set(wheels "")
+  foreach(torch_dir IN ITEMS "${TORCH_INSTALL_PREFIX}" "${Torch_DIR}/../../..")
+    if(torch_dir AND EXISTS "${torch_dir}/../nvidia")
+      get_filename_component(wheels "${torch_dir}/../nvidia" ABSOLUTE)
+      break()
+    endif()
+  endforeach()
+  # EINSHARD_NCCL_ROOTS replaces the toolkit roots searched after the wheel (a test simulates a
+  # machine without a toolkit with it).
+  if(NOT DEFINED EINSHARD_NCCL_ROOTS)
+    set(EINSHARD_NCCL_ROOTS "$ENV{NCCL_ROOT};$ENV{CUDA_HOME};${CUDAToolkit_ROOT};/usr/local/cuda")
+  endif()
+  set(prefixes "")
+  if(wheels)
+    list(APPEND prefixes "${wheels}/nccl")
+  endif()
+  foreach(root IN LISTS EINSHARD_NCCL_ROOTS)
+    if(root)
+      list(APPEND prefixes "${root}")
+    endif()
+  endforeach()
+  # Header and library from the same prefix: a wheel's nccl.h with the toolkit's libnccl (or the
+  # reverse) would mix two NCCL versions.
+  set(include_dir "")
+  set(library "")
+  foreach(prefix IN LISTS prefixes)
+    if(EXISTS "${prefix}/include/nccl.h")
+      foreach(candidate IN ITEMS lib/libnccl.so lib/libnccl.so.2 lib64/libnccl.so lib64/libnccl.so.2)
+        if(EXISTS "${prefix}/${candidate}")
+          set(include_dir "${prefix}/include")
+          set(library "${prefix}/${candidate}")
+          break()
+        endif()
+      endforeach()
+    endif()
+    if(library)
+      break()
+    endif()
+  endforeach()
+  if(NOT library)
+    find_path(NCCL_INCLUDE_DIR nccl.h)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      set(include_dir "${NCCL_INCLUDE_DIR}")
+      set(library "${NCCL_LIBRARY}")
+    endif()
+  endif()
+  set(cuda_hints "")
+  if(wheels)
+    list(APPEND cuda_hints "${wheels}/cu13/include" "${wheels}/cuda_runtime/include")
+  endif()
+  foreach(root IN LISTS EINSHARD_NCCL_ROOTS)
+    if(root)
+      list(APPEND cuda_hints "${root}/include")
+    endif()
+  endforeach()
+  find_path(EINSHARD_CUDA_RUNTIME_INCLUDE_DIR cuda_runtime.h HINTS ${cuda_hints})
+  if(NOT library OR NOT EINSHARD_CUDA_RUNTIME_INCLUDE_DIR)
+    message(STATUS "einshard: NCCL (nccl.h, libnccl, cuda_runtime.h) not found; the NCCL backend will throw")
+    return()
+  endif()
+  set_target_properties(einshard::nccl PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${include_dir};${EINSHARD_CUDA_RUNTIME_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${library}"
+    INTERFACE_COMPILE_DEFINITIONS EINSHARD_HAS_NCCL=1)
+  message(STATUS "einshard: NCCL found: ${library} (CUDA headers ${EINSHARD_CUDA_RUNTIME_INCLUDE_DIR})")
 endfunction()

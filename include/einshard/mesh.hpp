@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "einshard/comm/backend.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/error.hpp"
 #include "einshard/mesh_shape.hpp"
@@ -33,6 +34,7 @@ struct MeshState {
   std::vector<MPI_Comm> groups;
   // Distinct for every mesh this process makes (MPI reuses the handles of freed communicators).
   std::uint64_t id = 0;
+  comm::BackendOptions backend;  // also an attribute of every communicator above
 
   MeshState() = default;
   MeshState(const MeshState&) = delete;
@@ -63,12 +65,18 @@ inline bool valid_dimension_name(std::string_view n) {
 /// dimension and each compound), so asking for a group later is local;
 /// its arguments are checked before any communication, so bad arguments (which are the same on every
 /// rank in SPMD code) throw the same `Error` everywhere.
+///
+/// `backend` chooses how tensor data travels over the mesh's communicators (comm/backend.hpp):
+/// by default MPI for CPU tensors and NCCL for CUDA tensors where the program has NCCL, MPI
+/// otherwise; `{.backend = comm::BackendKind::mpi}` keeps CUDA tensors on MPI (several ranks
+/// sharing one GPU), `{.stage_through_host = true}` forces MPI's host staging.
 class Mesh {
  public:
   Mesh() = default;
 
-  Mesh(MPI_Comm comm, std::vector<int> sizes, std::vector<std::string> names)
+  Mesh(MPI_Comm comm, std::vector<int> sizes, std::vector<std::string> names, comm::BackendOptions backend = {})
       : state_(std::make_shared<detail::MeshState>()) {
+    comm::check_backend_options(backend);
     if (sizes.size() != names.size())
       throw Error("Mesh: expected one name per size (" + std::to_string(sizes.size()) + " sizes), found " +
                   std::to_string(names.size()) + " names");
@@ -114,6 +122,12 @@ class Mesh {
       for (int d = 0; d < ndim; ++d) remain[static_cast<std::size_t>(d)] = (bits >> d) & 1u;
       comm::check(MPI_Cart_sub(state_->cart, remain.data(), &state_->groups[bits]), "MPI_Cart_sub");
     }
+    state_->backend = backend;
+    if (!backend.is_default()) {
+      comm::set_backend_options(state_->cart, backend);
+      for (std::size_t bits = 1; bits < state_->groups.size(); ++bits)
+        comm::set_backend_options(state_->groups[bits], backend);
+    }
     static std::atomic<std::uint64_t> next_id{1};
     state_->id = next_id++;
   }
@@ -126,6 +140,8 @@ class Mesh {
   [[nodiscard]] std::uint64_t id() const { return state().id; }
 
   [[nodiscard]] explicit operator bool() const noexcept { return state_ != nullptr; }
+  /// How tensor data travels over this mesh's communicators.
+  [[nodiscard]] const comm::BackendOptions& backend() const { return state().backend; }
   /// Names and sizes, for planning without MPI.
   [[nodiscard]] const MeshShape& shape() const { return state().shape; }
   [[nodiscard]] int ndim() const { return static_cast<int>(shape().sizes.size()); }

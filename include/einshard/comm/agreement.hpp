@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Agreeing before moving data: one small all-gather of every rank's metadata about every operand
-/// (a fingerprint of the call, dtype, local shape, and any fault it found locally). Every rank then
+/// (a fingerprint of the call, dtype, device kind, local shape, and any fault it found locally). Every rank then
 /// sees the same facts, so a fault found anywhere raises the same `Error` on every rank and nobody
 /// is left waiting in a collective. The same exchange tells every rank every shard's size, so
 /// gathers need no `shapes`. Used by the notation's executor and by the sparse part.
@@ -22,14 +22,16 @@
 namespace einshard::comm {
 
 /// Faults a rank can find in its own input before any communication.
-enum class LocalFault : std::int64_t { none = 0, rank_mismatch = 1, too_many_dims = 2, not_cpu = 3 };
+/// `unsupported_device`: neither CPU nor CUDA (a meta tensor, say), which no backend can move.
+enum class LocalFault : std::int64_t { none = 0, rank_mismatch = 1, too_many_dims = 2, unsupported_device = 3 };
 
 /// What a rank says about one operand.
 struct RankInfo {
   static constexpr std::size_t max_dims = 24;
-  static constexpr std::size_t words = 4 + max_dims;
+  static constexpr std::size_t words = 5 + max_dims;
   std::int64_t fingerprint = 0;
   std::int64_t dtype = 0;
+  std::int64_t device = 0;  ///< c10::DeviceType: every operand on every rank must agree
   std::int64_t ndim = 0;
   std::int64_t fault = 0;
   std::array<std::int64_t, max_dims> sizes{};
@@ -39,14 +41,36 @@ inline RankInfo describe(const at::Tensor& x, std::int64_t fingerprint, LocalFau
   RankInfo r;
   r.fingerprint = fingerprint;
   r.dtype = static_cast<std::int64_t>(x.scalar_type());
+  r.device = static_cast<std::int64_t>(x.device().type());
   r.ndim = x.dim();
-  if (fault == LocalFault::none && !x.device().is_cpu()) fault = LocalFault::not_cpu;
+  if (fault == LocalFault::none && !x.device().is_cpu() && !x.device().is_cuda())
+    fault = LocalFault::unsupported_device;
   if (fault == LocalFault::none && static_cast<std::size_t>(x.dim()) > RankInfo::max_dims)
     fault = LocalFault::too_many_dims;
   r.fault = static_cast<std::int64_t>(fault);
   for (std::int64_t d = 0; d < x.dim() && static_cast<std::size_t>(d) < RankInfo::max_dims; ++d)
     r.sizes[static_cast<std::size_t>(d)] = x.size(d);
   return r;
+}
+
+inline std::string device_name(std::int64_t type) {
+  return c10::DeviceTypeName(static_cast<c10::DeviceType>(type), /*lower_case=*/true);
+}
+
+/// One description as `RankInfo::words` integers (the wire form of every agreement exchange).
+inline void pack(std::vector<std::int64_t>& out, const RankInfo& m) {
+  out.insert(out.end(), {m.fingerprint, m.dtype, m.device, m.ndim, m.fault});
+  out.insert(out.end(), m.sizes.begin(), m.sizes.end());
+}
+inline RankInfo unpack(const std::int64_t* p) {
+  RankInfo info;
+  info.fingerprint = p[0];
+  info.dtype = p[1];
+  info.device = p[2];
+  info.ndim = p[3];
+  info.fault = p[4];
+  std::copy(p + 5, p + RankInfo::words, info.sizes.begin());
+  return info;
 }
 
 /// `infos[r][i]`: rank r's description of operand i.
@@ -57,10 +81,7 @@ using Agreed = std::vector<std::vector<RankInfo>>;
 inline Agreed gather_infos(MPI_Comm comm, std::span<const RankInfo> mine, std::int64_t flag = 0,
                            std::vector<std::int64_t>* flags = nullptr) {
   std::vector<std::int64_t> packed;
-  for (const auto& m : mine) {
-    packed.insert(packed.end(), {m.fingerprint, m.dtype, m.ndim, m.fault});
-    packed.insert(packed.end(), m.sizes.begin(), m.sizes.end());
-  }
+  for (const auto& m : mine) pack(packed, m);
   packed.push_back(flag);
   const auto all = all_gather_values(packed, comm);
   const auto n = mine.size();
@@ -69,13 +90,7 @@ inline Agreed gather_infos(MPI_Comm comm, std::span<const RankInfo> mine, std::i
   if (flags) flags->assign(ranks.size(), 0);
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     for (std::size_t i = 0; i < n; ++i) {
-      const auto* p = all.data() + r * stride + i * RankInfo::words;
-      auto& info = ranks[r][i];
-      info.fingerprint = p[0];
-      info.dtype = p[1];
-      info.ndim = p[2];
-      info.fault = p[3];
-      std::copy(p + 4, p + RankInfo::words, info.sizes.begin());
+      ranks[r][i] = unpack(all.data() + r * stride + i * RankInfo::words);
     }
     if (flags) (*flags)[r] = all[r * stride + stride - 1];
   }
@@ -105,11 +120,18 @@ void check_agreed(const Agreed& ranks, std::string_view what, const ExpectedDims
         case LocalFault::too_many_dims:
           throw Error(prefix() + operand(i) + on(r) + " has more than " +
                       std::to_string(RankInfo::max_dims) + " dimensions");
-        case LocalFault::not_cpu:
-          throw Error(prefix() + operand(i) + on(r) +
-                      " is not a CPU tensor; this version communicates CPU tensors only");
+        case LocalFault::unsupported_device:
+          throw Error(prefix() + operand(i) + on(r) + " is on " + device_name(info.device) +
+                      "; einshard moves CPU and CUDA tensors only");
       }
     }
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    for (std::size_t i = 0; i < n; ++i)
+      if (ranks[r][i].device != ranks[0][0].device)
+        throw Error(prefix() + operand(i) + " on rank " + std::to_string(r) + " is on " +
+                    device_name(ranks[r][i].device) + ", but " + operand(0) + " on rank 0 is on " +
+                    device_name(ranks[0][0].device) +
+                    ": every input of one call must be on one device kind, on every rank");
   for (std::size_t r = 1; r < ranks.size(); ++r)
     for (std::size_t i = 0; i < n; ++i) {
       const auto& a = ranks[0][i];

@@ -1,6 +1,8 @@
 #pragma once
 /// @file
-/// Collectives and point-to-point transfers on CPU torch tensors of any dtype, contiguous or not.
+/// Collectives and point-to-point transfers on torch tensors of any dtype and device, contiguous or
+/// not. The bytes travel through the communicator's backend (comm/backend.hpp: MPI, direct or staged
+/// through host buffers, or NCCL); the packing here is the same for all of them.
 /// Uneven pieces move only their real bytes (no padding), and the one algorithm choice that depends
 /// on the machine (how to reduce-scatter) is a visible, switchable setting.
 ///
@@ -17,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "einshard/comm/backend.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/pool.hpp"
 #include "einshard/error.hpp"
@@ -39,21 +42,12 @@ inline Algorithms& algorithms() {
   return a;
 }
 
-inline void require_cpu(const at::Tensor& x, const char* op) {
-  if (!x.device().is_cpu())
-    throw Error(std::string("einshard: ") + op + " supports CPU tensors only in this version (got " +
-                x.device().str() + ")");
-}
-
 /// Sum of `x` over `comm`; every rank gets the result (a new tensor).
 inline at::Tensor all_reduce(const at::Tensor& x, MPI_Comm comm) {
-  require_cpu(x, "all_reduce");
   const auto in = x.contiguous();
   auto out = pooled_empty(in.sizes(), in.options());
   if (in.numel() == 0) return out;
-  check(MPI_Allreduce(in.data_ptr(), out.data_ptr(), count(in.numel()), datatype(in.scalar_type()),
-                      sum_op(in.scalar_type()), comm),
-        "MPI_Allreduce");
+  backend_for(in, comm).all_reduce(in, out, comm);
   return out;
 }
 
@@ -83,7 +77,10 @@ namespace detail {
 /// of the collectives below. Allocating them per call cost more than the copies themselves (a
 /// fresh block of 32 MiB or more is page-faulted in on every call, docs/performance.md); the price
 /// is that the largest size asked for stays allocated. Valid until the next call on this thread.
+/// Device tensors get a fresh block from torch's caching allocator, which already reuses memory
+/// (and knows the stream that still uses it).
 inline at::Tensor scratch(std::int64_t numel, const at::Tensor& like) {
+  if (!like.device().is_cpu()) return at::empty({numel}, like.options().requires_grad(false));
   thread_local at::Tensor bytes;
   const auto n = std::max<std::int64_t>(numel * like.element_size(), 1);
   if (!bytes.defined() || bytes.numel() < n) {
@@ -101,7 +98,6 @@ inline at::Tensor scratch(std::int64_t numel, const at::Tensor& like) {
 /// (strided MPI datatypes lose OpenMPI's single-copy transport and measured 7-16x slower).
 inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<const std::int64_t> sizes,
                              MPI_Comm comm) {
-  require_cpu(x, "all_gather");
   dim = at::maybe_wrap_dim(dim, x.dim());
   const auto in = x.contiguous();
   const auto P = static_cast<std::size_t>(size_of(comm));
@@ -112,16 +108,13 @@ inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<co
   auto out = pooled_empty(shape, in.options());
   const auto [outer, inner] = detail::around(shape, dim);
   if (out.numel() == 0) return out;
-  const auto elem = datatype(in.scalar_type());
   std::vector<int> counts(P), displs(P);
   for (std::size_t r = 0; r < P; ++r) {
     counts[r] = count(sizes[r] * outer * inner);
     displs[r] = count(off[r] * outer * inner);
   }
   const auto staged = outer == 1 ? out : detail::scratch(out.numel(), in);
-  check(MPI_Allgatherv(in.data_ptr(), count(in.numel()), elem, staged.data_ptr(), counts.data(),
-                       displs.data(), elem, comm),
-        "MPI_Allgatherv");
+  backend_for(in, comm).all_gatherv(in, staged, counts, displs, comm);
   if (outer == 1) return out;
   std::vector<at::Tensor> pieces;
   pieces.reserve(P);
@@ -139,7 +132,6 @@ inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<co
 /// summing the whole tensor everywhere and slicing.
 inline at::Tensor reduce_scatter(const at::Tensor& x, std::int64_t dim,
                                  std::span<const std::int64_t> sizes, MPI_Comm comm) {
-  require_cpu(x, "reduce_scatter");
   dim = at::maybe_wrap_dim(dim, x.dim());
   const auto P = static_cast<std::size_t>(size_of(comm));
   const auto me = static_cast<std::size_t>(rank_of(comm));
@@ -169,19 +161,15 @@ inline at::Tensor reduce_scatter(const at::Tensor& x, std::int64_t dim,
   }
   std::vector<int> counts(P);
   for (std::size_t r = 0; r < P; ++r) counts[r] = count(sizes[r] * outer * inner);
-  check(MPI_Reduce_scatter(send.data_ptr(), out.data_ptr(), counts.data(), datatype(x.scalar_type()),
-                           sum_op(x.scalar_type()), comm),
-        "MPI_Reduce_scatter");
+  backend_for(send, comm).reduce_scatterv(send, out, counts, comm);
   return out;
 }
 
 /// `x` from group rank `root` to every rank (`x` must have the same shape and dtype everywhere).
 inline at::Tensor broadcast(const at::Tensor& x, int root, MPI_Comm comm) {
-  require_cpu(x, "broadcast");
   auto out = rank_of(comm) == root ? x.contiguous().clone() : at::empty_like(x, at::MemoryFormat::Contiguous);
   if (out.numel() == 0) return out;
-  check(MPI_Bcast(out.data_ptr(), count(out.numel()), datatype(out.scalar_type()), root, comm),
-        "MPI_Bcast");
+  backend_for(out, comm).broadcast(out, root, comm);
   return out;
 }
 
@@ -217,11 +205,10 @@ inline std::int64_t contiguous_offset(const at::Tensor& t, const Box& box) {
 /// layouts), so sends and receives match. A box that is one contiguous run of its tensor travels in
 /// place; the others are packed into (sender) or unpacked from (receiver) the thread's reused
 /// scratch buffer, because OpenMPI 4.1 moves strided datatypes 4-12x slower than contiguous bytes
-/// (docs/performance.md). Only the pairs that exchange data post nonblocking messages.
+/// (docs/performance.md). Only the pairs that exchange data post messages, all packed first.
 inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
                                  const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                                  MPI_Comm comm, int tag = 7101) {
-  require_cpu(x, "redistribute");
   // Elements no message covers are zero: the reverse of a schedule that drops elements (a clipped
   // range's backward) gives them no gradient.
   std::int64_t covered = 0;
@@ -229,7 +216,6 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
   auto out = pooled_empty(out_shape, x.options());
   if (covered != c10::multiply_integers(out_shape)) out.zero_();
   const int me = rank_of(comm);
-  const auto elem = datatype(x.scalar_type());
   const bool x_flat = x.is_contiguous();
   auto remote = [&](const Transfer& t) { return t.peer != me && t.box.numel() != 0; };
   // Byte offsets in place (or -1: packed), then one scratch block for every packed box.
@@ -252,8 +238,9 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
     used += box.numel();
     return piece;
   };
-  std::vector<MPI_Request> requests;
-  requests.reserve(sends.size() + recvs.size());
+  std::vector<Message> outgoing, incoming;
+  outgoing.reserve(sends.size());
+  incoming.reserve(recvs.size());
   std::vector<std::pair<at::Tensor, std::size_t>> unpack;  // packed receives and their transfer
   for (std::size_t i = 0; i < recvs.size(); ++i) {
     const auto& r = recvs[i];
@@ -265,31 +252,31 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
       unpack.emplace_back(take(r.box), i);
       target = unpack.back().first.data_ptr();
     }
-    requests.emplace_back();
-    check(MPI_Irecv(target, count(r.box.numel()), elem, r.peer, tag, comm, &requests.back()), "MPI_Irecv");
+    incoming.push_back({r.peer, target, r.box.numel()});
   }
   for (std::size_t i = 0; i < sends.size(); ++i) {
     const auto& s = sends[i];
     if (!remote(s)) continue;
-    const void* source = nullptr;
+    void* source = nullptr;
     if (send_at[i] >= 0) {
-      source = static_cast<const char*>(x.const_data_ptr()) + send_at[i];
+      source = static_cast<char*>(const_cast<void*>(x.const_data_ptr())) + send_at[i];
     } else {
       auto piece = take(s.box);
       piece.copy_(detail::view_box(x, s.box));
-      source = piece.const_data_ptr();
+      source = piece.data_ptr();
     }
-    requests.emplace_back();
-    check(MPI_Isend(source, count(s.box.numel()), elem, s.peer, tag, comm, &requests.back()), "MPI_Isend");
+    outgoing.push_back({s.peer, source, s.box.numel()});
   }
   // The local piece moves while the messages are in flight.
-  for (const auto& s : sends) {
-    if (s.peer != me || s.box.numel() == 0) continue;
-    for (const auto& r : recvs)
-      if (r.peer == me) detail::view_box(out, r.box).copy_(detail::view_box(x, s.box));
-  }
-  check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-        "MPI_Waitall");
+  auto local = [&] {
+    for (const auto& s : sends) {
+      if (s.peer != me || s.box.numel() == 0) continue;
+      for (const auto& r : recvs)
+        if (r.peer == me) detail::view_box(out, r.box).copy_(detail::view_box(x, s.box));
+    }
+  };
+  backend_for(x, comm).exchange(outgoing, incoming, x, tag, comm,
+                                [](void* f) { (*static_cast<decltype(local)*>(f))(); }, &local);
   for (const auto& [piece, i] : unpack) detail::view_box(out, recvs[i].box).copy_(piece);
   return out;
 }

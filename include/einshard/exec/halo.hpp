@@ -86,6 +86,7 @@ struct AxisExchangeOp final : CommOp {
     at::Tensor in, out;
     std::vector<MPI_Request> requests;
     std::unique_ptr<char[]> recv_buffer, send_buffer;
+    at::Device device = at::kCPU;  ///< of the input: rows of a device tensor travel through host memory
   };
 
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override { return finish(start(x)); }
@@ -93,9 +94,9 @@ struct AxisExchangeOp final : CommOp {
   /// Posts the messages and copies the local rows; `finish` waits and completes the result. Work
   /// that needs only local rows can run in between (einconv's interior, without autograd).
   [[nodiscard]] InFlight start(const at::Tensor& x) const {
-    comm::require_cpu(x, "halo exchange");
     InFlight flight;
-    flight.in = x.contiguous();
+    flight.device = x.device();
+    flight.in = (x.device().is_cpu() ? x : x.cpu()).contiguous();
     const auto& in = flight.in;
     const auto& f = ex.fetch;
     auto shape = in.sizes().vec();
@@ -201,10 +202,11 @@ struct AxisExchangeOp final : CommOp {
       auto right = out.narrow(dim, f.pad_left + f.fetched, f.pad_right);
       right.copy_(rows.narrow(dim, f.fetched - 1, 1).expand_as(right));
     }
-    return out;
+    return flight.device.is_cpu() ? out : out.to(flight.device);
   }
 
   [[nodiscard]] at::Tensor backward(const at::Tensor& grad) const override {
+    if (!grad.device().is_cpu()) return backward(grad.cpu()).to(grad.device());
     const auto g = grad.contiguous();
     const auto& f = ex.fetch;
     auto fetched = g.narrow(dim, f.pad_left, f.fetched);

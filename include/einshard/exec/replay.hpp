@@ -184,7 +184,8 @@ inline bool matches(const Replay& r, const notation::ExpressionView& e, at::Tens
     const auto& x = xs[i];
     const auto& m = r.mine[i];
     const bool scalar = stands_for_one_axis(e, i, x);
-    if (scalar != r.scalar[i] || !x.device().is_cpu() || static_cast<std::int64_t>(x.scalar_type()) != m.dtype)
+    if (scalar != r.scalar[i] || static_cast<std::int64_t>(x.device().type()) != m.device ||
+        static_cast<std::int64_t>(x.scalar_type()) != m.dtype)
       return false;
     if (scalar) {
       if (m.ndim != 1 || m.sizes[0] != 1) return false;
@@ -232,6 +233,10 @@ inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std
   for (const auto& m : slot.mine) dtype = at::promote_types(dtype, static_cast<at::ScalarType>(m.dtype));
   slot.fold_dtype = dtype;
   if (shape.mode == ReplayMode::fold && detail::digits(dtype, o.mesh.size()) == 0) slot.mode = ReplayMode::agree;
+  // The folded header and the guarded backward pack host memory; device operands (comm/backend.hpp)
+  // keep the full agreement on every call.
+  for (const auto& m : slot.mine)
+    if (m.device != static_cast<std::int64_t>(c10::DeviceType::CPU)) slot.mode = ReplayMode::agree;
   slot.view = e;
   slot.keep = std::move(keep);
   slot.options = o;
@@ -244,20 +249,12 @@ inline void resolve_pending(MPI_Comm mesh) {
   constexpr std::size_t words = 3 + max_operands * RankInfo::words;
   auto pack = [](std::vector<std::int64_t>& v, const std::vector<RankInfo>& infos) {
     for (std::size_t i = 0; i < max_operands; ++i) {
-      const RankInfo m = i < infos.size() ? infos[i] : RankInfo{};
-      v.insert(v.end(), {m.fingerprint, m.dtype, m.ndim, m.fault});
-      v.insert(v.end(), m.sizes.begin(), m.sizes.end());
+      comm::pack(v, i < infos.size() ? infos[i] : RankInfo{});
     }
   };
   auto unpack = [](const std::int64_t* p, std::size_t n) {
     std::vector<RankInfo> infos(n);
-    for (std::size_t i = 0; i < n; ++i, p += RankInfo::words) {
-      infos[i].fingerprint = p[0];
-      infos[i].dtype = p[1];
-      infos[i].ndim = p[2];
-      infos[i].fault = p[3];
-      std::copy(p + 4, p + RankInfo::words, infos[i].sizes.begin());
-    }
+    for (std::size_t i = 0; i < n; ++i, p += RankInfo::words) infos[i] = comm::unpack(p);
     return infos;
   };
   auto& mine = pending();

@@ -1,0 +1,196 @@
+// [gpu]: every notation operation family on CUDA tensors, values and gradients against the same
+// computation on CPU tensors, over every communication backend this program and world size can
+// use: MPI (direct when CUDA-aware, else staged through pinned host memory), MPI forced through
+// host buffers, and NCCL (one GPU per rank: world size 1 on a one-GPU machine, or when
+// EINSHARD_TEST_NCCL=1). Without a GPU every case says so and returns (Catch2 2 has no SKIP).
+//
+// This translation unit includes comm/nccl.hpp, which registers NCCL with the program (it is kept
+// out of einshard.hpp: it brings the CUDA runtime headers).
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <einshard/comm/backend.hpp>
+#include <einshard/comm/collectives.hpp>
+#include <einshard/comm/nccl.hpp>
+#include <einshard/einshard.hpp>
+
+#include "test_support.hpp"
+
+#include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
+
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace es = einshard;
+namespace comm = einshard::comm;
+namespace et = einshard::testing;
+
+namespace {
+
+/// The CUDA device of this rank (ranks share devices round-robin), or nullopt without a GPU.
+std::optional<at::Device> rank_device() {
+  if (!at::hasCUDA()) return std::nullopt;
+  const auto n = at::getNumGPUs();
+  if (n == 0) return std::nullopt;
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(et::world().rank % static_cast<int>(n)));
+}
+
+bool no_gpu() {
+  // Every rank decides the same: a rank without a GPU makes every rank skip (no rank is left in a
+  // collective the others skipped).
+  int have = rank_device().has_value() ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (have == 0) WARN("[gpu] skipped: no CUDA device on some rank (torch::cuda::is_available() is false)");
+  return have == 0;
+}
+
+struct NamedBackend {
+  std::string name;
+  comm::BackendOptions options;
+};
+
+/// The backends this run can exercise on CUDA tensors.
+std::vector<NamedBackend> backends() {
+  std::vector<NamedBackend> b{{"mpi", {.backend = comm::BackendKind::mpi}},
+                              {"mpi staged", {.backend = comm::BackendKind::mpi, .stage_through_host = true}}};
+  const char* force = std::getenv("EINSHARD_TEST_NCCL");
+  const bool one_gpu_per_rank = et::world().size <= static_cast<int>(at::getNumGPUs());
+  if (comm::nccl_available() && (one_gpu_per_rank || (force != nullptr && std::string(force) == "1")))
+    b.push_back({"nccl", {.backend = comm::BackendKind::nccl}});
+  return b;
+}
+
+/// Runs `op` on `inputs` (CPU) and on their CUDA copies over a mesh of every backend; checks the
+/// values and the gradients of a fixed scalar of the output against the CPU run.
+void check_on_gpu(const std::vector<int>& sizes, const std::vector<std::string>& names, const std::vector<at::Tensor>& inputs,
+                  const std::function<at::Tensor(const std::vector<at::Tensor>&, const es::Mesh&)>& op,
+                  double tolerance = 1e-10) {
+  const auto device = *rank_device();
+  const es::Mesh cpu_mesh(MPI_COMM_WORLD, sizes, names);
+  auto run = [&](const es::Mesh& mesh, const at::Device& where) {
+    std::vector<at::Tensor> xs;
+    for (const auto& x : inputs) xs.push_back(x.to(where).detach().requires_grad_(x.is_floating_point() || x.is_complex()));
+    auto y = op(xs, mesh);
+    // A real scalar that weighs every output entry differently, so every gradient entry is checked.
+    const auto w = at::arange(y.numel(), at::TensorOptions(at::kDouble).device(where)).reshape(y.sizes()).to(y.scalar_type());
+    auto loss = at::real((y * w).sum());
+    loss.backward();
+    std::vector<at::Tensor> out{y.detach().cpu()};
+    for (const auto& x : xs) out.push_back(x.grad().defined() ? x.grad().cpu() : at::zeros({1}));
+    return out;
+  };
+  const auto want = run(cpu_mesh, at::kCPU);
+  for (const auto& b : backends()) {
+    INFO("backend " << b.name);
+    const es::Mesh mesh(MPI_COMM_WORLD, sizes, names, b.options);
+    const auto got = run(mesh, device);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO((i == 0 ? std::string("values") : "gradient of input " + std::to_string(i)));
+      CHECK(got[i].sizes() == want[i].sizes());
+      CHECK(at::allclose(got[i], want[i], tolerance, tolerance));
+    }
+  }
+}
+
+/// Rank r's shard of `full` split along `dim` by the split rule over `parts` ranks at coordinate `at`.
+at::Tensor shard(const at::Tensor& full, std::int64_t dim, int parts, int at_) {
+  const auto s = es::compute_split_shapes(full.size(dim), parts);
+  std::int64_t start = 0;
+  for (int c = 0; c < at_; ++c) start += s[static_cast<std::size_t>(c)];
+  return full.narrow(dim, start, s[static_cast<std::size_t>(at_)]).contiguous();
+}
+
+}  // namespace
+
+TEST_CASE("gpu: collectives of every backend on CUDA tensors equal the CPU's", "[gpu]") {
+  if (no_gpu()) return;
+  const auto w = et::world();
+  const auto device = *rank_device();
+  const auto rows = es::compute_split_shapes(2 * w.size + 1, w.size);
+  for (const auto& b : backends()) {
+    INFO("backend " << b.name);
+    const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"tp"}, b.options);
+    const auto c = mesh.comm("tp");
+    for (auto dt : {at::kDouble, at::kFloat, at::kHalf, at::kComplexDouble, at::kLong}) {
+      INFO("dtype " << c10::toString(dt));
+      const auto x = (at::arange(15, at::kDouble).reshape({3, 5}) * 0.5 + w.rank).to(dt);
+      const auto g = x.to(device);
+      CHECK(at::equal(comm::all_reduce(g, c).cpu(), comm::all_reduce(x, c)));
+      CHECK(at::equal(comm::broadcast(g, 0, c).cpu(), comm::broadcast(x, 0, c)));
+      const auto mine = rows[static_cast<std::size_t>(w.rank)];
+      const auto p = (at::arange(2 * mine, at::kDouble).reshape({2, mine}) + w.rank).to(dt);
+      CHECK(at::equal(comm::all_gather(p.to(device), 1, rows, c).cpu(), comm::all_gather(p, 1, rows, c)));
+      const auto whole = (at::arange(2 * (2 * w.size + 1), at::kDouble).reshape({2, 2 * w.size + 1}) + w.rank).to(dt);
+      CHECK(at::equal(comm::reduce_scatter(whole.to(device), 1, rows, c).cpu(), comm::reduce_scatter(whole, 1, rows, c)));
+    }
+  }
+}
+
+TEST_CASE("gpu: einshard contractions and redistributions, values and gradients", "[gpu]") {
+  if (no_gpu()) return;
+  const auto w = et::world();
+  at::manual_seed(5);
+  const auto X = at::randn({6, 2 * w.size + 1}, at::kDouble), Y = at::randn({2 * w.size + 1, 4}, at::kDouble);
+  const auto x = shard(X, 1, w.size, w.rank), y = shard(Y, 0, w.size, w.rank);
+  for (const std::string n : {"l f/tp, f/tp e -> l e", "l f/tp, f/tp e -> l/tp e"})
+    check_on_gpu({w.size}, {"tp"}, {x, y}, [&](const auto& in, const es::Mesh& m) {
+      return es::einshard(n, {in[0], in[1]}, {.mesh = m});
+    });
+  for (const std::string n : {"l f/tp -> l/tp f", "l f/tp -> l f", "l f/tp -> f l"})
+    check_on_gpu({w.size}, {"tp"}, {x}, [&](const auto& in, const es::Mesh& m) {
+      return es::einshard(n, {in[0]}, {.mesh = m});
+    });
+}
+
+TEST_CASE("gpu: einfft (cuFFT through torch), values and gradients", "[gpu]") {
+  if (no_gpu()) return;
+  const auto w = et::world();
+  at::manual_seed(6);
+  const auto X = at::randn({3, 2 * w.size + 2, 5}, at::kComplexDouble);
+  check_on_gpu({w.size}, {"dp"}, {shard(X, 1, w.size, w.rank)}, [&](const auto& in, const es::Mesh& m) {
+    return es::einfft("b x/dp y -> b kx ky/dp", {in[0]}, {.mesh = m, .axes = {{"x", "kx"}, {"y", "ky"}}});
+  });
+}
+
+TEST_CASE("gpu: einhalo, einwindow, einconv, einroll, values and gradients", "[gpu]") {
+  if (no_gpu()) return;
+  const auto w = et::world();
+  at::manual_seed(7);
+  const auto X = at::randn({2, 2 * w.size + 3, 5, 3}, at::kDouble);
+  const auto x = shard(X, 1, w.size, w.rank);
+  check_on_gpu({w.size}, {"px"}, {x}, [&](const auto& in, const es::Mesh& m) {
+    return es::einhalo("b h/px w c", in[0], {{"h", 2}, {"w", {1, 0}}}, {.mesh = m, .boundary = es::Boundary::periodic});
+  });
+  check_on_gpu({w.size}, {"px"}, {x}, [&](const auto& in, const es::Mesh& m) {
+    return es::einwindow("b h/px w c -> b h/px w kh kw c", in[0], {{"h", "kh"}, {"w", "kw"}}, {{"h", 1}, {"w", 1}},
+                         {.mesh = m});
+  });
+  const auto W = at::randn({4, 3, 3, 3}, at::kDouble);
+  check_on_gpu({w.size}, {"px"}, {x, W}, [&](const auto& in, const es::Mesh& m) {
+    return es::einconv("b h/px w c, o c kh kw -> b h/px w o", in[0], in[1], {{"h", "kh"}, {"w", "kw"}}, {.mesh = m});
+  });
+  check_on_gpu({w.size}, {"px"}, {x}, [&](const auto& in, const es::Mesh& m) {
+    return es::einroll("b h/px w c", in[0], {{"h", 3}, {"w", -1}}, {.mesh = m});
+  });
+}
+
+TEST_CASE("gpu: a CUDA tensor on one rank and a CPU tensor on another is the same error everywhere", "[gpu]") {
+  if (no_gpu()) return;
+  const auto w = et::world();
+  if (w.size < 2) return;
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"tp"}, {.backend = comm::BackendKind::mpi});
+  auto x = at::ones({2, 3});
+  if (w.rank == 1) x = x.to(*rank_device());
+  std::string what;
+  try {
+    (void)es::einshard("a b/tp -> a b", {x}, {.mesh = mesh});
+  } catch (const es::Error& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Contains("one device kind"));
+}
