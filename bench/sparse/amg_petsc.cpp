@@ -15,7 +15,8 @@
 // setup, or GAMG's), KSPSolve, all timed. Solvers (`--solvers`):
 //   es_amg        einshard CG + amg, BoomerAMG's recommended settings (einshard's defaults: HMIS,
 //                 extended+i with 4 entries, l1 Gauss–Seidel forward/backward, θ = 0.25; with
-//                 `--problem poisson3d`, θ = 0.5 as hypre advises for 3-D unless --theta is given)
+//                 `--problem poisson3d`, hypre's 3-D advice: θ = 0.5 unless --theta is given, and
+//                 one level of aggressive coarsening unless --amg agg=... is given)
 //   es_amg_f      einshard CG + amg with PETSc's PCHYPRE settings (Falgout, classical, no
 //                 truncation, hybrid symmetric Gauss–Seidel in C/F order)
 //   es_jacobi     einshard CG + Jacobi (the anchor of the speed-up)
@@ -38,7 +39,12 @@
 //
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
 //        [--reps 3] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg]
-//        [--theta 0.25] [--cases amg,pipecg] [--iters 200]
+//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1]
+//        [--cases amg,pipecg] [--iters 200]
+//
+// `--amg` changes es_amg's settings and petsc_hypre_x's alike (so the pair stays the same hierarchy):
+// coarsen hmis|pmis|falgout, interp ext+i|classical|direct|multipass|standard, pmax (entries per
+// row), agg (levels of aggressive coarsening), smoother l1gs|hgs|l1jacobi|cheby, sweeps.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -53,6 +59,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -81,6 +88,7 @@ struct Config {
   double rtol = 1e-8;
   int reps = 3, jacobi_reps = 1, iters = 200;
   double theta = -1;  // < 0: the problem's default
+  std::string amg_spec;  // --amg: es_amg's and petsc_hypre_x's settings (empty: einshard's defaults)
   std::vector<std::string> solvers{"es_amg", "es_amg_f", "es_jacobi", "petsc_hypre", "petsc_hypre_x", "petsc_gamg"};
   bool amg = true, pipecg = false;
 };
@@ -100,6 +108,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--jacobi-reps") c.jacobi_reps = std::stoi(value());
     else if (a == "--iters") c.iters = std::stoi(value());
     else if (a == "--theta") c.theta = std::stod(value());
+    else if (a == "--amg") c.amg_spec = value();
     else if (a == "--solvers") c.solvers = split(value());
     else if (a == "--cases") {
       const auto cases = split(value());
@@ -114,6 +123,41 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
+
+/// es_amg's settings: einshard's defaults, θ from --theta, hypre's 3-D advice for poisson3d, then
+/// the `--amg` list.
+sp::AmgOptions amg_settings(const Config& c) {
+  sp::AmgOptions o;
+  o.strong_threshold = c.theta;
+  // Aggressive coarsening on the finest level: operator complexity 5.8 → 1.6 at 100³ (HMIS,
+  // θ = 0.5), 12 → 16 iterations, setup and time to solution about 0.6x (docs/performance.md).
+  if (c.problem == "poisson3d") o.aggressive_levels = 1;
+  for (const auto& item : c.amg_spec.empty() ? std::vector<std::string>{} : split(c.amg_spec)) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw std::runtime_error("--amg: expected key=value, got " + item);
+    const auto key = item.substr(0, eq), v = item.substr(eq + 1);
+    const auto pick = [&](auto& field, const std::map<std::string, std::decay_t<decltype(field)>>& names) {
+      const auto it = names.find(v);
+      if (it == names.end()) throw std::runtime_error("--amg: unknown " + key + " " + v);
+      field = it->second;
+    };
+    if (key == "coarsen")
+      pick(o.coarsening, {{"hmis", sp::AmgCoarsening::hmis}, {"pmis", sp::AmgCoarsening::pmis},
+                          {"falgout", sp::AmgCoarsening::falgout}});
+    else if (key == "interp")
+      pick(o.interpolation, {{"ext+i", sp::AmgInterpolation::extended_i}, {"classical", sp::AmgInterpolation::classical},
+                             {"direct", sp::AmgInterpolation::direct}, {"multipass", sp::AmgInterpolation::multipass},
+                             {"standard", sp::AmgInterpolation::standard}});
+    else if (key == "smoother")
+      pick(o.smoother, {{"l1gs", sp::AmgSmoother::l1_gauss_seidel}, {"hgs", sp::AmgSmoother::hybrid_gauss_seidel},
+                        {"l1jacobi", sp::AmgSmoother::l1_jacobi}, {"cheby", sp::AmgSmoother::chebyshev}});
+    else if (key == "pmax") o.max_elements = std::stoi(v);
+    else if (key == "agg") o.aggressive_levels = std::stoi(v);
+    else if (key == "sweeps") o.sweeps = std::stoi(v);
+    else throw std::runtime_error("--amg: unknown key " + key);
+  }
+  return o;
+}
 
 /// PETSc's side: the same rows as an AIJ matrix, and a KSP per configuration.
 struct Petsc {
@@ -166,19 +210,35 @@ void set_option(const std::string& name, const std::string& value) {
   PETSC(PetscOptionsSetValue(nullptr, name.c_str(), value.c_str()));
 }
 
-/// The PETSc configurations of the AMG case, by solver name: options under a prefix of its own.
-void set_petsc_options(const Config& c) {
+/// The PETSc configurations of the AMG case, by solver name: options under a prefix of its own;
+/// petsc_hypre_x gets es_amg's settings `o`, spelled as PCHYPRE's options.
+void set_petsc_options(const sp::AmgOptions& o) {
   set_option("-petsc_hypre_pc_hypre_type", "boomeramg");
   const std::string x = "-petsc_hypre_x_pc_hypre_";
+  const auto name = [](auto value, const std::map<decltype(value), std::string>& names) { return names.at(value); };
   set_option(x + "type", "boomeramg");
-  set_option(x + "boomeramg_coarsen_type", "HMIS");
-  set_option(x + "boomeramg_interp_type", "ext+i");
-  set_option(x + "boomeramg_P_max", "4");
-  set_option(x + "boomeramg_strong_threshold", std::to_string(c.theta));
-  set_option(x + "boomeramg_relax_type_down", "l1-Gauss-Seidel");
-  set_option(x + "boomeramg_relax_type_up", "backward-l1-Gauss-Seidel");
+  set_option(x + "boomeramg_coarsen_type", name(o.coarsening, {{sp::AmgCoarsening::hmis, "HMIS"},
+                                                              {sp::AmgCoarsening::pmis, "PMIS"},
+                                                              {sp::AmgCoarsening::falgout, "Falgout"}}));
+  set_option(x + "boomeramg_interp_type", name(o.interpolation, {{sp::AmgInterpolation::extended_i, "ext+i"},
+                                                                {sp::AmgInterpolation::classical, "classical"},
+                                                                {sp::AmgInterpolation::direct, "direct"},
+                                                                {sp::AmgInterpolation::multipass, "multipass"},
+                                                                {sp::AmgInterpolation::standard, "standard"}}));
+  set_option(x + "boomeramg_P_max", std::to_string(o.max_elements));
+  set_option(x + "boomeramg_strong_threshold", std::to_string(o.strong_threshold));
+  set_option(x + "boomeramg_agg_nl", std::to_string(o.aggressive_levels));
+  set_option(x + "boomeramg_grid_sweeps_down", std::to_string(o.sweeps));
+  set_option(x + "boomeramg_grid_sweeps_up", std::to_string(o.sweeps));
+  const std::map<sp::AmgSmoother, std::pair<std::string, std::string>> relax{
+      {sp::AmgSmoother::l1_gauss_seidel, {"l1-Gauss-Seidel", "backward-l1-Gauss-Seidel"}},
+      {sp::AmgSmoother::hybrid_gauss_seidel, {"symmetric-SOR/Jacobi", "symmetric-SOR/Jacobi"}},
+      {sp::AmgSmoother::l1_jacobi, {"l1scaled-Jacobi", "l1scaled-Jacobi"}},
+      {sp::AmgSmoother::chebyshev, {"Chebyshev", "Chebyshev"}}};
+  set_option(x + "boomeramg_relax_type_down", relax.at(o.smoother).first);
+  set_option(x + "boomeramg_relax_type_up", relax.at(o.smoother).second);
   set_option(x + "boomeramg_relax_type_coarse", "Gaussian-elimination");
-  set_option(x + "boomeramg_no_CF", "");  // row-order relaxation, hypre's and einshard's default
+  if (!o.cf_order) set_option(x + "boomeramg_no_CF", "");  // row-order relaxation, hypre's default
 }
 
 struct Sample {
@@ -201,7 +261,8 @@ int run(const Config& cfg) {
   const auto D = sp::DSparseTensor::from_local(values, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh,
                                                {.owned_rows = at::arange(lo, hi, at::kLong)});
   Petsc petsc(rows, n);
-  set_petsc_options(cfg);
+  const auto es_amg = amg_settings(cfg);
+  set_petsc_options(es_amg);
   auto b = D.zeros();
   b.local().fill_(1.0);
 
@@ -213,7 +274,7 @@ int run(const Config& cfg) {
       if (name.rfind("es_", 0) == 0) {
         sp::SolveOptions o{.preconditioner = name == "es_jacobi" ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
                            .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false};
-        o.preconditioner_options.amg.strong_threshold = cfg.theta;
+        o.preconditioner_options.amg = es_amg;
         if (name == "es_amg_f")
           o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
                                           .interpolation = sp::AmgInterpolation::classical,

@@ -42,7 +42,7 @@
 //    "ratio":einshard matvec / PETSc}
 //
 //   mpirun -n P einshard_bench_sparse_cg [--grid 2000] [--iters 200] [--reps 5]
-//        [--precond none,jacobi[,block_jacobi]] [--cases cg,spmv[,history]] [--history-rtol 1e-8]
+//        [--precond none,jacobi[,block_jacobi,amg]] [--cases cg,spmv[,history]] [--history-rtol 1e-8]
 //        [--method cg|bicgstab|gmres]
 //        [--gmres-one-pass]
 //        [--spmv-reps 20] [--triad-mib 128]
@@ -184,7 +184,10 @@ struct Petsc {
     if (method == "gmres") PETSC(KSPGMRESSetRestart(ksp, 30));
     PC pc = nullptr;
     PETSC(KSPGetPC(ksp, &pc));
-    PETSC(PCSetType(pc, precond == "none" ? PCNONE : precond == "jacobi" ? PCJACOBI : PCBJACOBI));
+    PETSC(PCSetType(pc, precond == "none"     ? PCNONE
+                        : precond == "jacobi" ? PCJACOBI
+                        : precond == "amg"    ? PCHYPRE  // BoomerAMG with PETSc's settings (amg_like_petsc)
+                                              : PCBJACOBI));
     PETSC(KSPSetNormType(ksp, KSP_NORM_UNPRECONDITIONED));
     PETSC(KSPSetTolerances(ksp, 0.0, 0.0, PETSC_DEFAULT, iters));
     PETSC(KSPSetUp(ksp));
@@ -233,7 +236,20 @@ sp::Preconditioner kind_of(const std::string& name) {
   if (name == "none") return sp::Preconditioner::none;
   if (name == "jacobi") return sp::Preconditioner::jacobi;
   if (name == "block_jacobi") return sp::Preconditioner::block_jacobi;
-  throw std::runtime_error("--precond: expected none, jacobi or block_jacobi, got " + name);
+  if (name == "amg") return sp::Preconditioner::amg;
+  throw std::runtime_error("--precond: expected none, jacobi, block_jacobi or amg, got " + name);
+}
+
+/// einshard's amg with PETSc's PCHYPRE settings (Falgout, classical, no truncation, hybrid
+/// symmetric Gauss–Seidel in C/F order): the same BoomerAMG hierarchy and cycle on both sides, so
+/// the residual histories should coincide.
+sp::SolveOptions with_preconditioner(sp::SolveOptions o, const std::string& name) {
+  o.preconditioner = kind_of(name);
+  if (name == "amg")
+    o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
+                                    .interpolation = sp::AmgInterpolation::classical, .max_elements = 0,
+                                    .smoother = sp::AmgSmoother::hybrid_gauss_seidel, .cf_order = true};
+  return o;
 }
 
 /// The STREAM triad on this rank's three arrays.
@@ -282,8 +298,9 @@ int run(const Config& cfg) {
   auto b = D.zeros();
   b.local().fill_(1.0);
   for (const auto& name : cfg.cg ? cfg.precond : std::vector<std::string>{}) {
-    sp::SolveOptions opts{.method = method_of(cfg.method), .preconditioner = kind_of(name), .rtol = 0,
-                          .atol = 0, .maxiter = cfg.iters, .residual_history = false};
+    auto opts = with_preconditioner({.method = method_of(cfg.method), .rtol = 0, .atol = 0, .maxiter = cfg.iters,
+                                     .residual_history = false},
+                                    name);
     if (cfg.one_pass) opts.reorthogonalize = sp::Reorthogonalize::never;
     petsc.configure(name, cfg.iters, cfg.method);
     // Warm-up (a few iterations of each: first touches, caches), then the timed reps; the first
@@ -357,8 +374,9 @@ int run(const Config& cfg) {
   // each other until round-off separates them. One JSON line per solver, the norms in an array.
   for (const auto& name : cfg.history ? cfg.precond : std::vector<std::string>{}) {
     const int maxiter = 20 * static_cast<int>(g) + 100;
-    const auto r = D.solve(b, {.method = method_of(cfg.method), .preconditioner = kind_of(name),
-                               .rtol = cfg.history_rtol, .atol = 0, .maxiter = maxiter});
+    const auto r = D.solve(
+        b, with_preconditioner({.method = method_of(cfg.method), .rtol = cfg.history_rtol, .atol = 0, .maxiter = maxiter},
+                               name));
     petsc.configure(name, maxiter, cfg.method);
     PETSC(KSPSetTolerances(petsc.ksp, cfg.history_rtol, 0.0, PETSC_DEFAULT, maxiter));
     std::vector<PetscReal> h(static_cast<std::size_t>(maxiter) + 1);
