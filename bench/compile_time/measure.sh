@@ -95,7 +95,7 @@ for mode in $modes; do
     printf '{"bench":"compile_time_pkg_library","target":"einshard_compiled","wall_s":%s,"cpu_s":%.2f,"peak_rss_mb":%.1f,"loadavg":%s}\n' \
       "$e" "$(awk -v u="$u" -v s="$s" 'BEGIN{print u+s}')" "$(awk -v m="$m" 'BEGIN{print m/1024}')" "$(load)"
   fi
-  cmake --build "$build" -j "$(nproc)" >"$work/$mode-build.log"
+  cmake --build "$build" -j 1 >"$work/$mode-build.log"
   rm -rf "$prefix"
   cmake --install "$build" --prefix "$prefix" >"$work/$mode-install.log"
   cmake -S "$consumer" -B "$work/consumer-$mode" "${common[@]}" "-DCMAKE_PREFIX_PATH=$prefix;${EINSHARD_TORCH_CMAKE_PREFIX}" \
