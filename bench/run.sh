@@ -56,5 +56,5 @@ exe=$build_dir/bench/einshard_bench_local
 ((grad)) && "$exe" --grad "${bench_args[@]}" ${extra[@]+"${extra[@]}"}
 "$build_dir/bench/einshard_bench_compile_verify"
 if ((compile_time)); then
-  bash "$here/compile_time/measure.sh" --reps "$reps" --build-dir "$build_dir"
+  bash "$here/compile_time/measure.sh" --notations --reps "$reps" --build-dir "$build_dir"
 fi

@@ -14,6 +14,9 @@ function(einshard_write_pkg_config output)
     list(APPEND cflags "-D${def}")
   endforeach()
   list(APPEND cflags ${MPI_CXX_COMPILE_OPTIONS})
+  foreach(def IN LISTS EINSHARD_SKIP_MPICXX_DEFINITIONS)
+    list(APPEND cflags "-D${def}")
+  endforeach()
 
   # libtorch.so brings libtorch_cpu (and libtorch_cuda in CUDA builds); c10 is named directly by
   # einshard's headers' inline code.

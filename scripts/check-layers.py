@@ -3,7 +3,7 @@
 
 The layers (docs/design.md, "Layers"), each allowed to include itself and the layers it lists:
 
-  core      error.hpp, version.hpp
+  core      error.hpp, version.hpp, config.hpp
   notation  notation.hpp, notation/                     core
   shape     mesh_shape.hpp, group.hpp, shapes.hpp       core, notation
   plan      plan/                                       ... shape           (pure: no MPI, no torch)
@@ -45,6 +45,7 @@ FORBIDDEN = {
 FILES = {
     "error.hpp": "core",
     "version.hpp": "core",
+    "config.hpp": "core",
     "notation.hpp": "notation",
     "mesh_shape.hpp": "shape",
     "group.hpp": "shape",

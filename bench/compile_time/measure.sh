@@ -1,143 +1,136 @@
 #!/usr/bin/env bash
-# Compile-time benchmark: how long one translation unit with 50 distinct `es::einshard<"...">`
-# notations takes to compile, against the same TU calling `at::einsum` with the equivalent
-# equations, a TU that only static_asserts the 50 notations (the constexpr parser alone), and the
-# baselines that include the same headers and do nothing.
+# Compile-time benchmark of the installed package: what one translation unit costs a CMake user who
+# links `einshard::einshard`, in both modes of the package (compiled: the default, with the library
+# einshard_compiled; header-only: EINSHARD_HEADER_ONLY=ON), at -O2, against the ATen-only TU.
 #
-#   bench/compile_time/measure.sh [--reps N] [--build-dir DIR] [--keep DIR]
+#   bench/compile_time/measure.sh [--reps N] [--modes "compiled header_only"] [--keep DIR]
+#   bench/compile_time/measure.sh --notations [...]   the 50-notation comparison (measure_notations.sh)
 #
-# --reps N         compile every TU N times (default 3), interleaved TU by TU so drift spreads evenly
-# --build-dir DIR  take the compiler and flags from DIR/compile_commands.json (the flags of
-#                  bench/local_overhead.cpp in that build); default build/release, then build/bench.
-#                  Without one: c++ -O2 -std=c++20 with LibTorch's include directories from
-#                  $EINSHARD_TORCH_CMAKE_PREFIX (scripts/env.sh) and MPI's from mpicxx --showme.
-# --keep DIR       generate the TUs into DIR and keep them (default: a temporary directory)
+# For each mode: configure this source tree (Release, CMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG", no
+# tests, examples, tools or benchmarks), build, `cmake --install` it into a prefix, configure a
+# consumer project against that prefix with find_package(einshard) and one object library per TU
+# linking einshard::einshard, and time each TU's compile command from the consumer's
+# compile_commands.json (exactly what its build runs), N times, interleaved:
 #
-# Prints JSON lines: one per compile ("compile_time"), one summary per TU ("compile_time_tu": median
-# and min wall seconds, median CPU seconds, peak RSS), and the marginal costs
-# ("compile_time_marginal": TU minus its baseline, per notation). Peak memory needs GNU time
-# (/usr/bin/time); without it the script falls back to bash's `time` and reports null memory.
+#   a_aten    <ATen/ATen.h> and one at::einsum                     (the baseline)
+#   b_local   <einshard/einshard.hpp> and one local es::einshard call
+#   c_dist    <einshard/einshard.hpp> and one distributed call (column-parallel, .mesh = mesh)
+#   d_solve   <einshard/sparse.hpp> and one DSparseTensor::solve
+#
+# Prints JSON lines: "compile_time_pkg" per compile, "compile_time_pkg_tu" per (mode, TU) with the
+# median CPU (user+system) and wall seconds, peak RSS and the ratio to a_aten of the same mode and
+# run, and "compile_time_pkg_library": the one-off cost of compiling einshard_compiled itself.
+# Needs GNU time (/usr/bin/time) and jq.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-reps=3
-build_dir=""
-keep=""
+if [[ ${1:-} == --notations ]]; then shift; exec bash "$here/measure_notations.sh" "$@"; fi
+reps=3 modes="compiled header_only" keep=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --reps) reps=$2; shift 2 ;;
-    --build-dir) build_dir=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "measure.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+command -v jq >/dev/null || { echo "measure.sh: needs jq" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "measure.sh: needs GNU time (/usr/bin/time)" >&2; exit 2; }
+if [[ -n $keep ]]; then work=$keep; mkdir -p "$work"; else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/einshard-compile-time-pkg.XXXXXX"); trap 'rm -rf "$work"' EXIT; fi
+# shellcheck source=/dev/null
+source "$root/scripts/env.sh"
+load() { cut -d' ' -f1 /proc/loadavg; }
 
-if [[ -n $keep ]]; then
-  work=$keep
-  mkdir -p "$work"
-else
-  work=$(mktemp -d "${TMPDIR:-/tmp}/einshard-compile-time.XXXXXX")
-  trap 'rm -rf "$work"' EXIT
-fi
-bash "$here/generate.sh" "$here/notations.txt" "$work"
-count=$(grep -cv '^[[:space:]]*\(#\|$\)' "$here/notations.txt")
+# ---- the consumer project ------------------------------------------------------------------
+consumer=$work/consumer-src
+mkdir -p "$consumer"
+cat >"$consumer/a_aten.cpp" <<'CPP'
+#include <ATen/ATen.h>
+at::Tensor f(const at::Tensor& x, const at::Tensor& w) { return at::einsum("bnc,hc->bnh", {x, w}); }
+CPP
+cat >"$consumer/b_local.cpp" <<'CPP'
+#include <einshard/einshard.hpp>
+namespace es = einshard;
+at::Tensor f(const at::Tensor& x, const at::Tensor& w) { return es::einshard<"b n c, h c -> b n h">(x, w); }
+CPP
+cat >"$consumer/c_dist.cpp" <<'CPP'
+#include <einshard/einshard.hpp>
+namespace es = einshard;
+at::Tensor f(const at::Tensor& x, const at::Tensor& w, const es::Mesh& mesh) {
+  return es::einshard<"b n c, h/tp c -> b n h/tp">(x, w, {.mesh = mesh});
+}
+CPP
+cat >"$consumer/d_solve.cpp" <<'CPP'
+#include <einshard/sparse.hpp>
+namespace sp = einshard::sparse;
+sp::SolveResult f(const sp::DSparseTensor& D, const sp::DVector& b) { return D.solve(b); }
+CPP
+cat >"$consumer/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(einshard_compile_time LANGUAGES CXX)
+find_package(einshard CONFIG REQUIRED)
+foreach(tu a_aten b_local c_dist d_solve)
+  add_library(${tu} OBJECT ${tu}.cpp)
+  target_link_libraries(${tu} PRIVATE einshard::einshard)
+endforeach()
+CMAKE
+tus=(a_aten b_local c_dist d_solve)
 
-# ---- compiler and flags ---------------------------------------------------------------------
-compiler="" flags=() source_of_flags=""
-if [[ -z $build_dir ]]; then
-  for d in "$root/build/release" "$root/build/bench"; do
-    [[ -f $d/compile_commands.json ]] && { build_dir=$d; break; }
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG"
+        "-DCMAKE_PREFIX_PATH=${EINSHARD_TORCH_CMAKE_PREFIX}")
+declare -A cmd
+for mode in $modes; do
+  header_only=OFF; [[ $mode == header_only ]] && header_only=ON
+  build=$work/build-$mode prefix=$work/prefix-$mode
+  cmake -S "$root" -B "$build" "${common[@]}" -DEINSHARD_HEADER_ONLY=$header_only -DEINSHARD_INSTALL=ON \
+        -DEINSHARD_BUILD_TESTS=OFF -DEINSHARD_BUILD_EXAMPLES=OFF -DEINSHARD_BUILD_TOOLS=OFF \
+        -DEINSHARD_BUILD_BENCHMARKS=OFF -DEINSHARD_BUILD_DOCS=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/$mode-configure.log"
+  if [[ $mode == compiled ]]; then  # the one-off cost: einshard_compiled's own TU
+    lib=$(jq -r '.[] | select(.file | endswith("src/einshard.cpp")) | .command' "$build/compile_commands.json")
+    /usr/bin/time -o "$work/lib.time" -f '%e %U %S %M' bash -c "cd '$build' && $lib"
+    read -r e u s m <"$work/lib.time"
+    printf '{"bench":"compile_time_pkg_library","target":"einshard_compiled","wall_s":%s,"cpu_s":%.2f,"peak_rss_mb":%.1f,"loadavg":%s}\n' \
+      "$e" "$(awk -v u="$u" -v s="$s" 'BEGIN{print u+s}')" "$(awk -v m="$m" 'BEGIN{print m/1024}')" "$(load)"
+  fi
+  cmake --build "$build" -j 1 >"$work/$mode-build.log"
+  rm -rf "$prefix"
+  cmake --install "$build" --prefix "$prefix" >"$work/$mode-install.log"
+  cmake -S "$consumer" -B "$work/consumer-$mode" "${common[@]}" "-DCMAKE_PREFIX_PATH=$prefix;${EINSHARD_TORCH_CMAKE_PREFIX}" \
+        -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/$mode-consumer.log"
+  for tu in "${tus[@]}"; do
+    cmd[$mode/$tu]=$(jq -r --arg f "$tu.cpp" '.[] | select(.file | endswith($f)) | .command' \
+                       "$work/consumer-$mode/compile_commands.json")
   done
-fi
-if [[ -n $build_dir && -f $build_dir/compile_commands.json ]] && command -v jq >/dev/null; then
-  # The command that compiled bench/local_overhead.cpp, minus its -o/-c/source/dependency arguments.
-  cmd=$(jq -r '.[] | select(.file | endswith("bench/local_overhead.cpp")) |
-               (.command // (.arguments | join(" ")))' "$build_dir/compile_commands.json" | head -n1)
-  if [[ -n $cmd ]]; then
-    read -r -a words <<<"$cmd"
-    compiler=${words[0]}
-    for ((i = 1; i < ${#words[@]}; ++i)); do
-      case ${words[i]} in
-        -o|-c|-MF|-MT|-MQ) ((++i)) ;;
-        -MD|-MMD) ;;
-        *local_overhead.cpp) ;;
-        *) flags+=("${words[i]}") ;;
-      esac
-    done
-    source_of_flags="$build_dir/compile_commands.json"
-  fi
-fi
-if [[ -z $compiler ]]; then
-  # shellcheck source=/dev/null
-  [[ -f $root/scripts/env.sh ]] && source "$root/scripts/env.sh"
-  torch_include="${EINSHARD_TORCH_CMAKE_PREFIX:?set EINSHARD_TORCH_CMAKE_PREFIX or build first}/../../include"
-  compiler=${CXX:-c++}
-  flags=(-O2 -DNDEBUG -std=c++20 -I"$root/include" -isystem "$torch_include"
-         -isystem "$torch_include/torch/csrc/api/include")
-  if command -v mpicxx >/dev/null; then
-    for f in $(mpicxx --showme:compile 2>/dev/null); do flags+=("$f"); done
-  fi
-  source_of_flags="fallback (-O2 -std=c++20)"
-fi
+  printf '{"bench":"compile_time_pkg_setup","mode":"%s","compiler":"%s","command_c_dist":"%s","cores":%s,"loadavg":%s}\n' \
+    "$mode" "$(c++ --version | head -n1)" "$(sed 's/\\/\\\\/g; s/"/\\"/g' <<<"${cmd[$mode/c_dist]}")" "$(nproc)" "$(load)"
+done
 
-have_gnu_time=0
-[[ -x /usr/bin/time ]] && /usr/bin/time -f '%e' true >/dev/null 2>&1 && have_gnu_time=1
-
-json_flags=$(printf '%s ' "$compiler" "${flags[@]}" | sed 's/\\/\\\\/g; s/"/\\"/g; s/ $//')
-load() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo null; }
-printf '{"bench":"compile_time_setup","notations":%d,"reps":%d,"compiler":"%s","flags_from":"%s","command":"%s","cores":%s,"loadavg":%s}\n' \
-  "$count" "$reps" "$("$compiler" --version | head -n1 | sed 's/"/\\"/g')" "$source_of_flags" \
-  "$json_flags" "$(nproc)" "$(load)"
-
-# ---- compile --------------------------------------------------------------------------------
-tus=(baseline_aten notation1_einsum notations_einsum baseline_notation notations_check
-     baseline_einshard notation1_einshard notations_einshard)
-declare -A wall cpu rss
+declare -A cpu wall rss
 for ((r = 1; r <= reps; ++r)); do
   for tu in "${tus[@]}"; do
-    src=$work/$tu.cpp obj=$work/$tu.o log=$work/$tu.time
-    if ((have_gnu_time)); then
-      /usr/bin/time -o "$log" -f '%e %U %S %M' "$compiler" "${flags[@]}" -c "$src" -o "$obj"
+    for mode in $modes; do
+      log=$work/$mode-$tu.time
+      /usr/bin/time -o "$log" -f '%e %U %S %M' bash -c "cd '$work/consumer-$mode' && ${cmd[$mode/$tu]}"
       read -r e u s m <"$log"
+      c=$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')
       m=$(awk -v k="$m" 'BEGIN { printf "%.1f", k / 1024 }')
-    else
-      TIMEFORMAT='%R %U %S'
-      { time "$compiler" "${flags[@]}" -c "$src" -o "$obj" 2>"$work/$tu.err"; } 2>"$log"
-      read -r e u s <"$log"
-      m=null
-    fi
-    c=$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')
-    wall[$tu]+="$e " cpu[$tu]+="$c " rss[$tu]=$m
-    printf '{"bench":"compile_time","tu":"%s","rep":%d,"wall_s":%s,"cpu_s":%s,"peak_rss_mb":%s,"loadavg":%s}\n' \
-      "$tu" "$r" "$e" "$c" "$m" "$(load)"
+      cpu[$mode/$tu]+="$c " wall[$mode/$tu]+="$e " rss[$mode/$tu]=$m
+      printf '{"bench":"compile_time_pkg","mode":"%s","tu":"%s","rep":%d,"wall_s":%s,"cpu_s":%s,"peak_rss_mb":%s,"loadavg":%s}\n' \
+        "$mode" "$tu" "$r" "$e" "$c" "$m" "$(load)"
+    done
   done
 done
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-minimum() { tr ' ' '\n' | grep . | sort -g | head -n1; }
-declare -A med
-for tu in "${tus[@]}"; do
-  med[$tu]=$(median <<<"${cpu[$tu]}")
-  printf '{"bench":"compile_time_tu","tu":"%s","median_wall_s":%s,"min_wall_s":%s,"median_cpu_s":%s,"peak_rss_mb":%s}\n' \
-    "$tu" "$(median <<<"${wall[$tu]}")" "$(minimum <<<"${wall[$tu]}")" "${med[$tu]}" "${rss[$tu]}"
+for mode in $modes; do
+  base=$(median <<<"${cpu[$mode/a_aten]}")
+  for tu in "${tus[@]}"; do
+    c=$(median <<<"${cpu[$mode/$tu]}")
+    printf '{"bench":"compile_time_pkg_tu","mode":"%s","tu":"%s","median_cpu_s":%s,"median_wall_s":%s,"peak_rss_mb":%s,"over_aten":%s}\n' \
+      "$mode" "$tu" "$c" "$(median <<<"${wall[$mode/$tu]}")" "${rss[$mode/$tu]}" \
+      "$(awk -v c="$c" -v b="$base" 'BEGIN { printf "%.2f", c / b }')"
+  done
 done
-marginal() {  # name tu baseline notations: median CPU seconds above the baseline, per notation
-  awk -v n="$1" -v t="${med[$2]}" -v b="${med[$3]}" -v k="$4" -v tu="$2" -v base="$3" 'BEGIN {
-    printf "{\"bench\":\"compile_time_marginal\",\"what\":\"%s\",\"tu\":\"%s\",\"baseline\":\"%s\",\"notations\":%d,\"marginal_cpu_s\":%.2f,\"per_notation_ms\":%.1f}\n", n, tu, base, k, t - b, 1000 * (t - b) / k }'
-}
-# All 50 over the TU that includes the same headers; the first notation alone (one-off cost: the
-# engine's inline functions are instantiated once per TU); the 49 further notations; the parser
-# alone; and what including <einshard/einshard.hpp> costs over <ATen/ATen.h>.
-marginal einshard_all notations_einshard baseline_einshard "$count"
-marginal einshard_first notation1_einshard baseline_einshard 1
-marginal einshard_each_further notations_einshard notation1_einshard $((count - 1))
-marginal einsum_all notations_einsum baseline_aten "$count"
-marginal einsum_first notation1_einsum baseline_aten 1
-marginal einsum_each_further notations_einsum notation1_einsum $((count - 1))
-marginal parser_only notations_check baseline_notation "$count"
-marginal einshard_headers baseline_einshard baseline_aten 1
-awk -v a="${med[notations_einshard]}" -v a1="${med[notation1_einshard]}" -v b="${med[baseline_einshard]}" \
-    -v c="${med[notations_einsum]}" -v c1="${med[notation1_einsum]}" -v d="${med[baseline_aten]}" -v k="$count" 'BEGIN {
-  printf "{\"bench\":\"compile_time_ratio\",\"einshard_tu_over_einsum_tu\":%.2f,\"einshard_marginal_over_einsum_marginal\":%.1f,\"extra_per_notation_ms\":%.1f,\"extra_per_further_notation_ms\":%.1f}\n", a / c, ((c - d) > 0 ? (a - b) / (c - d) : -1), 1000 * ((a - b) - (c - d)) / k, 1000 * ((a - a1) - (c - c1)) / (k - 1) }'

@@ -15,6 +15,18 @@ int main() {
     std::cerr << "einshard consumer: expected shape [3, 2], got " << y.sizes() << '\n';
     return 1;
   }
+  // A run-time notation: defined in einshard_compiled when the target links it, so this checks
+  // that link line too.
+  const torch::Tensor z = einshard::einshard("a b -> b a", {torch::ones({2, 3})});
+  if (!torch::equal(y, z)) {
+    std::cerr << "einshard consumer: the run-time notation disagrees with the compile-time one\n";
+    return 1;
+  }
+#if defined(EINSHARD_COMPILED)
+  const char* mode = "compiled";
+#else
+  const char* mode = "header-only";
+#endif
 #if defined(EINSHARD_HAS_METIS)
   constexpr auto method = einshard::sparse::PartitionMethod::metis;
 #else
@@ -28,6 +40,6 @@ int main() {
     return 1;
   }
   std::cout << "einshard " << einshard::version_major << '.' << einshard::version_minor << '.'
-            << einshard::version_patch << ": a b -> b a gives " << y.sizes() << '\n';
+            << einshard::version_patch << " (" << mode << "): a b -> b a gives " << y.sizes() << '\n';
   return 0;
 }

@@ -10,11 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/contraction.hpp"
 #include "einshard/exec/local.hpp"
-#include "einshard/exec/replay.hpp"
-#include "einshard/exec/unary.hpp"
 #include "einshard/model/notation_params.hpp"
 #include "einshard/notation/families.hpp"
 #include "einshard/notation/parser.hpp"
@@ -31,93 +29,16 @@ inline void check_einshard_options(const Options& o) {
   check_unused_options(o, "einshard", {"shapes", "sizes", "families", "policy"});
 }
 
-/// What a distributed call checks before it communicates (`explain` raises the same).
-inline void check_distributed_call(const notation::ExpressionView& e, at::TensorList xs, const Options& o) {
-  if (!o.mesh)
-    throw Error(exec::call_name(e) +
-                " moves data between ranks; distributed einshard operations require a mesh (.mesh = ...)");
-  exec::check_input_count(e.source, e.input_count(), xs.size());
-}
-
 /// A notation that moves data between ranks: replay the call prepared at this site when there is
 /// one (exec/replay.hpp), else agree, fetch (or prepare) the plan, run it, and leave a replay.
 /// `deferred`: set to each input's gradient groups left to the model ([param] operands). `keep`
 /// owns `e` for a run-time notation.
-inline at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
-                                  const Options& o, std::vector<Group>* deferred = nullptr,
-                                  std::shared_ptr<const void> keep = nullptr) {
-  check_distributed_call(e, xs, o);
-  const Mesh& mesh = o.mesh;
-  const auto element = xs[0].element_size();
-  auto& last = last_plan_storage();
-  last.plan.reset();
-  // The closures capture only `last` (small enough for std::function's inline storage), so a cached
-  // call allocates nothing to remember its plan once `last.source` has grown to its notation.
-  auto remember = [&](std::shared_ptr<const void> call, bool unary) {
-    if (!unary && deferred) *deferred = static_cast<const exec::ContractionCall*>(call.get())->deferred;
-    last.call = std::move(call);
-    last.mesh = mesh;
-    last.element = element;
-    last.source.assign(e.source);
-    if (unary)
-      last.make = [l = &last] {
-        return exec::describe_unary(l->source, *static_cast<const exec::UnaryCall*>(l->call.get()), l->mesh,
-                                    l->element);
-      };
-    else
-      last.make = [l = &last] {
-        return exec::describe_contraction(l->source, *static_cast<const exec::ContractionCall*>(l->call.get()),
-                                          l->mesh, l->element);
-      };
-  };
-  bool hit = false;
-  auto& replay = exec::replay_slot(e.source, o, hit);
-  if (hit && replay.mode == exec::ReplayMode::quiet) {
-    remember(replay.call, replay.unary);
-    if (exec::matches(replay, e, xs)) return exec::run_replay(replay, xs);
-    return exec::run_deferred(replay, e, xs, mesh);
-  }
-  if (hit && replay.mode == exec::ReplayMode::fold) {
-    auto& fold = exec::fold_state();
-    const bool ok = exec::matches(replay, e, xs) && !exec::has_pending(mesh.comm());
-    fold = {true, ok ? 0 : 1, replay.fingerprint % exec::detail::digits(replay.fold_dtype, mesh.size()), false};
-    struct Disarm {
-      ~Disarm() { exec::fold_state().armed = false; }
-    } disarm;
-    try {
-      if (ok) {
-        auto z = exec::run_replay(replay, xs);
-        remember(replay.call, replay.unary);
-        return z;
-      }
-      // A rank that must not compute joins the all-reduce with zeros of the prepared size.
-      at::Tensor unused;
-      (void)exec::all_reduce_with_header(at::Tensor(), replay.fold_numel, replay.fold_dtype, 1, fold.check,
-                                         replay.fold_comm, unused);
-    } catch (const exec::FoldFailed&) {
-    }
-    // Every rank is here: some rank faulted. Agree in full, as a first call does.
-  }
-  const auto agreement = exec::agree_operands(e, xs, mesh);
-  const bool unary = xs.size() == 1;
-  auto call = exec::prepared(e, agreement, o, element, unary);
-  exec::remember_replay(replay, e, std::move(keep), o, agreement, call, unary, element);
-  remember(call, unary);
-  if (unary) return exec::run_unary(*static_cast<const exec::UnaryCall*>(call.get()), xs[0], agreement.scalar[0]);
-  return exec::run_contraction(*static_cast<const exec::ContractionCall*>(call.get()), xs, agreement.scalar);
-}
+EINSHARD_INLINE at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs, const Options& o,
+                                           std::vector<Group>* deferred = nullptr,
+                                           std::shared_ptr<const void> keep = nullptr);
 
 /// The plan a distributed notation would run, with this rank's costs; collective, moves no data.
-inline Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
-                                const Options& o) {
-  check_distributed_call(e, xs, o);
-  const auto agreement = exec::agree_operands(e, xs, o.mesh);
-  const auto element = xs[0].element_size();
-  if (xs.size() == 1)
-    return exec::describe_unary(e.source, exec::prepare_unary(e, agreement, o), o.mesh, element);
-  return exec::describe_contraction(e.source, exec::prepare_contraction(e, agreement, element, o),
-                                    o.mesh, element);
-}
+EINSHARD_INLINE Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs, const Options& o);
 
 /// A run-time notation after family expansion and parsing, with its local plan when it has one.
 struct CompiledNotation {
@@ -131,54 +52,16 @@ struct CompiledNotation {
 
 /// `self`: `source` is one operand spec, parsed as the notation `spec->spec` (the stencil
 /// operations name their operand this way); errors point into the spec.
-inline std::shared_ptr<const CompiledNotation> compile_runtime(std::string source,
-                                                              std::string_view written, bool self = false) {
-  const auto spec_length = source.size();
-  if (self) source = source + "->" + source;
-  auto result = notation::parse(source);
-  if (!result.ok) {
-    std::string message;
-    notation::write_message(result.error, [&](char c) { message += c; });
-    const auto shown = self ? source.substr(0, spec_length) : source;
-    if (written != shown) message += " (in the expansion of '" + std::string(written) + "')";
-    throw NotationError(shown, std::min<std::size_t>(result.error.column, shown.size()) + 1, std::move(message));
-  }
-  auto c = std::make_shared<CompiledNotation>();
-  c->source = std::move(source);
-  c->expression = std::move(result.expression);
-  c->local = plan::is_local(c->view());
-  if (c->local) c->local_plan = plan::make_local_plan(c->view());
-  return c;
-}
+EINSHARD_INLINE std::shared_ptr<const CompiledNotation> compile_runtime(std::string source, std::string_view written,
+                                                        bool self = false);
 
 /// Parsed run-time notations, keyed by the notation text and (when given) the families it expands
 /// with, and whether it is one operand spec (`self`, see compile_runtime).
 struct NotationCache {
   static constexpr std::size_t capacity = 4096;
-  static NotationCache& instance() {
-    static NotationCache cache;
-    return cache;
-  }
-
-  std::shared_ptr<const CompiledNotation> get(std::string_view text, const Families& families,
-                                              bool self = false) {
-    std::string_view key = text;
-    thread_local std::string key_storage;
-    if (!families.empty() || self) {  // families and the form are part of the key, after the text
-      key_storage.assign(text);
-      if (self) key_storage += '\x1d';
-      for (const auto& [name, members] : families) {
-        key_storage += '\x1e';
-        key_storage += name;
-        for (const auto& m : members) (key_storage += '\x1f') += m;
-      }
-      key = key_storage;
-    }
-    return exec::BoundedCache<CompiledNotation, capacity>::instance().get(key, [&] {
-      const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
-      return compile_runtime(expand ? notation::expand_families(text, families) : std::string(text), text, self);
-    });
-  }
+  EINSHARD_INLINE static NotationCache& instance();
+  EINSHARD_INLINE std::shared_ptr<const CompiledNotation> get(std::string_view text, const Families& families,
+                                              bool self = false);
 };
 
 template <fixed_string S>
@@ -243,17 +126,7 @@ at::Tensor einshard(at::TensorList xs, const Options& o = {}) {
 
 /// `einshard("a b -> b a", {x})`: a notation built at run time (families, user input). A malformed
 /// one throws `NotationError`; parses are cached per (notation, families).
-inline at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o = {}) {
-  detail::check_einshard_options(o);
-  const auto compiled = detail::NotationCache::instance().get(notation, o.families);
-  const auto run = [&](std::vector<Group>* deferred) {
-    if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o, deferred, compiled);
-    return exec::run_local(compiled->local_plan, compiled->source, xs, o.sizes, o.families);
-  };
-  if (detail::has_param(compiled->view()))
-    return detail::with_params(compiled->view(), xs, detail::shape_of(o.mesh), run);
-  return run(nullptr);
-}
+EINSHARD_INLINE at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o = {});
 
 /// What `einshard<S>(xs..., o)` would run on these tensors: its steps and this rank's traffic and
 /// memory per step, forward and backward. Collective over the mesh for a distributed notation (the
@@ -279,7 +152,167 @@ Plan explain(const at::Tensor& x, const at::Tensor& y, const Options& o = {}) {
   return explain<S>(at::TensorList{x, y}, o);
 }
 
-inline Plan explain(std::string_view notation, at::TensorList xs, const Options& o = {}) {
+EINSHARD_INLINE Plan explain(std::string_view notation, at::TensorList xs, const Options& o = {});
+
+}  // namespace einshard
+
+// ---- the non-template engine ------------------------------------------------------------------
+// Header-only: defined here, inline. Compiled (EINSHARD_COMPILED, the CMake target's default):
+// defined once in the library einshard_compiled (src/einshard.cpp), so a user's translation unit
+// neither parses the distributed executor (exec/contraction.hpp, exec/unary.hpp) nor generates it.
+#if !EINSHARD_DECLARE_ONLY
+#include "einshard/exec/cache.hpp"
+#include "einshard/exec/call.hpp"
+#include "einshard/exec/contraction.hpp"
+#include "einshard/exec/replay.hpp"
+#include "einshard/exec/unary.hpp"
+
+namespace einshard {
+namespace detail {
+
+/// What a distributed call checks before it communicates (`explain` raises the same).
+inline void check_distributed_call(const notation::ExpressionView& e, at::TensorList xs, const Options& o) {
+  if (!o.mesh)
+    throw Error(exec::call_name(e) +
+                " moves data between ranks; distributed einshard operations require a mesh (.mesh = ...)");
+  exec::check_input_count(e.source, e.input_count(), xs.size());
+}
+
+EINSHARD_INLINE at::Tensor run_distributed(const notation::ExpressionView& e, at::TensorList xs,
+                                           const Options& o, std::vector<Group>* deferred,
+                                           std::shared_ptr<const void> keep) {
+  check_distributed_call(e, xs, o);
+  const Mesh& mesh = o.mesh;
+  const auto element = xs[0].element_size();
+  auto& last = last_plan_storage();
+  last.plan.reset();
+  // The closures capture only `last` (small enough for std::function's inline storage), so a cached
+  // call allocates nothing to remember its plan once `last.source` has grown to its notation.
+  auto remember = [&](std::shared_ptr<const void> call, bool unary) {
+    if (!unary && deferred) *deferred = static_cast<const exec::ContractionCall*>(call.get())->deferred;
+    last.call = std::move(call);
+    last.mesh = mesh;
+    last.element = element;
+    last.source.assign(e.source);
+    if (unary)
+      last.make = [l = &last] {
+        return exec::describe_unary(l->source, *static_cast<const exec::UnaryCall*>(l->call.get()), l->mesh,
+                                    l->element);
+      };
+    else
+      last.make = [l = &last] {
+        return exec::describe_contraction(l->source, *static_cast<const exec::ContractionCall*>(l->call.get()),
+                                          l->mesh, l->element);
+      };
+  };
+  bool hit = false;
+  auto& replay = exec::replay_slot(e.source, o, hit);
+  if (hit && replay.mode == exec::ReplayMode::quiet) {
+    remember(replay.call, replay.unary);
+    if (exec::matches(replay, e, xs)) return exec::run_replay(replay, xs);
+    return exec::run_deferred(replay, e, xs, mesh);
+  }
+  if (hit && replay.mode == exec::ReplayMode::fold) {
+    auto& fold = exec::fold_state();
+    const bool ok = exec::matches(replay, e, xs) && !exec::has_pending(mesh.comm());
+    fold = {true, ok ? 0 : 1, replay.fingerprint % exec::detail::digits(replay.fold_dtype, mesh.size()), false};
+    struct Disarm {
+      ~Disarm() { exec::fold_state().armed = false; }
+    } disarm;
+    try {
+      if (ok) {
+        auto z = exec::run_replay(replay, xs);
+        remember(replay.call, replay.unary);
+        return z;
+      }
+      // A rank that must not compute joins the all-reduce with zeros of the prepared size.
+      at::Tensor unused;
+      (void)exec::all_reduce_with_header(at::Tensor(), replay.fold_numel, replay.fold_dtype, 1, fold.check,
+                                         replay.fold_comm, unused);
+    } catch (const exec::FoldFailed&) {
+    }
+    // Every rank is here: some rank faulted. Agree in full, as a first call does.
+  }
+  const auto agreement = exec::agree_operands(e, xs, mesh);
+  const bool unary = xs.size() == 1;
+  auto call = exec::prepared(e, agreement, o, element, unary);
+  exec::remember_replay(replay, e, std::move(keep), o, agreement, call, unary, element);
+  remember(call, unary);
+  if (unary) return exec::run_unary(*static_cast<const exec::UnaryCall*>(call.get()), xs[0], agreement.scalar[0]);
+  return exec::run_contraction(*static_cast<const exec::ContractionCall*>(call.get()), xs, agreement.scalar);
+}
+
+EINSHARD_INLINE Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
+                                const Options& o) {
+  check_distributed_call(e, xs, o);
+  const auto agreement = exec::agree_operands(e, xs, o.mesh);
+  const auto element = xs[0].element_size();
+  if (xs.size() == 1)
+    return exec::describe_unary(e.source, exec::prepare_unary(e, agreement, o), o.mesh, element);
+  return exec::describe_contraction(e.source, exec::prepare_contraction(e, agreement, element, o),
+                                    o.mesh, element);
+}
+
+EINSHARD_INLINE std::shared_ptr<const CompiledNotation> compile_runtime(std::string source,
+                                                                       std::string_view written, bool self) {
+  const auto spec_length = source.size();
+  if (self) source = source + "->" + source;
+  auto result = notation::parse(source);
+  if (!result.ok) {
+    std::string message;
+    notation::write_message(result.error, [&](char c) { message += c; });
+    const auto shown = self ? source.substr(0, spec_length) : source;
+    if (written != shown) message += " (in the expansion of '" + std::string(written) + "')";
+    throw NotationError(shown, std::min<std::size_t>(result.error.column, shown.size()) + 1, std::move(message));
+  }
+  auto c = std::make_shared<CompiledNotation>();
+  c->source = std::move(source);
+  c->expression = std::move(result.expression);
+  c->local = plan::is_local(c->view());
+  if (c->local) c->local_plan = plan::make_local_plan(c->view());
+  return c;
+}
+
+EINSHARD_INLINE NotationCache& NotationCache::instance() {
+  static NotationCache cache;
+  return cache;
+}
+
+EINSHARD_INLINE std::shared_ptr<const CompiledNotation> NotationCache::get(std::string_view text,
+                                                                         const Families& families, bool self) {
+  std::string_view key = text;
+  thread_local std::string key_storage;
+  if (!families.empty() || self) {  // families and the form are part of the key, after the text
+    key_storage.assign(text);
+    if (self) key_storage += '\x1d';
+    for (const auto& [name, members] : families) {
+      key_storage += '\x1e';
+      key_storage += name;
+      for (const auto& m : members) (key_storage += '\x1f') += m;
+    }
+    key = key_storage;
+  }
+  return exec::BoundedCache<CompiledNotation, capacity>::instance().get(key, [&] {
+    const bool expand = text.find('*') != std::string_view::npos || text.find('[') != std::string_view::npos;
+    return compile_runtime(expand ? notation::expand_families(text, families) : std::string(text), text, self);
+  });
+}
+
+}  // namespace detail
+
+EINSHARD_INLINE at::Tensor einshard(std::string_view notation, at::TensorList xs, const Options& o) {
+  detail::check_einshard_options(o);
+  const auto compiled = detail::NotationCache::instance().get(notation, o.families);
+  const auto run = [&](std::vector<Group>* deferred) {
+    if (!compiled->local) return detail::run_distributed(compiled->view(), xs, o, deferred, compiled);
+    return exec::run_local(compiled->local_plan, compiled->source, xs, o.sizes, o.families);
+  };
+  if (detail::has_param(compiled->view()))
+    return detail::with_params(compiled->view(), xs, detail::shape_of(o.mesh), run);
+  return run(nullptr);
+}
+
+EINSHARD_INLINE Plan explain(std::string_view notation, at::TensorList xs, const Options& o) {
   detail::check_einshard_options(o);
   const auto compiled = detail::NotationCache::instance().get(notation, o.families);
   if (compiled->local) {
@@ -290,3 +323,4 @@ inline Plan explain(std::string_view notation, at::TensorList xs, const Options&
 }
 
 }  // namespace einshard
+#endif  // !EINSHARD_DECLARE_ONLY
