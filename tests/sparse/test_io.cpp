@@ -179,11 +179,110 @@ TEST_CASE("save / load: damaged directories raise the same error, naming the fil
   });
   expect(part0, "corrupt");
   D.save(dir.str());
-  edit_metadata("einshard-dsparse 1", "einshard-dsparse 7");
-  expect("version 7", "expected version 1");
+  edit_metadata("einshard-dsparse 2", "einshard-dsparse 7");
+  expect("version 7", "expected version 1 or 2");
   D.save(dir.str());
   edit_metadata("dtype float64", "dtype float32");
   expect(part0, "dtype");
   D.save(dir.str());
   CHECK(at::equal(product(sp::DSparseTensor::load(dir.str(), mesh)), product(D)));  // repaired by a save
+}
+
+TEST_CASE("save / load: version 1 files (global entries per partition) still load", "[sparse][io]") {
+  const auto w = es::testing::world();
+  const auto mesh = es::testing::world_mesh();
+  const auto coo = es::testing::poisson2d(7, 6);
+  const sp::SparseTensor A(coo.values, coo.rows, coo.cols, {coo.n, coo.n});
+  TempDir dir("v1");
+  // The version-1 writer, as it was: one partition of every row, its checksum the one-lane form.
+  on_rank0([&] {
+    std::filesystem::create_directories(dir.path);
+    const auto n = coo.n, k = coo.values.numel();
+    std::string bytes = "ESDSPART";
+    const auto put = [&](const void* p, std::size_t size) { bytes.append(static_cast<const char*>(p), size); };
+    const std::array<std::int64_t, 6> header{1, 0, 1, n, n, k};
+    put(header.data(), sizeof header);
+    const auto owned = at::arange(n, at::kLong), rows = coo.rows.to(at::kLong).contiguous(),
+               cols = coo.cols.to(at::kLong).contiguous(), values = coo.values.to(at::kDouble).contiguous();
+    for (const auto* t : {&owned, &rows, &cols, &values}) put(t->data_ptr(), static_cast<std::size_t>(t->nbytes()));
+    sp::detail::Checksum sum(1);
+    sum.update(bytes.data(), bytes.size());
+    std::ofstream(dir.path / "partition_0.bin", std::ios::binary) << bytes;
+    std::ofstream(dir.path / "metadata.txt") << "einshard-dsparse 1\nshape " << n << ' ' << n
+                                             << "\ndtype float64\npartitions 1\npartition 0 partition_0.bin " << n
+                                             << ' ' << k << ' ' << bytes.size() << ' '
+                                             << sp::detail::hex(sum.value()) << '\n';
+  });
+  const auto E = sp::DSparseTensor::load(dir.str(), mesh);
+  const auto R = sp::DSparseTensor::partition(A, mesh);
+  CHECK(at::equal(E.layout()->owned(), R.layout()->owned()));
+  CHECK(at::equal(product(E), product(R)));
+  (void)w;
+}
+
+TEST_CASE("save / load: a rectangular matrix (its own column partition) at this and fewer ranks", "[sparse][io]") {
+  const auto w = es::testing::world();
+  const auto mesh = es::testing::world_mesh();
+  // 13 x 9, each rank assembling rows of its simple block (entries (i, (3i + j) mod 9), j < 3).
+  const std::int64_t m = 13, n = 9;
+  const auto [first, last] = sp::simple_rows(m, MPI_COMM_WORLD);
+  std::vector<std::int64_t> r, c;
+  std::vector<double> v;
+  for (auto i = first; i < last; ++i)
+    for (std::int64_t j = 0; j < 3; ++j) r.push_back(i), c.push_back((3 * i + j) % n), v.push_back(1.0 + i - 0.5 * j);
+  const auto k = static_cast<std::int64_t>(v.size());
+  const auto D = sp::DSparseTensor::from_local(at::tensor(v, at::kDouble).view({k}), at::tensor(r, at::kLong).view({k}),
+                                               at::tensor(c, at::kLong).view({k}), {m, n}, mesh);
+  TempDir dir("rect");
+  D.save(dir.str());
+  const auto E = sp::DSparseTensor::load(dir.str(), mesh);
+  CHECK(E.shape() == D.shape());
+  CHECK(at::equal(E.values(), D.values()));
+  // Dense from each rank's global entries, summed over the matrix's ranks (full_tensor is for
+  // square matrices).
+  const auto dense_of = [](const sp::DSparseTensor& M) {
+    const auto t = sp::detail::global_entries(M);
+    auto out = at::zeros({M.rows(), M.cols()}, at::kDouble);
+    out.index_put_({t.rows, t.cols}, t.values.detach(), /*accumulate=*/true);
+    MPI_Allreduce(MPI_IN_PLACE, out.data_ptr(), static_cast<int>(out.numel()), MPI_DOUBLE, MPI_SUM, M.layout()->comm());
+    return out;
+  };
+  const auto whole = dense_of(D);  // collective over the world: before the sub-mesh's part
+  CHECK(at::equal(dense_of(E), whole));
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (const auto sub = first_ranks((w.size + 1) / 2, comm)) {
+    const auto F = sp::DSparseTensor::load(dir.str(), *sub);
+    CHECK(F.shape() == D.shape());
+    CHECK(at::equal(dense_of(F), whole));
+    MPI_Comm_free(&comm);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("save / load: partition files of different saves raise the same error on every rank", "[sparse][io]") {
+  const auto w = es::testing::world();
+  if (w.size < 2) return;  // one partition has no halo plan to disagree with
+  const auto mesh = es::testing::world_mesh();
+  TempDir a("mix_a"), b("mix_b");
+  const auto coo = es::testing::poisson2d(8, 5);
+  const auto coords = es::testing::grid_coords(8, 5);
+  es::testing::distribute(coo, mesh, sp::PartitionMethod::simple, {}).save(a.str());
+  es::testing::distribute(coo, mesh, sp::PartitionMethod::rcb, coords).save(b.str());
+  // Rank 1's file (and its metadata line) from the other save: each file is sound on its own.
+  on_rank0([&] {
+    std::filesystem::copy_file(b.path / "partition_1.bin", a.path / "partition_1.bin",
+                               std::filesystem::copy_options::overwrite_existing);
+    std::ifstream ma(a.path / "metadata.txt"), mb(b.path / "metadata.txt");
+    std::string ta((std::istreambuf_iterator<char>(ma)), {}), tb((std::istreambuf_iterator<char>(mb)), {});
+    const auto line = [](const std::string& t) {
+      const auto at = t.find("partition 1 ");
+      return t.substr(at, t.find('\n', at) - at);
+    };
+    ta.replace(ta.find(line(ta)), line(ta).size(), line(tb));
+    std::ofstream(a.path / "metadata.txt", std::ios::trunc) << ta;
+  });
+  const auto e = es::testing::error_of([&] { (void)sp::DSparseTensor::load(a.str(), mesh); });
+  INFO(e);
+  CHECK(!e.empty());
+  CHECK(es::testing::agrees_on_every_rank(e));
 }

@@ -572,6 +572,16 @@ class DSparseTensor final : public detail::Operator {
     split_blocks();
   }
 
+  /// A matrix from the parts a load at the saved world size read back (io.hpp): the saved local CSR
+  /// and halo plan, with no assembly and no handshake.
+  DSparseTensor(Mesh mesh, std::shared_ptr<const RowLayout> layout, std::shared_ptr<const RowLayout> domain,
+                std::shared_ptr<const HaloPlan> plan, Csr local)
+      : mesh_(std::move(mesh)), layout_(std::move(layout)), domain_(std::move(domain)),
+        m_(layout_->global_size()), n_(domain_->global_size()), plan_(std::move(plan)), local_(std::move(local)),
+        scratch_(plan_) {
+    split_blocks();
+  }
+
   /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back
   /// while the diagonal block runs.
   void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
@@ -584,26 +594,69 @@ class DSparseTensor final : public detail::Operator {
   }
 
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
+  /// One pass in stored order, no sort: the diagonal block is each row's entries with a column
+  /// below n_owned (a load maps a saved CSR back through here, so this is most of its cost
+  /// besides reading; torch's nonzero/cumsum/index_select passes took 5x as long).
   void split_blocks() {
-    const auto n_rows = layout_->local_size(), n_owned = domain_->local_size();
-    const auto [v, r, c] = detail::csr_to_coo(local_);
-    const auto in_diag = c < n_owned;
-    diag_pos_ = in_diag.nonzero().flatten();
-    off_pos_ = (~in_diag).nonzero().flatten();
-    const auto off_r = r.index_select(0, off_pos_);
-    off_rows_ = std::get<0>(at::_unique(off_r, /*sorted=*/true)).contiguous();
-    diag_ = detail::coo_to_csr(at::zeros({diag_pos_.numel()}, v.options()), r.index_select(0, diag_pos_),
-                               c.index_select(0, diag_pos_), n_rows, n_owned);
-    off_ = detail::coo_to_csr(at::zeros({off_pos_.numel()}, v.options()), at::searchsorted(off_rows_, off_r),
-                              c.index_select(0, off_pos_) - n_owned, off_rows_.numel(), plan_->ghost_count());
+    const auto n_rows = layout_->local_size(), n_owned = domain_->local_size(), n_ghost = plan_->ghost_count();
+    const auto rowptr = local_.rowptr.to(at::kLong).contiguous();
+    const auto col = local_.col.contiguous();
+    const auto k = local_.nnz();
+    in_diag_ = col < n_owned;
+    const auto k_diag = in_diag_.sum().item<std::int64_t>();
+    const auto longs = rowptr.options();
+    auto diag_ptr = at::empty({n_rows + 1}, longs), off_ptr = at::empty({n_rows + 1}, longs);
+    auto diag_col = at::empty({k_diag}, col.options().dtype(detail::index_type_for(n_owned)));
+    auto off_col = at::empty({k - k_diag}, col.options().dtype(detail::index_type_for(n_ghost)));
+    std::int64_t n_off_rows = 0;
+    const auto split = [&](auto c0, auto d0, auto o0) {
+      using C = decltype(c0);
+      using D = decltype(d0);
+      using O = decltype(o0);
+      const auto* rp = rowptr.data_ptr<std::int64_t>();
+      const auto* c = col.data_ptr<C>();
+      auto* dr = diag_ptr.data_ptr<std::int64_t>();
+      auto* orp = off_ptr.data_ptr<std::int64_t>();
+      auto* dc = diag_col.data_ptr<D>();
+      auto* oc = off_col.data_ptr<O>();
+      std::int64_t d = 0, o = 0;
+      dr[0] = 0;
+      orp[0] = 0;
+      for (std::int64_t i = 0; i < n_rows; ++i) {
+        const auto o_start = o;
+        for (auto e = rp[i]; e < rp[i + 1]; ++e) {
+          const auto j = static_cast<std::int64_t>(c[e]);
+          if (j < n_owned)
+            dc[d++] = static_cast<D>(j);
+          else
+            oc[o++] = static_cast<O>(j - n_owned);
+        }
+        dr[i + 1] = d;
+        if (o > o_start) orp[++n_off_rows] = o;
+      }
+    };
+    const bool c32 = col.scalar_type() == at::kInt, d32 = diag_col.scalar_type() == at::kInt,
+               o32 = off_col.scalar_type() == at::kInt;
+    const auto by_off = [&](auto c0, auto d0) {
+      if (o32) split(c0, d0, std::int32_t{}); else split(c0, d0, std::int64_t{});
+    };
+    const auto by_diag = [&](auto c0) {
+      if (d32) by_off(c0, std::int32_t{}); else by_off(c0, std::int64_t{});
+    };
+    if (c32) by_diag(std::int32_t{}); else by_diag(std::int64_t{});
+    // The rows with off-diagonal entries, from the row pointers of the diagonal block.
+    const auto off_count = (rowptr.slice(0, 1) - rowptr.slice(0, 0, n_rows)) - (diag_ptr.slice(0, 1) - diag_ptr.slice(0, 0, n_rows));
+    off_rows_ = (off_count > 0).nonzero().flatten().contiguous();
+    diag_ = Csr{n_rows, n_owned, diag_ptr, diag_col, {}};
+    off_ = Csr{n_off_rows, n_ghost, off_ptr.narrow(0, 0, n_off_rows + 1).clone(), off_col, {}};
+    refresh_blocks();  // first: compact_rowptr counts the entries by their values
     diag_ = detail::compact_rowptr(std::move(diag_));
     off_ = detail::compact_rowptr(std::move(off_));
-    refresh_blocks();
   }
   void refresh_blocks() {
     const auto v = local_.values.detach();
-    diag_.values = v.index_select(0, diag_pos_).contiguous();
-    off_.values = v.index_select(0, off_pos_).contiguous();
+    diag_.values = v.masked_select(in_diag_);
+    off_.values = v.masked_select(in_diag_.logical_not());
   }
 
 
@@ -784,7 +837,8 @@ class DSparseTensor final : public detail::Operator {
   Csr local_;     // owned rows x (owned + ghost) columns, the differentiable values
   Csr diag_;      // owned x owned
   Csr off_;       // rows off_rows_ x ghosts
-  at::Tensor off_rows_, diag_pos_, off_pos_;
+  at::Tensor off_rows_;
+  at::Tensor in_diag_;  // per stored entry: in the diagonal block (what refresh_blocks splits by)
   mutable detail::HaloScratch scratch_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;

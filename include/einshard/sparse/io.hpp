@@ -1,18 +1,16 @@
 #pragma once
 /// @file
 /// Files of a `DSparseTensor`: a directory with one binary file per partition and a text metadata
-/// file listing every partition with its size and checksum. Each rank writes its own partition
-/// (temporary file, fsync, rename), rank 0 writes the metadata last, so a reader never sees a
-/// half-written set. `load` reads the files at any world size: with as many ranks as partitions
-/// each rank reads its own file and keeps the saved partition; otherwise the files are shared out
-/// among the ranks and the rows are repartitioned (simple blocks) by the assembly's owner exchange.
+/// file listing every partition with its size and checksum (the format: io_format.hpp). Each rank
+/// writes its own partition (temporary file, fsync, rename), rank 0 writes the metadata last, so a
+/// reader never sees a half-written set.
 ///
-/// Partition file (native byte order, every section 8-byte aligned but the last):
-///   8 bytes "ESDSPART", then int64 version, partition id, partitions, n, owned rows R, entries K,
-///   then int64 owned[R], int64 rows[K], int64 cols[K] (global indices), values[K].
-/// Metadata `metadata.txt`:
-///   `einshard-dsparse <version>` / `shape <n> <n>` / `dtype <name>` / `partitions <P>` /
-///   one line per partition: `partition <id> <file> <rows> <nnz> <bytes> <checksum hex>`.
+/// A partition file holds the rank's local CSR and halo plan as the matrix keeps them, so `load`
+/// with as many ranks as partitions maps each file straight back (no assembly, no halo
+/// handshake: one small all-to-all of neighbour counts checks the files agree). At another world
+/// size file j goes to rank j mod q, which turns its CSR into global entries; the assembly's owner
+/// exchange moves them to their rows' owners in the simple partition. No rank gathers O(N) data.
+/// Version 1 files (global COO per partition) still load, always through the assembly.
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -27,8 +25,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,20 +34,17 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
+#include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
+#include "einshard/sparse/halo.hpp"
+#include "einshard/sparse/io_format.hpp"
+#include "einshard/sparse/layout.hpp"
 #include "einshard/sparse/partition.hpp"
-#include "einshard/sparse/queries.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
 
 namespace einshard::sparse {
 
 namespace detail {
-
-inline constexpr std::int64_t file_version = 1;
-inline constexpr std::array<char, 8> partition_magic{'E', 'S', 'D', 'S', 'P', 'A', 'R', 'T'};
-inline constexpr const char* metadata_name = "metadata.txt";
-
-inline std::string partition_file_name(std::int64_t id) { return "partition_" + std::to_string(id) + ".bin"; }
 
 inline const char* dtype_name(at::ScalarType t) {
   switch (t) {
@@ -68,75 +63,20 @@ inline std::optional<at::ScalarType> dtype_of_name(const std::string& s) {
   return std::nullopt;
 }
 
-/// A streaming 64-bit checksum over 8-byte words (xor-multiply-shift, the tail zero-padded): fast
-/// enough not to slow the write down (one multiply per word), and any change of a byte changes it
-/// with overwhelming probability. Not cryptographic: it detects damage, not tampering.
-class Checksum {
- public:
-  void update(const void* data, std::size_t size) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    bytes_ += size;
-    while (size > 0 && fill_ > 0) {  // finish a word left over from the last call
-      pending_[fill_++] = *p++;
-      --size;
-      if (fill_ == 8) mix_pending();
-    }
-    for (; size >= 8; p += 8, size -= 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p, 8);
-      mix(w);
-    }
-    for (; size > 0; --size) pending_[fill_++] = *p++;
-  }
-  [[nodiscard]] std::uint64_t value() const {
-    auto c = *this;
-    if (c.fill_ > 0) {
-      std::fill(c.pending_.begin() + c.fill_, c.pending_.end(), 0);
-      c.mix_pending();
-    }
-    c.mix(c.bytes_);
-    return c.h_;
-  }
-
- private:
-  void mix(std::uint64_t w) {
-    h_ = (h_ ^ w) * 0x9e3779b97f4a7c15ULL;
-    h_ ^= h_ >> 29;
-  }
-  void mix_pending() {
-    std::uint64_t w;
-    std::memcpy(&w, pending_.data(), 8);
-    mix(w);
-    fill_ = 0;
-  }
-  std::uint64_t h_ = 0xcbf29ce484222325ULL;
-  std::uint64_t bytes_ = 0;
-  std::array<unsigned char, 8> pending_{};
-  std::size_t fill_ = 0;
+/// One partition as written: the rank's rows, halo plan and local CSR, on the CPU.
+struct PartitionParts {
+  at::Tensor owned;
+  std::optional<at::Tensor> owned_cols;  // only when the domain is partitioned apart from the rows
+  at::Tensor ghosts;
+  std::vector<std::int64_t> recv, send;  // (rank, count) pairs
+  at::Tensor send_rows, rowptr, col, values;
 };
 
-inline std::string hex(std::uint64_t v) {
-  char s[17];
-  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(v));
-  return s;
-}
-
-/// One partition's content: global row ids it owns and its entries (global COO), on the CPU.
-struct PartitionData {
-  at::Tensor owned, rows, cols, values;
-};
-
-/// What the metadata lists for a partition.
-struct PartitionEntry {
-  std::int64_t id = 0, rows = 0, nnz = 0, bytes = 0;
-  std::string file, checksum;
-};
-
-/// Writes `part` as `dir/file` atomically (temporary, fsync, rename); returns its size and checksum.
-/// Call only after the directory's metadata is removed (prepare_directory).
-/// Errors come back as a message (empty on success) so the caller can agree across ranks.
+/// Writes `part` as `dir/file` atomically (temporary, fsync, rename); fills `entry` (size and
+/// checksum). Call only after the directory's metadata is removed (prepare_directory). Errors come
+/// back as a message (empty on success) so the caller can agree across ranks.
 inline std::string write_partition(const std::filesystem::path& dir, std::int64_t id, std::int64_t parts,
-                                   std::int64_t n, const PartitionData& part, PartitionEntry& entry) {
+                                   std::int64_t m, std::int64_t n, const PartitionParts& part, PartitionEntry& entry) {
   entry = {id, part.owned.numel(), part.values.numel(), 0, partition_file_name(id), {}};
   const auto final_path = dir / entry.file;
   const auto temp_path = dir / (entry.file + ".tmp");
@@ -146,12 +86,13 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
   std::error_code ignored;
   if (std::filesystem::exists(final_path, ignored)) std::filesystem::rename(final_path, temp_path, ignored);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    return "DSparseTensor::save: cannot create " + temp_path.string() + ": " + std::strerror(errno);
+  if (fd < 0) return "DSparseTensor::save: cannot create " + temp_path.string() + ": " + std::strerror(errno);
   Checksum sum;
   std::string fault;
+  std::int64_t written = 0;
   const auto put = [&](const void* data, std::size_t size) {
     sum.update(data, size);
+    written += static_cast<std::int64_t>(size);
     const auto* p = static_cast<const char*>(data);
     while (size > 0 && fault.empty()) {
       const auto w = ::write(fd, p, size);
@@ -164,13 +105,35 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
       size -= static_cast<std::size_t>(w);
     }
   };
-  const std::array<std::int64_t, 7> header{file_version, id, parts, n, entry.rows, entry.nnz, 0};
+  const auto c = [](const at::Tensor& t) { return t.detach().cpu().contiguous(); };
+  const auto rowptr = c(part.rowptr), col = c(part.col), values = c(part.values);
+  PartitionHeader h{file_version, id, parts, m, n, part.owned.numel(),
+                    part.owned_cols ? part.owned_cols->numel() : -1, part.ghosts.numel(), values.numel(),
+                    static_cast<std::int64_t>(part.recv.size() / 2), static_cast<std::int64_t>(part.send.size() / 2),
+                    part.send_rows.numel(), rowptr.element_size(), col.element_size(), values.element_size(), 0};
+  PartitionSections s;
+  sections_of(h, std::numeric_limits<std::int64_t>::max(), s);
+  const auto w = h.words();
   put(partition_magic.data(), partition_magic.size());
-  put(header.data(), 6 * sizeof(std::int64_t));
-  for (const auto* t : {&part.owned, &part.rows, &part.cols, &part.values}) {
-    const auto c = t->contiguous();
-    put(c.data_ptr(), static_cast<std::size_t>(c.numel() * c.element_size()));
-  }
+  put(w.data(), sizeof w);
+  const std::array<char, section_alignment> zeros{};
+  const auto section = [&](const PartitionSections::Span& span, const void* data) {
+    put(zeros.data(), static_cast<std::size_t>(span.begin - written));
+    put(data, static_cast<std::size_t>(span.bytes));
+  };
+  const auto tensor = [&](const PartitionSections::Span& span, const at::Tensor& t) {
+    const auto ct = t.numel() ? c(t) : t;
+    section(span, ct.numel() ? ct.data_ptr() : nullptr);
+  };
+  tensor(s.owned, part.owned.to(at::kLong));
+  if (part.owned_cols) tensor(s.owned_cols, part.owned_cols->to(at::kLong));
+  tensor(s.ghosts, part.ghosts.to(at::kLong));
+  section(s.recv, part.recv.data());
+  section(s.send, part.send.data());
+  tensor(s.send_rows, part.send_rows.to(at::kLong));
+  tensor(s.rowptr, rowptr);
+  tensor(s.col, col);
+  tensor(s.values, values);
   if (fault.empty() && ::fsync(fd) != 0)
     fault = "DSparseTensor::save: fsync of " + temp_path.string() + " failed: " + std::strerror(errno);
   if (::close(fd) != 0 && fault.empty())
@@ -178,22 +141,9 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
   if (fault.empty() && std::rename(temp_path.c_str(), final_path.c_str()) != 0)
     fault = "DSparseTensor::save: renaming " + temp_path.string() + " to " + final_path.string() +
             " failed: " + std::strerror(errno);
-  entry.bytes = static_cast<std::int64_t>(8 + 6 * sizeof(std::int64_t) +
-                                          (entry.rows + 2 * entry.nnz) * sizeof(std::int64_t)) +
-                entry.nnz * part.values.element_size();
+  entry.bytes = written;
   entry.checksum = hex(sum.value());
   return fault;
-}
-
-/// The metadata text of a saved matrix.
-inline std::string metadata_text(std::int64_t n, at::ScalarType dtype, const std::vector<PartitionEntry>& parts) {
-  std::ostringstream s;
-  s << "einshard-dsparse " << file_version << "\nshape " << n << ' ' << n << "\ndtype " << dtype_name(dtype)
-    << "\npartitions " << parts.size() << '\n';
-  for (const auto& e : parts)
-    s << "partition " << e.id << ' ' << e.file << ' ' << e.rows << ' ' << e.nnz << ' ' << e.bytes << ' '
-      << e.checksum << '\n';
-  return s.str();
 }
 
 /// Writes the metadata atomically; the message of a failure, or "".
@@ -210,44 +160,23 @@ inline std::string write_metadata(const std::filesystem::path& dir, const std::s
   return {};
 }
 
-/// The parsed metadata of a saved matrix.
-struct Metadata {
-  std::int64_t version = 0, n = 0;
-  at::ScalarType dtype = at::kDouble;
-  std::vector<PartitionEntry> parts;
+/// One partition file read back and checked: its bytes (16-byte aligned storage, so sections view
+/// in place) and where its sections lie.
+struct LoadedPartition {
+  at::Tensor bytes;  // kByte view of the file
+  PartitionHeader header;
+  PartitionSections sections;
+  /// A section as a tensor of `t`, sharing the file's storage (no copy).
+  [[nodiscard]] at::Tensor view(const PartitionSections::Span& s, at::ScalarType t) const {
+    return bytes.narrow(0, s.begin, s.bytes).view(t);
+  }
+  [[nodiscard]] static at::ScalarType index_type(std::int64_t size) { return size == 4 ? at::kInt : at::kLong; }
 };
 
-inline Metadata parse_metadata(const std::string& text, const std::string& where) {
-  std::istringstream s(text);
-  Metadata m;
-  std::string word, dtype;
-  std::int64_t n2 = 0, count = -1;
-  const auto bad = [&](const std::string& what) {
-    return Error("DSparseTensor::load: " + where + ": expected " + what);
-  };
-  if (!(s >> word >> m.version) || word != "einshard-dsparse") throw bad("a metadata file starting 'einshard-dsparse <version>'");
-  if (m.version != file_version)
-    throw Error("DSparseTensor::load: " + where + ": format version " + std::to_string(m.version) +
-                " is not supported, expected version " + std::to_string(file_version));
-  if (!(s >> word >> m.n >> n2) || word != "shape" || m.n < 0 || n2 != m.n) throw bad("'shape <n> <n>' of a square matrix");
-  if (!(s >> word >> dtype) || word != "dtype") throw bad("'dtype <name>'");
-  const auto t = dtype_of_name(dtype);
-  if (!t) throw bad("a dtype of float32, float64, float16, bfloat16, complex64 or complex128, found '" + dtype + "'");
-  m.dtype = *t;
-  if (!(s >> word >> count) || word != "partitions" || count < 1) throw bad("'partitions <P>' with P >= 1");
-  for (std::int64_t i = 0; i < count; ++i) {
-    PartitionEntry e;
-    if (!(s >> word >> e.id >> e.file >> e.rows >> e.nnz >> e.bytes >> e.checksum) || word != "partition" ||
-        e.id != i || e.rows < 0 || e.nnz < 0 || e.file.find('/') != std::string::npos)
-      throw bad(std::to_string(count) + " partition lines, found a bad line for partition " + std::to_string(i));
-    m.parts.push_back(std::move(e));
-  }
-  return m;
-}
-
 /// Reads and checks one partition file; a message naming the file on failure ("" on success).
+/// The checksum runs chunk by chunk right after each read, while the chunk is still in cache.
 inline std::string read_partition(const std::filesystem::path& dir, const Metadata& meta, const PartitionEntry& e,
-                                  PartitionData& out) {
+                                  LoadedPartition& out) {
   const auto path = (dir / e.file).string();
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return "DSparseTensor::load: cannot open " + path + ": " + std::strerror(errno);
@@ -258,58 +187,43 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
     return "DSparseTensor::load: " + path + " is truncated or damaged: expected " + std::to_string(e.bytes) +
            " bytes (metadata), found " + std::to_string(st.st_size);
   }
-  auto bytes = at::empty({(e.bytes + 7) / 8}, at::kLong);  // 8-aligned, so sections view in place
-  auto* p = static_cast<char*>(bytes.data_ptr());
+  const auto words = at::empty({(e.bytes + 15) / 16, 2}, at::kLong);
+  auto* p = static_cast<unsigned char*>(words.data_ptr());
+  Checksum sum(meta.version == 1 ? 1 : 4);
+  constexpr std::int64_t chunk = std::int64_t{1} << 22;
   std::int64_t done = 0;
   while (done < e.bytes) {
-    const auto r = ::read(fd, p + done, static_cast<std::size_t>(e.bytes - done));
+    const auto r = ::read(fd, p + done, static_cast<std::size_t>(std::min(chunk, e.bytes - done)));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
+    sum.update(p + done, static_cast<std::size_t>(r));
     done += r;
   }
   ::close(fd);
   if (done != e.bytes) return "DSparseTensor::load: reading " + path + " failed after " + std::to_string(done) + " bytes";
-  Checksum sum;
-  sum.update(p, static_cast<std::size_t>(e.bytes));
   if (hex(sum.value()) != e.checksum)
     return "DSparseTensor::load: " + path + " is corrupt: expected checksum " + e.checksum + " (metadata), found " +
            hex(sum.value());
-  const auto* h = reinterpret_cast<const std::int64_t*>(p + 8);
-  if (std::memcmp(p, partition_magic.data(), 8) != 0) return "DSparseTensor::load: " + path + " is not a partition file";
-  if (h[0] != file_version || h[1] != e.id || h[2] != static_cast<std::int64_t>(meta.parts.size()) || h[3] != meta.n ||
-      h[4] != e.rows || h[5] != e.nnz)
-    return "DSparseTensor::load: " + path + " does not match the metadata (expected version " +
-           std::to_string(file_version) + ", partition " + std::to_string(e.id) + " of " +
-           std::to_string(meta.parts.size()) + ", n " + std::to_string(meta.n) + ")";
-  const auto esize = static_cast<std::int64_t>(c10::elementSize(meta.dtype));
-  if (e.bytes != 56 + (e.rows + 2 * e.nnz) * 8 + e.nnz * esize)
-    return "DSparseTensor::load: " + path + " has " + std::to_string(e.bytes) + " bytes, expected " +
-           std::to_string(56 + (e.rows + 2 * e.nnz) * 8 + e.nnz * esize) + " for " + std::to_string(e.nnz) +
-           " entries of dtype " + dtype_name(meta.dtype) + " (a dtype mismatch)";
-  const auto words = bytes.view(at::kByte);
-  std::int64_t at_byte = 56;
-  const auto take = [&](std::int64_t count, at::ScalarType t) {
-    const auto size = count * static_cast<std::int64_t>(c10::elementSize(t));
-    auto s = words.narrow(0, at_byte, size).clone().view(t);
-    at_byte += size;
-    return s;
-  };
-  out.owned = take(e.rows, at::kLong);
-  out.rows = take(e.nnz, at::kLong);
-  out.cols = take(e.nnz, at::kLong);
-  out.values = take(e.nnz, meta.dtype);
-  const auto range_ok = [&](const at::Tensor& t) {
-    return t.numel() == 0 || (t.min().item<std::int64_t>() >= 0 && t.max().item<std::int64_t>() < meta.n);
-  };
-  if (!range_ok(out.owned) || !range_ok(out.rows) || !range_ok(out.cols))
-    return "DSparseTensor::load: " + path + " holds indices outside [0, " + std::to_string(meta.n) + ")";
-  return {};
+  out.bytes = words.view(at::kByte).flatten().narrow(0, 0, e.bytes);
+  const PartitionExpect want{e.id, static_cast<std::int64_t>(meta.parts.size()), meta.m, meta.n, e.rows, e.nnz,
+                             meta.value_size};
+  const auto fault = meta.version == 1 ? check_partition_v1(p, e.bytes, want, out.sections)
+                                       : check_partition(p, e.bytes, want, out.header, out.sections);
+  return fault.empty() ? fault : "DSparseTensor::load: " + path + " " + fault;
 }
 
-/// The partition `a` holds on this rank, in global indices, on the CPU.
-inline PartitionData partition_data(const DSparseTensor& a) {
-  const auto t = global_entries(a);
-  return {a.layout()->owned(), t.rows, t.cols, t.values.detach().cpu().contiguous()};
+/// A loaded partition's entries in global indices (the repartitioning load's input).
+inline Triples global_triples(const LoadedPartition& d, const Metadata& meta, at::ScalarType dtype) {
+  const auto& s = d.sections;
+  const auto values = d.view(s.values, dtype);
+  if (meta.version == 1) return {values, d.view(s.rowptr, at::kLong), d.view(s.col, at::kLong)};
+  const auto& h = d.header;
+  const auto owned = d.view(s.owned, at::kLong);
+  const auto rowptr = d.view(s.rowptr, LoadedPartition::index_type(h.rowptr_size)).to(at::kLong);
+  const auto counts = rowptr.slice(0, 1) - rowptr.slice(0, 0, h.R);
+  const auto columns = at::cat({h.C < 0 ? owned : d.view(s.owned_cols, at::kLong), d.view(s.ghosts, at::kLong)});
+  return {values, at::repeat_interleave(owned, counts, 0, h.K),
+          columns.index_select(0, d.view(s.col, LoadedPartition::index_type(h.col_size)).to(at::kLong))};
 }
 
 /// Rank 0's verdict on the metadata (read there and broadcast, so every rank parses the same
@@ -334,7 +248,10 @@ inline Metadata read_metadata(const std::filesystem::path& dir, MPI_Comm comm) {
   comm::check(MPI_Bcast(&length, 1, MPI_INT, 0, comm), "MPI_Bcast");
   text.resize(static_cast<std::size_t>(length));
   comm::check(MPI_Bcast(text.data(), length, MPI_CHAR, 0, comm), "MPI_Bcast");
-  return parse_metadata(text, path);  // the same text everywhere: the same result or Error
+  auto meta = parse_metadata(text, path);  // the same text everywhere: the same result or Error
+  if (!dtype_of_name(meta.dtype))
+    throw Error("DSparseTensor::load: " + path + ": dtype '" + meta.dtype + "' is not supported");
+  return meta;
 }
 
 /// Creates `dir` on rank 0 and removes a previous save's metadata (so a save that dies half way
@@ -352,6 +269,54 @@ inline void prepare_directory(const std::filesystem::path& dir, MPI_Comm comm) {
   comm::raise_if_any(comm, fault);
 }
 
+/// The (rank, count) pairs of a plan's neighbours.
+inline std::vector<std::int64_t> neighbour_pairs(const std::vector<int>& ranks, const std::vector<std::int64_t>& offsets) {
+  std::vector<std::int64_t> out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    out.push_back(ranks[i]);
+    out.push_back(offsets[i + 1] - offsets[i]);
+  }
+  return out;
+}
+
+/// The halo plan a version-2 file holds, over `domain`. Collective: every rank's sends must match
+/// what its neighbours' files expect to receive (one all-to-all of counts), else the same Error
+/// naming this rank's file on every rank — a mismatched plan would hang or truncate the exchange.
+inline std::shared_ptr<const HaloPlan> saved_plan(const LoadedPartition& d, std::shared_ptr<const RowLayout> domain,
+                                                  const std::string& path) {
+  const auto& h = d.header;
+  const auto& s = d.sections;
+  auto plan = std::make_shared<HaloPlan>();
+  const auto recv = d.view(s.recv, at::kLong), send = d.view(s.send, at::kLong);
+  const auto* rp = recv.data_ptr<std::int64_t>();
+  const auto* sp = send.data_ptr<std::int64_t>();
+  const int p = domain->size();
+  std::vector<std::int64_t> expects(static_cast<std::size_t>(p), 0), sends(static_cast<std::size_t>(p), 0),
+      asked(static_cast<std::size_t>(p), 0);
+  plan->recv_offsets.push_back(0);
+  for (std::int64_t i = 0; i < h.NR; ++i) {
+    plan->recv_ranks.push_back(static_cast<int>(rp[2 * i]));
+    plan->recv_offsets.push_back(plan->recv_offsets.back() + rp[2 * i + 1]);
+    expects[static_cast<std::size_t>(rp[2 * i])] = rp[2 * i + 1];
+  }
+  plan->send_offsets.push_back(0);
+  for (std::int64_t i = 0; i < h.NS; ++i) {
+    plan->send_ranks.push_back(static_cast<int>(sp[2 * i]));
+    plan->send_offsets.push_back(plan->send_offsets.back() + sp[2 * i + 1]);
+    sends[static_cast<std::size_t>(sp[2 * i])] = sp[2 * i + 1];
+  }
+  comm::check(MPI_Alltoall(expects.data(), 1, MPI_INT64_T, asked.data(), 1, MPI_INT64_T, domain->comm()),
+              "MPI_Alltoall");
+  comm::raise_if_any(domain->comm(), asked == sends ? std::string()
+                                                    : "DSparseTensor::load: " + path +
+                                                          " does not match the other partitions' halo plans "
+                                                          "(files of different saves mixed?)");
+  plan->ghosts = d.view(s.ghosts, at::kLong);
+  plan->send_rows = d.view(s.send_rows, at::kLong);
+  plan->layout = std::move(domain);
+  return plan;
+}
+
 }  // namespace detail
 
 inline void DSparseTensor::save(const std::string& directory) const {
@@ -359,8 +324,17 @@ inline void DSparseTensor::save(const std::string& directory) const {
   const std::filesystem::path dir(directory);
   detail::prepare_directory(dir, comm);
   const int p = layout_->size(), me = layout_->rank();
+  detail::PartitionParts part{layout_->owned(),
+                              domain_.get() == layout_.get() ? std::nullopt : std::optional<at::Tensor>(domain_->owned()),
+                              plan_->ghosts,
+                              detail::neighbour_pairs(plan_->recv_ranks, plan_->recv_offsets),
+                              detail::neighbour_pairs(plan_->send_ranks, plan_->send_offsets),
+                              plan_->send_rows,
+                              local_.rowptr,
+                              local_.col,
+                              local_.values};
   detail::PartitionEntry mine;
-  comm::raise_if_any(comm, detail::write_partition(dir, me, p, n_, detail::partition_data(*this), mine));
+  comm::raise_if_any(comm, detail::write_partition(dir, me, p, m_, n_, part, mine));
   // Rank 0 learns every partition's line, then writes the metadata last.
   std::vector<std::vector<std::int64_t>> to_root(static_cast<std::size_t>(p));
   const auto sum = std::stoull(mine.checksum, nullptr, 16);
@@ -372,7 +346,7 @@ inline void DSparseTensor::save(const std::string& directory) const {
     for (const auto& g : got)
       parts.push_back({g[0], g[1], g[2], g[3], detail::partition_file_name(g[0]),
                        detail::hex(static_cast<std::uint64_t>(g[4]))});
-    fault = detail::write_metadata(dir, detail::metadata_text(n_, dtype(), parts));
+    fault = detail::write_metadata(dir, detail::metadata_text(m_, n_, detail::dtype_name(dtype()), parts));
   }
   comm::raise_if_any(comm, fault);
 }
@@ -382,32 +356,56 @@ inline DSparseTensor DSparseTensor::load(const std::string& directory, const Mes
   const MPI_Comm comm = mesh.comm();
   const std::filesystem::path dir(directory);
   const auto meta = detail::read_metadata(dir, comm);
+  const auto dtype = *detail::dtype_of_name(meta.dtype);
   const int q = comm::size_of(comm), me = comm::rank_of(comm);
   const auto parts = static_cast<std::int64_t>(meta.parts.size());
-  // Same world size: each rank its own file and the saved partition. Otherwise file j goes to
-  // rank j mod q and the rows are repartitioned in simple blocks by the assembly.
-  std::vector<detail::PartitionData> read;
+  // File j goes to rank j mod q: at the saved world size each rank reads its own.
+  std::vector<detail::LoadedPartition> read;
   std::string fault;
   for (std::int64_t j = me; j < parts && fault.empty(); j += q) {
-    detail::PartitionData d;
+    detail::LoadedPartition d;
     fault = detail::read_partition(dir, meta, meta.parts[static_cast<std::size_t>(j)], d);
     read.push_back(std::move(d));
   }
   comm::raise_if_any(comm, fault);
-  const auto cat = [&](at::Tensor detail::PartitionData::*field, at::ScalarType t) {
-    std::vector<at::Tensor> pieces;
-    for (const auto& d : read) pieces.push_back(d.*field);
-    return pieces.empty() ? at::empty({0}, t) : at::cat(pieces);
+  if (parts == q && meta.version != 1) {
+    const auto& d = read.at(0);
+    const auto& h = d.header;
+    const auto& s = d.sections;
+    const auto path = (dir / meta.parts[static_cast<std::size_t>(me)].file).string();
+    // Whether the domain has its own partition decides which collectives follow: agree first.
+    std::array<int, 2> own{h.C >= 0 ? 1 : 0, h.C >= 0 ? -1 : 0};
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, own.data(), 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+    if (own[0] != -own[1] || (own[0] == 0 && meta.m != meta.n))
+      throw Error("DSparseTensor::load: the partition files in " + dir.string() +
+                  " disagree on the columns' partition (files of different saves mixed?)");
+    auto layout = std::make_shared<const RowLayout>(d.view(s.owned, at::kLong), meta.m, comm);
+    auto domain = h.C < 0 ? layout : std::make_shared<const RowLayout>(d.view(s.owned_cols, at::kLong), meta.n, comm);
+    auto plan = detail::saved_plan(d, domain, path);
+    Csr local{h.R, h.domain_owned() + h.G, d.view(s.rowptr, detail::LoadedPartition::index_type(h.rowptr_size)),
+              d.view(s.col, detail::LoadedPartition::index_type(h.col_size)), d.view(s.values, dtype)};
+    return DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(plan), std::move(local));
+  }
+  std::vector<at::Tensor> values, rows, cols;
+  for (const auto& d : read) {
+    auto t = detail::global_triples(d, meta, dtype);
+    values.push_back(std::move(t.values));
+    rows.push_back(std::move(t.rows));
+    cols.push_back(std::move(t.cols));
+  }
+  const auto cat = [](const std::vector<at::Tensor>& v, at::ScalarType t) {
+    return v.empty() ? at::empty({0}, t) : at::cat(v);
   };
-  const auto values = cat(&detail::PartitionData::values, meta.dtype);
-  const auto rows = cat(&detail::PartitionData::rows, at::kLong), cols = cat(&detail::PartitionData::cols, at::kLong);
-  if (parts == q) return from_local(values, rows, cols, {meta.n, meta.n}, mesh, {.owned_rows = read.at(0).owned});
-  return from_local(values, rows, cols, {meta.n, meta.n}, mesh);
+  const std::array<std::int64_t, 2> shape{meta.m, meta.n};
+  if (parts == q)  // version 1 at its world size: the saved rows, assembled
+    return from_local(cat(values, dtype), cat(rows, at::kLong), cat(cols, at::kLong), shape, mesh,
+                      {.owned_rows = read.at(0).view(read.at(0).sections.owned, at::kLong)});
+  return from_local(cat(values, dtype), cat(rows, at::kLong), cat(cols, at::kLong), shape, mesh);
 }
 
-/// Pre-shards a matrix on one process for `parts` ranks: the files of a `DSparseTensor::save` of
-/// `A` partitioned with `options` on `parts` ranks (the same partition ids; entries in global
-/// order), so a later run at that world size loads each rank's rows straight from its file.
+/// Pre-shards a matrix on one process for `parts` ranks: the files a `DSparseTensor::save` of `A`
+/// partitioned with `options` on `parts` ranks writes (the same rows, halo plans and local CSR), so
+/// a later run at that world size loads each rank's part straight from its file.
 inline void save_partitioned(const SparseTensor& A, const std::string& directory, int parts,
                              const PartitionOptions& options = {}) {
   if (A.rows() != A.cols())
@@ -418,17 +416,50 @@ inline void save_partitioned(const SparseTensor& A, const std::string& directory
   detail::prepare_directory(dir, MPI_COMM_SELF);
   const auto n = A.rows();
   const auto ids = partition_ids(A.row_indices(), A.col_indices(), n, parts, options).to(at::kLong);
-  const auto row_part = ids.index_select(0, A.row_indices());
+  const auto rows = A.row_indices().to(at::kLong), cols = A.col_indices().to(at::kLong);
+  const auto row_part = ids.index_select(0, rows), col_part = ids.index_select(0, cols);
+  // As the halo handshake orders them: ghosts by owner, then by index (key = owner * n + index).
+  std::vector<at::Tensor> owned(static_cast<std::size_t>(parts)), keys(static_cast<std::size_t>(parts)),
+      keep(static_cast<std::size_t>(parts));
+  for (int r = 0; r < parts; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    owned[i] = (ids == r).nonzero().flatten();
+    keep[i] = (row_part == r).nonzero().flatten();
+    const auto c = cols.index_select(0, keep[i]), o = col_part.index_select(0, keep[i]);
+    keys[i] = std::get<0>(at::_unique(o.masked_select(o != r) * n + c.masked_select(o != r), /*sorted=*/true));
+  }
   std::vector<detail::PartitionEntry> entries(static_cast<std::size_t>(parts));
   for (int r = 0; r < parts; ++r) {
-    const auto keep = (row_part == r).nonzero().flatten();
-    const detail::PartitionData d{(ids == r).nonzero().flatten(), A.row_indices().index_select(0, keep),
-                                  A.col_indices().index_select(0, keep),
-                                  A.values().detach().index_select(0, keep).contiguous()};
-    const auto fault = detail::write_partition(dir, r, parts, n, d, entries[static_cast<std::size_t>(r)]);
+    const auto i = static_cast<std::size_t>(r);
+    const auto R = owned[i].numel();
+    const auto ghost_owner = at::div(keys[i], n, "floor"), ghosts = keys[i] - ghost_owner * n;
+    detail::PartitionParts part{owned[i], std::nullopt, ghosts, {}, {}, {}, {}, {}, {}};
+    for (int s = 0; s < parts; ++s) {
+      const auto c = (ghost_owner == s).sum().item<std::int64_t>();
+      if (c > 0) part.recv.insert(part.recv.end(), {s, c});
+    }
+    std::vector<at::Tensor> send;
+    for (int s = 0; s < parts; ++s) {
+      const auto k = keys[static_cast<std::size_t>(s)];
+      const auto mine = k.masked_select(at::div(k, n, "floor") == r) - static_cast<std::int64_t>(r) * n;
+      if (s == r || mine.numel() == 0) continue;
+      part.send.insert(part.send.end(), {s, mine.numel()});
+      send.push_back(at::searchsorted(owned[i], mine));
+    }
+    part.send_rows = send.empty() ? at::empty({0}, at::kLong) : at::cat(send);
+    const auto er = rows.index_select(0, keep[i]), ec = cols.index_select(0, keep[i]);
+    const auto eo = col_part.index_select(0, keep[i]);
+    const auto local_col = at::where(eo == r, at::searchsorted(owned[i], ec),
+                                     R + at::searchsorted(keys[i], eo * n + ec));
+    const auto local = detail::coo_to_csr(A.values().detach().index_select(0, keep[i]),
+                                          at::searchsorted(owned[i], er), local_col, R, R + ghosts.numel());
+    part.rowptr = local.rowptr;
+    part.col = local.col;
+    part.values = local.values;
+    const auto fault = detail::write_partition(dir, r, parts, n, n, part, entries[i]);
     if (!fault.empty()) throw Error(fault);
   }
-  const auto fault = detail::write_metadata(dir, detail::metadata_text(n, A.dtype(), entries));
+  const auto fault = detail::write_metadata(dir, detail::metadata_text(n, n, detail::dtype_name(A.dtype()), entries));
   if (!fault.empty()) throw Error(fault);
 }
 

@@ -68,7 +68,11 @@ class RowLayout {
   /// rows, any order, no duplicates; together the ranks must own each of [0, n) exactly once —
   /// checked by the directory, the same error on every rank.
   RowLayout(at::Tensor owned, std::int64_t n, MPI_Comm comm) : n_(n), comm_(detail::duplicate(comm)) {
-    owned_ = std::get<0>(owned.to(at::kLong).flatten().sort()).contiguous();
+    owned_ = owned.to(at::kLong).flatten().contiguous();
+    // Ascending already (a contiguous block, a loaded partition): a sort would cost more than the rest.
+    const auto* first = owned_.data_ptr<std::int64_t>();
+    if (!std::is_sorted(first, first + owned_.numel())) owned_ = std::get<0>(owned_.sort()).contiguous();
+    else if (owned_.data_ptr() == owned.data_ptr()) owned_ = owned_.clone();  // never the caller's storage
     const auto* o = owned_.data_ptr<std::int64_t>();
     std::string fault;
     for (std::int64_t i = 0; i < owned_.numel() && fault.empty(); ++i) {

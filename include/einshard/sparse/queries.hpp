@@ -21,7 +21,9 @@ namespace detail {
 inline Triples global_entries(const DSparseTensor& a) {
   const auto [v, r, c] = csr_to_coo(a.local());
   const auto& owned = a.layout()->owned();
-  const auto local_to_global = at::cat({owned, a.halo().ghosts});
+  // Local columns are the domain's owned entries, then the ghosts (the rows' partition only for a
+  // square matrix without its own column partition).
+  const auto local_to_global = at::cat({a.domain_layout()->owned(), a.halo().ghosts});
   return {v, owned.index_select(0, r), local_to_global.index_select(0, c.to(at::kLong))};
 }
 
