@@ -77,7 +77,7 @@ einshard_explain_test(caret RC 2
   MATCH "invalid einshard notation" "a b -> a/sp b c" "\n  +\\^"
   ARGS "a b -> a/sp b c" --mesh sp=2)
 einshard_explain_test(unknown_mesh_dim RC 1
-  MATCH "unknown mesh dimension 'tp' \\(mesh has dp\\)" ARGS "a b -> a/tp b" --mesh dp=2)
+  MATCH "mesh group 'tp': expected dimensions of the mesh \\(dp\\), found unknown mesh dimension 'tp'" ARGS "a b -> a/tp b" --mesh dp=2)
 einshard_explain_test(missing_size RC 1
   MATCH "no size for axis b of 'a b -> a/dp b'" ARGS "a b -> a/dp b" --mesh dp=2 --shape a=4)
 einshard_explain_test(three_operands RC 1
