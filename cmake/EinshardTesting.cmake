@@ -13,7 +13,9 @@
 #       $<TARGET_FILE:exe> ${MPIEXEC_POSTFLAGS} ARGS...
 #
 # The tests share RESOURCE_LOCK `mpi`, so two MPI jobs never compete for the cores (the ranks are
-# oversubscribed and busy-poll), and carry a TIMEOUT, since a rank that fails while the others
+# oversubscribed and busy-poll), and reserve PROCESSORS N of ctest's -j slots, so no compile-heavy
+# test (consumer, doc_blocks) takes a core from busy-polling ranks either (an 8-rank suite ran 20x
+# slower beside one); they carry a TIMEOUT, since a rank that fails while the others
 # wait in a collective hangs until it is killed. 15 s before the TIMEOUT (a quarter of it for short
 # ones) each rank's watchdog (tests/support/hang_watchdog.hpp, through
 # EINSHARD_TEST_WATCHDOG_SECONDS; an ENVIRONMENT entry overrides it) prints the test case it is in
@@ -100,6 +102,7 @@ function(einshard_add_mpi_test)
       TIMEOUT ${arg_TIMEOUT}
       LABELS "mpi;${arg_LABELS}"
       RESOURCE_LOCK mpi
+      PROCESSORS ${nranks}
       ENVIRONMENT "${environment}")
   endforeach()
 endfunction()
