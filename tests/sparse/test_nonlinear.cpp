@@ -122,3 +122,54 @@ TEST_CASE("nonlinear_solve: no solution (Bratu past the fold) is reported, not h
   });
   CHECK(bad.find("nonlinear_solve") != std::string::npos);
 }
+
+
+TEST_CASE("nonlinear_solve: autograd through the adjoint (Bratu 1-D and 2-D) against dense Newton and finite differences",
+          "[sparse][nonlinear]") {
+  const auto mesh = es::testing::world_mesh();
+  const auto w_rank = es::testing::world();
+  struct Case {
+    Coo coo;
+    double lambda;
+    at::Tensor coords;
+    sp::PartitionMethod method;
+  };
+  auto square = es::testing::poisson2d(10, 9);
+  square.values = square.values * double(11 * 11);
+  const std::int64_t n1 = 200;
+  const auto coords1 = at::stack({at::remainder(at::arange(n1), 20), at::div(at::arange(n1), 20, "floor")}, 1).to(at::kDouble);
+  for (const auto& c : {Case{laplacian_1d(n1), 1.0, coords1, sp::PartitionMethod::rcb},
+                        Case{square, 2.0, es::testing::grid_coords(10, 9), sp::PartitionMethod::simple}}) {
+    const auto n = c.coo.n;
+    const auto A = es::testing::dense(c.coo);
+    const auto u_ref = dense_bratu(A, c.lambda);
+    const auto w = 1.0 + at::arange(n, at::kDouble) / double(n);  // L(u) = w . u
+    // The dense adjoint on one process: J^T lambda = w, dL/dtheta = lambda . e^u (F = A u - theta e^u),
+    // dL/da_ij = -lambda_i u_j; and central differences of L in theta.
+    const auto J = A - at::diag(c.lambda * u_ref.exp());
+    const auto adj = at::linalg_solve(J.transpose(0, 1), w);
+    const double dtheta_dense = adj.dot(u_ref.exp()).item<double>();
+    const double eps = 1e-5;
+    const double dtheta_fd = (w.dot(dense_bratu(A, c.lambda + eps)) - w.dot(dense_bratu(A, c.lambda - eps))).item<double>() / (2 * eps);
+    CHECK(std::abs(dtheta_dense - dtheta_fd) < 1e-6 * std::abs(dtheta_dense));
+
+    const auto D0 = es::testing::distribute(c.coo, mesh, c.method, c.coords);
+    const auto D = D0.with_values(D0.values().detach().clone().requires_grad_(true));
+    const auto theta = at::tensor(c.lambda, at::kDouble).requires_grad_(true);
+    const auto g = [&theta](const at::Tensor& u) { return -theta * u.exp(); };
+    const auto r = D.nonlinear_solve(g, g, D.zeros());
+    REQUIRE(r.info.converged);
+    CHECK(r.u.local().requires_grad());
+    const auto L = (r.u.local() * D.scatter(w).local()).sum();
+    L.backward();  // collective: each rank its part of L, one adjoint solve across the ranks
+    double dtheta = theta.grad().item<double>();
+    MPI_Allreduce(MPI_IN_PLACE, &dtheta, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    INFO("n " << n << " ranks " << w_rank.size);
+    CHECK(std::abs(dtheta - dtheta_dense) < 1e-7 * std::abs(dtheta_dense));
+    CHECK(std::abs(dtheta - dtheta_fd) < 1e-6 * std::abs(dtheta_dense));
+    const auto t = sp::detail::global_entries(D);
+    const auto expected = -adj.index_select(0, t.rows) * u_ref.index_select(0, t.cols);
+    REQUIRE(D.values().grad().defined());
+    CHECK(max_abs(D.values().grad() - expected) < 1e-7 * max_abs(expected));
+  }
+}

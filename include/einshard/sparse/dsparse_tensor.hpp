@@ -410,16 +410,10 @@ class DSparseTensor final : public detail::Operator {
     if (record == 0) return solve_detached(b, options).first;
     const auto bl = b.local().to(dtype());
     auto [result, precond] = solve_detached(b.like(bl.detach()), options);
-    auto adjoint = c10::make_intrusive<detail::AdjointSolver>();
-    adjoint->pattern = local_;
-    adjoint->with_ghosts = [exchange = scratch_.exchange()](const at::Tensor& x) {
-      const auto owned = x.contiguous();
-      return at::cat({owned, exchange->ghosts_of(owned)});
-    };
-    adjoint->solve = [self = *this, precond = precond, options](const at::Tensor& g) {
-      return self.adjoint_solve(g, precond, options);
-    };
-    result.x = DVector(layout_, detail::SolveFunction::apply(bl, local_.values, result.x.local(), adjoint));
+    result.x = DVector(layout_, record_solution(bl, result.x.local(), [self = *this, precond = precond, options](
+                                                                          const at::Tensor& g) {
+                         return self.adjoint_solve(g, precond, options);
+                       }));
     return result;
   }
 
@@ -580,6 +574,22 @@ class DSparseTensor final : public detail::Operator {
         m_(layout_->global_size()), n_(domain_->global_size()), plan_(std::move(plan)), local_(std::move(local)),
         scratch_(plan_) {
     split_blocks();
+  }
+
+  /// `x` (solved already) recorded for autograd as the solution of A x = b, whatever produced it
+  /// (a Krylov solve, or Newton at its root with b = -g(x)): the backward solves λ by
+  /// `adjoint_solve` (λ = A⁻ᴴ ∂L/∂x, or the Jacobian's), then ∂L/∂b = λ and
+  /// ∂L/∂a_ij = −λ_i conj(x_j) on the stored pattern. Collective in the backward.
+  [[nodiscard]] at::Tensor record_solution(const at::Tensor& b, const at::Tensor& x,
+                                           std::function<at::Tensor(const at::Tensor&)> adjoint_solve) const {
+    auto adjoint = c10::make_intrusive<detail::AdjointSolver>();
+    adjoint->pattern = local_;
+    adjoint->with_ghosts = [exchange = scratch_.exchange()](const at::Tensor& v) {
+      const auto owned = v.contiguous();
+      return at::cat({owned, exchange->ghosts_of(owned)});
+    };
+    adjoint->solve = std::move(adjoint_solve);
+    return detail::SolveFunction::apply(b, local_.values, x, adjoint);
   }
 
   /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back

@@ -184,6 +184,7 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
                                                    const DVector& u0, const NewtonOptions& options) const {
   check_vector(u0, "nonlinear_solve", *layout_);
   if (!g || !dg) throw Error("DSparseTensor::nonlinear_solve: expected g and g' (dg), got an empty function");
+  const bool recording = at::GradMode::is_enabled();
   at::NoGradGuard no_grad;
   // Positions of the stored diagonal in values(): J's values are A's plus g'(u) there.
   const auto coo = detail::csr_to_coo(local_);  // no structured binding: the lambda below captures r
@@ -216,6 +217,27 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
     at::NoGradGuard guard;
     return jacobian(u).T().solve(dL_du, linear).x;
   };
+  // Autograd: at the root A u + g(u; theta) = 0, u is the solution of A u = b with b = -g(u; theta)
+  // held at u, so the solve's node gives dL/dtheta = lambda^H db/dtheta = -lambda^H dg/dtheta and
+  // dL/da_ij = -lambda_i conj(u_j), with J^H lambda = dL/du: one linear adjoint solve in backward.
+  // g is evaluated once more, recorded, to reach the tensors it depends on.
+  if (recording) {
+    at::AutoGradMode enable(true);
+    const auto x = result.u.local().detach();
+    const auto b = -g(x).to(dtype());
+    int record = b.requires_grad() || values().requires_grad() ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    if (record != 0 && result.info.converged)
+      result.u = DVector(layout_, record_solution(b, x, [jacobian, linear, u = result.u](const at::Tensor& dL_du) {
+                           at::NoGradGuard guard;
+                           const auto r = jacobian(u).H().solve(DVector(u.layout(), dL_du), linear);
+                           if (!r.info.converged)
+                             throw Error(std::string("DSparseTensor::nonlinear_solve (backward): expected the adjoint GMRES to converge, found ") +
+                                         to_string(r.info.reason) + " after " + std::to_string(r.info.iterations) +
+                                         " iterations");
+                           return r.x.local();
+                         }));
+  }
   return result;
 }
 
