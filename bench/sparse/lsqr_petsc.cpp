@@ -151,12 +151,7 @@ struct PetscLsqr {
     PETSC(KSPSetTolerances(ksp, 0.0, 0.0, PETSC_DEFAULT, iters));
     PETSC(KSPSetUp(ksp));
   }
-  int solve() {
-    PETSC(KSPSolve(ksp, b, x));
-    PetscInt its = 0;
-    PETSC(KSPGetIterationNumber(ksp, &its));
-    return static_cast<int>(its);
-  }
+  int solve() { return einshard_bench::ksp_solve(ksp, b, x); }
   at::Tensor solution() const {
     const PetscScalar* p = nullptr;
     PetscInt n = 0;

@@ -23,6 +23,14 @@ inline void petsc_check(PetscErrorCode code, const char* what) {
 }
 #define PETSC(call) ::einshard_bench::petsc_check((call), #call)
 
+/// One KSPSolve, returning PETSc's iteration count (every benchmark's PETSc side times this).
+inline int ksp_solve(KSP ksp, Vec b, Vec x) {
+  PETSC(KSPSolve(ksp, b, x));
+  PetscInt its = 0;
+  PETSC(KSPGetIterationNumber(ksp, &its));
+  return static_cast<int>(its);
+}
+
 inline double max_over_ranks(double t) {
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return t;
