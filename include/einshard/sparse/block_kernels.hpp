@@ -31,46 +31,65 @@ inline double re_dot(const V& a, const V& b) {
     return static_cast<double>(a * b);
 }
 
-/// y[rows[i], :] (+)= (A x)[i, :] for x of shape (a.cols, k), y of shape (·, k), both contiguous;
-/// `rows` undefined: row i itself. `accumulate`: add instead of overwrite. With `wt` defined (the
-/// shape of y), also adds Re <wt_j, (A x)_j> over these rows to dots[j]: the product's own dot, as
-/// the single-vector kernels return it (it is linear, so the diagonal and off-diagonal blocks'
-/// parts add up).
-inline void spmm_rows(const Csr& a, const at::Tensor& rows, const at::Tensor& x, at::Tensor& y, bool accumulate,
-                      const at::Tensor& wt = {}, double* dots = nullptr) {
+/// spmv_halo (csr.hpp) for k vectors: Y = A [X; G] for X of shape (owned, k), G (ghosts, k) and Y
+/// (a.rows, k), all contiguous, over the interior rows (`boundary_phase` false: X only) or the
+/// `boundary` rows (owned columns from X, ghost column owned + j from G's row j). With `wt` defined
+/// (the shape of Y), also adds Re <wt_j, Y_j> over these rows to dots[j]: the product's own dot,
+/// as the single-vector kernels return it.
+inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& x,
+                      const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt = {},
+                      double* dots = nullptr) {
   const std::int64_t k = x.size(1);
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
     const auto* __restrict xv = x.data_ptr<V>();
+    const V* __restrict gv = boundary.numel() > 0 ? g.data_ptr<V>() : nullptr;
     auto* __restrict yv = y.data_ptr<V>();
     const V* wv = wt.defined() ? wt.data_ptr<V>() : nullptr;
-    const std::int64_t* ri = rows.defined() ? rows.data_ptr<std::int64_t>() : nullptr;
+    const auto* b = boundary.data_ptr<std::int64_t>();
+    const auto nb = boundary.numel();
     for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
       const auto w = std::min(chunk, k - j0);
       double d[chunk] = {};
-      for (std::int64_t i = 0; i < a.rows; ++i) {
-        V acc[chunk] = {};
+      // Entries [e0, e1) of a row into acc, their rows of `base` at column index - shift.
+      const auto add = [&](V* acc, const V* base, std::int64_t e0, std::int64_t e1, std::int64_t shift) {
         if (w == chunk) {
-          for (std::int64_t e = m.rp[i]; e < m.rp[i + 1]; ++e) {
+          for (std::int64_t e = e0; e < e1; ++e) {
             const V v = m.av[e];
-            const V* xr = xv + static_cast<std::int64_t>(m.ci[e]) * k + j0;
+            const V* xr = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * k + j0;
             for (std::int64_t j = 0; j < chunk; ++j) acc[j] += v * xr[j];
           }
         } else {
-          for (std::int64_t e = m.rp[i]; e < m.rp[i + 1]; ++e) {
+          for (std::int64_t e = e0; e < e1; ++e) {
             const V v = m.av[e];
-            const V* xr = xv + static_cast<std::int64_t>(m.ci[e]) * k + j0;
+            const V* xr = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * k + j0;
             for (std::int64_t j = 0; j < w; ++j) acc[j] += v * xr[j];
           }
         }
-        const auto t = (ri ? ri[i] : i) * k + j0;
-        V* yr = yv + t;
-        if (accumulate)
-          for (std::int64_t j = 0; j < w; ++j) yr[j] += acc[j];
-        else
-          for (std::int64_t j = 0; j < w; ++j) yr[j] = acc[j];
+      };
+      const auto store = [&](std::int64_t i, const V* acc) {
+        const auto t = i * k + j0;
+        for (std::int64_t j = 0; j < w; ++j) yv[t + j] = acc[j];
         if (wv)
           for (std::int64_t j = 0; j < w; ++j) d[j] += re_dot(wv[t + j], acc[j]);
+      };
+      if (!boundary_phase) {
+        interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t i = begin; i < end; ++i) {
+            V acc[chunk] = {};
+            add(acc, xv, m.rp[i], m.rp[i + 1], 0);
+            store(i, acc);
+          }
+        });
+      } else {
+        for (std::int64_t q = 0; q < nb; ++q) {
+          const auto i = b[q];
+          const auto split = first_ghost(m, i, owned);
+          V acc[chunk] = {};
+          add(acc, xv, m.rp[i], split, 0);
+          add(acc, gv, split, m.rp[i + 1], owned);
+          store(i, acc);
+        }
       }
       if (wv)
         for (std::int64_t j = 0; j < w; ++j) dots[j0 + j] += d[j];

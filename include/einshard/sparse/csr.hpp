@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "einshard/error.hpp"
 
@@ -202,39 +203,116 @@ inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tens
   return dot;
 }
 
-/// y[rows[i]] += (A x)[i] for a row-compressed block A (PETSc's off-diagonal part: only rows with
-/// off-rank entries), fused with the partial <w, increment> when `w` is defined.
-inline std::complex<double> spmv_rows_add_dot(const Csr& a, const at::Tensor& rows, const at::Tensor& x,
-                                              at::Tensor& y, const at::Tensor& w) {
+/// The rows of a rank's local CSR `a` (columns [0, owned) its own, then the ghost slots) that store
+/// a ghost column: those whose last stored column is >= owned, since each row is sorted (and so
+/// holds its owned columns first, then its ghosts). A halo product computes every other row while
+/// the exchange runs, then these; O(rows), reading one column per row.
+inline at::Tensor boundary_rows(const Csr& a, std::int64_t owned) {
+  std::vector<std::int64_t> out;
+  const auto rowptr = a.rowptr.to(at::kLong).contiguous();
+  const auto* rp = rowptr.data_ptr<std::int64_t>();
+  dispatch_csr(a, [&](auto, auto i0) {
+    using I = decltype(i0);
+    const auto* ci = a.col.data_ptr<I>();
+    for (std::int64_t i = 0; i < a.rows; ++i)
+      if (rp[i + 1] > rp[i] && static_cast<std::int64_t>(ci[rp[i + 1] - 1]) >= owned) out.push_back(i);
+  });
+  return at::tensor(out, at::kLong).view({static_cast<std::int64_t>(out.size())});
+}
+
+/// f(begin, end) for each run of rows of [0, rows) between the ascending rows b[0..nb) (the
+/// interior rows of a halo product, in order).
+template <class F>
+inline void interior_runs(std::int64_t rows, const std::int64_t* b, std::int64_t nb, F&& f) {
+  std::int64_t begin = 0;
+  for (std::int64_t k = 0; k < nb; begin = b[k++] + 1)
+    if (b[k] > begin) f(begin, b[k]);
+  if (rows > begin) f(begin, rows);
+}
+
+/// First entry of row i at or past `owned` (a boundary row's first ghost column).
+template <class View>
+inline std::int64_t first_ghost(const View& m, std::int64_t i, std::int64_t owned) {
+  auto e = static_cast<std::int64_t>(m.rp[i]);
+  const auto end = static_cast<std::int64_t>(m.rp[i + 1]);
+  while (e < end && static_cast<std::int64_t>(m.ci[e]) < owned) ++e;
+  return e;
+}
+
+/// One half of y = A [x; g], a halo product on the whole local CSR (no separate diagonal and
+/// off-diagonal copies: the blocks are the owned and ghost columns of each row). `boundary_phase`
+/// false: the rows not in `boundary` (they read x only; run it while the exchange brings g);
+/// true: the `boundary` rows, their owned columns from x and ghost column owned + j from g[j].
+/// Returns the partial <w, y> over these rows (w conjugated) when `w` is defined.
+inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned,
+                                      const at::Tensor& x, const at::Tensor& g, at::Tensor& y, const at::Tensor& w,
+                                      bool boundary_phase) {
   std::complex<double> dot{};
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
-    const auto* ri = rows.data_ptr<std::int64_t>();
-    const auto* xv = x.data_ptr<V>();
-    auto* yv = y.data_ptr<V>();
+    const auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict yv = y.data_ptr<V>();
     const V* wv = w.defined() ? w.data_ptr<V>() : nullptr;
+    const auto* b = boundary.data_ptr<std::int64_t>();
+    const auto nb = boundary.numel();
     V acc{};
-    for (std::int64_t i = 0; i < a.rows; ++i) {
-      const V s = row_times(m, i, xv);
-      yv[ri[i]] += s;
-      if (wv) acc += conj_if_complex(wv[ri[i]]) * s;
+    if (!boundary_phase) {
+      interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
+        if (!wv) {
+          for (std::int64_t i = begin; i < end; ++i) yv[i] = row_times(m, i, xv);
+          return;
+        }
+        for (std::int64_t i = begin; i < end; ++i) {
+          const V s = row_times(m, i, xv);
+          yv[i] = s;
+          acc += conj_if_complex(wv[i]) * s;
+        }
+      });
+    } else {
+      const V* __restrict gv = nb > 0 ? g.data_ptr<V>() : nullptr;  // ghost column owned + j is g[j]
+      for (std::int64_t k = 0; k < nb; ++k) {
+        const auto i = b[k];
+        const auto split = first_ghost(m, i, owned);
+        V s{};
+        for (std::int64_t e = m.rp[i]; e < split; ++e) s += m.av[e] * xv[m.ci[e]];
+        for (std::int64_t e = split; e < m.rp[i + 1]; ++e) s += m.av[e] * gv[static_cast<std::int64_t>(m.ci[e]) - owned];
+        yv[i] = s;
+        if (wv) acc += conj_if_complex(wv[i]) * s;
+      }
     }
     dot = widen(acc);
   });
   return dot;
 }
 
-/// x += A^T y[rows] for a row-compressed block A (the transpose of spmv_rows_add_dot's product).
-inline void spmv_transpose_rows_add(const Csr& a, const at::Tensor& rows, const at::Tensor& y,
-                                    at::Tensor& x, bool conjugate = false) {
+/// The transpose of spmv_halo's product, in the same two halves: `ghost_phase` true: g[j] +=
+/// A[i, owned + j] y[i] over the boundary rows (what goes back to the ghosts' owners: run it
+/// first); false: x += the owned columns' part of Aᵀ y over all rows. Aᴴ when `conjugate`.
+inline void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& y,
+                                at::Tensor& x, at::Tensor& g, bool ghost_phase, bool conjugate = false) {
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
-    const auto* ri = rows.data_ptr<std::int64_t>();
     const auto* yv = y.data_ptr<V>();
+    const auto* b = boundary.data_ptr<std::int64_t>();
+    const auto nb = boundary.numel();
+    const auto entry = [&](std::int64_t e) { return conjugate ? conj_if_complex(m.av[e]) : m.av[e]; };
+    if (ghost_phase) {
+      auto* gv = nb > 0 ? g.data_ptr<V>() : nullptr;
+      for (std::int64_t k = 0; k < nb; ++k) {
+        const auto i = b[k];
+        for (auto e = first_ghost(m, i, owned); e < m.rp[i + 1]; ++e) gv[static_cast<std::int64_t>(m.ci[e]) - owned] += entry(e) * yv[i];
+      }
+      return;
+    }
     auto* xv = x.data_ptr<V>();
-    for (std::int64_t i = 0; i < a.rows; ++i) {
-      const V yi = yv[ri[i]];
-      for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) xv[m.ci[k]] += (conjugate ? conj_if_complex(m.av[k]) : m.av[k]) * yi;
+    interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+        for (std::int64_t e = m.rp[i]; e < m.rp[i + 1]; ++e) xv[m.ci[e]] += entry(e) * yv[i];
+    });
+    for (std::int64_t k = 0; k < nb; ++k) {
+      const auto i = b[k];
+      const auto split = first_ghost(m, i, owned);
+      for (std::int64_t e = m.rp[i]; e < split; ++e) xv[m.ci[e]] += entry(e) * yv[i];
     }
   });
 }

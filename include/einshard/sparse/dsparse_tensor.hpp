@@ -373,10 +373,12 @@ class DSparseTensor final : public detail::Operator {
     const auto k = x.size(1);
     auto& ghosts = scratch_.ghosts(x);
     std::vector<double> dots(w.defined() ? static_cast<std::size_t>(k) : 0, 0.0);
+    const auto owned = domain_->local_size();
     scratch_.exchange()->start(x, ghosts);
-    detail::spmm_rows(diag_, {}, x, y, /*accumulate=*/false, w, dots.data());
+    detail::spmm_halo(hot_, boundary_, owned, x, ghosts, y, /*boundary_phase=*/false, w, dots.data());
     scratch_.exchange()->finish();
-    if (off_.rows > 0) detail::spmm_rows(off_, off_rows_, ghosts, y, /*accumulate=*/true, w, dots.data());
+    if (boundary_.numel() > 0)
+      detail::spmm_halo(hot_, boundary_, owned, x, ghosts, y, /*boundary_phase=*/true, w, dots.data());
     return dots;
   }
 
@@ -386,10 +388,11 @@ class DSparseTensor final : public detail::Operator {
   /// y = A x on owned slices, returning the local partial <w, y>: the hot path of the solvers.
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
     auto& ghosts = scratch_.ghosts(x);
+    const auto owned = domain_->local_size();
     scratch_.exchange()->start(x, ghosts);
-    auto dot = detail::spmv_dot(diag_, x, y, w);
+    auto dot = detail::spmv_halo(hot_, boundary_, owned, x, ghosts, y, w, /*boundary_phase=*/false);
     scratch_.exchange()->finish();
-    if (off_.rows > 0) dot += detail::spmv_rows_add_dot(off_, off_rows_, ghosts, y, w);
+    if (boundary_.numel() > 0) dot += detail::spmv_halo(hot_, boundary_, owned, x, ghosts, y, w, /*boundary_phase=*/true);
     return dot;
   }
 
@@ -592,83 +595,28 @@ class DSparseTensor final : public detail::Operator {
     return detail::SolveFunction::apply(b, local_.values, x, adjoint);
   }
 
-  /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back
-  /// while the diagonal block runs.
+  /// x = Aᵀ y or Aᴴ y on owned slices: the ghost columns' contributions travel back while the
+  /// owned columns' part runs.
   void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
+    const auto owned = domain_->local_size();
     auto ghosts = at::zeros({plan_->ghost_count()}, y.options());
-    detail::spmv_transpose_rows_add(off_, off_rows_, y, ghosts, conjugate);
+    detail::spmv_transpose_halo(hot_, boundary_, owned, y, x, ghosts, /*ghost_phase=*/true, conjugate);
     scratch_.exchange()->start_reverse(ghosts);
     x.zero_();
-    detail::spmv_transpose_add(diag_, y, x, 0, diag_.rows, conjugate);
+    detail::spmv_transpose_halo(hot_, boundary_, owned, y, x, ghosts, /*ghost_phase=*/false, conjugate);
     scratch_.exchange()->finish_reverse(x);
   }
 
-  /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
-  /// One pass in stored order, no sort: the diagonal block is each row's entries with a column
-  /// below n_owned (a load maps a saved CSR back through here, so this is most of its cost
-  /// besides reading; torch's nonzero/cumsum/index_select passes took 5x as long).
+  /// The products' view of `local_`: the same column and value storage (no diagonal/off-diagonal
+  /// copies, so a loaded matrix takes no more memory than its file), and the boundary rows, whose
+  /// ghost columns wait for the halo exchange. O(rows).
   void split_blocks() {
-    const auto n_rows = layout_->local_size(), n_owned = domain_->local_size(), n_ghost = plan_->ghost_count();
-    const auto rowptr = local_.rowptr.to(at::kLong).contiguous();
-    const auto col = local_.col.contiguous();
-    const auto k = local_.nnz();
-    in_diag_ = col < n_owned;
-    const auto k_diag = in_diag_.sum().item<std::int64_t>();
-    const auto longs = rowptr.options();
-    auto diag_ptr = at::empty({n_rows + 1}, longs), off_ptr = at::empty({n_rows + 1}, longs);
-    auto diag_col = at::empty({k_diag}, col.options().dtype(detail::index_type_for(n_owned)));
-    auto off_col = at::empty({k - k_diag}, col.options().dtype(detail::index_type_for(n_ghost)));
-    std::int64_t n_off_rows = 0;
-    const auto split = [&](auto c0, auto d0, auto o0) {
-      using C = decltype(c0);
-      using D = decltype(d0);
-      using O = decltype(o0);
-      const auto* rp = rowptr.data_ptr<std::int64_t>();
-      const auto* c = col.data_ptr<C>();
-      auto* dr = diag_ptr.data_ptr<std::int64_t>();
-      auto* orp = off_ptr.data_ptr<std::int64_t>();
-      auto* dc = diag_col.data_ptr<D>();
-      auto* oc = off_col.data_ptr<O>();
-      std::int64_t d = 0, o = 0;
-      dr[0] = 0;
-      orp[0] = 0;
-      for (std::int64_t i = 0; i < n_rows; ++i) {
-        const auto o_start = o;
-        for (auto e = rp[i]; e < rp[i + 1]; ++e) {
-          const auto j = static_cast<std::int64_t>(c[e]);
-          if (j < n_owned)
-            dc[d++] = static_cast<D>(j);
-          else
-            oc[o++] = static_cast<O>(j - n_owned);
-        }
-        dr[i + 1] = d;
-        if (o > o_start) orp[++n_off_rows] = o;
-      }
-    };
-    const bool c32 = col.scalar_type() == at::kInt, d32 = diag_col.scalar_type() == at::kInt,
-               o32 = off_col.scalar_type() == at::kInt;
-    const auto by_off = [&](auto c0, auto d0) {
-      if (o32) split(c0, d0, std::int32_t{}); else split(c0, d0, std::int64_t{});
-    };
-    const auto by_diag = [&](auto c0) {
-      if (d32) by_off(c0, std::int32_t{}); else by_off(c0, std::int64_t{});
-    };
-    if (c32) by_diag(std::int32_t{}); else by_diag(std::int64_t{});
-    // The rows with off-diagonal entries, from the row pointers of the diagonal block.
-    const auto off_count = (rowptr.slice(0, 1) - rowptr.slice(0, 0, n_rows)) - (diag_ptr.slice(0, 1) - diag_ptr.slice(0, 0, n_rows));
-    off_rows_ = (off_count > 0).nonzero().flatten().contiguous();
-    diag_ = Csr{n_rows, n_owned, diag_ptr, diag_col, {}};
-    off_ = Csr{n_off_rows, n_ghost, off_ptr.narrow(0, 0, n_off_rows + 1).clone(), off_col, {}};
+    boundary_ = detail::boundary_rows(local_, domain_->local_size());
+    hot_ = Csr{local_.rows, local_.cols, local_.rowptr, local_.col, {}};
     refresh_blocks();  // first: compact_rowptr counts the entries by their values
-    diag_ = detail::compact_rowptr(std::move(diag_));
-    off_ = detail::compact_rowptr(std::move(off_));
+    hot_ = detail::compact_rowptr(std::move(hot_));
   }
-  void refresh_blocks() {
-    const auto v = local_.values.detach();
-    diag_.values = v.masked_select(in_diag_);
-    off_.values = v.masked_select(in_diag_.logical_not());
-  }
-
+  void refresh_blocks() { hot_.values = local_.values.detach().contiguous(); }
 
   /// The values of `b`, after checking it has this matrix's structure (same halo plan: the
   /// results of value operations on one matrix, or the same assembly).
@@ -845,10 +793,8 @@ class DSparseTensor final : public detail::Operator {
   std::int64_t m_ = 0, n_ = 0;
   std::shared_ptr<const HaloPlan> plan_;
   Csr local_;     // owned rows x (owned + ghost) columns, the differentiable values
-  Csr diag_;      // owned x owned
-  Csr off_;       // rows off_rows_ x ghosts
-  at::Tensor off_rows_;
-  at::Tensor in_diag_;  // per stored entry: in the diagonal block (what refresh_blocks splits by)
+  Csr hot_;       // local_ as the products read it (shared storage; values detached, contiguous)
+  at::Tensor boundary_;  // local rows with ghost columns, ascending
   mutable detail::HaloScratch scratch_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
