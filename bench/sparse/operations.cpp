@@ -8,9 +8,10 @@
 //    (N - 1 + 1, counted exactly: the diameter plus the sweep that sees no change).
 //  * files: save and load of a 2-D Poisson matrix (`--grid`^2 rows) against writing and reading
 //    the same bytes per rank (the size of its partition file) with plain write()/read() (fsync
-//    after writing on both sides, like save). Reading is timed twice: into a buffer reused across
-//    repetitions (warm pages) and into freshly allocated memory (what a loader has to do: the
-//    kernel faults the pages in). Throughput = bytes / time; ratio = einshard / plain.
+//    after writing on both sides, like save). A sample is the slowest rank's time, on both sides.
+//    Reading is timed twice: into a buffer reused across repetitions (warm pages) and into a
+//    tensor allocated for the read (what a loader has to do: the kernel faults fresh pages in).
+//    Throughput = bytes / time; ratio = einshard / plain.
 //
 // Output: JSON lines on rank 0.
 //   {"bench":"components","ranks":P,"n":N,"rounds":r,"fastsv_ms":...,"lp_ms_per_sweep":...,
@@ -85,6 +86,13 @@ int label_propagation(const sp::DSparseTensor& D, int sweeps) {
     changed_sweeps += changed;
   }
   return changed_sweeps;
+}
+
+/// A sample of a collective step: the time until every rank is done (the slowest rank's time),
+/// taken the same way for einshard's calls and for the plain write()/read() of the same bytes.
+double slowest(double ms) {
+  MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return ms;
 }
 
 double plain_write(const std::string& file, const std::vector<char>& bytes) {
@@ -180,25 +188,29 @@ int main(int argc, char** argv) {
     std::vector<double> save, write, load, read, read_fresh;
     for (int k = 0; k < reps; ++k) {
       MPI_Barrier(MPI_COMM_WORLD);
-      save.push_back(timed_ms([&] { P.save(where.string()); }));
+      save.push_back(slowest(timed_ms([&] { P.save(where.string()); })));
       MPI_Barrier(MPI_COMM_WORLD);
-      write.push_back(plain_write(plain_file, buffer));
+      write.push_back(slowest(plain_write(plain_file, buffer)));
       MPI_Barrier(MPI_COMM_WORLD);
-      load.push_back(timed_ms([&] { (void)sp::DSparseTensor::load(where.string(), mesh); }));
+      load.push_back(slowest(timed_ms([&] { (void)sp::DSparseTensor::load(where.string(), mesh); })));
       MPI_Barrier(MPI_COMM_WORLD);
-      read.push_back(plain_read(plain_file, buffer));
-      // What any loader must do: read into memory it has just allocated (first-touch page faults).
-      read_fresh.push_back(timed_ms([&] {
-        std::unique_ptr<char[]> fresh(new char[bytes_per_rank]);
+      read.push_back(slowest(plain_read(plain_file, buffer)));
+      MPI_Barrier(MPI_COMM_WORLD);
+      // What any loader must do: read into memory it has just allocated, from the allocator the
+      // load's tensors come from (c10's), so both see the same first-touch page faults or the same
+      // reuse of freed memory (Open MPI's memory hooks keep freed blocks in the heap at > 1 rank).
+      read_fresh.push_back(slowest(timed_ms([&] {
+        const auto fresh = at::empty({static_cast<std::int64_t>(bytes_per_rank)}, at::kByte);
+        auto* into = static_cast<char*>(fresh.data_ptr());
         const int fd = ::open(plain_file.c_str(), O_RDONLY);
         std::size_t done = 0;
         while (done < bytes_per_rank) {
-          const auto r = ::read(fd, fresh.get() + done, bytes_per_rank - done);
+          const auto r = ::read(fd, into + done, bytes_per_rank - done);
           if (r <= 0) break;
           done += static_cast<std::size_t>(r);
         }
         ::close(fd);
-      }));
+      })));
     }
     double total = static_cast<double>(bytes_per_rank);
     MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);

@@ -90,6 +90,30 @@ TEST_CASE("eigsh: true magnitudes on an indefinite matrix (LM, SM) against dense
   CHECK(select(spectrum, sp::Which::smallest_magnitude, 2).abs().max().item<double>() < 0.5);  // interior values
 }
 
+TEST_CASE("eigsh: SM on a singular matrix returns its zero eigenvalues", "[sparse][eigsh]") {
+  const auto mesh = es::testing::world_mesh();
+  // Two 5 x 4 grids that share no edge, each with the graph Laplacian (rows sum to zero): the
+  // eigenvalue 0 twice (the constants of each grid), then the grids' smallest nonzero values.
+  auto one = es::testing::poisson2d(5, 4);
+  const auto off = one.rows != one.cols;
+  const auto degree = at::bincount(one.rows.masked_select(off), {}, one.n).to(at::kDouble);
+  one.values = at::where(off, one.values, degree.index_select(0, one.rows));
+  const Coo coo{at::cat({one.values, one.values}), at::cat({one.rows, one.rows + one.n}),
+                at::cat({one.cols, one.cols + one.n}), 2 * one.n};
+  const auto A = es::testing::dense(coo);
+  const auto spectrum = at::linalg_eigvalsh(A);
+  REQUIRE(spectrum.abs().lt(1e-12).sum().item<std::int64_t>() == 2);
+  using M = sp::PartitionMethod;
+  for (auto method : {M::simple, M::rcb}) {
+    auto xy = es::testing::grid_coords(5, 4);
+    xy = at::cat({xy, xy + 10.0});
+    const auto D = es::testing::distribute(coo, mesh, method, xy);
+    const auto e = D.eigsh({.k = 3, .which = sp::Which::smallest_magnitude, .tol = 1e-9, .maxiter = 300});
+    check_pairs(e, A, select(spectrum, sp::Which::smallest_magnitude, 3), 1e-8);
+    CHECK(max_abs(e.eigenvalues.narrow(0, 0, 2)) < 1e-8);
+  }
+}
+
 TEST_CASE("eigsh: a Jacobi preconditioner, a non-constant diagonal, uneven and empty shards", "[sparse][eigsh]") {
   const auto mesh = es::testing::world_mesh();
   auto coo = es::testing::poisson2d(7, 3);  // 21 rows: uneven at 2, 4 and 8 ranks

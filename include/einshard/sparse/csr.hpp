@@ -209,6 +209,7 @@ inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tens
 /// the exchange runs, then these; O(rows), reading one column per row.
 inline at::Tensor boundary_rows(const Csr& a, std::int64_t owned) {
   std::vector<std::int64_t> out;
+  if (a.cols <= owned) return at::empty({0}, at::kLong);  // no ghost slots (one rank)
   const auto rowptr = a.rowptr.to(at::kLong).contiguous();
   const auto* rp = rowptr.data_ptr<std::int64_t>();
   dispatch_csr(a, [&](auto, auto i0) {

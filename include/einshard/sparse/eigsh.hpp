@@ -12,9 +12,9 @@
 /// rank deficiency (converged residuals, P collinear with X) is handled without a distributed QR.
 ///
 /// `which`: LA and SA run LOBPCG on A itself. LM and SM are true magnitudes: LOBPCG runs on A^2
-/// (LM) or on A^-2 (SM, shift-invert at 0 by block CG solves with A^2), largest algebraic there, and a final
-/// Rayleigh-Ritz step with A on the converged block gives signed eigenvalues and separates
-/// +-lambda pairs. The preconditioner, when given, applies to the operator LOBPCG runs on.
+/// (LM) or on (A^2 + tau I)^-1 (SM: block CG solves; tau > 0 small, so a singular A works), largest
+/// algebraic there, and a final Rayleigh-Ritz step with A on the converged block gives signed
+/// eigenvalues and separates +-lambda pairs. The preconditioner, when given, applies to the operator LOBPCG runs on.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -235,12 +235,18 @@ inline EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
   if (options.which == W::largest_magnitude) {
     op = [this](const at::Tensor& x) { return apply_block(apply_block(x)); };
   } else if (options.which == W::smallest_magnitude) {
-    // The largest eigenvalues of A^-2: 1 / lambda^2, well separated at the small |lambda| end,
-    // so LOBPCG converges at the speed of LA there (A^2 would crowd them at 0). A^2 is positive
-    // definite, so A^-2 X is one block CG solve (all columns at once: one all-reduce of the
-    // column dots per half-step, not one solve per column); A must be nonsingular.
-    op = [this, &inner](const at::Tensor& x) {
-      const auto square = [this](const at::Tensor& v) { return apply_block(apply_block(v)); };
+    // The largest eigenvalues of (A^2 + tau I)^-1: 1 / (lambda^2 + tau), well separated at the
+    // small |lambda| end, so LOBPCG converges at the speed of LA there (A^2 would crowd them at
+    // 0). A^2 + tau I is positive definite even when A is singular, so each application is one
+    // block CG solve (all columns at once: one all-reduce of the column dots per half-step), and
+    // a zero eigenvalue comes out first (1 / tau) instead of stalling the solve. The shift keeps
+    // A's eigenvectors and their order by |lambda|; the Rayleigh-Ritz step with A below gives the
+    // values. tau = (1e-2 ||A||_inf)^2: far above the rounding of A^2 v (eps ||A||^2 ||v||), and
+    // the solves stay well conditioned (tau = 1e-12 ||A||^2 stalled LOBPCG on a double zero).
+    const double scale = norm("inf");
+    const double tau = scale > 0 ? (1e-2 * scale) * (1e-2 * scale) : 1.0;
+    op = [this, &inner, tau](const at::Tensor& x) {
+      const auto square = [this, tau](const at::Tensor& v) { return apply_block(apply_block(v)) + tau * v; };
       auto [y, iterations] = detail::block_cg(square, x, 1e-13, 100000, layout_->comm());
       inner += 2 * iterations * x.size(1);
       return y;

@@ -187,10 +187,12 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
     return "DSparseTensor::load: " + path + " is truncated or damaged: expected " + std::to_string(e.bytes) +
            " bytes (metadata), found " + std::to_string(st.st_size);
   }
+  // One allocation for the whole file, which the matrix's tensors then view in place.
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   const auto words = at::empty({(e.bytes + 15) / 16, 2}, at::kLong);
   auto* p = static_cast<unsigned char*>(words.data_ptr());
   Checksum sum(meta.version == 1 ? 1 : 4);
-  constexpr std::int64_t chunk = std::int64_t{1} << 22;
+  constexpr std::int64_t chunk = std::int64_t{1} << 20;  // still in L2 when the checksum reads it
   std::int64_t done = 0;
   while (done < e.bytes) {
     const auto r = ::read(fd, p + done, static_cast<std::size_t>(std::min(chunk, e.bytes - done)));
@@ -379,8 +381,8 @@ inline DSparseTensor DSparseTensor::load(const std::string& directory, const Mes
     if (own[0] != -own[1] || (own[0] == 0 && meta.m != meta.n))
       throw Error("DSparseTensor::load: the partition files in " + dir.string() +
                   " disagree on the columns' partition (files of different saves mixed?)");
-    auto layout = std::make_shared<const RowLayout>(d.view(s.owned, at::kLong), meta.m, comm);
-    auto domain = h.C < 0 ? layout : std::make_shared<const RowLayout>(d.view(s.owned_cols, at::kLong), meta.n, comm);
+    auto layout = std::make_shared<const RowLayout>(detail::AdoptRows{}, d.view(s.owned, at::kLong), meta.m, comm);
+    auto domain = h.C < 0 ? layout : std::make_shared<const RowLayout>(detail::AdoptRows{}, d.view(s.owned_cols, at::kLong), meta.n, comm);
     auto plan = detail::saved_plan(d, domain, path);
     Csr local{h.R, h.domain_owned() + h.G, d.view(s.rowptr, detail::LoadedPartition::index_type(h.rowptr_size)),
               d.view(s.col, detail::LoadedPartition::index_type(h.col_size)), d.view(s.values, dtype)};
