@@ -156,4 +156,12 @@ TEST_CASE("eigsh: bad k raises the same error on every rank", "[sparse][eigsh]")
     CHECK(e.find("eigsh: expected 1 <= k <= n = 16") != std::string::npos);
     CHECK(es::testing::agrees_on_every_rank(e));
   }
+  const auto coo = es::testing::poisson2d(4, 4);
+  const auto R = sp::DSparseTensor::partition(sp::SparseTensor(coo.values, coo.rows, coo.cols, {16, 19}), mesh);
+  for (const auto& e : {es::testing::error_of([&] { (void)R.eigsh({.k = 2}); }),
+                        es::testing::error_of([&] { (void)R.logdet(); })}) {
+    CHECK(e.find("expected a square") != std::string::npos);
+    CHECK(e.find("(16, 19)") != std::string::npos);
+    CHECK(es::testing::agrees_on_every_rank(e));
+  }
 }

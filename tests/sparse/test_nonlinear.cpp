@@ -121,6 +121,13 @@ TEST_CASE("nonlinear_solve: no solution (Bratu past the fold) is reported, not h
     (void)D.nonlinear_solve(g, g, other.zeros());
   });
   CHECK(bad.find("nonlinear_solve") != std::string::npos);
+  // An empty g' on one rank only: the same error on every rank, no hang.
+  const auto last = es::testing::world().size - 1;
+  const sp::PointwiseFunction none;
+  const auto empty = es::testing::error_of(
+      [&] { (void)D.nonlinear_solve(g, es::testing::world().rank == last ? none : sp::PointwiseFunction(g), D.zeros()); });
+  CHECK(empty.find("expected g and g' (dg), found an empty function") != std::string::npos);
+  CHECK(es::testing::agrees_on_every_rank(empty));
 }
 
 

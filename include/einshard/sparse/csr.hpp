@@ -42,7 +42,7 @@ inline Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at:
                       std::int64_t rows, std::int64_t cols) {
   if (values.dim() != 1 || row.dim() != 1 || col.dim() != 1 || values.numel() != row.numel() ||
       values.numel() != col.numel())
-    throw Error("sparse: COO values, row and col must be 1-D of the same length, got " +
+    throw Error("SparseTensor: expected 1-D values, row and col of one length, found lengths " +
                 std::to_string(values.numel()) + ", " + std::to_string(row.numel()) + " and " +
                 std::to_string(col.numel()));
   auto r = row.to(at::kLong).contiguous();
@@ -51,10 +51,10 @@ inline Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at:
     const auto rmin = r.min().item<std::int64_t>(), rmax = r.max().item<std::int64_t>();
     const auto cmin = c.min().item<std::int64_t>(), cmax = c.max().item<std::int64_t>();
     if (rmin < 0 || rmax >= rows)
-      throw Error("sparse: row index out of range: expected [0, " + std::to_string(rows) +
+      throw Error("SparseTensor: expected row indices in [0, " + std::to_string(rows) +
                   "), found " + std::to_string(rmin < 0 ? rmin : rmax));
     if (cmin < 0 || cmax >= cols)
-      throw Error("sparse: column index out of range: expected [0, " + std::to_string(cols) +
+      throw Error("SparseTensor: expected column indices in [0, " + std::to_string(cols) +
                   "), found " + std::to_string(cmin < 0 ? cmin : cmax));
   }
   // One sort on the linear key orders by (row, col); unique_consecutive finds the duplicates.
@@ -151,8 +151,8 @@ inline void spmv_rows(const Csr& a, const at::Tensor& x, at::Tensor& y, std::int
 /// y = A x for all rows (y allocated when undefined).
 inline at::Tensor spmv(const Csr& a, const at::Tensor& x) {
   if (x.dim() != 1 || x.numel() != a.cols)
-    throw Error("sparse: matvec expects a vector of length " + std::to_string(a.cols) +
-                ", got shape " + std::string(c10::str(x.sizes())));
+    throw Error("matvec: expected a vector of length " + std::to_string(a.cols) +
+                ", found shape " + std::string(c10::str(x.sizes())));
   const auto xc = x.to(a.dtype()).contiguous();
   auto y = at::empty({a.rows}, a.values.options());
   spmv_rows(a, xc, y, 0, a.rows);
@@ -337,8 +337,8 @@ inline void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
 /// x = A^T y (A^H y when `conjugate`).
 inline at::Tensor spmv_transpose(const Csr& a, const at::Tensor& y, bool conjugate = false) {
   if (y.dim() != 1 || y.numel() != a.rows)
-    throw Error("sparse: transposed matvec expects a vector of length " + std::to_string(a.rows) +
-                ", got shape " + std::string(c10::str(y.sizes())));
+    throw Error("rmatvec: expected a vector of length " + std::to_string(a.rows) +
+                ", found shape " + std::string(c10::str(y.sizes())));
   const auto yc = y.to(a.dtype()).contiguous();
   auto x = at::zeros({a.cols}, a.values.options());
   spmv_transpose_add(a, yc, x, 0, a.rows, conjugate);

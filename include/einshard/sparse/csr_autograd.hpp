@@ -109,14 +109,14 @@ struct CsrProduct : torch::autograd::Function<CsrProduct> {
 inline void check_product_operands(const Csr& pattern, const at::Tensor& values,
                                    const at::Tensor& x, std::int64_t length, const char* what) {
   if (values.dim() != 1 || values.numel() != pattern.col.numel())
-    throw Error(std::string("sparse: ") + what + " expects " + std::to_string(pattern.col.numel()) +
-                " values (the pattern's nnz), got shape " + std::string(c10::str(values.sizes())));
+    throw Error(std::string(what) + ": expected " + std::to_string(pattern.col.numel()) +
+                " values (the pattern's nnz), found shape " + std::string(c10::str(values.sizes())));
   if ((x.dim() != 1 && x.dim() != 2) || x.size(0) != length)
-    throw Error(std::string("sparse: ") + what + " expects a vector of length " +
+    throw Error(std::string(what) + ": expected a vector of length " +
                 std::to_string(length) + " or a multi-vector (" + std::to_string(length) +
-                ", k), got shape " + std::string(c10::str(x.sizes())));
+                ", k), found shape " + std::string(c10::str(x.sizes())));
   if (!values.device().is_cpu() || !x.device().is_cpu())
-    throw Error(std::string("sparse: ") + what + " runs on CPU tensors, got values on " +
+    throw Error(std::string(what) + ": expected CPU tensors, found values on " +
                 values.device().str() + " and x on " + x.device().str());
 }
 

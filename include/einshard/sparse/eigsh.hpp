@@ -219,7 +219,10 @@ inline EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
   const auto k = options.k;
   const auto m = options.block_size > 0 ? std::min(options.block_size, n_) : std::min(std::max(2 * k, k + 2), n_);
   std::string fault;
-  if (k < 1 || k > n_)
+  if (m_ != n_)
+    fault = "DSparseTensor::eigsh: expected a square (symmetric) matrix, found shape (" + std::to_string(m_) + ", " +
+            std::to_string(n_) + ")";
+  else if (k < 1 || k > n_)
     fault = "DSparseTensor::eigsh: expected 1 <= k <= n = " + std::to_string(n_) + ", got k = " + std::to_string(k);
   else if (m < k)
     fault = "DSparseTensor::eigsh: expected block_size >= k = " + std::to_string(k) + ", got " + std::to_string(m);

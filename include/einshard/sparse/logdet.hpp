@@ -105,7 +105,10 @@ inline at::Tensor DSparseTensor::logdet() const { return logdet(LogdetOptions{})
 
 inline at::Tensor DSparseTensor::logdet(const LogdetOptions& options) const {
   std::string fault;
-  if (options.probes < 1 || options.lanczos_steps < 1)
+  if (m_ != n_)
+    fault = "DSparseTensor::logdet: expected a square matrix, found shape (" + std::to_string(m_) + ", " +
+            std::to_string(n_) + ")";
+  else if (options.probes < 1 || options.lanczos_steps < 1)
     fault = "DSparseTensor::logdet: expected probes >= 1 and lanczos_steps >= 1, got " +
             std::to_string(options.probes) + " and " + std::to_string(options.lanczos_steps);
   comm::raise_if_any(layout_->comm(), fault);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/comm/exchange.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/dvector.hpp"
 #include "einshard/sparse/krylov/gmres.hpp"
@@ -183,7 +184,8 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
 inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg,
                                                    const DVector& u0, const NewtonOptions& options) const {
   check_vector(u0, "nonlinear_solve", *layout_);
-  if (!g || !dg) throw Error("DSparseTensor::nonlinear_solve: expected g and g' (dg), got an empty function");
+  // Agreed: an empty function on one rank must not leave the others in Newton's collectives.
+  comm::raise_if_any(layout_->comm(), !g || !dg ? "DSparseTensor::nonlinear_solve: expected g and g' (dg), found an empty function" : "");
   const bool recording = at::GradMode::is_enabled();
   at::NoGradGuard no_grad;
   // Positions of the stored diagonal in values(): J's values are A's plus g'(u) there.
@@ -244,8 +246,9 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
 inline NewtonResult DSparseTensor::nonlinear_solve(const NonlinearResidual& residual, const DVector& u0,
                                                    const NewtonOptions& options) const {
   check_vector(u0, "nonlinear_solve", *layout_);
-  if (!residual.residual || !residual.jvp)
-    throw Error("DSparseTensor::nonlinear_solve: expected a residual and its jvp (J v), got an empty function");
+  comm::raise_if_any(layout_->comm(), !residual.residual || !residual.jvp
+                                          ? "DSparseTensor::nonlinear_solve: expected a residual and its jvp (J v), found an empty function"
+                                          : "");
   at::NoGradGuard no_grad;
   const SolveOptions linear{.method = Method::gmres, .rtol = options.linear_rtol, .maxiter = options.linear_maxiter,
                             .restart = options.restart, .residual_history = false};

@@ -65,15 +65,15 @@ inline at::Tensor simple_ids(std::int64_t n, int parts) {
 inline at::Tensor checked_coords(const PartitionOptions& options, std::int64_t n,
                                  const char* method) {
   if (!options.coords || !options.coords->defined())
-    throw Error(std::string("sparse: partition method ") + method +
-                " needs coordinates (PartitionOptions::coords, shape (n, d))");
+    throw Error(std::string("partition (method ") + method +
+                "): expected coordinates (PartitionOptions::coords, shape (n, d)), found none");
   const auto& c = *options.coords;
   if (c.dim() != 2 || c.size(0) != n || c.size(1) < 1)
-    throw Error(std::string("sparse: partition method ") + method +
-                " expects coords of shape (" + std::to_string(n) + ", d), got " +
+    throw Error(std::string("partition (method ") + method +
+                "): expected coords of shape (" + std::to_string(n) + ", d), found " +
                 std::string(c10::str(c.sizes())));
   if (at::isComplexType(c.scalar_type()))
-    throw Error(std::string("sparse: partition coords must be real, got ") +
+    throw Error(std::string("partition: expected real coords, found ") +
                 c10::toString(c.scalar_type()));
   return c.to(at::kCPU, at::kDouble).contiguous();
 }
@@ -177,7 +177,7 @@ inline at::Tensor hilbert_ids(const at::Tensor& coords, int parts) {
   constexpr int bits = 16;
   const std::int64_t n = coords.size(0), d = coords.size(1);
   if (d != 2 && d != 3)
-    throw Error("sparse: partition method hilbert needs 2-D or 3-D coordinates, got " +
+    throw Error("partition (method hilbert): expected 2-D or 3-D coordinates, found " +
                 std::to_string(d) + " per vertex");
   if (n == 0) return at::empty({0}, at::kLong);
   // Each axis scaled to [0, 2^16 - 1]; a flat axis maps to 0.
@@ -205,8 +205,8 @@ inline at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::i
   // At most one vertex per part (METIS refuses more parts than vertices).
   if (n <= parts) return simple_ids(n, parts);
   const auto too_big = [&](std::int64_t edges) {
-    return Error("sparse: partition method metis: the graph (" + std::to_string(n) +
-                 " vertices, " + std::to_string(edges) + " directed edges) does not fit METIS's " +
+    return Error("partition (method metis): expected a graph that fits METIS's idx_t, found one of (" + std::to_string(n) +
+                 " vertices, " + std::to_string(edges) + " directed edges) for its " +
                  std::to_string(8 * sizeof(idx_t)) + "-bit idx_t");
   };
   if (n > std::numeric_limits<idx_t>::max()) throw too_big(-1);
@@ -239,7 +239,7 @@ inline at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::i
     const int status = f(&nvtxs, &ncon, xadj.data(), adjncy.data(), nullptr, nullptr, nullptr,
                          &nparts, nullptr, nullptr, options, &objval, part.data());
     if (status != METIS_OK)
-      throw Error(std::string("sparse: METIS_PartGraph") + (kway ? "Kway" : "Recursive") +
+      throw Error(std::string("partition (method metis): METIS_PartGraph") + (kway ? "Kway" : "Recursive") +
                   " failed with status " + std::to_string(status) + " (" + std::to_string(n) +
                   " vertices, " + std::to_string(parts) + " parts)");
   };
@@ -263,7 +263,7 @@ inline at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::i
   (void)n;
   (void)parts;
   throw Error(
-      "sparse: partition method metis is not available: einshard was configured without libmetis "
+      "partition (method metis): expected einshard configured with libmetis, found a build without it "
       "(install metis.h and libmetis, e.g. Debian's libmetis-dev, and reconfigure)");
 #endif
 }
@@ -276,8 +276,8 @@ inline at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::i
 inline at::Tensor partition_ids(const at::Tensor& row, const at::Tensor& col, std::int64_t n,
                                 int parts, const PartitionOptions& options = {}) {
   if (parts < 1)
-    throw Error("sparse: partition_ids expects at least 1 part, got " + std::to_string(parts));
-  if (n < 0) throw Error("sparse: partition_ids expects n >= 0, got " + std::to_string(n));
+    throw Error("partition_ids: expected at least 1 part, found " + std::to_string(parts));
+  if (n < 0) throw Error("partition_ids: expected n >= 0, found " + std::to_string(n));
   switch (options.method) {
     case PartitionMethod::simple:
       return detail::simple_ids(n, parts);
@@ -294,19 +294,19 @@ inline at::Tensor partition_ids(const at::Tensor& row, const at::Tensor& col, st
     case PartitionMethod::metis: {
       if (!row.defined() || !col.defined() || row.dim() != 1 || col.dim() != 1 ||
           row.numel() != col.numel())
-        throw Error("sparse: partition method metis expects 1-D row and col of the same length");
+        throw Error("partition (method metis): expected 1-D row and col of one length, found other shapes");
       const auto r = row.to(at::kCPU, at::kLong), c = col.to(at::kCPU, at::kLong);
       if (r.numel() > 0) {
         const auto lo = std::min(r.min().item<std::int64_t>(), c.min().item<std::int64_t>());
         const auto hi = std::max(r.max().item<std::int64_t>(), c.max().item<std::int64_t>());
         if (lo < 0 || hi >= n)
-          throw Error("sparse: partition method metis: vertex index out of range: expected [0, " +
+          throw Error("partition (method metis): expected vertex indices in [0, " +
                       std::to_string(n) + "), found " + std::to_string(lo < 0 ? lo : hi));
       }
       return detail::metis_ids(r, c, n, parts);
     }
   }
-  throw Error("sparse: unknown partition method " +
+  throw Error("partition_ids: expected a known partition method, found method " +
               std::to_string(static_cast<int>(options.method)));
 }
 

@@ -42,8 +42,12 @@ class SparseTensor {
   static SparseTensor from_csr(Csr a) {
     if (!a.rowptr.defined() || !a.col.defined() || !a.values.defined() ||
         a.rowptr.numel() != a.rows + 1 || a.col.numel() != a.values.numel() || a.values.dim() != 1)
-      throw Error("sparse: from_csr expects rowptr of length rows + 1 = " +
-                  std::to_string(a.rows + 1) + " and col and values of the same length (nnz)");
+      throw Error("SparseTensor::from_csr: expected rowptr of length rows + 1 = " +
+                  std::to_string(a.rows + 1) + " and 1-D col and values of one length (nnz), found " +
+                  (a.rowptr.defined() && a.col.defined() && a.values.defined()
+                       ? "lengths " + std::to_string(a.rowptr.numel()) + ", " + std::to_string(a.col.numel()) +
+                             " and values of shape " + std::string(c10::str(a.values.sizes()))
+                       : std::string("an undefined tensor")));
     check_dtype(a.values.scalar_type());
     return SparseTensor(std::move(a));
   }
@@ -51,7 +55,7 @@ class SparseTensor {
   /// The nonzero entries of a 2-D tensor (differentiable w.r.t. `dense` at those entries).
   static SparseTensor from_dense(const at::Tensor& dense) {
     if (dense.dim() != 2)
-      throw Error("sparse: from_dense expects a 2-D tensor, got shape " +
+      throw Error("SparseTensor::from_dense: expected a 2-D tensor, found shape " +
                   std::string(c10::str(dense.sizes())));
     const auto nz = dense.nonzero();
     const auto row = nz.select(1, 0), col = nz.select(1, 1);
@@ -137,8 +141,8 @@ class SparseTensor {
   /// The same pattern with other values (nnz of them, in the order of `values()`).
   [[nodiscard]] SparseTensor with_values(const at::Tensor& values) const {
     if (values.dim() != 1 || values.numel() != nnz())
-      throw Error("sparse: with_values expects " + std::to_string(nnz()) +
-                  " values (the nnz), got shape " + std::string(c10::str(values.sizes())));
+      throw Error("SparseTensor::with_values: expected " + std::to_string(nnz()) +
+                  " values (the nnz), found shape " + std::string(c10::str(values.sizes())));
     check_dtype(values.scalar_type());
     return SparseTensor(detail::with_values(csr_, values));
   }
@@ -214,7 +218,7 @@ class SparseTensor {
       const auto lines = a.sum(ord == "1" ? 0 : 1);
       return lines.numel() == 0 ? at::zeros({}, lines.options()) : lines.max();
     }
-    throw Error("sparse: norm expects \"fro\", \"1\" or \"inf\", got \"" + std::string(ord) + "\"");
+    throw Error("SparseTensor::norm: expected ord \"fro\", \"1\" or \"inf\", found \"" + std::string(ord) + "\"");
   }
 
  private:
@@ -223,24 +227,24 @@ class SparseTensor {
   static void check_dtype(at::ScalarType t) {
     if (t != at::kFloat && t != at::kDouble && t != at::kComplexFloat && t != at::kComplexDouble)
       throw Error(
-          std::string("sparse: values must be float32, float64, complex64 or complex128, got ") +
+          std::string("SparseTensor: expected values of float32, float64, complex64 or complex128, found ") +
           c10::toString(t));
   }
 
   static Csr checked_coo_to_csr(const at::Tensor& values, const at::Tensor& row,
                                 const at::Tensor& col, std::array<std::int64_t, 2> shape) {
     if (shape[0] < 0 || shape[1] < 0)
-      throw Error("sparse: shape must be non-negative, got (" + std::to_string(shape[0]) + ", " +
+      throw Error("SparseTensor: expected a shape of sizes >= 0, found (" + std::to_string(shape[0]) + ", " +
                   std::to_string(shape[1]) + ")");
     if (!values.defined() || !row.defined() || !col.defined())
-      throw Error("sparse: SparseTensor expects defined values, row and col tensors");
+      throw Error("SparseTensor: expected defined values, row and col tensors, found an undefined one");
     check_dtype(values.scalar_type());
     if (at::isFloatingType(row.scalar_type()) || at::isComplexType(row.scalar_type()) ||
         at::isFloatingType(col.scalar_type()) || at::isComplexType(col.scalar_type()))
-      throw Error(std::string("sparse: row and col must be integer tensors, got ") +
+      throw Error(std::string("SparseTensor: expected integer row and col tensors, found ") +
                   c10::toString(row.scalar_type()) + " and " + c10::toString(col.scalar_type()));
     if (!values.device().is_cpu() || !row.device().is_cpu() || !col.device().is_cpu())
-      throw Error("sparse: SparseTensor holds CPU tensors, got values on " +
+      throw Error("SparseTensor: expected CPU tensors, found values on " +
                   values.device().str());
     return detail::coo_to_csr(values, row, col, shape[0], shape[1]);
   }
@@ -248,7 +252,7 @@ class SparseTensor {
   static std::int64_t normalize_axis(std::int64_t axis) {
     if (axis == 0 || axis == -2) return 0;
     if (axis == 1 || axis == -1) return 1;
-    throw Error("sparse: axis must be 0, 1, -1 or -2, got " + std::to_string(axis));
+    throw Error("SparseTensor::sum: expected axis 0, 1, -1 or -2, found " + std::to_string(axis));
   }
 
   /// The values in the dtype a product with `x` computes in (torch's type promotion).
@@ -263,8 +267,8 @@ class SparseTensor {
         (csr_.rowptr.is_same(b.csr_.rowptr) || at::equal(csr_.rowptr, b.csr_.rowptr)) &&
         (csr_.col.is_same(b.csr_.col) || at::equal(csr_.col, b.csr_.col));
     if (!same)
-      throw Error(std::string("sparse: SparseTensor ") + op +
-                  " SparseTensor needs identical sparsity patterns, got shapes (" +
+      throw Error(std::string("SparseTensor ") + op +
+                  " SparseTensor: expected identical sparsity patterns, found shapes (" +
                   std::to_string(csr_.rows) + ", " + std::to_string(csr_.cols) + ") with nnz " +
                   std::to_string(nnz()) + " and (" + std::to_string(b.csr_.rows) + ", " +
                   std::to_string(b.csr_.cols) + ") with nnz " + std::to_string(b.nnz()) +
@@ -275,7 +279,7 @@ class SparseTensor {
 
   void check_not_empty(const char* what) const {
     if (nnz() == 0)
-      throw Error(std::string("sparse: ") + what + " of a matrix with no stored values");
+      throw Error(std::string("SparseTensor::") + what + ": expected stored values, found a matrix without any");
   }
 
   [[nodiscard]] bool matches_transpose(double atol, double rtol, bool conjugate) const {
