@@ -1,0 +1,221 @@
+#pragma once
+/// @file
+/// GMRES(m) and FGMRES(m) for k right-hand sides at once: k Arnoldi processes (gmres.hpp's, one per
+/// column) in lockstep on a basis of (n_local, k) blocks. Per step one block product (one halo
+/// exchange for all k columns) and one all-reduce per Gram–Schmidt pass carrying every column's
+/// h = Vᴴw together with <w, w> (classical Gram–Schmidt with the norm folded in, as in gmres.hpp),
+/// so k columns cost what one does in messages. The Gram–Schmidt dots and the update w −= V h are
+/// each one pass over the block's rows for all basis vectors and columns.
+///
+/// Each column has its own Hessenberg matrix, rotations, stop test and second-pass decision
+/// (DGKS, per column): its arithmetic is that of its single solve. A column that stops, or whose
+/// cycle ends early (lucky breakdown), gets zero basis vectors for the rest of the cycle and waits
+/// for the restart; a stopped one is frozen.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <string>
+#include <vector>
+
+#include "einshard/error.hpp"
+#include "einshard/sparse/krylov/block.hpp"
+
+namespace einshard::sparse::detail {
+
+/// This rank's <V_l[:, j], w[:, j]> for l < count (at l k + j), then <w_j, w_j> (at count k + j),
+/// in one pass over the rows. `V`: (≥ count, n, k) contiguous, `w`: (n, k).
+inline std::vector<std::complex<double>> block_gram(const at::Tensor& V, std::int64_t count, const at::Tensor& w) {
+  const auto n = w.size(0), k = w.size(1);
+  std::vector<std::complex<double>> out(static_cast<std::size_t>((count + 1) * k));
+  dispatch_values(w.scalar_type(), [&](auto v0) {
+    using T = decltype(v0);
+    std::vector<T> acc(out.size());
+    T* __restrict a = acc.data();
+    const T* __restrict vb = V.data_ptr<T>();
+    const T* __restrict wb = w.data_ptr<T>();
+    const auto stride = n * k;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T* wr = wb + i * k;
+      for (std::int64_t l = 0; l < count; ++l) {
+        const T* vr = vb + l * stride + i * k;
+        T* al = a + l * k;
+        for (std::int64_t j = 0; j < k; ++j) al[j] += conj_if_complex(vr[j]) * wr[j];
+      }
+      T* an = a + count * k;
+      for (std::int64_t j = 0; j < k; ++j) an[j] += conj_if_complex(wr[j]) * wr[j];
+    }
+    for (std::size_t e = 0; e < out.size(); ++e) out[e] = widen(acc[e]);
+  });
+  return out;
+}
+
+/// out[:, j] += Σ_{l < count} c[l k + j] V_l[:, j], one pass over the rows.
+inline void block_combine(at::Tensor& out, const at::Tensor& V, std::int64_t count,
+                          const std::vector<std::complex<double>>& c) {
+  const auto n = out.size(0), k = out.size(1);
+  dispatch_values(out.scalar_type(), [&](auto v0) {
+    using T = decltype(v0);
+    const auto coef = as_values<T>(c);
+    const T* __restrict cb = coef.data();
+    const T* __restrict vb = V.data_ptr<T>();
+    T* __restrict ob = out.data_ptr<T>();
+    const auto stride = n * k;
+    for (std::int64_t i = 0; i < n; ++i) {
+      T* o = ob + i * k;
+      for (std::int64_t l = 0; l < count; ++l) {
+        const T* vr = vb + l * stride + i * k;
+        const T* cl = cb + l * k;
+        for (std::int64_t j = 0; j < k; ++j) o[j] += cl[j] * vr[j];
+      }
+    }
+  });
+}
+
+inline SolveResult block_gmres(const Operator& A, const DVector& B, Preconditioner kind, const PreconditionerOp* m,
+                               const SolveOptions& o, bool flexible = false) {
+  using C = std::complex<double>;
+  if (o.restart < 1)
+    throw Error(std::string("DSparseTensor::solve (") + (flexible ? "fgmres" : "gmres") +
+                "): .restart must be at least 1, got " + std::to_string(o.restart));
+  const MPI_Comm comm = A.layout()->comm();
+  return run_block(A, B, o, [&](BlockStarted& st, BlockProgress& progress) {
+    const auto& bl = st.b;
+    auto& x = st.x;
+    auto& r = st.r;
+    auto beta = st.rnorm;
+    const auto n = bl.size(0), k = bl.size(1);
+    const auto kk = static_cast<std::size_t>(k);
+    const PreconditionerUse M(kind, m, bl);
+    const int mm = o.restart;
+    auto V = at::empty({mm + 1, n, k}, bl.options());
+    auto z = M.identity ? at::Tensor() : at::empty_like(bl);
+    const bool keep_z = flexible && !M.identity;
+    auto Z = keep_z ? at::empty({mm, n, k}, bl.options()) : at::Tensor();
+    const double keep = o.reorthogonalize == Reorthogonalize::if_needed ? 0.5 : 0.0;
+    const auto hsize = static_cast<std::size_t>((mm + 1) * mm);
+    std::vector<std::vector<C>> H(kk, std::vector<C>(hsize)), g(kk), cs(kk), sn(kk);
+    std::vector<int> built(kk), iterations(kk, 0);
+    std::vector<char> in_cycle(kk);
+    const auto h = [&](std::size_t c, int i, int j) -> C& { return H[c][static_cast<std::size_t>(i * mm + j)]; };
+    // The basis's next vector scaled per column (0: the column is out of the cycle).
+    std::vector<C> scale(kk);
+    const auto scale_into = [&](at::Tensor out, const at::Tensor& in) {
+      at::mul_out(out, in, tensor_like(scale, bl));
+    };
+    while (progress.any()) {
+      for (std::size_t c = 0; c < kk; ++c) {
+        const bool on = progress.active(static_cast<std::int64_t>(c));
+        in_cycle[c] = on;
+        built[c] = 0;
+        scale[c] = on ? 1.0 / beta[c] : 0.0;
+        g[c].assign(static_cast<std::size_t>(mm + 1), C(0));
+        g[c][0] = beta[c];
+        cs[c].assign(static_cast<std::size_t>(mm), C(0));
+        sn[c].assign(static_cast<std::size_t>(mm), C(0));
+      }
+      scale_into(V[0], r);
+      for (int j = 0; j < mm && std::count(in_cycle.begin(), in_cycle.end(), 1) > 0; ++j) {
+        const auto vj = V[j];
+        auto w = V[j + 1];
+        auto zj = keep_z ? Z[j] : z;
+        if (!M.identity) apply_block_preconditioner(M, vj, zj);
+        (void)A.apply_block(M.identity ? vj : zj, w, {});
+        // Classical Gram–Schmidt for every column with <w, w> in the same reduction; a second
+        // pass for the columns whose first left no more than `keep` of ‖w‖².
+        std::vector<double> norm2(kk, 0.0);
+        std::vector<char> pass_on(in_cycle);
+        for (int pass = 0; pass < 2; ++pass) {
+          auto dots = sum_complex(block_gram(V, j + 1, w), comm);
+          std::vector<C> coef(static_cast<std::size_t>((j + 1) * k), C(0));
+          bool again = false;
+          for (std::size_t c = 0; c < kk; ++c) {
+            if (!pass_on[c]) continue;
+            const double ww = dots[static_cast<std::size_t>(j + 1) * kk + c].real();
+            norm2[c] = ww;
+            for (int i = 0; i <= j; ++i) {
+              const C d = dots[static_cast<std::size_t>(i) * kk + c];
+              coef[static_cast<std::size_t>(i) * kk + c] = -d;
+              h(c, i, j) = (pass == 0 ? C(0) : h(c, i, j)) + d;
+              norm2[c] -= std::norm(d);
+            }
+            pass_on[c] = norm2[c] <= keep * ww;
+            again = again || pass_on[c];
+          }
+          block_combine(w, V, j + 1, coef);
+          if (!again) break;
+        }
+        for (std::size_t c = 0; c < kk; ++c) {
+          scale[c] = 0.0;
+          if (!in_cycle[c]) continue;
+          const auto col = static_cast<std::int64_t>(c);
+          const double hn = std::sqrt(std::max(norm2[c], 0.0));
+          h(c, j + 1, j) = hn;
+          for (int i = 0; i < j; ++i) {
+            const C a = h(c, i, j), b = h(c, i + 1, j);
+            h(c, i, j) = std::conj(cs[c][i]) * a + std::conj(sn[c][i]) * b;
+            h(c, i + 1, j) = -sn[c][i] * a + cs[c][i] * b;
+          }
+          const C a = h(c, j, j);
+          const double d = std::hypot(std::abs(a), hn);
+          if (d == 0.0 || !std::isfinite(d)) {
+            progress.freeze_if(col, progress[col].stop(std::isfinite(d) ? StopReason::breakdown : StopReason::nan));
+            in_cycle[c] = 0;
+            continue;
+          }
+          cs[c][j] = a / d;
+          sn[c][j] = hn / d;
+          h(c, j, j) = d;
+          h(c, j + 1, j) = 0;
+          g[c][j + 1] = -sn[c][j] * g[c][j];
+          g[c][j] = std::conj(cs[c][j]) * g[c][j];
+          built[c] = j + 1;
+          if (progress.freeze_if(col, progress[col].record(++iterations[c], std::abs(g[c][j + 1]))) || hn == 0.0) {
+            in_cycle[c] = 0;  // stopped, or a lucky breakdown: the Krylov space holds the solution
+            continue;
+          }
+          scale[c] = 1.0 / hn;
+        }
+        scale_into(w, w);
+      }
+      // x += M⁻¹ V y (Z y for FGMRES) per column, y from H y = g on the columns it built.
+      const int most = *std::max_element(built.begin(), built.end());
+      if (most > 0) {
+        std::vector<C> y(static_cast<std::size_t>(most) * kk, C(0));
+        for (std::size_t c = 0; c < kk; ++c)
+          for (int i = built[c] - 1; i >= 0; --i) {
+            C s = g[c][static_cast<std::size_t>(i)];
+            for (int l = i + 1; l < built[c]; ++l) s -= h(c, i, l) * y[static_cast<std::size_t>(l) * kk + c];
+            y[static_cast<std::size_t>(i) * kk + c] = s / h(c, i, i);
+          }
+        if (keep_z || M.identity) {
+          block_combine(x, keep_z ? Z : V, most, y);
+        } else {
+          auto vy = at::zeros_like(bl);
+          block_combine(vy, V, most, y);
+          apply_block_preconditioner(M, vy, z);
+          // Only the columns that built something move (M of a zero column need not be zero).
+          for (std::size_t c = 0; c < kk; ++c) scale[c] = built[c] > 0 ? 1.0 : 0.0;
+          x.add_(z * tensor_like(scale, bl));
+        }
+      }
+      if (!progress.any()) break;
+      // Restart every column still going from its true residual.
+      auto ax = V[0];
+      (void)A.apply_block(x, ax, {});
+      at::sub_out(r, bl, ax);
+      const auto rr = sum_over(block_dots(r, r), comm);
+      for (std::size_t c = 0; c < kk; ++c) {
+        const auto col = static_cast<std::int64_t>(c);
+        beta[c] = std::sqrt(rr[c]);
+        if (!progress.active(col)) continue;
+        if (beta[c] == 0.0 || !std::isfinite(beta[c]))  // exact, or lost: the recorded estimate was not
+          progress.freeze_if(col, progress[col].stop(beta[c] == 0.0 ? StopReason::converged_rtol : StopReason::nan));
+      }
+    }
+  });
+}
+
+}  // namespace einshard::sparse::detail
