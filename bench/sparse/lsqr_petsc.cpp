@@ -36,7 +36,9 @@
 // BiCGStab, MINRES), against 8 single solves of its columns.
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
-//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs]
+//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs] [--multi-variants standard,gmres,...]
+//
+// (GMRES's block basis is 31 blocks of (n_local, 8): leave it out on a large --multi-grid.)
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -75,6 +77,8 @@ struct Config {
   std::int64_t backward_grid = 200;
   std::int64_t multi_grid = 300;
   bool lsqr = true, backward = true, multi_rhs = true;
+  /// Multi-RHS variants to run (comma-separated names of the JSON's "variant"); all by default.
+  std::string multi_variants = "standard,single_reduction,gmres,bicgstab,minres";
 };
 
 Config parse(int argc, char** argv) {
@@ -90,6 +94,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--reps") c.reps = std::stoi(next());
     else if (a == "--backward-grid") c.backward_grid = std::stoll(next());
     else if (a == "--multi-grid") c.multi_grid = std::stoll(next());
+    else if (a == "--multi-variants") c.multi_variants = next();
     else if (a == "--cases") {
       const auto v = next();
       c.lsqr = v.find("lsqr") != std::string::npos;
@@ -311,6 +316,7 @@ void run_multi_rhs(const Config& cfg) {
         Variant{"minres", sp::Method::minres, sp::CgVariant::standard}}) {
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
                              .maxiter = cfg.iters, .cg_variant = variant, .residual_history = false};
+    if (("," + cfg.multi_variants + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
     (void)D.solve(B, o);
     std::vector<double> t_block, t_single;
     double ar_block = 0.0, ar_single = 0.0;

@@ -5,7 +5,7 @@
 /// exchange for all k columns) and one all-reduce per Gram–Schmidt pass carrying every column's
 /// h = Vᴴw together with <w, w> (classical Gram–Schmidt with the norm folded in, as in gmres.hpp),
 /// so k columns cost what one does in messages. The Gram–Schmidt dots and the update w −= V h are
-/// each one pass over the block's rows for all basis vectors and columns.
+/// one batched BLAS call each for all k columns.
 ///
 /// Each column has its own Hessenberg matrix, rotations, stop test and second-pass decision
 /// (DGKS, per column): its arithmetic is that of its single solve. A column that stops, or whose
@@ -25,55 +25,6 @@
 
 namespace einshard::sparse::detail {
 
-/// This rank's <V_l[:, j], w[:, j]> for l < count (at l k + j), then <w_j, w_j> (at count k + j),
-/// in one pass over the rows. `V`: (≥ count, n, k) contiguous, `w`: (n, k).
-inline std::vector<std::complex<double>> block_gram(const at::Tensor& V, std::int64_t count, const at::Tensor& w) {
-  const auto n = w.size(0), k = w.size(1);
-  std::vector<std::complex<double>> out(static_cast<std::size_t>((count + 1) * k));
-  dispatch_values(w.scalar_type(), [&](auto v0) {
-    using T = decltype(v0);
-    std::vector<T> acc(out.size());
-    T* __restrict a = acc.data();
-    const T* __restrict vb = V.data_ptr<T>();
-    const T* __restrict wb = w.data_ptr<T>();
-    const auto stride = n * k;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const T* wr = wb + i * k;
-      for (std::int64_t l = 0; l < count; ++l) {
-        const T* vr = vb + l * stride + i * k;
-        T* al = a + l * k;
-        for (std::int64_t j = 0; j < k; ++j) al[j] += conj_if_complex(vr[j]) * wr[j];
-      }
-      T* an = a + count * k;
-      for (std::int64_t j = 0; j < k; ++j) an[j] += conj_if_complex(wr[j]) * wr[j];
-    }
-    for (std::size_t e = 0; e < out.size(); ++e) out[e] = widen(acc[e]);
-  });
-  return out;
-}
-
-/// out[:, j] += Σ_{l < count} c[l k + j] V_l[:, j], one pass over the rows.
-inline void block_combine(at::Tensor& out, const at::Tensor& V, std::int64_t count,
-                          const std::vector<std::complex<double>>& c) {
-  const auto n = out.size(0), k = out.size(1);
-  dispatch_values(out.scalar_type(), [&](auto v0) {
-    using T = decltype(v0);
-    const auto coef = as_values<T>(c);
-    const T* __restrict cb = coef.data();
-    const T* __restrict vb = V.data_ptr<T>();
-    T* __restrict ob = out.data_ptr<T>();
-    const auto stride = n * k;
-    for (std::int64_t i = 0; i < n; ++i) {
-      T* o = ob + i * k;
-      for (std::int64_t l = 0; l < count; ++l) {
-        const T* vr = vb + l * stride + i * k;
-        const T* cl = cb + l * k;
-        for (std::int64_t j = 0; j < k; ++j) o[j] += cl[j] * vr[j];
-      }
-    }
-  });
-}
-
 inline SolveResult block_gmres(const Operator& A, const DVector& B, Preconditioner kind, const PreconditionerOp* m,
                                const SolveOptions& o, bool flexible = false) {
   using C = std::complex<double>;
@@ -90,10 +41,15 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
     const auto kk = static_cast<std::size_t>(k);
     const PreconditionerUse M(kind, m, bl);
     const int mm = o.restart;
-    auto V = at::empty({mm + 1, n, k}, bl.options());
+    // The basis column by column, (k, m + 1, n): each column's Gram–Schmidt is then a BLAS
+    // matrix-vector product, all k of them one batched call (a pass over rows with the basis
+    // index and the columns inner ran at a quarter of BLAS's speed). The vector the product
+    // takes stays an (n, k) block; a transpose each way costs a pass over one block.
+    auto V = at::empty({k, mm + 1, n}, bl.options());
+    auto vj = at::empty_like(bl), w = at::empty_like(bl);
     auto z = M.identity ? at::Tensor() : at::empty_like(bl);
     const bool keep_z = flexible && !M.identity;
-    auto Z = keep_z ? at::empty({mm, n, k}, bl.options()) : at::Tensor();
+    auto Z = keep_z ? at::empty({k, mm, n}, bl.options()) : at::Tensor();
     const double keep = o.reorthogonalize == Reorthogonalize::if_needed ? 0.5 : 0.0;
     const auto hsize = static_cast<std::size_t>((mm + 1) * mm);
     std::vector<std::vector<C>> H(kk, std::vector<C>(hsize)), g(kk), cs(kk), sn(kk);
@@ -102,9 +58,7 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
     const auto h = [&](std::size_t c, int i, int j) -> C& { return H[c][static_cast<std::size_t>(i * mm + j)]; };
     // The basis's next vector scaled per column (0: the column is out of the cycle).
     std::vector<C> scale(kk);
-    const auto scale_into = [&](at::Tensor out, const at::Tensor& in) {
-      at::mul_out(out, in, tensor_like(scale, bl));
-    };
+    const auto scale_column = [&] { return tensor_like(scale, bl).unsqueeze(1); };
     while (progress.any()) {
       for (std::size_t c = 0; c < kk; ++c) {
         const bool on = progress.active(static_cast<std::int64_t>(c));
@@ -116,35 +70,42 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
         cs[c].assign(static_cast<std::size_t>(mm), C(0));
         sn[c].assign(static_cast<std::size_t>(mm), C(0));
       }
-      scale_into(V[0], r);
+      at::mul_out(vj, r, tensor_like(scale, bl));
+      V.select(1, 0).copy_(vj.t());
       for (int j = 0; j < mm && std::count(in_cycle.begin(), in_cycle.end(), 1) > 0; ++j) {
-        const auto vj = V[j];
-        auto w = V[j + 1];
-        auto zj = keep_z ? Z[j] : z;
-        if (!M.identity) apply_block_preconditioner(M, vj, zj);
-        (void)A.apply_block(M.identity ? vj : zj, w, {});
+        if (!M.identity) apply_block_preconditioner(M, vj, z);
+        if (keep_z) Z.select(1, j).copy_(z.t());
+        (void)A.apply_block(M.identity ? vj : z, w, {});
+        auto wt = w.t().contiguous();  // (k, n)
+        const auto basis = V.narrow(1, 0, j + 1);  // (k, j + 1, n)
         // Classical Gram–Schmidt for every column with <w, w> in the same reduction; a second
         // pass for the columns whose first left no more than `keep` of ‖w‖².
         std::vector<double> norm2(kk, 0.0);
         std::vector<char> pass_on(in_cycle);
         for (int pass = 0; pass < 2; ++pass) {
-          auto dots = sum_complex(block_gram(V, j + 1, w), comm);
+          // Per column: h = Vᴴ w (j + 1 values) and <w, w>, all k columns in one reduction.
+          const auto local = at::cat({at::bmm(basis.conj(), wt.unsqueeze(2)).squeeze(2),
+                                      at::bmm(wt.unsqueeze(1).conj(), wt.unsqueeze(2)).squeeze(2)},
+                                     1);  // (k, j + 2)
+          auto dots = sum_complex(host_complex(local.flatten()), comm);
+          const auto at_ = [&](int i, std::size_t c) { return dots[c * static_cast<std::size_t>(j + 2) + i]; };
           std::vector<C> coef(static_cast<std::size_t>((j + 1) * k), C(0));
           bool again = false;
           for (std::size_t c = 0; c < kk; ++c) {
             if (!pass_on[c]) continue;
-            const double ww = dots[static_cast<std::size_t>(j + 1) * kk + c].real();
+            const double ww = at_(j + 1, c).real();
             norm2[c] = ww;
             for (int i = 0; i <= j; ++i) {
-              const C d = dots[static_cast<std::size_t>(i) * kk + c];
-              coef[static_cast<std::size_t>(i) * kk + c] = -d;
+              const C d = at_(i, c);
+              coef[c * static_cast<std::size_t>(j + 1) + i] = d;
               h(c, i, j) = (pass == 0 ? C(0) : h(c, i, j)) + d;
               norm2[c] -= std::norm(d);
             }
             pass_on[c] = norm2[c] <= keep * ww;
             again = again || pass_on[c];
           }
-          block_combine(w, V, j + 1, coef);
+          // w −= V h, per column (a column out of the cycle has h = 0).
+          wt.unsqueeze(2).baddbmm_(basis.transpose(1, 2), tensor_like(coef, bl).view({k, j + 1, 1}), 1, -1);
           if (!again) break;
         }
         for (std::size_t c = 0; c < kk; ++c) {
@@ -178,24 +139,29 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
           }
           scale[c] = 1.0 / hn;
         }
-        scale_into(w, w);
+        wt.mul_(scale_column());
+        V.select(1, j + 1).copy_(wt);
+        vj.copy_(wt.t());
       }
       // x += M⁻¹ V y (Z y for FGMRES) per column, y from H y = g on the columns it built.
       const int most = *std::max_element(built.begin(), built.end());
       if (most > 0) {
-        std::vector<C> y(static_cast<std::size_t>(most) * kk, C(0));
+        std::vector<C> y(static_cast<std::size_t>(most) * kk, C(0));  // (k, most), zero past built[c]
+        const auto yi = [&](std::size_t c, int i) -> C& { return y[c * static_cast<std::size_t>(most) + i]; };
         for (std::size_t c = 0; c < kk; ++c)
           for (int i = built[c] - 1; i >= 0; --i) {
             C s = g[c][static_cast<std::size_t>(i)];
-            for (int l = i + 1; l < built[c]; ++l) s -= h(c, i, l) * y[static_cast<std::size_t>(l) * kk + c];
-            y[static_cast<std::size_t>(i) * kk + c] = s / h(c, i, i);
+            for (int l = i + 1; l < built[c]; ++l) s -= h(c, i, l) * yi(c, l);
+            yi(c, i) = s / h(c, i, i);
           }
+        const auto& basis = keep_z ? Z : V;
+        const auto vy = at::bmm(basis.narrow(1, 0, most).transpose(1, 2), tensor_like(y, bl).view({k, most, 1}))
+                            .squeeze(2)
+                            .t();  // (n, k)
         if (keep_z || M.identity) {
-          block_combine(x, keep_z ? Z : V, most, y);
+          x.add_(vy);
         } else {
-          auto vy = at::zeros_like(bl);
-          block_combine(vy, V, most, y);
-          apply_block_preconditioner(M, vy, z);
+          apply_block_preconditioner(M, vy.contiguous(), z);
           // Only the columns that built something move (M of a zero column need not be zero).
           for (std::size_t c = 0; c < kk; ++c) scale[c] = built[c] > 0 ? 1.0 : 0.0;
           x.add_(z * tensor_like(scale, bl));
@@ -203,9 +169,8 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
       }
       if (!progress.any()) break;
       // Restart every column still going from its true residual.
-      auto ax = V[0];
-      (void)A.apply_block(x, ax, {});
-      at::sub_out(r, bl, ax);
+      (void)A.apply_block(x, w, {});
+      at::sub_out(r, bl, w);
       const auto rr = sum_over(block_dots(r, r), comm);
       for (std::size_t c = 0; c < kk; ++c) {
         const auto col = static_cast<std::int64_t>(c);
