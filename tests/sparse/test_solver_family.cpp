@@ -269,7 +269,7 @@ TEST_CASE("several right-hand sides: D.solve(B) with an (n_local, k) block", "[s
     CHECK(s.info.iterations == std::max({s.info.columns[0].iterations, s.info.columns[1].iterations,
                                          s.info.columns[3].iterations}));
   }
-  // x0 as a block, another method (column by column), maxiter.
+  // x0 as a block, another method (block GMRES), maxiter.
   const auto warm = D.solve(dB, {.rtol = 1e-10, .x0 = D.scatter(ref)});
   for (const auto& c : warm.info.columns) CHECK(c.iterations == 0);
   const auto g = D.solve(dB, {.method = sp::Method::gmres, .rtol = 1e-10});
