@@ -24,17 +24,21 @@
 //   {"bench":"sparse_lsqr","method":"lsqr"|"lsmr","ranks":P,"grid":g,"m":2N,"n":N,"iterations":...,
 //    "einshard_ms_per_it":...,"petsc_lsqr_ms_per_it":...,"ratio":einshard time / PETSc time per
 //    iteration,"einshard_allreduce_per_it":...,"petsc_allreduce_per_it":...,"x_rel_diff":...}
-//   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"forward_ms":...,
+//   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"k":0|8,"forward_ms":...,
 //    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
-//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction","ranks":P,"grid":g,"k":8,
+//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
+//    "ranks":P,"grid":g,"k":8,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
 //    "allreduces_per_step_block":...,"allreduces_per_step_singles":...}
 //
-// Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (--multi-grid), CG + Jacobi
-// for exactly `--iters` iterations, against 8 single solves of its columns.
+// Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (--multi-grid), each method
+// with Jacobi for exactly `--iters` iterations (CG in both reduction organisations, GMRES(30),
+// BiCGStab, MINRES), against 8 single solves of its columns.
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
-//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs]
+//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs] [--multi-variants standard,gmres,...]
+//
+// (GMRES's block basis is 31 blocks of (n_local, 8): leave it out on a large --multi-grid.)
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -73,6 +77,8 @@ struct Config {
   std::int64_t backward_grid = 200;
   std::int64_t multi_grid = 300;
   bool lsqr = true, backward = true, multi_rhs = true;
+  /// Multi-RHS variants to run (comma-separated names of the JSON's "variant"); all by default.
+  std::string multi_variants = "standard,single_reduction,gmres,bicgstab,minres";
 };
 
 Config parse(int argc, char** argv) {
@@ -88,6 +94,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--reps") c.reps = std::stoi(next());
     else if (a == "--backward-grid") c.backward_grid = std::stoll(next());
     else if (a == "--multi-grid") c.multi_grid = std::stoll(next());
+    else if (a == "--multi-variants") c.multi_variants = next();
     else if (a == "--cases") {
       const auto v = next();
       c.lsqr = v.find("lsqr") != std::string::npos;
@@ -248,20 +255,24 @@ void run_backward(const Config& cfg) {
   const auto D = poisson(g, es::Mesh(MPI_COMM_WORLD, {P}, {"x"}));
   const auto n_local = D.layout()->local_size();
   const auto w = at::linspace(0.5, 1.5, n_local, at::kDouble);
+  for (const std::int64_t k : {std::int64_t{0}, std::int64_t{8}})  // 0: one vector; 8: an (n_local, 8) block
   for (const auto method : {sp::Method::cg, sp::Method::gmres}) {
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-8,
                              .residual_history = false};
     std::vector<double> t_fwd, t_bwd;
     int its = 0;
+    const auto wk = k == 0 ? w : w.unsqueeze(1).expand({n_local, k}).contiguous();
     for (int rep = 0; rep <= cfg.reps; ++rep) {  // rep 0: warm-up (and GMRES's Aᴴ assembly)
-      const auto b = at::ones({n_local}, at::kDouble).requires_grad_(true);
+      const auto b = (k == 0 ? at::ones({n_local}, at::kDouble)
+                             : at::linspace(1.0, 2.0, n_local * k, at::kDouble).view({n_local, k}))
+                         .requires_grad_(true);
       sp::DVector x;
       const double f = timed([&] {
         auto r = D.solve(D.vector(b), o);
         its = r.info.iterations;
         x = r.x;
       });
-      const auto loss = (x.local() * w).sum();
+      const auto loss = (x.local() * wk).sum();
       const double bw = timed([&] { loss.backward(); });
       if (rep > 0) {
         t_fwd.push_back(f);
@@ -270,18 +281,19 @@ void run_backward(const Config& cfg) {
     }
     if (world_rank() == 0)
       std::printf("{\"bench\":\"sparse_solve_backward\",\"method\":\"%s\",\"ranks\":%d,\"grid\":%lld,"
-                  "\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"backward_over_forward\":%.3f,"
+                  "\"k\":%lld,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"backward_over_forward\":%.3f,"
                   "\"forward_iterations\":%d,\"reps\":%d}\n",
-                  sp::to_string(method), P, static_cast<long long>(g), median(t_fwd) * 1e3, median(t_bwd) * 1e3,
+                  sp::to_string(method), P, static_cast<long long>(g), static_cast<long long>(k), median(t_fwd) * 1e3,
+                  median(t_bwd) * 1e3,
                   median(t_bwd) / median(t_fwd), its, cfg.reps);
     std::fflush(stdout);
   }
 }
 
-/// D.solve(B) with an (n_local, 8) block against 8 single solves of the same columns, CG with
-/// Jacobi, exactly `iters` iterations each (rtol = atol = 0), in both of CG's reduction
-/// organisations (standard: two all-reduces per step; single_reduction: one), with the all-reduces
-/// per step counted (block: for all 8 columns; singles: summed over the 8 solves).
+/// D.solve(B) with an (n_local, 8) block against 8 single solves of the same columns, with Jacobi,
+/// exactly `iters` iterations each (rtol = atol = 0): CG in both reduction organisations
+/// (standard: two all-reduces per step; single_reduction: one), GMRES(30), BiCGStab and MINRES,
+/// with the all-reduces per step counted (block: for all 8 columns; singles: summed over the 8).
 void run_multi_rhs(const Config& cfg) {
   const auto g = cfg.multi_grid;
   const std::int64_t k = 8;
@@ -291,9 +303,20 @@ void run_multi_rhs(const Config& cfg) {
   const auto B = D.vector(at::rand({D.layout()->local_size(), k}, gen, at::kDouble));
   std::vector<sp::DVector> cols;
   for (std::int64_t j = 0; j < k; ++j) cols.push_back(D.vector(B.local().select(1, j).contiguous()));
-  for (const auto variant : {sp::CgVariant::standard, sp::CgVariant::single_reduction}) {
-    const sp::SolveOptions o{.preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0, .maxiter = cfg.iters,
-                             .cg_variant = variant, .residual_history = false};
+  struct Variant {
+    const char* name;
+    sp::Method method;
+    sp::CgVariant cg;
+  };
+  for (const auto& [name, method, variant] :
+       {Variant{"standard", sp::Method::cg, sp::CgVariant::standard},
+        Variant{"single_reduction", sp::Method::cg, sp::CgVariant::single_reduction},
+        Variant{"gmres", sp::Method::gmres, sp::CgVariant::standard},
+        Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard},
+        Variant{"minres", sp::Method::minres, sp::CgVariant::standard}}) {
+    const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
+                             .maxiter = cfg.iters, .cg_variant = variant, .residual_history = false};
+    if (("," + cfg.multi_variants + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
     (void)D.solve(B, o);
     std::vector<double> t_block, t_single;
     double ar_block = 0.0, ar_single = 0.0;
@@ -311,7 +334,7 @@ void run_multi_rhs(const Config& cfg) {
       std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"k\":%lld,"
                   "\"iterations\":%d,\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,"
                   "\"allreduces_per_step_block\":%.2f,\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
-                  variant == sp::CgVariant::standard ? "standard" : "single_reduction", P, static_cast<long long>(g),
+                  name, P, static_cast<long long>(g),
                   static_cast<long long>(k), cfg.iters, median(t_block) * 1e3, median(t_single) * 1e3,
                   median(t_single) / median(t_block), ar_block, ar_single, cfg.reps);
     std::fflush(stdout);

@@ -127,7 +127,7 @@ TEST_CASE("LinearOperator: a matrix-free stencil solves as its assembled matrix,
   const auto lm = A.lsmr(b, {.damp = 0.1, .atol = 1e-12, .btol = 1e-12}),
              lmd = D.lsmr(b, {.damp = 0.1, .atol = 1e-12, .btol = 1e-12});
   CHECK(relative_error(lm.x.full_tensor(), lmd.x.full_tensor()) < 1e-8);
-  // Several right-hand sides: block CG (fused reductions), and GMRES column by column.
+  // Several right-hand sides: block CG and block GMRES (k coupled recurrences, fused reductions).
   const auto B = at::stack({ref_b, global_vector(nx * ny, 52), at::zeros({nx * ny}, at::kDouble)}, 1);
   for (auto m : {sp::Method::cg, sp::Method::gmres}) {
     const auto X = A.solve(D.scatter(B), {.method = m, .rtol = 1e-11});

@@ -269,7 +269,7 @@ TEST_CASE("several right-hand sides: D.solve(B) with an (n_local, k) block", "[s
     CHECK(s.info.iterations == std::max({s.info.columns[0].iterations, s.info.columns[1].iterations,
                                          s.info.columns[3].iterations}));
   }
-  // x0 as a block, another method (column by column), maxiter.
+  // x0 as a block, another method (block GMRES), maxiter.
   const auto warm = D.solve(dB, {.rtol = 1e-10, .x0 = D.scatter(ref)});
   for (const auto& c : warm.info.columns) CHECK(c.iterations == 0);
   const auto g = D.solve(dB, {.method = sp::Method::gmres, .rtol = 1e-10});
@@ -286,4 +286,162 @@ TEST_CASE("several right-hand sides: D.solve(B) with an (n_local, k) block", "[s
   const auto Bd = B.clone().requires_grad_(true);
   (at::linalg_solve(dense, Bd) * w).sum().backward();
   CHECK(rel(sum_over_ranks(Bg.grad()), Bd.grad()) < 1e-8);
+}
+
+TEST_CASE("several right-hand sides with every method: k coupled recurrences equal k single solves",
+          "[sparse][multi_rhs]") {
+  const auto mesh = world_mesh();
+  const auto spd = es::testing::poisson2d(9, 8);
+  const auto unsym = convection_diffusion(9, 8, 0.5);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(31);
+  auto B = at::randn({spd.n, 5}, gen, at::kDouble);
+  B.select(1, 2).zero_();                       // x = 0 exactly
+  B.select(1, 3).mul_(1e-3);                    // converges on its own schedule
+  B.select(1, 4).copy_(B.select(1, 0) * -2.0);  // the same Krylov space as column 0
+  struct Case {
+    const es::testing::Coo* coo;
+    sp::Method method;
+    int restart;
+  };
+  for (const auto& c : {Case{&unsym, sp::Method::gmres, 30}, Case{&unsym, sp::Method::gmres, 6},
+                        Case{&unsym, sp::Method::fgmres, 7}, Case{&unsym, sp::Method::bicgstab, 30},
+                        Case{&spd, sp::Method::minres, 30}}) {
+    const auto share = my_share(*c.coo);
+    const auto D = assemble(share, share.values, mesh);
+    const auto ref = at::linalg_solve(es::testing::dense(*c.coo), B);
+    const auto dB = D.scatter(B);
+    for (const auto pc : {sp::Preconditioner::none, sp::Preconditioner::jacobi, sp::Preconditioner::block_jacobi}) {
+      CAPTURE(sp::to_string(c.method), c.restart, sp::to_string(pc));
+      const sp::SolveOptions o{.method = c.method, .preconditioner = pc, .rtol = 1e-10, .restart = c.restart};
+      const auto s = D.solve(dB, o);
+      REQUIRE(s.info.columns.size() == 5);
+      CHECK(s.info.converged);
+      CHECK(s.info.columns[2].reason == sp::StopReason::zero_rhs);
+      const auto x = s.x.full_tensor();
+      CHECK(rel(x, ref) < 1e-7);
+      CHECK(at::equal(x.select(1, 2), at::zeros({spd.n}, at::kDouble)));
+      for (std::int64_t j : {0, 1, 3, 4}) {
+        const auto& col = s.info.columns[static_cast<std::size_t>(j)];
+        const auto single = D.solve(D.scatter(B.select(1, j).contiguous()), o);
+        CAPTURE(j);
+        CHECK(col.converged);
+        CHECK(std::abs(col.iterations - single.info.iterations) <= 1);
+        CHECK(col.residual_history.size() == static_cast<std::size_t>(col.iterations) + 1);
+        CHECK(rel(x.select(1, j), single.x.full_tensor()) < 1e-7);
+      }
+    }
+    // A warm start at the solution, and maxiter reached by every column that iterates.
+    const sp::SolveOptions o{.method = c.method, .rtol = 1e-10, .restart = c.restart};
+    auto warm = o;
+    warm.x0 = D.scatter(ref);
+    for (const auto& col : D.solve(dB, warm).info.columns) CHECK(col.iterations == 0);
+    auto few = o;
+    few.maxiter = 3;
+    const auto t = D.solve(dB, few);
+    CHECK_FALSE(t.info.converged);
+    CHECK(t.info.reason == sp::StopReason::maxiter);
+    for (std::int64_t j : {0, 1, 3, 4}) CHECK(t.info.columns[static_cast<std::size_t>(j)].iterations == 3);
+    CHECK(at::isfinite(t.x.full_tensor()).all().item<bool>());
+    // A NaN in one column: that column stops with `nan` on every rank, the others converge.
+    auto Bn = B.clone();
+    Bn.index_put_({spd.n / 2, 1}, std::nan(""));
+    const auto n = D.solve(D.scatter(Bn), o);
+    CHECK(n.info.columns[1].reason == sp::StopReason::nan);
+    CHECK_FALSE(n.info.converged);
+    for (std::int64_t j : {0, 3, 4}) CHECK(n.info.columns[static_cast<std::size_t>(j)].converged);
+    CHECK(rel(n.x.full_tensor().select(1, 0), ref.select(1, 0)) < 1e-7);
+  }
+  // Complex values (Hermitian positive definite: every method applies).
+  const auto hp = es::testing::poisson2d(6, 5);
+  const auto shift = at::complex(at::zeros_like(hp.values), 0.05 * ((hp.cols > hp.rows).to(at::kDouble) -
+                                                                  (hp.cols < hp.rows).to(at::kDouble)));
+  const es::testing::Coo herm{(hp.values.to(at::kComplexDouble) + shift).contiguous(), hp.rows, hp.cols, hp.n};
+  const auto hshare = my_share(herm);
+  const auto Dh = sp::DSparseTensor::from_local(hshare.values, hshare.rows, hshare.cols, {herm.n, herm.n}, mesh);
+  const auto Bc = at::complex(at::randn({herm.n, 3}, gen, at::kDouble), at::randn({herm.n, 3}, gen, at::kDouble));
+  const auto dense_h = at::zeros({herm.n, herm.n}, at::kComplexDouble).index_put_({herm.rows, herm.cols}, herm.values);
+  const auto ref_c = at::linalg_solve(dense_h, Bc);
+  for (const auto m : {sp::Method::cg, sp::Method::gmres, sp::Method::fgmres, sp::Method::bicgstab, sp::Method::minres}) {
+    CAPTURE(sp::to_string(m));
+    const auto s = Dh.solve(Dh.scatter(Bc), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-11});
+    CHECK(s.info.converged);
+    CHECK((s.x.full_tensor() - ref_c).abs().max().item<double>() < 1e-8 * ref_c.abs().max().item<double>());
+  }
+}
+
+TEST_CASE("solve_batch with several right-hand sides per system, every method", "[sparse][batch][multi_rhs]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(5, 4, 0.3);
+  const std::int64_t batch = 5, k = 3;
+  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
+  const sp::BatchSparseTensor A((scale * coo.values.unsqueeze(0)).contiguous(), coo.rows, coo.cols, {coo.n, coo.n});
+  const auto D = sp::partition_batch(A, mesh);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(18);
+  auto rhs = at::randn({batch, coo.n, k}, gen, at::kDouble);
+  rhs.select(2, 1).select(0, 0).zero_();
+  const auto dense = es::testing::dense(coo);
+  std::vector<at::Tensor> refs;
+  for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
+  const auto ref = at::stack(refs);
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres}) {
+    CAPTURE(sp::to_string(m));
+    const auto s = D.solve_batch(D.scatter(rhs), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-11});
+    for (const auto& info : s.info) {
+      CHECK(info.converged);
+      CHECK(info.columns.size() == static_cast<std::size_t>(k));
+    }
+    CHECK(D.gather(s.x).sizes() == rhs.sizes());
+    CHECK(rel(D.gather(s.x), ref) < 1e-8);
+  }
+  CHECK_THROWS_WITH(D.solve_batch(D.scatter(rhs), {}, D.scatter(rhs.select(2, 0).contiguous())),
+                    Catch::Contains("initial guesses must have the right-hand sides' shape"));
+}
+
+TEST_CASE("the differentiable block solve: one block adjoint solve, gradients equal a dense solve's",
+          "[sparse][multi_rhs][solve_autograd]") {
+  const auto mesh = world_mesh();
+  const auto spd = es::testing::poisson2d(7, 6);
+  const auto unsym = convection_diffusion(7, 6, 0.6);
+  const std::int64_t k = 3;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(41);
+  const auto B0 = at::randn({spd.n, k}, gen, at::kDouble);
+  const auto weights = at::randn({spd.n, k}, gen, at::kDouble);
+  struct Case {
+    const es::testing::Coo* coo;
+    sp::SolveOptions options;
+  };
+  for (const auto& c : {Case{&spd, {.method = sp::Method::cg, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-12}},
+                        Case{&spd, {.method = sp::Method::minres, .rtol = 1e-12}},
+                        Case{&unsym, {.method = sp::Method::gmres, .preconditioner = sp::Preconditioner::block_jacobi, .rtol = 1e-12}},
+                        Case{&unsym, {.method = sp::Method::bicgstab, .rtol = 1e-12}}}) {
+    CAPTURE(sp::to_string(c.options.method));
+    const auto share = my_share(*c.coo);
+    const auto Bg = B0.clone().requires_grad_(true);
+    const auto v = share.values.clone().requires_grad_(true);
+    const auto D = assemble(share, v, mesh);
+    const auto r = D.solve(D.scatter(Bg), c.options);
+    REQUIRE(r.info.converged);
+    const auto loss = (r.x.full_tensor() * weights).sum();
+    loss.backward();
+    const auto Bd = B0.clone().requires_grad_(true);
+    const auto dense = es::testing::dense(*c.coo).requires_grad_(true);
+    const auto dloss = (at::linalg_solve(dense, Bd) * weights).sum();
+    dloss.backward();
+    CHECK(std::abs(loss.item<double>() - dloss.item<double>()) < 1e-9 * std::max(1.0, std::abs(dloss.item<double>())));
+    CHECK(rel(sum_over_ranks(Bg.grad()), Bd.grad()) < 1e-8);
+    if (v.numel() > 0) CHECK(rel(v.grad(), dense.grad().index({share.rows, share.cols})) < 1e-7);
+    // Central differences along one direction of the values.
+    const double h = 1e-6;
+    const auto dir = at::randn({v.numel()}, at::make_generator<at::CPUGeneratorImpl>(5 + es::testing::world().rank),
+                               at::kDouble);
+    const auto loss_at = [&](double t) {
+      at::NoGradGuard guard;
+      const auto Dt = assemble(share, share.values + t * dir, mesh);
+      return (Dt.solve(Dt.scatter(B0), c.options).x.full_tensor() * weights).sum().item<double>();
+    };
+    const double fd = (loss_at(h) - loss_at(-h)) / (2 * h);
+    double directional = (v.grad() * dir).sum().item<double>();
+    MPI_Allreduce(MPI_IN_PLACE, &directional, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(std::abs(fd - directional) < 1e-4 * std::max(1.0, std::abs(directional)));
+  }
 }

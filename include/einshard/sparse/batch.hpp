@@ -22,6 +22,7 @@
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
@@ -65,6 +66,11 @@ class LocalOperator final : public Operator {
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
     return spmv_dot(a_, x, y, w);
+  }
+  std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
+    std::vector<double> dots(w.defined() ? static_cast<std::size_t>(x.size(1)) : 0, 0.0);
+    spmm_rows(a_, {}, x, y, /*accumulate=*/false, w, dots.data());
+    return dots;
   }
   [[nodiscard]] const Csr& csr() const { return a_; }
 
@@ -162,9 +168,11 @@ class BatchSparseTensor {
   }
 
   // ---- solvers ---------------------------------------------------------------------------------
-  /// Solves A_b x_b = rhs_b for each b with CG (`options` as for `DSparseTensor::solve`, applied to
-  /// each system; the monitor sees each system in turn). `rhs` (batch, rows); `x0`, when defined,
-  /// (batch, rows) initial guesses (`options.x0` is for distributed vectors and must be unset).
+  /// Solves A_b x_b = rhs_b for each b by `options.method` (`options` as for `DSparseTensor::solve`,
+  /// applied to each system; the monitor sees each system in turn). `rhs` (batch, rows), or
+  /// (batch, rows, k) for k right-hand sides per system (one block solve each, `info[b].columns`);
+  /// `x0`, when defined, initial guesses of rhs's shape (`options.x0` is for distributed vectors and
+  /// must be unset).
   /// Not differentiable. Runs on MPI_COMM_SELF: no communication.
   [[nodiscard]] BatchSolveResult solve(const at::Tensor& rhs, const SolveOptions& options = {},
                                        const at::Tensor& x0 = {}) const {
@@ -193,12 +201,17 @@ class BatchSparseTensor {
     if (!is_square())
       throw Error(what + ": the matrices must be square, got (" + std::to_string(rows()) + ", " +
                   std::to_string(cols()) + ")");
-    detail::check_batched(rhs, batch_size(), rows(), what + " (right-hand sides)", false);
-    if (x0.defined()) detail::check_batched(x0, batch_size(), rows(), what + " (initial guesses)", false);
+    detail::check_batched(rhs, batch_size(), rows(), what + " (right-hand sides)");
+    if (x0.defined()) {
+      detail::check_batched(x0, batch_size(), rows(), what + " (initial guesses)");
+      if (x0.sizes() != rhs.sizes())
+        throw Error(what + ": the initial guesses must have the right-hand sides' shape " +
+                    std::string(c10::str(rhs.sizes())) + ", got " + std::string(c10::str(x0.sizes())));
+    }
     if (options.x0) throw Error(what + ": pass the initial guesses as the x0 tensor argument, not SolveOptions::x0");
 
     const auto t = at::promote_types(dtype(), rhs.scalar_type());
-    BatchSolveResult out{at::empty({batch_size(), rows()}, values_.options().dtype(t).requires_grad(false)), {}};
+    BatchSolveResult out{at::empty(rhs.sizes(), values_.options().dtype(t).requires_grad(false)), {}};
     out.info.reserve(static_cast<std::size_t>(batch_size()));
     const auto layout = RowLayout::simple(rows(), MPI_COMM_SELF);
     const auto values = values_.detach().to(t);
@@ -214,7 +227,9 @@ class BatchSparseTensor {
       const auto setup = MPI_Wtime() - start;
       auto item_options = options;
       if (x0.defined()) item_options.x0 = DVector(layout, x0.select(0, i).detach().to(t).contiguous());
-      auto r = detail::krylov_solve(A, DVector(layout, b.select(0, i).contiguous()), precond.get(), item_options);
+      const DVector bi(layout, b.select(0, i).contiguous());
+      auto r = rhs.dim() == 3 ? detail::krylov_solve_block(A, bi, precond.get(), item_options)
+                              : detail::krylov_solve(A, bi, precond.get(), item_options);
       r.info.setup_seconds = setup;
       out.x.select(0, i).copy_(r.x.local());
       out.info.push_back(std::move(r.info));
@@ -292,8 +307,9 @@ class DBatchSparseTensor {
     return local_.matvec(x_local);
   }
 
-  /// Solves the local slice's systems, each with CG on this rank (`BatchSparseTensor::solve`):
-  /// `rhs_local` (local batch, rows), `x0_local` optional initial guesses of the same shape. Bad
+  /// Solves the local slice's systems on this rank (`BatchSparseTensor::solve`, any method):
+  /// `rhs_local` (local batch, rows) or (local batch, rows, k), `x0_local` optional initial guesses
+  /// of the same shape. Bad
   /// input or a preconditioner setup fault on any rank raises the same Error on every rank (one
   /// all-reduce at the end; the iterations themselves do not communicate).
   [[nodiscard]] BatchSolveResult solve_batch(const at::Tensor& rhs_local, const SolveOptions& options = {},

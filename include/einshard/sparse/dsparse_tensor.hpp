@@ -400,17 +400,17 @@ class DSparseTensor final : public detail::Operator {
   /// Solves A x = b (see `SolveOptions` for the stop test and defaults). Collective.
   ///
   /// Several right-hand sides: `b` an (n_local, k) block (`scatter` of an (N, k) tensor) gives an
-  /// (n_local, k) x and `info.columns`. CG runs them as one block iteration (one halo exchange and
-  /// two all-reduces per step for all k, columns converging independently); the other methods,
-  /// custom preconditioners and a recorded (differentiable) solve take the columns one by one.
+  /// (n_local, k) x and `info.columns`. Every method runs them as k coupled recurrences (one halo
+  /// exchange per product and one all-reduce per reduction step for all k, columns converging
+  /// independently); a recorded (differentiable) block solve has one block adjoint solve.
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
     check_square(to_string(options.method));
     check_vector(b, "solve", *layout_);
-    if (b.local().dim() == 2) return solve_block(b, options);
+    if (b.local().dim() == 2) detail::check_block_x0(b, options, "DSparseTensor::solve");
     // Whether to record is decided together: the backward is collective.
     int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
     comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
-    if (record == 0) return solve_detached(b, options).first;
+    if (record == 0) return solve_detached(b.like(b.local().detach().to(dtype())), options).first;
     const auto bl = b.local().to(dtype());
     auto [result, precond] = solve_detached(b.like(bl.detach()), options);
     result.x = DVector(layout_, record_solution(bl, result.x.local(), [self = *this, precond = precond, options](
@@ -647,20 +647,6 @@ class DSparseTensor final : public detail::Operator {
                             "make it with scatter(), vector(), zeros() or domain_zeros() of this matrix");
   }
 
-  /// `solve` of an (n_local, k) block (see there).
-  [[nodiscard]] SolveResult solve_block(const DVector& b, const SolveOptions& options) const {
-    detail::check_block_x0(b, options, "DSparseTensor::solve");
-    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
-    if (options.method == Method::cg && !options.custom_preconditioner && record == 0) {
-      const auto m = prepare_preconditioner(options);
-      auto result = detail::block_cg(*this, b.like(b.local().detach().to(dtype()).contiguous()), m.op.get(), options);
-      m.describe(result.info);
-      return result;
-    }
-    return detail::solve_columns(b, options, [this](const DVector& bj, const SolveOptions& oj) { return solve(bj, oj); });
-  }
-
   /// A built-in preconditioner of `options` for this matrix. AMG's hierarchy spans the ranks, so
   /// it needs the global numbering of the halo columns, which only the distributed matrix has.
   [[nodiscard]] std::unique_ptr<detail::PreconditionerOp> make_preconditioner(const SolveOptions& options) const {
@@ -703,7 +689,8 @@ class DSparseTensor final : public detail::Operator {
   [[nodiscard]] std::pair<SolveResult, std::shared_ptr<const detail::PreconditionerOp>> solve_detached(
       const DVector& b, const SolveOptions& options) const {
     const auto m = prepare_preconditioner(options);
-    auto result = detail::krylov_solve(*this, b, m.op.get(), options);
+    auto result = b.local().dim() == 2 ? detail::krylov_solve_block(*this, b, m.op.get(), options)
+                                       : detail::krylov_solve(*this, b, m.op.get(), options);
     m.describe(result.info);
     return {std::move(result), m.op};
   }
@@ -721,7 +708,8 @@ class DSparseTensor final : public detail::Operator {
     const auto rhs = DVector(layout_, g.to(dtype()).contiguous());
     SolveResult r;
     if (o.method == Method::cg || o.method == Method::minres) {
-      r = detail::krylov_solve(*this, rhs, m.get(), o);
+      r = rhs.local().dim() == 2 ? detail::krylov_solve_block(*this, rhs, m.get(), o)
+                                 : detail::krylov_solve(*this, rhs, m.get(), o);
     } else {
       o.custom_preconditioner = {};
       const auto& H = adjoint_cache_->get(local_.values, layout_->comm(), [this] { return adjoint(); });

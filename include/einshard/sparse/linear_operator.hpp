@@ -91,8 +91,8 @@ class LinearOperator final : public detail::Operator {
   friend DVector operator*(const LinearOperator& a, const DVector& x) { return a.matvec(x); }
 
   /// Solves A x = b by `options.method`, as `DSparseTensor::solve` does (the same code): `b` of the
-  /// range partition, or an (n_local, k) block (CG: k coupled recurrences with fused reductions;
-  /// the other methods column by column). `preconditioner` must stay `none`: pass
+  /// range partition, or an (n_local, k) block (every method as k coupled recurrences, one product
+  /// and one all-reduce per reduction step for all k columns). `preconditioner` must stay `none`: pass
   /// `custom_preconditioner`. The result is not recorded for autograd. Collective.
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
     const auto what = std::string("LinearOperator::solve");
@@ -108,14 +108,11 @@ class LinearOperator final : public detail::Operator {
     check(b, *range_, what, "");
     if (options.x0) check(*options.x0, *domain_, what + " (x0)", "");
     const auto bl = b.like(b.local().detach().contiguous());
+    const auto m = detail::custom_preconditioner(options, range_, what);
     if (bl.local().dim() == 2) {
       detail::check_block_x0(bl, options, what);
-      if (options.method == Method::cg && !options.custom_preconditioner)
-        return detail::block_cg(*this, bl, nullptr, options);
-      return detail::solve_columns(bl, options,
-                                   [this](const DVector& bj, const SolveOptions& oj) { return solve(bj, oj); });
+      return detail::krylov_solve_block(*this, bl, m.get(), options);
     }
-    const auto m = detail::custom_preconditioner(options, range_, what);
     return detail::krylov_solve(*this, bl, m.get(), options);
   }
 

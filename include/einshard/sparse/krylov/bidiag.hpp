@@ -41,7 +41,9 @@ inline Rotation sym_ortho(double a, double b) {
 
 /// β u = A v − α u and α v = Aᴴ u − β v, u in the range and v in the domain partition. Each half
 /// reduces its norm together with `N` dots the caller supplies, so a method that needs more
-/// scalars per step still pays two all-reduces.
+/// scalars per step still pays two all-reduces. u and v are kept unnormalized, the true vectors
+/// being `u_scale()` u and `v_scale()` v: each update is one pass (the product's result, the old
+/// vector and the new norm) with the scales folded in, where normalizing would be a pass more.
 class GolubKahan {
  public:
   GolubKahan(const Operator& A, at::Tensor u0) : A_(A), comm_(A.layout()->comm()) {
@@ -51,28 +53,27 @@ class GolubKahan {
     ahu_ = at::empty_like(v);
   }
 
-  /// Normalizes the start u (= b − A x0) and forms v = Aᴴ u / ‖Aᴴ u‖. `unorm2`: ‖u‖², reduced.
+  /// Starts from u (= b − A x0) and v = Aᴴ u / ‖Aᴴ u‖ (scaled). `unorm2`: ‖u‖², reduced.
   void begin(double unorm2) {
     beta = std::sqrt(unorm2);
+    us_ = beta > 0.0 ? 1.0 / beta : 1.0;
     if (beta > 0.0) {
-      u.div_(beta);
-      A_.apply_adjoint(u, v);
-      alpha = std::sqrt(reduce<0>(v, {})[0]);
+      A_.apply_adjoint(u, v);  // Aᴴ u_true = us v
+      alpha = us_ * std::sqrt(reduce<0>(local_dot(v, v).real(), {})[0]);
     } else {
       v.zero_();
       alpha = 0.0;
     }
-    if (alpha > 0.0) v.div_(alpha);
+    vs_ = alpha > 0.0 ? us_ / alpha : 1.0;
   }
 
-  /// u <- (A v − α u) / β; returns the reduced {β², extra...} (β = 0 leaves u unnormalized).
+  /// u <- (A v − α u) / β; returns the reduced {β², extra...}.
   template <std::size_t N>
   std::array<double, N + 1> next_u(const std::array<std::complex<double>, N>& extra) {
     A_.apply(v, av_, {});
-    u.mul_(-alpha).add_(av_);
-    auto s = reduce<N>(u, extra);
+    auto s = reduce<N>(axpby_norm(vs_, av_, -alpha * us_, u), extra);
     beta = std::sqrt(s[0]);
-    if (beta > 0.0) u.div_(beta);
+    us_ = beta > 0.0 ? 1.0 / beta : 1.0;
     return s;
   }
 
@@ -80,23 +81,25 @@ class GolubKahan {
   template <std::size_t N>
   std::array<double, N + 1> next_v(const std::array<std::complex<double>, N>& extra) {
     A_.apply_adjoint(u, ahu_);
-    v.mul_(-beta).add_(ahu_);
-    auto s = reduce<N>(v, extra);
+    auto s = reduce<N>(axpby_norm(us_, ahu_, -beta * vs_, v), extra);
     alpha = std::sqrt(s[0]);
-    if (alpha > 0.0) v.div_(alpha);
+    vs_ = alpha > 0.0 ? 1.0 / alpha : 1.0;
     return s;
   }
 
   [[nodiscard]] MPI_Comm comm() const { return comm_; }
+  /// The normalized vectors are `u_scale() * u` and `v_scale() * v`.
+  [[nodiscard]] double u_scale() const { return us_; }
+  [[nodiscard]] double v_scale() const { return vs_; }
 
   at::Tensor u, v;
   double alpha = 0.0, beta = 0.0;
 
  private:
   template <std::size_t N>
-  std::array<double, N + 1> reduce(const at::Tensor& t, const std::array<std::complex<double>, N>& extra) const {
+  std::array<double, N + 1> reduce(double local_norm2, const std::array<std::complex<double>, N>& extra) const {
     std::array<std::complex<double>, N + 1> all{};
-    all[0] = local_dot(t, t);
+    all[0] = local_norm2;
     for (std::size_t i = 0; i < N; ++i) all[i + 1] = extra[i];
     return sum_real<N + 1>(all, comm_);
   }
@@ -104,6 +107,7 @@ class GolubKahan {
   const Operator& A_;
   MPI_Comm comm_;
   at::Tensor av_, ahu_;
+  double us_ = 1.0, vs_ = 1.0;
 };
 
 /// Paige and Saunders' stop rules in SciPy's order (later tests override earlier ones), shared by

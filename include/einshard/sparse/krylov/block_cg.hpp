@@ -18,19 +18,13 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/krylov/block.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse::detail {
-
-/// Sums `v` over the ranks (one all-reduce of all k columns' values).
-inline std::vector<double> sum_over(std::vector<double> v, MPI_Comm comm) {
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, comm),
-              "MPI_Allreduce");
-  return v;
-}
 
 /// The columns' starts from the reduced ‖b_j‖², ‖r_j‖² and <r_j, M r_j> (`sums`: those three blocks
 /// of k at `bb`, `rr`, `rz`): x_j = 0 for b_j = 0, the iteration-0 record, and which columns go on.

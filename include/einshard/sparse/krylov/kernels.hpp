@@ -154,6 +154,48 @@ inline std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tens
   return one_reduction_step<true>(x, r, u, w, p, s, &z, &q, &m, &n, alpha, beta, d, identity);
 }
 
+/// One pass over n entries of 1-D vectors: `make(V{})` returns the body f(i, acc) for entry i,
+/// accumulating ND dots into acc[0..ND) (V-typed); the dots come back as complex<double>. Four
+/// interleaved sets of accumulators: a single chain of additions is bound by their latency (the
+/// 5x of `local_dot`'s note), four independent ones are not. Coefficients the body reads are
+/// moved into it, since `make` returns before the pass.
+template <int ND, class Make>
+std::array<std::complex<double>, ND> vector_pass(at::ScalarType t, std::int64_t n, Make&& make) {
+  std::array<std::complex<double>, ND> out{};
+  dispatch_values(t, [&](auto v0) {
+    using V = decltype(v0);
+    const auto body = make(v0);
+    constexpr int slots = ND > 0 ? ND : 1;
+    V a0[slots] = {}, a1[slots] = {}, a2[slots] = {}, a3[slots] = {};
+    std::int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      body(i, a0);
+      body(i + 1, a1);
+      body(i + 2, a2);
+      body(i + 3, a3);
+    }
+    for (; i < n; ++i) body(i, a0);
+    for (int d = 0; d < ND; ++d) out[static_cast<std::size_t>(d)] = widen((a0[d] + a1[d]) + (a2[d] + a3[d]));
+  });
+  return out;
+}
+
+/// y = a x + c y in one pass, returning this rank's ‖y‖² of the result (a, c real).
+inline double axpby_norm(double a, const at::Tensor& x, double c, at::Tensor& y) {
+  return vector_pass<1>(y.scalar_type(), y.numel(), [&](auto v0) {
+           using V = decltype(v0);
+           const auto* __restrict xp = x.data_ptr<V>();
+           auto* __restrict yp = y.data_ptr<V>();
+           const V av = static_cast<V>(a), cv = static_cast<V>(c);
+           return [=](std::int64_t i, V* acc) {
+             const V yi = av * xp[i] + cv * yp[i];
+             yp[i] = yi;
+             acc[0] += conj_if_complex(yi) * yi;
+           };
+         })[0]
+      .real();
+}
+
 /// <a, b> (a conjugated) of this rank's slices. BLAS's dot (torch's vdot): a plain loop's
 /// floating-point reduction does not vectorize without reassociation and ran 5x slower.
 inline std::complex<double> local_dot(const at::Tensor& a, const at::Tensor& b) {

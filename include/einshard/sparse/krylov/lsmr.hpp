@@ -4,7 +4,8 @@
 /// recurrences, estimates and `istop` codes. LSMR minimizes ‖Aᴴ r‖ over the Krylov space, so
 /// ‖Aᴴ r‖ falls monotonically and the method can stop earlier than LSQR on a least-squares problem.
 ///
-/// Per iteration: one product with A, one with Aᴴ, two all-reduces. SciPy's stop test needs ‖x_k‖
+/// Per iteration: one product with A, one with Aᴴ, two all-reduces, and three fused passes (u's and
+/// v's updates with their norms, bidiag.hpp; h̄, x and h together with the dots below). SciPy's stop test needs ‖x_k‖
 /// every iteration, which would be a third all-reduce; here it is predicted exactly from dots of
 /// the previous iterates (x, h, h̄), reduced together with ‖u‖²:
 /// x_k = x + γ h̄_k, h̄_k = h − δ h̄, so ‖x_k‖² = ‖x‖² + 2γ Re<x, h̄_k> + γ² ‖h̄_k‖², each a
@@ -30,11 +31,40 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
   const auto t0 = MPI_Wtime();
   auto [x, normb, gk, done] = least_squares_start(A, b, o, res);
   if (done) return res;
-  auto& v = gk.v;
+  const auto& v = gk.v;
   const double damp = o.damp;
   double alpha = gk.alpha, beta = gk.beta;
   double zetabar = alpha * beta, alphabar = alpha, rho = 1.0, rhobar = 1.0, cbar = 1.0, sbar = 0.0;
-  auto h = v.clone(), hbar = at::zeros_like(v);
+  auto h = at::zeros_like(v), hbar = at::zeros_like(v);
+  // h̄ = h − δ h̄, x += γ h̄, h = v − κ h in one pass (v normalized by its scale), with this rank's
+  // <x,x>, <x,h>, <x,h̄>, <h,h>, <h,h̄>, <h̄,h̄> of the new vectors, the next step's dots.
+  const auto update = [&](double delta, double gamma, double kappa) {
+    return vector_pass<6>(x.scalar_type(), x.numel(), [&](auto v0) {
+      using V = decltype(v0);
+      auto* __restrict xp = x.data_ptr<V>();
+      auto* __restrict hp = h.data_ptr<V>();
+      auto* __restrict bp = hbar.data_ptr<V>();
+      const auto* __restrict vp = v.data_ptr<V>();
+      const V d = static_cast<V>(delta), g = static_cast<V>(gamma), c = static_cast<V>(-kappa),
+              vs = static_cast<V>(gk.v_scale());
+      return [=](std::int64_t i, V* acc) {
+        const V hi = hp[i];
+        const V bi = hi - d * bp[i];
+        bp[i] = bi;
+        const V xi = xp[i] + g * bi;
+        xp[i] = xi;
+        const V hn = vs * vp[i] + c * hi;
+        hp[i] = hn;
+        acc[0] += conj_if_complex(xi) * xi;
+        acc[1] += conj_if_complex(xi) * hn;
+        acc[2] += conj_if_complex(xi) * bi;
+        acc[3] += conj_if_complex(hn) * hn;
+        acc[4] += conj_if_complex(hn) * bi;
+        acc[5] += conj_if_complex(bi) * bi;
+      };
+    });
+  };
+  auto dots = update(0.0, 0.0, 0.0);  // h = v, h̄ = 0, x as it is
   double betadd = beta, betad = 0.0, rhodold = 1.0, tautildeold = 0.0, thetatilde = 0.0, zeta = 0.0, d = 0.0;
   double normA2 = alpha * alpha, maxrbar = 0.0, minrbar = 1e100;
   res.norma = std::sqrt(normA2);
@@ -47,8 +77,7 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     return res;
   }
   for (int itn = 1;; ++itn) {
-    const auto s = gk.next_u<6>({local_dot(x, x), local_dot(x, h), local_dot(x, hbar), local_dot(h, h),
-                                 local_dot(h, hbar), local_dot(hbar, hbar)});
+    const auto s = gk.next_u<6>(dots);
     beta = gk.beta;
     if (beta > 0.0) {
       gk.next_v<0>({});
@@ -74,9 +103,7 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     const double x_hbar = s[2] - delta * s[3];
     const double hbar2 = s[4] - 2.0 * delta * s[5] + delta * delta * s[6];
     const double normx = std::sqrt(std::max(0.0, s[1] + 2.0 * gamma * x_hbar + gamma * gamma * hbar2));
-    hbar.mul_(-delta).add_(h);
-    x.add_(hbar, gamma);
-    h.mul_(-thetanew / rho).add_(v);
+    dots = update(delta, gamma, thetanew / rho);
     // Estimate ‖r‖.
     const double betaacute = chat * betadd, betacheck = -shat * betadd;
     const double betahat = c * betaacute;

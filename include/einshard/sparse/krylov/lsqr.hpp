@@ -4,7 +4,8 @@
 /// recurrences, estimates and `istop` codes, so iteration counts match SciPy's on the same problem.
 ///
 /// Per iteration: one product with A, one with Aᴴ, two all-reduces (‖u‖², then ‖v‖² together with
-/// ‖w‖², which SciPy gets locally for its condition estimate ‖D_k‖_F), and three vector updates.
+/// ‖w‖², which SciPy gets locally for its condition estimate ‖D_k‖_F), and three fused passes:
+/// u's update with its norm, v's with its norm (bidiag.hpp), and x's and w's together with ‖w‖².
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -26,8 +27,10 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
   const auto t0 = MPI_Wtime();
   auto [x, normb, gk, done] = least_squares_start(A, b, o, res);
   if (done) return res;
-  auto& v = gk.v;
-  auto w = v.clone();
+  const auto& v = gk.v;
+  // w = v (normalized), with this rank's ‖w‖² for the next step's reduction.
+  auto w = v * gk.v_scale();
+  double w_local2 = local_dot(w, w).real();
   const double damp = o.damp, dampsq = damp * damp;
   double alfa = gk.alpha, beta = gk.beta;
   double rhobar = alfa, phibar = beta, anorm = 0.0, acond = 0.0, ddnorm = 0.0, res2 = 0.0, xxnorm = 0.0,
@@ -46,10 +49,10 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
     double wnorm2 = 0.0;
     if (beta > 0.0) {
       anorm = std::sqrt(anorm * anorm + alfa * alfa + beta * beta + dampsq);
-      wnorm2 = gk.next_v<1>({local_dot(w, w)})[1];
+      wnorm2 = gk.next_v<1>({w_local2})[1];
       alfa = gk.alpha;
     } else {
-      wnorm2 = sum_real<1>({local_dot(w, w)}, gk.comm())[0];
+      wnorm2 = sum_real<1>({w_local2}, gk.comm())[0];
     }
     // Eliminate the damping parameter, then the subdiagonal β.
     double psi = 0.0, rhobar1 = rhobar;
@@ -65,9 +68,24 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
     const double phi = cs * phibar;
     phibar = sn * phibar;
     const double tau = sn * phi;
-    // x += (φ/ρ) w, w = v − (θ/ρ) w; ‖d_k‖² = ‖w‖²/ρ² for the condition estimate.
-    x.add_(w, phi / rho);
-    w.mul_(-theta / rho).add_(v);
+    // x += (φ/ρ) w, w = v − (θ/ρ) w in one pass, with ‖w‖² of the new w for the next step's
+    // reduction; ‖d_k‖² = ‖w‖²/ρ² for the condition estimate.
+    w_local2 = vector_pass<1>(x.scalar_type(), x.numel(), [&](auto v0) {
+                 using V = decltype(v0);
+                 auto* __restrict xp = x.data_ptr<V>();
+                 auto* __restrict wp = w.data_ptr<V>();
+                 const auto* __restrict vp = v.data_ptr<V>();
+                 const V step = static_cast<V>(phi / rho), keep = static_cast<V>(-theta / rho),
+                         vs = static_cast<V>(gk.v_scale());
+                 return [=](std::int64_t i, V* acc) {
+                   const V wi = wp[i];
+                   xp[i] += step * wi;
+                   const V wn = vs * vp[i] + keep * wi;
+                   wp[i] = wn;
+                   acc[0] += conj_if_complex(wn) * wn;
+                 };
+               })[0]
+                   .real();
     ddnorm += wnorm2 / (rho * rho);
     // ‖x‖ from the lower-bidiagonal recurrence (no reduction), as in SciPy.
     const double delta = sn2 * rho, gambar = -cs2 * rho, rhs = phi - delta * z, zbar = rhs / gambar;

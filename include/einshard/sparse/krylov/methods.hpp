@@ -11,6 +11,10 @@
 #include "einshard/error.hpp"
 #include "einshard/sparse/custom_preconditioner.hpp"
 #include "einshard/sparse/krylov/bicgstab.hpp"
+#include "einshard/sparse/krylov/block_bicgstab.hpp"
+#include "einshard/sparse/krylov/block_cg.hpp"
+#include "einshard/sparse/krylov/block_gmres.hpp"
+#include "einshard/sparse/krylov/block_minres.hpp"
 #include "einshard/sparse/krylov/cg.hpp"
 #include "einshard/sparse/krylov/gmres.hpp"
 #include "einshard/sparse/krylov/minres.hpp"
@@ -29,6 +33,22 @@ inline SolveResult krylov_solve(const Operator& A, const DVector& b, const Preco
     case Method::gmres: return gmres(A, b, kind, m, o);
     case Method::minres: return minres(A, b, kind, m, o);
     case Method::fgmres: return gmres(A, b, kind, m, o, /*flexible=*/true);
+  }
+  throw Error("solve: unknown method");
+}
+
+/// `krylov_solve` of an (n_local, k) block `b`: every method as k coupled recurrences, one block
+/// product and one all-reduce per reduction step for all k columns, columns stopping on their own
+/// (`SolveInfo::columns`).
+inline SolveResult krylov_solve_block(const Operator& A, const DVector& b, const PreconditionerOp* m,
+                                      const SolveOptions& o) {
+  const auto kind = o.preconditioner;
+  switch (o.method) {
+    case Method::cg: return block_cg(A, b, m, o);
+    case Method::bicgstab: return block_bicgstab(A, b, kind, m, o);
+    case Method::gmres: return block_gmres(A, b, kind, m, o);
+    case Method::minres: return block_minres(A, b, kind, m, o);
+    case Method::fgmres: return block_gmres(A, b, kind, m, o, /*flexible=*/true);
   }
   throw Error("solve: unknown method");
 }
