@@ -114,26 +114,28 @@ inline double mean_row_entries(const LocalRows& rows, std::int64_t global_rows) 
 inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols,
                              const AmgOptions& o) {
   if (global_rows != global_cols)
-    return "sparse: the amg preconditioner needs a square matrix, got " + std::to_string(global_rows) + "x" +
+    return "amg preconditioner setup: expected a square matrix, found " + std::to_string(global_rows) + "x" +
            std::to_string(global_cols);
   if (rows.a.dtype() != at::kDouble)
-    return std::string("sparse: the amg preconditioner (hypre BoomerAMG) needs float64 values, got ") +
+    return std::string("amg preconditioner setup (hypre BoomerAMG): expected float64 values, found ") +
            c10::toString(rows.a.dtype()) + " (convert the matrix with .to(at::kDouble))";
   if (global_rows > std::numeric_limits<HYPRE_BigInt>::max() ||
       rows.a.nnz() > std::numeric_limits<HYPRE_Int>::max())
-    return "sparse: the amg preconditioner: hypre was built with " + std::to_string(8 * sizeof(HYPRE_BigInt)) +
-           "-bit indices, too small for " + std::to_string(global_rows) + " rows";
+    return "amg preconditioner setup: expected at most " +
+           std::to_string(std::numeric_limits<HYPRE_BigInt>::max()) + " rows and as many local entries (hypre's " +
+           std::to_string(8 * sizeof(HYPRE_BigInt)) + "-bit indices), found " + std::to_string(global_rows) +
+           " rows and " + std::to_string(rows.a.nnz()) + " entries on this rank";
   if (!(*o.strong_threshold >= 0 && *o.strong_threshold < 1) || o.sweeps < 1 || o.max_levels < 1 ||
       *o.max_elements < 0 || *o.aggressive_levels < 0 || o.cycles < 1)
-    return "sparse: amg options: expected 0 ≤ strong_threshold < 1, sweeps ≥ 1, max_levels ≥ 1, "
-           "max_elements ≥ 0, aggressive_levels ≥ 0 and cycles ≥ 1, got " +
+    return "amg options: expected 0 ≤ strong_threshold < 1, sweeps ≥ 1, max_levels ≥ 1, "
+           "max_elements ≥ 0, aggressive_levels ≥ 0 and cycles ≥ 1, found " +
            std::to_string(*o.strong_threshold) + ", " + std::to_string(o.sweeps) + ", " +
            std::to_string(o.max_levels) + ", " + std::to_string(*o.max_elements) + ", " +
            std::to_string(*o.aggressive_levels) + " and " + std::to_string(o.cycles);
   check_rows(rows);
   // Every smoother divides by the diagonal (or its l1 row norm, which a zero diagonal makes
   // indefinite); hypre would only warn.
-  return first_bad_row(diagonal(rows.a) == 0, "sparse: the amg preconditioner needs a nonzero diagonal, found a zero one in");
+  return first_bad_row(diagonal(rows.a) == 0, "amg preconditioner setup: expected a nonzero diagonal, found a zero one in");
 }
 
 /// hypre's status after a call sequence: empty, or what failed. Clears hypre's sticky flag.
@@ -141,7 +143,8 @@ inline std::string hypre_fault(const char* what) {
   const HYPRE_Int err = HYPRE_GetError();
   HYPRE_ClearAllErrors();
   if (err == 0 || err == HYPRE_ERROR_CONV) return {};
-  return std::string("sparse: hypre BoomerAMG ") + what + " failed (hypre error code " + std::to_string(err) + ")";
+  return std::string("amg preconditioner setup: expected hypre BoomerAMG's ") + what + " to succeed, found hypre error code " +
+         std::to_string(err);
 }
 
 class AmgOp final : public PreconditionerOp {
@@ -327,8 +330,8 @@ inline std::unique_ptr<PreconditionerOp> make_amg(const LocalRows& rows, std::in
   return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options);
 #else
   (void)rows, (void)global_rows, (void)global_cols, (void)ghosts_of, (void)options;
-  throw Error("sparse: the amg preconditioner needs hypre (BoomerAMG), which this build of einshard was "
-              "configured without (install libhypre-dev and reconfigure; EINSHARD_HAS_HYPRE is not set)");
+  throw Error("amg preconditioner setup: expected a build of einshard with hypre (BoomerAMG), found one "
+              "configured without it (EINSHARD_HAS_HYPRE is not set; install libhypre-dev and reconfigure)");
 #endif
 }
 
