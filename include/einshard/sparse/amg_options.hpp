@@ -24,17 +24,17 @@ namespace einshard::sparse {
 
 /// How BoomerAMG picks the coarse points (hypre's coarsen type).
 enum class AmgCoarsening {
-  hmis,     ///< HMIS (10): Ruge–Stüben on each rank, PMIS across; the default
+  hmis,     ///< HMIS (10): Ruge–Stüben on each rank, PMIS across; the 3-D default
   pmis,     ///< PMIS (8): parallel independent sets, lowest complexity, needs long-range interpolation
-  falgout,  ///< Falgout (6): Ruge–Stüben inside, CLJP on the rank boundaries; classical, denser
+  falgout,  ///< Falgout (6): Ruge–Stüben inside, CLJP on the rank boundaries; the 2-D default
 };
 
 /// How coarse corrections are interpolated (hypre's interp type).
 enum class AmgInterpolation {
-  extended_i,  ///< extended+i (6), distance two; the default, needed by HMIS/PMIS
+  extended_i,  ///< extended+i (6), distance two; the 3-D default, needed by HMIS/PMIS
   extended,    ///< extended (14), distance two
   standard,    ///< standard (8)
-  classical,   ///< classical modified (0), distance one; pairs with Falgout
+  classical,   ///< classical modified (0), distance one; pairs with Falgout, the 2-D default
   direct,      ///< direct (3), distance one, cheapest
   multipass,   ///< multipass (4), for aggressive coarsening
 };
