@@ -13,10 +13,11 @@
 // iterations. einshard: D.solve on a fresh copy of the matrix every rep (with_values, made before
 // the clock starts, so no setup is reused); PETSc: KSPCreate, KSPSetUp (the hypre conversion and
 // setup, or GAMG's), KSPSolve, all timed. Solvers (`--solvers`):
-//   es_amg        einshard CG + amg, BoomerAMG's recommended settings (einshard's defaults: HMIS,
-//                 extended+i with 4 entries, l1 Gauss–Seidel forward/backward, θ = 0.25; with
-//                 `--problem poisson3d`, hypre's 3-D advice: θ = 0.5 unless --theta is given, and
-//                 one level of aggressive coarsening unless --amg agg=... is given)
+//   es_amg        einshard CG + amg with its defaults, which follow the matrix (AmgOptions::resolved:
+//                 ≤ 6 entries per row, the 2-D 5-point matrix: Falgout, classical, no truncation,
+//                 θ = 0.25; more, the 3-D 7-point one: HMIS, extended+i with 4 entries, θ = 0.5, one
+//                 level of aggressive coarsening; l1 Gauss–Seidel forward/backward in both), then
+//                 --theta and --amg
 //   es_amg_f      einshard CG + amg with PETSc's PCHYPRE settings (Falgout, classical, no
 //                 truncation, hybrid symmetric Gauss–Seidel in C/F order)
 //   es_jacobi     einshard CG + Jacobi (the anchor of the speed-up)
@@ -24,6 +25,11 @@
 //   petsc_hypre_x PETSc CG + PCHYPRE BoomerAMG with einshard's default settings (the same
 //                 hierarchy and cycle as es_amg)
 //   petsc_gamg    PETSc CG + PCGAMG (smoothed aggregation, its defaults)
+//   petsc_gamg_t  PETSc CG + PCGAMG, tuned: threshold 0.02 (drop weak edges before aggregating)
+//                 and the graph squared on every level (aggressive coarsening throughout), the
+//                 settings PETSc's manual suggests for cheaper setups of 3-D elliptic problems
+// `--petsc-options "-name value,-name value"` sets further PETSc options (prefixes: each solver's
+// name and "_", e.g. -petsc_gamg_pc_gamg_threshold).
 // A sample is the slowest rank's time; every rep runs each solver once, the order rotating from rep
 // to rep (the machine's load drifts); medians over `--reps` (es_jacobi: its first `--jacobi-reps`).
 //
@@ -38,8 +44,9 @@
 //    "petsc_pipecg_ms_it":...,"ratio_vs_petsc_pipecg":...,"ratio_vs_es_cg":...}
 //
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
-//        [--reps 3] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg]
+//        [--reps 3] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
 //        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1]
+//        [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"]
 //        [--cases amg,pipecg] [--iters 200]
 //
 // `--amg` changes es_amg's settings and petsc_hypre_x's alike (so the pair stays the same hierarchy):
@@ -87,9 +94,11 @@ struct Config {
   std::int64_t grid = 1000;
   double rtol = 1e-8;
   int reps = 3, jacobi_reps = 1, iters = 200;
-  double theta = -1;  // < 0: the problem's default
+  double theta = -1;  // < 0: einshard's default for the matrix
   std::string amg_spec;  // --amg: es_amg's and petsc_hypre_x's settings (empty: einshard's defaults)
-  std::vector<std::string> solvers{"es_amg", "es_amg_f", "es_jacobi", "petsc_hypre", "petsc_hypre_x", "petsc_gamg"};
+  std::string petsc_options;  // --petsc-options: "-name value" items, comma-separated
+  std::vector<std::string> solvers{"es_amg", "es_amg_f", "es_jacobi", "petsc_hypre", "petsc_hypre_x", "petsc_gamg",
+                                    "petsc_gamg_t"};
   bool amg = true, pipecg = false;
 };
 
@@ -109,6 +118,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--iters") c.iters = std::stoi(value());
     else if (a == "--theta") c.theta = std::stod(value());
     else if (a == "--amg") c.amg_spec = value();
+    else if (a == "--petsc-options") c.petsc_options = value();
     else if (a == "--solvers") c.solvers = split(value());
     else if (a == "--cases") {
       const auto cases = split(value());
@@ -119,19 +129,15 @@ Config parse(int argc, char** argv) {
   }
   if (c.problem != "poisson2d" && c.problem != "poisson3d")
     throw std::runtime_error("--problem: expected poisson2d or poisson3d, got " + c.problem);
-  if (c.theta < 0) c.theta = c.problem == "poisson3d" ? 0.5 : 0.25;
   return c;
 }
 
 
-/// es_amg's settings: einshard's defaults, θ from --theta, hypre's 3-D advice for poisson3d, then
-/// the `--amg` list.
+/// es_amg's settings: einshard's defaults, θ from --theta, then the `--amg` list; the fields not
+/// given stay unset, for einshard to choose from the matrix.
 sp::AmgOptions amg_settings(const Config& c) {
   sp::AmgOptions o;
-  o.strong_threshold = c.theta;
-  // Aggressive coarsening on the finest level: operator complexity 5.8 → 1.6 at 100³ (HMIS,
-  // θ = 0.5), 12 → 16 iterations, setup and time to solution about 0.6x (docs/performance.md).
-  if (c.problem == "poisson3d") o.aggressive_levels = 1;
+  if (c.theta >= 0) o.strong_threshold = c.theta;
   for (const auto& item : c.amg_spec.empty() ? std::vector<std::string>{} : split(c.amg_spec)) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw std::runtime_error("--amg: expected key=value, got " + item);
@@ -212,22 +218,24 @@ void set_option(const std::string& name, const std::string& value) {
 
 /// The PETSc configurations of the AMG case, by solver name: options under a prefix of its own;
 /// petsc_hypre_x gets es_amg's settings `o`, spelled as PCHYPRE's options.
-void set_petsc_options(const sp::AmgOptions& o) {
+void set_petsc_options(const sp::AmgOptions& o, const std::string& extra) {
   set_option("-petsc_hypre_pc_hypre_type", "boomeramg");
+  set_option("-petsc_gamg_t_pc_gamg_threshold", "0.02");
+  set_option("-petsc_gamg_t_pc_gamg_square_graph", "10");
   const std::string x = "-petsc_hypre_x_pc_hypre_";
   const auto name = [](auto value, const std::map<decltype(value), std::string>& names) { return names.at(value); };
   set_option(x + "type", "boomeramg");
-  set_option(x + "boomeramg_coarsen_type", name(o.coarsening, {{sp::AmgCoarsening::hmis, "HMIS"},
+  set_option(x + "boomeramg_coarsen_type", name(*o.coarsening, {{sp::AmgCoarsening::hmis, "HMIS"},
                                                               {sp::AmgCoarsening::pmis, "PMIS"},
                                                               {sp::AmgCoarsening::falgout, "Falgout"}}));
-  set_option(x + "boomeramg_interp_type", name(o.interpolation, {{sp::AmgInterpolation::extended_i, "ext+i"},
+  set_option(x + "boomeramg_interp_type", name(*o.interpolation, {{sp::AmgInterpolation::extended_i, "ext+i"},
                                                                 {sp::AmgInterpolation::classical, "classical"},
                                                                 {sp::AmgInterpolation::direct, "direct"},
                                                                 {sp::AmgInterpolation::multipass, "multipass"},
                                                                 {sp::AmgInterpolation::standard, "standard"}}));
-  set_option(x + "boomeramg_P_max", std::to_string(o.max_elements));
-  set_option(x + "boomeramg_strong_threshold", std::to_string(o.strong_threshold));
-  set_option(x + "boomeramg_agg_nl", std::to_string(o.aggressive_levels));
+  set_option(x + "boomeramg_P_max", std::to_string(*o.max_elements));
+  set_option(x + "boomeramg_strong_threshold", std::to_string(*o.strong_threshold));
+  set_option(x + "boomeramg_agg_nl", std::to_string(*o.aggressive_levels));
   set_option(x + "boomeramg_grid_sweeps_down", std::to_string(o.sweeps));
   set_option(x + "boomeramg_grid_sweeps_up", std::to_string(o.sweeps));
   const std::map<sp::AmgSmoother, std::pair<std::string, std::string>> relax{
@@ -239,6 +247,10 @@ void set_petsc_options(const sp::AmgOptions& o) {
   set_option(x + "boomeramg_relax_type_up", relax.at(o.smoother).second);
   set_option(x + "boomeramg_relax_type_coarse", "Gaussian-elimination");
   if (!o.cf_order) set_option(x + "boomeramg_no_CF", "");  // row-order relaxation, hypre's default
+  for (const auto& item : extra.empty() ? std::vector<std::string>{} : split(extra)) {
+    const auto space = item.find(' ');
+    set_option(item.substr(0, space), space == std::string::npos ? "" : item.substr(space + 1));
+  }
 }
 
 struct Sample {
@@ -261,8 +273,12 @@ int run(const Config& cfg) {
   const auto D = sp::DSparseTensor::from_local(values, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh,
                                                {.owned_rows = at::arange(lo, hi, at::kLong)});
   Petsc petsc(rows, n);
-  const auto es_amg = amg_settings(cfg);
-  set_petsc_options(es_amg);
+  // petsc_hypre_x gets what einshard chooses for es_amg's request on this matrix.
+  const auto es_request = amg_settings(cfg);
+  double nnz = static_cast<double>(rows.val.size());
+  MPI_Allreduce(MPI_IN_PLACE, &nnz, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const auto es_amg = es_request.resolved(nnz / static_cast<double>(n));
+  set_petsc_options(es_amg, cfg.petsc_options);
   auto b = D.zeros();
   b.local().fill_(1.0);
 
@@ -274,12 +290,13 @@ int run(const Config& cfg) {
       if (name.rfind("es_", 0) == 0) {
         sp::SolveOptions o{.preconditioner = name == "es_jacobi" ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
                            .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false};
-        o.preconditioner_options.amg = es_amg;
+        o.preconditioner_options.amg = es_request;
         if (name == "es_amg_f")
           o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
                                           .interpolation = sp::AmgInterpolation::classical,
-                                          .strong_threshold = cfg.theta, .max_elements = 0,
-                                          .smoother = sp::AmgSmoother::hybrid_gauss_seidel,
+                                          .strong_threshold = cfg.theta >= 0 ? cfg.theta : 0.25,
+                                          .max_elements = 0, .smoother = sp::AmgSmoother::hybrid_gauss_seidel,
+                                          .aggressive_levels = 0,
                                           .cf_order = true};
         const auto fresh = D.with_values(D.values().clone());  // no setup to reuse
         sp::SolveResult r;
@@ -291,7 +308,7 @@ int run(const Config& cfg) {
         s.levels = r.info.levels;
         s.complexity = r.info.operator_complexity;
       } else {
-        KSP ksp = petsc.make(KSPCG, name == "petsc_gamg" ? PCGAMG : PCHYPRE, name + "_", cfg.rtol, 100000);
+        KSP ksp = petsc.make(KSPCG, name.rfind("petsc_gamg", 0) == 0 ? PCGAMG : PCHYPRE, name + "_", cfg.rtol, 100000);
         std::array<double, 3> t{};
         total = timed([&] { t = petsc.solve(ksp); });
         PETSC(KSPDestroy(&ksp));
@@ -316,7 +333,7 @@ int run(const Config& cfg) {
                     "\"rtol\":%.0e,\"theta\":%.2f,\"iterations\":%d,\"setup_s\":%.3f,\"solve_s\":%.3f,\"total_s\":%.3f,"
                     "\"levels\":%d,\"complexity\":%.3f,\"reps\":%zu}\n",
                     cfg.problem.c_str(), p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.rtol,
-                    cfg.theta, s.iterations, median(s.setup), median(s.solve), median(s.total), s.levels, s.complexity,
+                    *es_amg.strong_threshold, s.iterations, median(s.setup), median(s.solve), median(s.total), s.levels, s.complexity,
                     s.total.size());
         std::fflush(stdout);
       }

@@ -242,8 +242,9 @@ sp::SolveOptions with_preconditioner(sp::SolveOptions o, const std::string& name
   o.preconditioner = kind_of(name);
   if (name == "amg")
     o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
-                                    .interpolation = sp::AmgInterpolation::classical, .max_elements = 0,
-                                    .smoother = sp::AmgSmoother::hybrid_gauss_seidel, .cf_order = true};
+                                    .interpolation = sp::AmgInterpolation::classical, .strong_threshold = 0.25,
+                                    .max_elements = 0, .smoother = sp::AmgSmoother::hybrid_gauss_seidel,
+                                    .aggressive_levels = 0, .cf_order = true};
   return o;
 }
 

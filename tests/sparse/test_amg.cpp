@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collective_error.hpp"
@@ -68,16 +69,58 @@ TEST_CASE("AMG-CG and AMG-GMRES give the one-process solution for every problem 
         CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
         const auto true_r = (D.scatter(b) - D.matvec(s.x)).norm().item<double>();
         CHECK(true_r <= 1e-9 * s.info.rhs_norm);
-        // Bounded and nearly rank invariant: hybrid Gauss–Seidel is Jacobi across ranks, HMIS
-        // coarsens the rank boundaries differently, so a few iterations may differ.
+        // Bounded and nearly rank invariant (the issue's "within 2"): hybrid Gauss–Seidel is
+        // Jacobi across ranks and the coarsening treats rank boundaries apart, so the count may
+        // move a little with the partition.
         CHECK(s.info.iterations <= p.max_iterations);
-        CHECK(std::abs(s.info.iterations - one.info.iterations) <= 3);
+        CHECK(std::abs(s.info.iterations - one.info.iterations) <= 2);
         CHECK(es::testing::same_on_every_rank(s.info.iterations, MPI_COMM_WORLD));
         CHECK(s.info.levels >= 2);
         CHECK(s.info.operator_complexity >= 1.0);
-        CHECK(s.info.operator_complexity < 3.0);
+        // 2.2 on one process; Falgout's CLJP pass over the rank boundaries adds coarse points,
+        // which on 8 ranks of 72 rows is most of the grid (3.9 there; 2.2-2.3 at 1000² on 8).
+        CHECK(s.info.operator_complexity < 4.0);
         CHECK(s.info.setup_seconds > 0.0);
       }
+  }
+}
+
+TEST_CASE("AMG's defaults follow the matrix, and the options a caller sets win", "[sparse][amg]") {
+  using C = sp::AmgCoarsening;
+  using I = sp::AmgInterpolation;
+  // The rule itself: ≤ 6 stored entries per row on average (a 5-point stencil) or more.
+  const auto two_d = sp::AmgOptions{}.resolved(4.99), three_d = sp::AmgOptions{}.resolved(6.94);
+  CHECK(two_d == sp::AmgOptions{.coarsening = C::falgout, .interpolation = I::classical, .strong_threshold = 0.25,
+                                .max_elements = 0, .aggressive_levels = 0});
+  CHECK(three_d == sp::AmgOptions{.coarsening = C::hmis, .interpolation = I::extended_i, .strong_threshold = 0.5,
+                                  .max_elements = 4, .aggressive_levels = 1});
+  const auto mine = sp::AmgOptions{.coarsening = C::pmis, .strong_threshold = 0.3, .sweeps = 2}.resolved(4.99);
+  CHECK(mine.coarsening == C::pmis);
+  CHECK(mine.strong_threshold == 0.3);
+  CHECK(mine.sweeps == 2);
+  CHECK(mine.interpolation == I::classical);  // unset: still the matrix's default
+  CHECK(mine.resolved(6.94) == mine);         // resolving twice changes nothing
+
+  // Through a solve on every rank: the default builds the same hierarchy as its explicit
+  // settings (same iterations and complexity), a different explicit choice does not.
+  const auto mesh = world_mesh();
+  const auto all = problems();
+  for (std::size_t k : {std::size_t{0}, std::size_t{1}}) {
+    const auto& p = all[k];
+    CAPTURE(p.name);
+    const auto D = distribute(p, mesh, sp::PartitionMethod::rcb);
+    const auto b = D.scatter(es::testing::random_vector(p.coo.n, 21));
+    const auto run = [&](const sp::AmgOptions& amg) {
+      sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10};
+      o.preconditioner_options.amg = amg;
+      const auto s = D.solve(b, o);
+      CHECK(s.info.converged);
+      return std::pair{s.info.iterations, s.info.operator_complexity};
+    };
+    const auto stencil = k == 0 ? two_d : three_d, other = k == 0 ? three_d : two_d;
+    const auto by_default = run({});
+    CHECK(by_default == run(stencil));
+    CHECK(by_default.second != run(other).second);
   }
 }
 
@@ -131,7 +174,7 @@ TEST_CASE("AMG options: every smoother, coarsening and cycle converges to the sa
       {.smoother = S::l1_jacobi, .sweeps = 2},
       {.smoother = S::chebyshev},
       {.cycle = sp::AmgCycle::w},
-      {.max_levels = 2},
+      {.max_levels = 2, .aggressive_levels = 0},  // two levels: the coarse one is only smoothed
       {.cycles = 2},
       {.coarsening = C::falgout, .interpolation = I::classical, .max_elements = 0, .smoother = S::hybrid_gauss_seidel,
        .cf_order = true},  // PETSc's PCHYPRE settings

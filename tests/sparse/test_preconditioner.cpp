@@ -235,7 +235,7 @@ TEST_CASE("l1_jacobi: 1 / the l1 norm of the whole row, halo columns included",
   z[0].zero_();
   const auto blk = distribute(z, even(16, comm), comm);
   CHECK_THAT(collective_error([&] { (void)blk.make(Preconditioner::l1_jacobi); }, comm),
-             Catch::StartsWith(from_rank(0)) && Catch::Contains("l1-Jacobi") && Catch::Contains("owned row 0 (1 such row"));
+             Catch::StartsWith(from_rank(0)) && Catch::Contains("l1_jacobi") && Catch::Contains("owned row 0 (1 such row"));
 }
 
 TEST_CASE("block_jacobi: ILU(0)/IC(0) of a tridiagonal block is its exact inverse",

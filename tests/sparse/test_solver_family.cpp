@@ -119,7 +119,7 @@ TEST_CASE("custom preconditioners: a callable equals the built-in one, bad ones 
                                           : r;
   };
   CHECK_THROWS_WITH(D.solve(db, {.method = sp::Method::gmres, .custom_preconditioner = bad}),
-                    Catch::Contains("custom_preconditioner must return a DVector"));
+                    Catch::Contains("expected custom_preconditioner to return a DVector"));
   CHECK_THROWS_WITH(D.solve(db, {.preconditioner = sp::Preconditioner::jacobi, .custom_preconditioner = jacobi}),
                     Catch::Contains("not both"));
 }

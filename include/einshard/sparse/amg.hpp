@@ -80,6 +80,15 @@ inline constexpr int hypre_interp_type(AmgInterpolation i) {
   return 6;
 }
 
+inline std::string to_string(AmgCoarsening c) {
+  switch (c) {
+    case AmgCoarsening::hmis: return "hmis";
+    case AmgCoarsening::pmis: return "pmis";
+    case AmgCoarsening::falgout: return "falgout";
+  }
+  return "unknown";
+}
+
 /// hypre relax types of the down and the up sweeps.
 inline constexpr std::pair<int, int> hypre_relax_types(AmgSmoother s) {
   switch (s) {
@@ -91,31 +100,42 @@ inline constexpr std::pair<int, int> hypre_relax_types(AmgSmoother s) {
   return {13, 14};
 }
 
-/// The faults of options and matrix found before any hypre call, so that a bad input is the same
-/// `Error` on every rank instead of a hypre abort or a hang inside a collective setup.
+/// The stored entries per row of the whole matrix, nnz / rows (collective): what picks the
+/// defaults of `AmgOptions::resolved`.
+inline double mean_row_entries(const LocalRows& rows, std::int64_t global_rows) {
+  auto nnz = static_cast<std::int64_t>(rows.a.nnz());
+  comm::check(MPI_Allreduce(MPI_IN_PLACE, &nnz, 1, MPI_INT64_T, MPI_SUM, rows.comm), "MPI_Allreduce");
+  return global_rows > 0 ? static_cast<double>(nnz) / static_cast<double>(global_rows) : 0.0;
+}
+
+/// The faults of options (resolved: every field set) and matrix found before any hypre call, so
+/// that a bad input is the same `Error` on every rank instead of a hypre abort or a hang inside a
+/// collective setup.
 inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols,
                              const AmgOptions& o) {
   if (global_rows != global_cols)
-    return "sparse: the amg preconditioner needs a square matrix, got " + std::to_string(global_rows) + "x" +
+    return "amg preconditioner setup: expected a square matrix, found " + std::to_string(global_rows) + "x" +
            std::to_string(global_cols);
   if (rows.a.dtype() != at::kDouble)
-    return std::string("sparse: the amg preconditioner (hypre BoomerAMG) needs float64 values, got ") +
+    return std::string("amg preconditioner setup (hypre BoomerAMG): expected float64 values, found ") +
            c10::toString(rows.a.dtype()) + " (convert the matrix with .to(at::kDouble))";
   if (global_rows > std::numeric_limits<HYPRE_BigInt>::max() ||
       rows.a.nnz() > std::numeric_limits<HYPRE_Int>::max())
-    return "sparse: the amg preconditioner: hypre was built with " + std::to_string(8 * sizeof(HYPRE_BigInt)) +
-           "-bit indices, too small for " + std::to_string(global_rows) + " rows";
-  if (!(o.strong_threshold >= 0 && o.strong_threshold < 1) || o.sweeps < 1 || o.max_levels < 1 ||
-      o.max_elements < 0 || o.aggressive_levels < 0 || o.cycles < 1)
-    return "sparse: amg options: expected 0 ≤ strong_threshold < 1, sweeps ≥ 1, max_levels ≥ 1, "
-           "max_elements ≥ 0, aggressive_levels ≥ 0 and cycles ≥ 1, got " +
-           std::to_string(o.strong_threshold) + ", " + std::to_string(o.sweeps) + ", " +
-           std::to_string(o.max_levels) + ", " + std::to_string(o.max_elements) + ", " +
-           std::to_string(o.aggressive_levels) + " and " + std::to_string(o.cycles);
+    return "amg preconditioner setup: expected at most " +
+           std::to_string(std::numeric_limits<HYPRE_BigInt>::max()) + " rows and as many local entries (hypre's " +
+           std::to_string(8 * sizeof(HYPRE_BigInt)) + "-bit indices), found " + std::to_string(global_rows) +
+           " rows and " + std::to_string(rows.a.nnz()) + " entries on this rank";
+  if (!(*o.strong_threshold >= 0 && *o.strong_threshold < 1) || o.sweeps < 1 || o.max_levels < 1 ||
+      *o.max_elements < 0 || *o.aggressive_levels < 0 || o.cycles < 1)
+    return "amg options: expected 0 ≤ strong_threshold < 1, sweeps ≥ 1, max_levels ≥ 1, "
+           "max_elements ≥ 0, aggressive_levels ≥ 0 and cycles ≥ 1, found " +
+           std::to_string(*o.strong_threshold) + ", " + std::to_string(o.sweeps) + ", " +
+           std::to_string(o.max_levels) + ", " + std::to_string(*o.max_elements) + ", " +
+           std::to_string(*o.aggressive_levels) + " and " + std::to_string(o.cycles);
   check_rows(rows);
   // Every smoother divides by the diagonal (or its l1 row norm, which a zero diagonal makes
   // indefinite); hypre would only warn.
-  return first_bad_row(diagonal(rows.a) == 0, "sparse: the amg preconditioner needs a nonzero diagonal, found a zero one in");
+  return first_bad_row(diagonal(rows.a) == 0, "amg preconditioner setup: expected a nonzero diagonal, found a zero one in");
 }
 
 /// hypre's status after a call sequence: empty, or what failed. Clears hypre's sticky flag.
@@ -123,16 +143,17 @@ inline std::string hypre_fault(const char* what) {
   const HYPRE_Int err = HYPRE_GetError();
   HYPRE_ClearAllErrors();
   if (err == 0 || err == HYPRE_ERROR_CONV) return {};
-  return std::string("sparse: hypre BoomerAMG ") + what + " failed (hypre error code " + std::to_string(err) + ")";
+  return std::string("amg preconditioner setup: expected hypre BoomerAMG's ") + what + " to succeed, found hypre error code " +
+         std::to_string(err);
 }
 
 class AmgOp final : public PreconditionerOp {
  public:
   AmgOp(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols, const GhostsOf& ghosts_of,
         const AmgOptions& o)
-      : options_(o) {
+      : options_(o.resolved(mean_row_entries(rows, global_rows))) {
     agreed_setup(rows.comm, [&] {
-      if (auto fault = amg_fault(rows, global_rows, global_cols, o); !fault.empty()) throw Error(fault);
+      if (auto fault = amg_fault(rows, global_rows, global_cols, options_); !fault.empty()) throw Error(fault);
     });
     initialize_hypre();
     comm::check(MPI_Comm_dup(rows.comm, &comm_), "MPI_Comm_dup");
@@ -169,7 +190,9 @@ class AmgOp final : public PreconditionerOp {
     Borrow b(par_b_, const_cast<double*>(src.data_ptr<double>())), x(par_x_, z.data_ptr<double>());
     HYPRE_BoomerAMGSolve(solver_, par_a_, par_b_, par_x_);
   }
-  [[nodiscard]] std::string name() const override { return "amg(boomeramg)"; }
+  [[nodiscard]] std::string name() const override { return "amg(boomeramg, " + to_string(*options_.coarsening) + ")"; }
+  /// The options in use: the caller's, with the unset fields chosen from the matrix.
+  [[nodiscard]] const AmgOptions& options() const { return options_; }
   [[nodiscard]] std::pair<int, double> hierarchy() const override { return {levels_, complexity_}; }
 
  private:
@@ -247,11 +270,11 @@ class AmgOp final : public PreconditionerOp {
     const auto& o = options_;
     HYPRE_BoomerAMGCreate(&solver_);
     HYPRE_BoomerAMGSetPrintLevel(solver_, 0);
-    HYPRE_BoomerAMGSetCoarsenType(solver_, hypre_coarsen_type(o.coarsening));
-    HYPRE_BoomerAMGSetInterpType(solver_, hypre_interp_type(o.interpolation));
-    HYPRE_BoomerAMGSetPMaxElmts(solver_, o.max_elements);
-    HYPRE_BoomerAMGSetStrongThreshold(solver_, o.strong_threshold);
-    HYPRE_BoomerAMGSetAggNumLevels(solver_, o.aggressive_levels);
+    HYPRE_BoomerAMGSetCoarsenType(solver_, hypre_coarsen_type(*o.coarsening));
+    HYPRE_BoomerAMGSetInterpType(solver_, hypre_interp_type(*o.interpolation));
+    HYPRE_BoomerAMGSetPMaxElmts(solver_, *o.max_elements);
+    HYPRE_BoomerAMGSetStrongThreshold(solver_, *o.strong_threshold);
+    HYPRE_BoomerAMGSetAggNumLevels(solver_, *o.aggressive_levels);
     const auto [down, up] = hypre_relax_types(o.smoother);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, down, 1);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, up, 2);
@@ -307,8 +330,8 @@ inline std::unique_ptr<PreconditionerOp> make_amg(const LocalRows& rows, std::in
   return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options);
 #else
   (void)rows, (void)global_rows, (void)global_cols, (void)ghosts_of, (void)options;
-  throw Error("sparse: the amg preconditioner needs hypre (BoomerAMG), which this build of einshard was "
-              "configured without (install libhypre-dev and reconfigure; EINSHARD_HAS_HYPRE is not set)");
+  throw Error("amg preconditioner setup: expected a build of einshard with hypre (BoomerAMG), found one "
+              "configured without it (EINSHARD_HAS_HYPRE is not set; install libhypre-dev and reconfigure)");
 #endif
 }
 

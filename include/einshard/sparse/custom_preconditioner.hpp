@@ -30,11 +30,11 @@ class CustomPreconditionerOp final : public PreconditionerOp {
     try {
       out = fn_(DVector(layout_, r));
       if (!out.defined() || out.local().dim() != 1 || out.local().numel() != r.numel())
-        fault = "DSparseTensor::solve: custom_preconditioner must return a DVector in the matrix's partition (" +
-                std::to_string(r.numel()) + " owned entries here), got " +
+        fault = "DSparseTensor::solve: expected custom_preconditioner to return a DVector in the matrix's partition (" +
+                std::to_string(r.numel()) + " owned entries here), found " +
                 (out.defined() ? "shape " + std::string(c10::str(out.local().sizes())) : std::string("an undefined one"));
     } catch (const Error& e) {
-      fault = std::string("DSparseTensor::solve: custom_preconditioner failed: ") + e.what();
+      fault = std::string("DSparseTensor::solve: expected custom_preconditioner to return, found it threw: ") + e.what();
     }
     comm::raise_if_any(layout_->comm(), fault);
     z.copy_(out.local().detach());

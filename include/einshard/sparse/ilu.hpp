@@ -33,7 +33,7 @@ struct IncompleteFactor {
 template <class F>
 void dispatch_real_csr(const Csr& a, const char* what, F&& f) {
   if (a.dtype() != at::kFloat && a.dtype() != at::kDouble)
-    throw Error(std::string("sparse: ") + what + " supports float32 and float64 matrices, got " +
+    throw Error(std::string(what) + ": expected a float32 or float64 matrix, found " +
                 c10::toString(a.dtype()));
   dispatch_csr(a, [&](auto v0, auto i0) {
     if constexpr (!c10::is_complex<decltype(v0)>::value) f(v0, i0);

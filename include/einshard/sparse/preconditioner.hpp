@@ -82,9 +82,9 @@ void agreed_setup(MPI_Comm comm, F&& local) {
 
 inline void check_rows(const LocalRows& rows) {
   if (!rows.a.values.defined() || !rows.a.rowptr.defined() || !rows.a.col.defined())
-    throw Error("sparse: preconditioner setup: the local rows are not initialised");
+    throw Error("preconditioner setup: expected the local rows of a matrix, found an uninitialised block");
   if (rows.a.rows != rows.n_owned || rows.a.cols < rows.n_owned)
-    throw Error("sparse: preconditioner setup: expected " + std::to_string(rows.n_owned) +
+    throw Error("preconditioner setup: expected " + std::to_string(rows.n_owned) +
                 " owned rows with at least as many local columns, found a " + std::to_string(rows.a.rows) + "x" + std::to_string(rows.a.cols) +
                 " block");
 }
@@ -95,7 +95,7 @@ inline std::string first_bad_row(const at::Tensor& bad, const std::string& what)
   const auto count = bad.sum().item<std::int64_t>();
   if (count == 0) return {};
   const auto first = bad.nonzero().min().item<std::int64_t>();
-  return what + ": owned row " + std::to_string(first) + " (" + std::to_string(count) + " such row" +
+  return what + " owned row " + std::to_string(first) + " (" + std::to_string(count) + " such row" +
          (count > 1 ? "s" : "") + " on this rank)";
 }
 
@@ -129,7 +129,7 @@ inline at::Tensor inverse_diagonal(const LocalRows& rows) {
   agreed_setup(rows.comm, [&] {
     check_rows(rows);
     const auto d = diagonal(rows.a);
-    const auto fault = first_bad_row(d == 0, "sparse: Jacobi needs a nonzero diagonal, found a zero one in");
+    const auto fault = first_bad_row(d == 0, "jacobi preconditioner setup: expected a nonzero diagonal, found a zero one in");
     if (!fault.empty()) throw Error(fault);
     inv = d.reciprocal();
   });
@@ -148,7 +148,7 @@ inline at::Tensor inverse_l1_norms(const LocalRows& rows) {
     const auto [values, row, col] = csr_to_coo(rows.a);
     const auto magnitude = values.abs();
     const auto norms = at::zeros({rows.n_owned}, magnitude.options()).index_add_(0, row, magnitude);
-    const auto fault = first_bad_row(norms == 0, "sparse: l1-Jacobi needs nonzero rows, found an empty one as");
+    const auto fault = first_bad_row(norms == 0, "l1_jacobi preconditioner setup: expected nonzero rows, found an all-zero one at");
     if (!fault.empty()) throw Error(fault);
     inv = norms.reciprocal().to(rows.a.dtype());
   });
@@ -164,8 +164,8 @@ class BlockJacobiOp final : public PreconditionerOp {
       const auto block = leading_block(rows.a, rows.n_owned, ic0);
       const auto failed = ic0 ? factor_ic0(block, factor_) : factor_ilu0(block, factor_);
       if (failed >= 0)
-        throw Error(std::string("sparse: block Jacobi ") + (ic0 ? "IC(0)" : "ILU(0)") +
-                    " found a " + (ic0 ? "non-positive" : "zero") + " pivot at owned row " +
+        throw Error(std::string("block_jacobi preconditioner setup: expected ") + (ic0 ? "positive IC(0)" : "nonzero ILU(0)") +
+                    " pivots, found a " + (ic0 ? "non-positive" : "zero") + " pivot at owned row " +
                     std::to_string(failed) +
                     (ic0 ? " (the block is not positive definite enough for IC(0); try ILU(0))"
                          : " (the owned block needs a nonzero diagonal and no zero pivot)"));
@@ -214,12 +214,12 @@ class ChebyshevOp final : public PreconditionerOp {
     agreed_setup(rows.comm, [&] {
       check_rows(rows);
       if (rows.a.dtype() != at::kFloat && rows.a.dtype() != at::kDouble)
-        throw Error(std::string("sparse: the Chebyshev preconditioner supports float32 and float64, got ") +
+        throw Error(std::string("chebyshev preconditioner setup: expected float32 or float64 values, found ") +
                     c10::toString(rows.a.dtype()));
       if (opts.chebyshev_degree < 1 || opts.eig_iterations < 1 || !(opts.chebyshev_lower > 0) ||
           !(opts.chebyshev_lower < 1.1))
-        throw Error("sparse: Chebyshev options: expected chebyshev_degree ≥ 1, eig_iterations ≥ 1 and "
-                    "0 < chebyshev_lower < 1.1, got " + std::to_string(opts.chebyshev_degree) + ", " +
+        throw Error("chebyshev options: expected chebyshev_degree ≥ 1, eig_iterations ≥ 1 and "
+                    "0 < chebyshev_lower < 1.1, found " + std::to_string(opts.chebyshev_degree) + ", " +
                     std::to_string(opts.eig_iterations) + " and " + std::to_string(opts.chebyshev_lower));
     });
     inv_diag_ = inverse_diagonal(rows);
@@ -273,8 +273,8 @@ class ChebyshevOp final : public PreconditionerOp {
     auto p = z.clone();
     auto q = at::empty_like(p);
     const auto not_definite = [](const std::string& found) {
-      return Error("sparse: the Chebyshev preconditioner needs D⁻¹A definite (A symmetric definite "
-                   "with a diagonal of the same sign); its Lanczos estimate found " + found);
+      return Error("chebyshev preconditioner setup: expected D⁻¹A definite (A symmetric definite "
+                   "with a diagonal of the same sign), found " + found + " in its Lanczos estimate");
     };
     double rz = dot(r, z);
     all_sum({&rz, 1}, rows.comm);
@@ -333,10 +333,10 @@ inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind
     case Preconditioner::amg:
       // Its hierarchy spans the ranks: it needs the global numbering of the halo columns, which
       // only the distributed matrix knows (DSparseTensor::solve builds it, sparse/amg.hpp).
-      throw Error("sparse: the amg preconditioner is built by DSparseTensor::solve from the distributed "
-                  "matrix, not from a rank's local rows");
+      throw Error("make_preconditioner: expected a kind built from a rank's local rows, found amg (its "
+                  "hierarchy spans the ranks: DSparseTensor::solve builds it from the distributed matrix)");
   }
-  throw Error("sparse: unknown preconditioner kind");
+  throw Error("make_preconditioner: expected a Preconditioner kind, found " + std::to_string(static_cast<int>(kind)));
 }
 
 /// The last preconditioner a matrix built, kept for its next solve: time-stepping and Newton loops
