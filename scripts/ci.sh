@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # What CI runs (.ci/run), in order, each step timed (docs/testing.md has the figures on the 2-core
-# CI machine and why this subset):
+# CI machine and why this order):
 #   1. the README's test command, scripts/run-tests.sh: the dev preset, the whole suite;
-#   2. scripts/fuzz.sh: every libFuzzer target for EINSHARD_CI_FUZZ_SECONDS (default 30) each;
-#   3. scripts/sanitize.sh: ASan + UBSan build of the unit suite (its
-#      EINSHARD_SANITIZE_SUITES), run at 1-3 ranks, failing on any report;
-#   4. the clang 14 build of the unit suite with -Wall -Wextra -Werror, run (EINSHARD_CI_CLANG=0
+#   2. scripts/sanitize.sh: ASan + UBSan (+ LeakSanitizer) build of every suite, the unit suite and
+#      the MPI suites at 1-3 ranks, failing on any report; at the same time scripts/fuzz.sh: every
+#      libFuzzer target for EINSHARD_CI_FUZZ_SECONDS (default 30) each
+#      (EINSHARD_CI_FUZZ_ALONGSIDE=0 runs it afterwards instead);
+#   3. the clang 14 build of the unit suite with -Wall -Wextra -Werror, run (EINSHARD_CI_CLANG=0
 #      skips it).
 # Stops at the first failing step. Runs from any directory.
 set -euo pipefail
@@ -31,9 +32,34 @@ clang_unit() {
   ctest --preset clang -R '^unit$'
 }
 
+# The fuzzers need no LibTorch and one core each, one after the other: beside the sanitizer build
+# they cost its wall time only the CPU they take (their 30 s are wall time either way). Their
+# report comes after the sanitizers' so the two do not interleave.
+sanitize_and_fuzz() {
+  local seconds="${EINSHARD_CI_FUZZ_SECONDS:-30}"
+  if [[ "${EINSHARD_CI_FUZZ_ALONGSIDE:-1}" == 0 ]]; then
+    "${here}/sanitize.sh"
+    "${here}/fuzz.sh" "${seconds}"
+    return
+  fi
+  mkdir -p build
+  local log=build/fuzz.ci.log
+  "${here}/fuzz.sh" "${seconds}" > "${log}" 2>&1 &
+  local fuzz_pid=$!
+  local status=0 fuzz_status=0
+  "${here}/sanitize.sh" || status=$?
+  wait "${fuzz_pid}" || fuzz_status=$?
+  echo "==== ci: fuzzers (${seconds} s each, run alongside)"
+  cat "${log}"
+  if [[ "${fuzz_status}" != 0 ]]; then
+    echo "ci: the fuzzers failed (exit ${fuzz_status})" >&2
+    return 1
+  fi
+  return "${status}"
+}
+
 step "README test command (run-tests.sh)" "${here}/run-tests.sh"
-step "fuzzers (${EINSHARD_CI_FUZZ_SECONDS:-30} s each)" "${here}/fuzz.sh" "${EINSHARD_CI_FUZZ_SECONDS:-30}"
-step "ASan+UBSan (scripts/sanitize.sh)" "${here}/sanitize.sh"
+step "ASan+UBSan, fuzzers alongside" sanitize_and_fuzz
 if [[ "${EINSHARD_CI_CLANG:-1}" != 0 ]]; then
   step "clang 14 unit suite (-Werror)" clang_unit
 fi
