@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # The AddressSanitizer + UndefinedBehaviorSanitizer run: configures the `asan` preset (build/asan),
-# builds the chosen test executables and runs their tests at 1-3 ranks; any ASan or UBSan report
-# fails the test (ASAN_OPTIONS abort_on_error=1, UBSAN_OPTIONS halt_on_error=1, set by the
-# preset), and so the script.
+# builds the chosen test executables and runs their tests, the MPI suites at 1-3 ranks; any ASan,
+# UBSan or LeakSanitizer report fails the test (the preset's ASAN_OPTIONS abort_on_error=1 and
+# detect_leaks=1, UBSAN_OPTIONS halt_on_error=1; LSan's suppressions, tests/sanitizers/lsan.supp,
+# name Open MPI's PMIx client only), and so the script.
 #
-#   scripts/sanitize.sh                      # what CI runs: EINSHARD_SANITIZE_SUITES below
-#   EINSHARD_SANITIZE_SUITES="unit mpi spectral stencil sparse" scripts/sanitize.sh   # everything
+#   scripts/sanitize.sh                               # what CI runs: every suite
+#   EINSHARD_SANITIZE_SUITES="sparse" scripts/sanitize.sh   # one suite
 #
 # Environment:
-#   EINSHARD_SANITIZE_SUITES  suites to build and run (default "unit": the sparse suite doubled in
-#                             size with the second wave and no longer fits the CI budget; see
-#                             docs/testing.md for the cost of each on the 2-core CI machine)
+#   EINSHARD_SANITIZE_SUITES  suites to build and run (default: all of them, "unit mpi spectral
+#                             stencil sparse model"; docs/testing.md has the cost of each on the
+#                             2-core CI machine)
 #   EINSHARD_SANITIZE_RANKS   world sizes of the MPI suites (default "1 2 3")
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +20,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${here}/env.sh"
 cd "${EINSHARD_ROOT}"
 
-suites="${EINSHARD_SANITIZE_SUITES:-unit}"
+suites="${EINSHARD_SANITIZE_SUITES:-unit mpi spectral stencil sparse model}"
 ranks="${EINSHARD_SANITIZE_RANKS:-1 2 3}"
 
 mkdir -p build
