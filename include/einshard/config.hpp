@@ -20,3 +20,7 @@
 #else
 #define EINSHARD_INLINE inline
 #endif
+
+/// Whether the sparse part's out-of-class members (DSparseTensor's) are defined in this
+/// translation unit.
+#define EINSHARD_DEFINE_SPARSE 1
