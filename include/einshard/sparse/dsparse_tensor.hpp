@@ -46,7 +46,9 @@
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/preconditioner.hpp"
+#if EINSHARD_DEFINE_SPARSE  // the autograd record of a solve, used by the members defined below
 #include "einshard/sparse/solve_autograd.hpp"
+#endif
 #include "einshard/sparse/solver.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
 
