@@ -175,7 +175,7 @@ inline StencilInput agree_input(const notation::ExpressionView& e, const notatio
     throw Error(what + ": the notation shards axes, so the operation needs a mesh (.mesh = ...)");
   StencilInput in;
   in.distributed = sharded;
-  in.layout = plan::layout_of(e, spec, 0, sharded ? o.mesh.shape() : MeshShape{});
+  in.layout = plan::layout_of(e, spec, 0, sharded ? o.mesh.shape() : MeshShape{}, what);
   if (!in.layout.partial.empty()) throw Error(what + ": stencil operations take no partial sums ('//')");
   const auto ndim = static_cast<std::int64_t>(in.layout.axes.size());
   if (!sharded) {

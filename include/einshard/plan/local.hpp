@@ -100,8 +100,8 @@ EINSHARD_INLINE LocalPlan make_local_plan(const notation::ExpressionView& e) {
   plan.has_groups = plan.output.has_groups;
   for (const auto& l : plan.inputs) plan.has_groups = plan.has_groups || l.has_groups;
   if (plan.axis_names.size() > max_local_axes)
-    throw Error("einshard: " + std::to_string(plan.axis_names.size()) +
-                " distinct axes in one local contraction; torch::einsum accepts at most 52");
+    throw Error("einshard '" + std::string(e.source) + "': expected at most 52 distinct axes in a local contraction (torch::einsum's letters), found " +
+                std::to_string(plan.axis_names.size()));
 
   auto append = [&](const OperandLayout& l) {
     for (const auto& item : l.items) {
