@@ -22,6 +22,7 @@
 #include "einshard/options.hpp"
 #include "einshard/plan/plan.hpp"
 #include "einshard/config.hpp"
+#include "einshard/ops/einshard.hpp"
 
 // Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
 #if !EINSHARD_DECLARE_ONLY
@@ -29,7 +30,6 @@
 #include "einshard/exec/fft.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/notation/parser.hpp"
-#include "einshard/ops/einshard.hpp"
 #include "einshard/plan/fft.hpp"
 #endif
 

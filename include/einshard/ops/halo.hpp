@@ -30,6 +30,7 @@
 #include "einshard/options.hpp"
 #include "einshard/plan/plan.hpp"
 #include "einshard/config.hpp"
+#include "einshard/ops/einshard.hpp"
 
 // Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
 #if !EINSHARD_DECLARE_ONLY
@@ -40,7 +41,6 @@
 #include "einshard/exec/sizes.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/parser.hpp"
-#include "einshard/ops/einshard.hpp"
 #include "einshard/plan/halo.hpp"
 #include "einshard/plan/layout.hpp"
 #endif
