@@ -20,6 +20,7 @@
 #include <mpi.h>
 
 #include <einshard/einshard.hpp>
+#include <einshard/exec/contraction.hpp>  // prepares and runs contractions directly
 
 #include "common.hpp"
 

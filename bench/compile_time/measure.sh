@@ -19,7 +19,7 @@
 #
 # Prints JSON lines: "compile_time_pkg" per compile, "compile_time_pkg_tu" per (mode, TU) with the
 # median CPU (user+system) and wall seconds, peak RSS and the ratio to a_aten of the same mode and
-# run, and "compile_time_pkg_library": the one-off cost of compiling einshard_compiled itself.
+# run, and "compile_time_pkg_library": the one-off cost of compiling einshard_compiled itself (per source).
 # Needs GNU time (/usr/bin/time) and jq.
 set -euo pipefail
 
@@ -88,12 +88,14 @@ for mode in $modes; do
   cmake -S "$root" -B "$build" "${common[@]}" -DEINSHARD_HEADER_ONLY=$header_only -DEINSHARD_INSTALL=ON \
         -DEINSHARD_BUILD_TESTS=OFF -DEINSHARD_BUILD_EXAMPLES=OFF -DEINSHARD_BUILD_TOOLS=OFF \
         -DEINSHARD_BUILD_BENCHMARKS=OFF -DEINSHARD_BUILD_DOCS=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >"$work/$mode-configure.log"
-  if [[ $mode == compiled ]]; then  # the one-off cost: einshard_compiled's own TU
-    lib=$(jq -r '.[] | select(.file | endswith("src/einshard.cpp")) | .command' "$build/compile_commands.json")
-    /usr/bin/time -o "$work/lib.time" -f '%e %U %S %M' bash -c "cd '$build' && $lib"
-    read -r e u s m <"$work/lib.time"
-    printf '{"bench":"compile_time_pkg_library","target":"einshard_compiled","wall_s":%s,"cpu_s":%.2f,"peak_rss_mb":%.1f,"loadavg":%s}\n' \
-      "$e" "$(awk -v u="$u" -v s="$s" 'BEGIN{print u+s}')" "$(awk -v m="$m" 'BEGIN{print m/1024}')" "$(load)"
+  if [[ $mode == compiled ]]; then  # the one-off cost: einshard_compiled's own TUs
+    for src in src/einshard.cpp src/sparse.cpp; do
+      lib=$(jq -r --arg f "$src" '.[] | select(.file | endswith($f)) | .command' "$build/compile_commands.json")
+      /usr/bin/time -o "$work/lib.time" -f '%e %U %S %M' bash -c "cd '$build' && $lib"
+      read -r e u s m <"$work/lib.time"
+      printf '{"bench":"compile_time_pkg_library","target":"einshard_compiled","source":"%s","wall_s":%s,"cpu_s":%.2f,"peak_rss_mb":%.1f,"loadavg":%s}\n' \
+        "$src" "$e" "$(awk -v u="$u" -v s="$s" 'BEGIN{print u+s}')" "$(awk -v m="$m" 'BEGIN{print m/1024}')" "$(load)"
+    done
   fi
   cmake --build "$build" -j 1 >"$work/$mode-build.log"
   rm -rf "$prefix"

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <einshard/einshard.hpp>
+#include <einshard/plan/fft_factored.hpp>  // the factoring the benchmark reports
 
 #include "../common.hpp"
 

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include <einshard/einshard.hpp>
+#include <einshard/exec/local_fft.hpp>  // the local FFT backend switch
 
 #include "../common.hpp"
 

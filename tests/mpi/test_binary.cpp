@@ -723,7 +723,7 @@ TEST_CASE("binary: both inputs partial over one group is an error on every rank"
   const auto& mesh = mesh_of({w.size}, TP);
   const auto a = at::ones({3, 4}, at::kDouble), b = at::ones({4, 2}, at::kDouble);
   CHECK_THROWS_WITH(es::einshard("a k // tp, k b // tp -> a b", {a, b}, {.mesh = mesh}),
-                    Catch::Contains("both inputs are partial"));
+                    Catch::Contains("found both inputs partial"));
 }
 
 TEST_CASE("binary: three operands, contracted two at a time", "[mpi][binary]") {

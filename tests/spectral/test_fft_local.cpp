@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <einshard/einshard.hpp>
+#include <einshard/exec/local_fft.hpp>  // the local FFT backend switch these tests set
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
 

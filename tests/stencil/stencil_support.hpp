@@ -17,6 +17,7 @@
 #include <einshard/ops/halo.hpp>
 #include <einshard/ops/roll.hpp>
 #include <einshard/ops/window.hpp>
+#include <einshard/plan/halo.hpp>  // the pure planner, tested on its own
 
 #include "test_support.hpp"
 

@@ -249,13 +249,18 @@ TEST_CASE("unary planner: errors", "[planner]") {
   CHECK_THROWS_AS(names("a/dp-sp b -> a/dp b/sp-dp"), es::Error);
   CHECK_THROWS_AS(names("a/dp b/sp -> a/dp-sp b/sp"), es::Error);
   // Overlapping partial groups reduced together.
-  CHECK_THROWS_WITH(names("a // (dp,dp-sp) -> a"), Catch::Contains("share the mesh dimension"));
+  CHECK_THROWS_WITH(names("a // (dp,dp-sp) -> a"), Catch::Contains("found 'dp' and 'dp-sp' sharing 'dp'"));
   CHECK_THROWS_AS(names("a // (sp-dp,dp-sp) -> a"), es::Error);
   // Unknown mesh dimensions are caught when the layouts are made.
   CHECK_THROWS_WITH(layouts("a b -> a/zz b", mesh24), Catch::Contains("zz"));
   CHECK_THROWS_AS(layouts("a b // zz -> a b", mesh24), es::Error);
   // Factored groups are local-only.
-  CHECK_THROWS_AS(layouts("(a b) c -> a b/dp c", mesh24), es::Error);
+  CHECK_THROWS_WITH(layouts("(a b) c -> a b/dp c", mesh24),
+                    Catch::Equals("einshard '(a b) c -> a b/dp c': expected plain axes in a distributed operation, "
+                                  "found '(a b)' (factored groups are local only: reshape before or after the "
+                                  "distributed step)"));
+  CHECK_THROWS_WITH(layouts("a a b/dp -> a b/dp", mesh24),
+                    Catch::StartsWith("einshard 'a a b/dp -> a b/dp': expected each axis once in an operand, found 'a' twice"));
 }
 
 // ---- schedule_redistribute: all ranks of a mesh simulated in one process --------------------------

@@ -5,9 +5,17 @@
 /// `loss.backward()` exactly paired with the forward one.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <ATen/core/grad_mode.h>
 
 #include <utility>
+
+#include "einshard/config.hpp"
+
+// Compiled (config.hpp), the autograd node and <torch/csrc/autograd/custom_function.h> (a second
+// of every translation unit that includes it) stay inside einshard_compiled.
+#if !EINSHARD_DECLARE_ONLY
+#include <torch/csrc/autograd/custom_function.h>
+#endif
 
 namespace einshard::comm {
 
@@ -17,6 +25,7 @@ struct CommOp : torch::CustomClassHolder {
   [[nodiscard]] virtual at::Tensor backward(const at::Tensor& grad) const = 0;
 };
 
+#if !EINSHARD_DECLARE_ONLY
 namespace detail {
 
 struct CommFunction : torch::autograd::Function<CommFunction> {
@@ -35,15 +44,21 @@ struct CommFunction : torch::autograd::Function<CommFunction> {
 };
 
 }  // namespace detail
+#endif  // !EINSHARD_DECLARE_ONLY
 
 /// Whether an operation on `x` is recorded for backward (grad mode on and `x` needs a gradient).
 inline bool records(const at::Tensor& x) { return at::GradMode::is_enabled() && x.requires_grad(); }
 
 /// Runs `op` forward on `x`; differentiable through `op`'s backward. When nothing is recorded the
 /// forward runs directly: the autograd wrapper costs about 1 us per step even under no grad.
-inline at::Tensor apply_op(const at::Tensor& x, const c10::intrusive_ptr<CommOp>& op) {
+EINSHARD_INLINE at::Tensor apply_op(const at::Tensor& x, const c10::intrusive_ptr<CommOp>& op);
+
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE at::Tensor apply_op(const at::Tensor& x, const c10::intrusive_ptr<CommOp>& op) {
   if (!records(x)) return op->forward(x);
   return detail::CommFunction::apply(x, op);
 }
+
+#endif  // !EINSHARD_DECLARE_ONLY
 
 }  // namespace einshard::comm

@@ -72,9 +72,9 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
   for (std::size_t i = 0; i < n; ++i) {
     const auto k = ranks[0][i].ndim - fixed_dims(e, e.input(i));
     ellipsis = std::max(ellipsis, k);
-    work.push_back(plan::layout_of(e, e.input(i), k, mesh.shape()));
+    work.push_back(plan::layout_of(e, e.input(i), k, mesh.shape(), what));
   }
-  const auto out = plan::layout_of(e, e.output(), ellipsis, mesh.shape());
+  const auto out = plan::layout_of(e, e.output(), ellipsis, mesh.shape(), what);
   ContractionCall call;
   for (std::size_t i = 0; i < n; ++i) measure(call.sizes, work[i], ranks, i, mesh, o.shapes, what);
   const PlanPolicy policy = resolve_policy(o.policy);
@@ -121,7 +121,7 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
     for (std::size_t i = 0; i < work.size(); ++i)
       for (std::size_t j = i + 1; j < work.size(); ++j) {
         auto p = plan::plan_binary(work[i], work[j], intermediate(i, j), mesh.shape(), call.sizes.global,
-                                   element, policy, true);
+                                   element, policy, true, what);
         if (!found || p.chosen.score < best_score) {
           best_score = p.chosen.score;
           best = Stage{i, j, std::move(p), {}, {}, {}, {}};
@@ -138,7 +138,8 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
     call.stages.push_back(std::move(best));
   }
   call.stages.push_back(
-      {0, 1, plan::plan_binary(work[0], work[1], out, mesh.shape(), call.sizes.global, element, policy), {}, {}, {}, {}});
+      {0, 1, plan::plan_binary(work[0], work[1], out, mesh.shape(), call.sizes.global, element, policy, false, what),
+       {}, {}, {}, {}});
   defer(call.stages.back());
 
   for (auto& s : call.stages) make_stage(call.sizes, s, mesh, o.shapes, what);

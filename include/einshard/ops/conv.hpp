@@ -26,20 +26,32 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/notation/static_expression.hpp"
+#include "einshard/ops/halo.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/plan.hpp"
+#include "einshard/config.hpp"
+
+// Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
+#if !EINSHARD_DECLARE_ONLY
 #include "einshard/exec/autograd.hpp"
 #include "einshard/exec/halo.hpp"
 #include "einshard/exec/steps.hpp"
-#include "einshard/notation/static_expression.hpp"
-#include "einshard/ops/halo.hpp"
 #include "einshard/ops/window.hpp"
-#include "einshard/options.hpp"
 #include "einshard/plan/halo.hpp"
-#include "einshard/plan/plan.hpp"
+#endif
 
 namespace einshard {
 
 namespace detail {
 
+/// The operation's entry points (defined with its executor, below or in einshard_compiled).
+EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                                    const at::Tensor& weight, const AxisMap& windows, const Options& o);
+EINSHARD_INLINE Plan explain_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                                  const at::Tensor& weight, const AxisMap& windows, const Options& o);
+
+#if !EINSHARD_DECLARE_ONLY
 /// The roles of the axes of `x, w -> y`, checked.
 struct ConvAxes {
   std::vector<std::string> x, w, batch, spatial, kernels;
@@ -215,7 +227,7 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
   return call;
 }
 
-inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                            const at::Tensor& weight, const AxisMap& windows, const Options& o) {
   auto call = prepare_conv(e, written, x, weight, windows, o);
   const auto exchanges = call.plan.exchanges;
@@ -327,6 +339,11 @@ inline at::Tensor run_conv(const notation::ExpressionView& e, std::string_view w
   return out.reshape(unflat).permute(call.perm);
 }
 
+EINSHARD_INLINE Plan explain_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                                  const at::Tensor& weight, const AxisMap& windows, const Options& o) {
+  return prepare_conv(e, written, x, weight, windows, o).plan.describe();
+}
+#endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
 /// `einconv<"b h/sp w c, o c kh kw -> b h/sp w o">(x, weight, {{"h", "kh"}, {"w", "kw"}}, {...})`:
@@ -343,11 +360,15 @@ at::Tensor einconv(const at::Tensor& x, const at::Tensor& weight, const AxisMap&
 }
 
 /// The run-time form: `einconv("b h/sp w c, o c kh kw -> b h/sp w o", x, weight, windows, {...})`.
-inline at::Tensor einconv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
-                          const AxisMap& windows, const Options& o = {}) {
+EINSHARD_INLINE at::Tensor einconv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                          const AxisMap& windows, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE at::Tensor einconv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                          const AxisMap& windows, const Options& o) {
   const auto parsed = detail::parse_cached(notation, false, o.families);
   return detail::run_conv(parsed->view(), notation, x, weight, windows, o);
 }
+#endif
 
 /// What `einconv<S>(x, weight, windows, o)` would run: the exchange of each spatial axis, in the
 /// input's order ("pad" for a whole axis, "halo_forward_accumulate_backward" for a sharded one), the
@@ -356,13 +377,17 @@ inline at::Tensor einconv(std::string_view notation, const at::Tensor& x, const 
 /// backward. Collective over the mesh when an axis is sharded; moves no data.
 template <fixed_string S>
 Plan explain_conv(const at::Tensor& x, const at::Tensor& weight, const AxisMap& windows, const Options& o = {}) {
-  return detail::prepare_conv(notation::static_expression<S>.view(), S.view(), x, weight, windows, o).plan.describe();
+  return detail::explain_conv(notation::static_expression<S>.view(), S.view(), x, weight, windows, o);
 }
 
-inline Plan explain_conv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
-                         const AxisMap& windows, const Options& o = {}) {
+EINSHARD_INLINE Plan explain_conv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                         const AxisMap& windows, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE Plan explain_conv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                         const AxisMap& windows, const Options& o) {
   const auto parsed = detail::parse_cached(notation, false, o.families);
   return detail::prepare_conv(parsed->view(), notation, x, weight, windows, o).plan.describe();
 }
+#endif
 
 }  // namespace einshard

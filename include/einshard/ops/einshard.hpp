@@ -64,6 +64,20 @@ struct NotationCache {
                                               bool self = false);
 };
 
+}  // namespace detail
+
+// A local call runs exec::run_local with the option type's sizes: compiled, that instance is
+// einshard_compiled's, so a translation unit with local calls generates none of it.
+#if EINSHARD_DECLARE_ONLY
+extern template at::Tensor exec::run_local<Sizes>(const plan::LocalPlan&, std::string_view, at::TensorList,
+                                                  const Sizes&, const notation::FamilyMap&);
+#elif defined(EINSHARD_BUILDING_COMPILED)
+template at::Tensor exec::run_local<Sizes>(const plan::LocalPlan&, std::string_view, at::TensorList, const Sizes&,
+                                           const notation::FamilyMap&);
+#endif
+
+namespace detail {
+
 template <fixed_string S>
 const plan::LocalPlan& static_local_plan() {
   static const plan::LocalPlan plan = plan::make_local_plan(notation::static_expression<S>.view());

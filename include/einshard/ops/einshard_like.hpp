@@ -62,10 +62,10 @@ inline void einshard_like_view(const notation::ExpressionView& e, at::TensorList
     for (std::size_t i = 0; i < n; ++i)
       if (xs[i].defined()) ellipsis = std::max(ellipsis, xs[i].dim() - exec::fixed_dims(e, e.input(i)));
     std::vector<plan::Layout> layouts;
-    for (std::size_t i = 0; i < n; ++i) layouts.push_back(plan::layout_of(e, e.input(i), ellipsis, mesh));
-    const auto out = plan::layout_of(e, e.output(), ellipsis, mesh);
+    for (std::size_t i = 0; i < n; ++i) layouts.push_back(plan::layout_of(e, e.input(i), ellipsis, mesh, op));
+    const auto out = plan::layout_of(e, e.output(), ellipsis, mesh, op);
     if (n == 1) {
-      (void)plan::plan_unary(layouts[0], out, mesh);  // checks that the move exists
+      (void)plan::plan_unary(layouts[0], out, mesh, op);  // checks that the move exists
     } else if (n == 2) {
       constexpr std::int64_t nominal = 1024;
       std::map<std::string, std::int64_t, std::less<>> global;
@@ -80,7 +80,7 @@ inline void einshard_like_view(const notation::ExpressionView& e, at::TensorList
       }
       const auto element = xs[states.front().input].element_size();
       auto p = plan::plan_binary(layouts[0], layouts[1], out, mesh, global, static_cast<std::int64_t>(element),
-                                 resolve_policy(o.policy));
+                                 resolve_policy(o.policy), false, op);
       for (const auto& s : states) {
         if (e.text(e.input(s.input).annotation.grad) == "none") continue;
         auto& steps = s.input == 0 ? p.chosen.x_steps : p.chosen.y_steps;

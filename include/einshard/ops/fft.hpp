@@ -18,20 +18,32 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/notation/static_expression.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/plan.hpp"
+#include "einshard/config.hpp"
+#include "einshard/ops/einshard.hpp"
+
+// Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
+#if !EINSHARD_DECLARE_ONLY
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/fft.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/notation/parser.hpp"
-#include "einshard/notation/static_expression.hpp"
-#include "einshard/ops/einshard.hpp"
-#include "einshard/options.hpp"
 #include "einshard/plan/fft.hpp"
-#include "einshard/plan/plan.hpp"
+#endif
 
 namespace einshard {
 
 namespace detail {
 
+/// The operation's entry points (defined with its executor, below or in einshard_compiled).
+EINSHARD_INLINE at::Tensor run_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
+                                   const Options& o);
+EINSHARD_INLINE Plan explain_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
+                                 const Options& o);
+
+#if !EINSHARD_DECLARE_ONLY
 inline void check_fft_options(const Options& o) {
   check_unused_options(o, "einfft", {"shapes", "families", "axes", "inverse", "real", "norm", "signal_sizes"});
   if (o.norm && *o.norm != "backward" && *o.norm != "forward" && *o.norm != "ortho")
@@ -129,7 +141,7 @@ inline std::optional<Options> layout_only(std::string_view source, const Options
   return Options{.mesh = o.mesh, .shapes = o.shapes, .families = o.families};
 }
 
-inline at::Tensor run_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
+EINSHARD_INLINE at::Tensor run_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
                           const Options& o) {
   check_fft_options(o);
   if (const auto layout = layout_only(source, o)) return einshard(source, {x}, *layout);
@@ -145,7 +157,7 @@ inline at::Tensor run_fft(const notation::ExpressionView& e, std::string_view so
   return exec::run_fft(*prepared.call, x);
 }
 
-inline Plan explain_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
+EINSHARD_INLINE Plan explain_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
                         const Options& o) {
   check_fft_options(o);
   if (const auto layout = layout_only(source, o)) return explain(source, {x}, *layout);
@@ -165,6 +177,7 @@ inline std::shared_ptr<const CompiledNotation> runtime_fft_notation(std::string_
                 std::to_string(xs.size()) + " were given");
   return compiled;
 }
+#endif  // !EINSHARD_DECLARE_ONLY
 
 /// `S` in its parse form (plan::fft_parse_form), at compile time.
 template <fixed_string S>
@@ -203,10 +216,13 @@ at::Tensor einfft(const at::Tensor& x, const Options& o = {}) {
 
 /// `einfft("b x y -> b kx ky", {x}, {...})`: a notation built at run time (families expand in it);
 /// a malformed one throws `NotationError`.
-inline at::Tensor einfft(std::string_view notation, at::TensorList xs, const Options& o = {}) {
+EINSHARD_INLINE at::Tensor einfft(std::string_view notation, at::TensorList xs, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE at::Tensor einfft(std::string_view notation, at::TensorList xs, const Options& o) {
   const auto compiled = detail::runtime_fft_notation(notation, xs, o);
   return detail::run_fft(compiled->view(), notation, xs[0], o);
 }
+#endif
 
 /// What `einfft<S>(x, o)` would run: its local FFT stages and transposes, with this rank's bytes per
 /// step forward and backward. Collective over the mesh when there is one; moves no data.
@@ -217,9 +233,12 @@ Plan explain_fft(const at::Tensor& x, const Options& o = {}) {
   return detail::explain_fft(e, S.view(), x, o);
 }
 
-inline Plan explain_fft(std::string_view notation, at::TensorList xs, const Options& o = {}) {
+EINSHARD_INLINE Plan explain_fft(std::string_view notation, at::TensorList xs, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE Plan explain_fft(std::string_view notation, at::TensorList xs, const Options& o) {
   const auto compiled = detail::runtime_fft_notation(notation, xs, o);
   return detail::explain_fft(compiled->view(), notation, xs[0], o);
 }
+#endif
 
 }  // namespace einshard

@@ -24,21 +24,26 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/notation/families.hpp"
+#include "einshard/notation/fixed_string.hpp"
+#include "einshard/notation/static_expression.hpp"
+#include "einshard/options.hpp"
+#include "einshard/plan/plan.hpp"
+#include "einshard/config.hpp"
+#include "einshard/ops/einshard.hpp"
+
+// Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
+#if !EINSHARD_DECLARE_ONLY
 #include "einshard/comm/mpi.hpp"
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/halo.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/mesh.hpp"
-#include "einshard/notation/families.hpp"
-#include "einshard/notation/fixed_string.hpp"
 #include "einshard/notation/parser.hpp"
-#include "einshard/notation/static_expression.hpp"
-#include "einshard/ops/einshard.hpp"
-#include "einshard/options.hpp"
 #include "einshard/plan/halo.hpp"
 #include "einshard/plan/layout.hpp"
-#include "einshard/plan/plan.hpp"
+#endif
 
 namespace einshard {
 
@@ -84,6 +89,13 @@ inline constexpr auto side_spec =
 template <fixed_string S, bool In>
 inline constexpr auto side_v = self_map<side_spec<S, In>>();
 
+/// The operation's entry points (defined with its executor, below or in einshard_compiled).
+EINSHARD_INLINE at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
+                                    const at::Tensor& x, const Halos& halos, const Options& o);
+EINSHARD_INLINE Plan explain_halo(const notation::ExpressionView& e, std::string_view written,
+                                  const at::Tensor& x, const Halos& halos, const Options& o);
+
+#if !EINSHARD_DECLARE_ONLY
 /// A run-time notation, or with `self` one operand spec as `spec->spec`, families expanded;
 /// parsed once (the process-wide NotationCache).
 inline std::shared_ptr<const CompiledNotation> parse_cached(std::string_view text, bool self,
@@ -163,7 +175,7 @@ inline StencilInput agree_input(const notation::ExpressionView& e, const notatio
     throw Error(what + ": the notation shards axes, so the operation needs a mesh (.mesh = ...)");
   StencilInput in;
   in.distributed = sharded;
-  in.layout = plan::layout_of(e, spec, 0, sharded ? o.mesh.shape() : MeshShape{});
+  in.layout = plan::layout_of(e, spec, 0, sharded ? o.mesh.shape() : MeshShape{}, what);
   if (!in.layout.partial.empty()) throw Error(what + ": stencil operations take no partial sums ('//')");
   const auto ndim = static_cast<std::int64_t>(in.layout.axes.size());
   if (!sharded) {
@@ -349,7 +361,7 @@ inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view
   return {stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill};
 }
 
-inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
+EINSHARD_INLINE at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
                            const at::Tensor& x, const Halos& halos, const Options& o) {
   auto call = prepare_halo(e, written, x, halos, o);
   const auto exchanges = call.plan.exchanges;
@@ -359,6 +371,11 @@ inline at::Tensor run_halo(const notation::ExpressionView& e, std::string_view w
   return y;
 }
 
+EINSHARD_INLINE Plan explain_halo(const notation::ExpressionView& e, std::string_view written,
+                                  const at::Tensor& x, const Halos& halos, const Options& o) {
+  return prepare_halo(e, written, x, halos, o).plan.describe();
+}
+#endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
 /// `einhalo<"b h/sp w c">(x, {{"h", 2}}, {.mesh = mesh, .boundary = es::Boundary::periodic})`: each
@@ -374,10 +391,13 @@ at::Tensor einhalo(const at::Tensor& x, const Halos& halos, const Options& o = {
 }
 
 /// The run-time form: `einhalo("b h/sp w c", x, {{"h", 2}}, {...})`.
-inline at::Tensor einhalo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o = {}) {
+EINSHARD_INLINE at::Tensor einhalo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE at::Tensor einhalo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o) {
   const auto parsed = detail::parse_cached(spec, true, o.families);
   return detail::run_halo(parsed->view(), spec, x, halos, o);
 }
+#endif
 
 /// What `einhalo<S>(x, halos, o)` would run: one step per extended axis, in order ("pad" for a
 /// whole axis, "halo_forward_accumulate_backward" for a sharded one), with this rank's bytes sent
@@ -385,13 +405,15 @@ inline at::Tensor einhalo(std::string_view spec, const at::Tensor& x, const Halo
 /// data.
 template <fixed_string S>
 Plan explain_halo(const at::Tensor& x, const Halos& halos, const Options& o = {}) {
-  return detail::prepare_halo(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, halos, o)
-      .plan.describe();
+  return detail::explain_halo(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, halos, o);
 }
 
-inline Plan explain_halo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o = {}) {
+EINSHARD_INLINE Plan explain_halo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE Plan explain_halo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o) {
   const auto parsed = detail::parse_cached(spec, true, o.families);
   return detail::prepare_halo(parsed->view(), spec, x, halos, o).plan.describe();
 }
+#endif
 
 }  // namespace einshard

@@ -17,12 +17,17 @@
 #include <string_view>
 
 #include "einshard/error.hpp"
-#include "einshard/exec/halo.hpp"
 #include "einshard/notation/static_expression.hpp"
 #include "einshard/ops/halo.hpp"
 #include "einshard/options.hpp"
-#include "einshard/plan/halo.hpp"
 #include "einshard/plan/plan.hpp"
+#include "einshard/config.hpp"
+
+// Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
+#if !EINSHARD_DECLARE_ONLY
+#include "einshard/exec/halo.hpp"
+#include "einshard/plan/halo.hpp"
+#endif
 
 namespace einshard {
 
@@ -31,6 +36,13 @@ using Shifts = std::map<std::string, std::int64_t, std::less<>>;
 
 namespace detail {
 
+/// The operation's entry points (defined with its executor, below or in einshard_compiled).
+EINSHARD_INLINE at::Tensor run_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                                    const Shifts& shifts, const Options& o);
+EINSHARD_INLINE Plan explain_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                                  const Shifts& shifts, const Options& o);
+
+#if !EINSHARD_DECLARE_ONLY
 /// Checks and plans an einroll call (collective over the mesh when an axis is sharded).
 inline StencilPlan prepare_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                                 const Shifts& shifts, const Options& o) {
@@ -61,7 +73,7 @@ inline StencilPlan prepare_roll(const notation::ExpressionView& e, std::string_v
   return stencil_plan(written, x, o, std::move(prepared), std::move(in.layout));
 }
 
-inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+EINSHARD_INLINE at::Tensor run_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                            const Shifts& shifts, const Options& o) {
   auto call = prepare_roll(e, written, x, shifts, o);
   const auto exchanges = call.exchanges;
@@ -73,6 +85,11 @@ inline at::Tensor run_roll(const notation::ExpressionView& e, std::string_view w
   return y;
 }
 
+EINSHARD_INLINE Plan explain_roll(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                                  const Shifts& shifts, const Options& o) {
+  return prepare_roll(e, written, x, shifts, o).describe();
+}
+#endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
 /// `einroll<"a/sp b">(x, {{"a", 5}, {"b", -4}}, {.mesh = mesh})`: `torch::roll` by the given shift
@@ -85,10 +102,13 @@ at::Tensor einroll(const at::Tensor& x, const Shifts& shifts, const Options& o =
 }
 
 /// The run-time form: `einroll("a/sp b", x, {{"a", 5}}, {...})`.
-inline at::Tensor einroll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o = {}) {
+EINSHARD_INLINE at::Tensor einroll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE at::Tensor einroll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o) {
   const auto parsed = detail::parse_cached(spec, true, o.families);
   return detail::run_roll(parsed->view(), spec, x, shifts, o);
 }
+#endif
 
 /// What `einroll<S>(x, shifts, o)` would run: per rolled axis, a local "roll" (whole axis) or the
 /// periodic fetch of the shifted range, "halo_forward_accumulate_backward" (sharded axis), with
@@ -96,13 +116,15 @@ inline at::Tensor einroll(std::string_view spec, const at::Tensor& x, const Shif
 /// is sharded; moves no data.
 template <fixed_string S>
 Plan explain_roll(const at::Tensor& x, const Shifts& shifts, const Options& o = {}) {
-  return detail::prepare_roll(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, shifts, o)
-      .describe();
+  return detail::explain_roll(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, shifts, o);
 }
 
-inline Plan explain_roll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o = {}) {
+EINSHARD_INLINE Plan explain_roll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE Plan explain_roll(std::string_view spec, const at::Tensor& x, const Shifts& shifts, const Options& o) {
   const auto parsed = detail::parse_cached(spec, true, o.families);
   return detail::prepare_roll(parsed->view(), spec, x, shifts, o).describe();
 }
+#endif
 
 }  // namespace einshard

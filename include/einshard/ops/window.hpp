@@ -23,18 +23,32 @@
 #include <vector>
 
 #include "einshard/error.hpp"
-#include "einshard/exec/halo.hpp"
-#include "einshard/notation/parser.hpp"
 #include "einshard/notation/static_expression.hpp"
 #include "einshard/ops/halo.hpp"
 #include "einshard/options.hpp"
-#include "einshard/plan/halo.hpp"
 #include "einshard/plan/plan.hpp"
+#include "einshard/config.hpp"
+
+// Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
+#if !EINSHARD_DECLARE_ONLY
+#include "einshard/exec/halo.hpp"
+#include "einshard/notation/parser.hpp"
+#include "einshard/plan/halo.hpp"
+#endif
 
 namespace einshard {
 
 namespace detail {
 
+/// The operation's entry points (defined with its executor, below or in einshard_compiled).
+EINSHARD_INLINE at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+                                      std::string_view written, const at::Tensor& x, const AxisMap& windows,
+                                      const Halos& radius, const Options& o);
+EINSHARD_INLINE Plan explain_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+                                    std::string_view written, const at::Tensor& x, const AxisMap& windows,
+                                    const Halos& radius, const Options& o);
+
+#if !EINSHARD_DECLARE_ONLY
 /// The sharding of every axis of a spec, by name.
 inline std::vector<std::string> meshes_of(const notation::ExpressionView& e, const notation::Spec& spec) {
   std::vector<std::string> m;
@@ -158,7 +172,7 @@ inline WindowCall prepare_window(const notation::ExpressionView& in_e, const not
   return call;
 }
 
-inline at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+EINSHARD_INLINE at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
                              std::string_view written, const at::Tensor& x, const AxisMap& windows,
                              const Halos& radius, const Options& o) {
   auto call = prepare_window(in_e, out_e, written, x, windows, radius, o);
@@ -184,6 +198,12 @@ inline at::Tensor run_window(const notation::ExpressionView& in_e, const notatio
   return y.permute(call.perm);
 }
 
+EINSHARD_INLINE Plan explain_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+                                    std::string_view written, const at::Tensor& x, const AxisMap& windows,
+                                    const Halos& radius, const Options& o) {
+  return prepare_window(in_e, out_e, written, x, windows, radius, o).plan.describe();
+}
+#endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
 /// `einwindow<"b h/sp w c -> b h/sp w kh kw c">(x, {{"h", "kh"}, {"w", "kw"}}, {{"h", 1}, {"w", 1}},
@@ -200,11 +220,15 @@ at::Tensor einwindow(const at::Tensor& x, const AxisMap& windows, const Halos& r
 }
 
 /// The run-time form: `einwindow("b h/sp w c -> b h/sp w kh c", x, {{"h", "kh"}}, {{"h", 1}}, {...})`.
-inline at::Tensor einwindow(std::string_view notation, const at::Tensor& x, const AxisMap& windows,
-                            const Halos& radius, const Options& o = {}) {
+EINSHARD_INLINE at::Tensor einwindow(std::string_view notation, const at::Tensor& x, const AxisMap& windows,
+                            const Halos& radius, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE at::Tensor einwindow(std::string_view notation, const at::Tensor& x, const AxisMap& windows,
+                            const Halos& radius, const Options& o) {
   const auto [in, out] = detail::parse_sides(notation, o.families);
   return detail::run_window(in->view(), out->view(), notation, x, windows, radius, o);
 }
+#endif
 
 /// What `einwindow<S>(x, windows, radius, o)` would run: the exchange of each window axis, in
 /// `windows` order ("pad" for a whole axis, "halo_forward_accumulate_backward" for a sharded one),
@@ -212,16 +236,19 @@ inline at::Tensor einwindow(std::string_view notation, const at::Tensor& x, cons
 /// Collective over the mesh when an axis is sharded; moves no data.
 template <fixed_string S>
 Plan explain_window(const at::Tensor& x, const AxisMap& windows, const Halos& radius, const Options& o = {}) {
-  return detail::prepare_window(notation::static_expression<detail::side_v<S, true>>.view(),
+  return detail::explain_window(notation::static_expression<detail::side_v<S, true>>.view(),
                                 notation::static_expression<detail::side_v<S, false>>.view(), S.view(), x, windows,
-                                radius, o)
-      .plan.describe();
+                                radius, o);
 }
 
-inline Plan explain_window(std::string_view notation, const at::Tensor& x, const AxisMap& windows, const Halos& radius,
-                           const Options& o = {}) {
+EINSHARD_INLINE Plan explain_window(std::string_view notation, const at::Tensor& x, const AxisMap& windows, const Halos& radius,
+                           const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE Plan explain_window(std::string_view notation, const at::Tensor& x, const AxisMap& windows, const Halos& radius,
+                           const Options& o) {
   const auto [in, out] = detail::parse_sides(notation, o.families);
   return detail::prepare_window(in->view(), out->view(), notation, x, windows, radius, o).plan.describe();
 }
+#endif
 
 }  // namespace einshard

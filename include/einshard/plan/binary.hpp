@@ -79,7 +79,8 @@ inline Layout operand_target(const Layout& l, const Layout& compute, std::uint32
 /// it was computed (partial sums reduced), as an intermediate of a longer contraction may.
 inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z, const MeshShape& mesh,
                               const std::map<std::string, std::int64_t, std::less<>>& global,
-                              std::int64_t element, const PlanPolicy& policy, bool free_output = false) {
+                              std::int64_t element, const PlanPolicy& policy, bool free_output = false,
+                              std::string_view what = {}) {
   // Axes of the contraction, in first-seen order, each with its candidate compute groups.
   std::vector<std::string> axes;
   std::vector<std::vector<Group>> options;
@@ -100,8 +101,9 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
   consider(y);
   if (!free_output) consider(z);
   if (x.partial.overlaps(y.partial))
-    throw Error("einshard: both inputs are partial over '" + x.partial.name() + "' and '" +
-                y.partial.name() + "'; a product of partial sums is not a partial sum: reduce one input first");
+    throw Error(detail::call_named(what) + ": expected at most one input partial over a mesh dimension, found both inputs partial ('" +
+                x.str() + "' over '" + x.partial.name() + "', '" + y.str() + "' over '" + y.partial.name() +
+                "'); a product of partial sums is not a partial sum: reduce one input first");
   auto in = [](const Layout& l, const std::string& a) { return l.find(a) >= 0; };
   // An output partial over a group that an input shards a summed axis over (or is partial over)
   // keeps the contraction's own partial sums there: its sum over the group is the product on every
@@ -187,8 +189,9 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
     if (i == axes.size()) break;
   }
   if (plan.alternatives.empty())
-    throw Error("einshard: no valid way to compute '" + x.str() + ", " + y.str() + " -> " + z.str() +
-                "' on this mesh");
+    throw Error(detail::call_named(what) + ": expected a valid way to compute '" + x.str() + ", " + y.str() +
+                " -> " + z.str() + "' on this mesh, found none of " + std::to_string(plan.rejected.size()) +
+                " candidates valid");
   std::stable_sort(plan.alternatives.begin(), plan.alternatives.end(),
                    [](const BinaryCandidate& a, const BinaryCandidate& b) { return a.score < b.score; });
   plan.chosen = plan.alternatives.front();
@@ -197,7 +200,9 @@ inline BinaryPlan plan_binary(const Layout& x, const Layout& y, const Layout& z,
   // steps, which end in the compute layout), producing z's axis order.
   auto letter_of = [&](const std::string& a) {
     const auto i = static_cast<std::size_t>(std::find(axes.begin(), axes.end(), a) - axes.begin());
-    if (i >= max_local_axes) throw Error("einshard: more than 52 distinct axes in one contraction");
+    if (i >= max_local_axes)
+      throw Error(detail::call_named(what) + ": expected at most 52 distinct axes in one contraction, found " +
+                  std::to_string(axes.size()));
     return letter(i);
   };
   for (const auto& a : x.axes) plan.equation += letter_of(a.axis);

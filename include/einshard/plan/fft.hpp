@@ -322,7 +322,7 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
     s.before = layout();
     group = next;
     s.after = layout();
-    s.steps = plan_unary(s.before, s.after, mesh);
+    s.steps = plan_unary(s.before, s.after, mesh, "einfft");
     plan.stages.push_back(std::move(s));
   }
 
@@ -331,7 +331,7 @@ inline FftPlan plan_fft(const FftProblem& p, const MeshShape& mesh) {
   last.done = done;
   last.before = layout();
   last.after = plan.out;
-  last.steps = plan_unary(last.before, last.after, mesh);
+  last.steps = plan_unary(last.before, last.after, mesh, "einfft");
   if (!last.steps.empty()) plan.stages.push_back(std::move(last));
   return plan;
 }

@@ -55,15 +55,30 @@ struct Layout {
 /// the ellipses of different operands name the same axes.
 inline std::string ellipsis_axis(std::int64_t from_right) { return "...." + std::to_string(from_right); }
 
+namespace detail {
+
+/// The call a planner's error names: `what` as its caller spells it ("einshard 'a/tp b -> a b/tp'"),
+/// else the notation `source`. Built only when there is an error.
+inline std::string call_named(std::string_view what, std::string_view source = {}) {
+  if (!what.empty()) return std::string(what);
+  return source.empty() ? std::string("einshard") : "einshard '" + std::string(source) + "'";
+}
+
+}  // namespace detail
+
 /// The layout of an operand of a distributed operation, its ellipsis standing for `ellipsis_dims`
-/// whole axes. Groups are checked against the mesh and spelled canonically.
+/// whole axes. Groups are checked against the mesh and spelled canonically. `what` names the call
+/// in an error (detail::call_named).
 inline Layout layout_of(const notation::ExpressionView& e, const notation::Spec& s,
-                        std::int64_t ellipsis_dims, const MeshShape& mesh) {
+                        std::int64_t ellipsis_dims, const MeshShape& mesh, std::string_view what = {}) {
   Layout l;
   for (const auto& item : e.items_of(s)) {
-    if (item.kind == notation::ItemKind::group)
-      throw Error("einshard: factored groups such as '(h p)' are supported in local operations "
-                  "only; reshape before or after the distributed step");
+    if (item.kind == notation::ItemKind::group) {
+      std::string group;
+      for (const auto& a : e.axes_of(item)) group += (group.empty() ? "(" : " ") + std::string(e.name(a));
+      throw Error(detail::call_named(what, e.source) + ": expected plain axes in a distributed operation, found '" +
+                  group + ")' (factored groups are local only: reshape before or after the distributed step)");
+    }
     if (item.kind == notation::ItemKind::ellipsis) {
       for (std::int64_t i = ellipsis_dims; i > 0; --i) l.axes.push_back({ellipsis_axis(i - 1), {}});
       continue;
@@ -71,16 +86,17 @@ inline Layout layout_of(const notation::ExpressionView& e, const notation::Spec&
     const auto& a = e.axes_of(item)[0];
     const auto name = std::string(e.name(a));
     if (l.find(name) >= 0)
-      throw Error("einshard: axis '" + name +
-                  "' appears twice in one operand of a distributed operation");
+      throw Error(detail::call_named(what, e.source) + ": expected each axis once in an operand, found '" + name +
+                  "' twice");
     l.axes.push_back({name, mesh.group(a.mesh.empty() ? std::string_view() : e.mesh(a))});
   }
   for (const auto& p : e.partials_of(s)) {
     const auto g = mesh.group(e.text(p));
     if (g.overlaps(l.partial))
-      throw Error("einshard: partial groups of one operand share the mesh dimension '" +
-                  mesh.group(l.partial.bits() & g.bits()).name() + "' ('" + l.partial.name() + "' and '" +
-                  g.name() + "')");
+      throw Error(detail::call_named(what, e.source) +
+                  ": expected the partial groups of an operand on distinct mesh dimensions, found '" +
+                  l.partial.name() + "' and '" + g.name() + "' sharing '" +
+                  mesh.group(l.partial.bits() & g.bits()).name() + "'");
     l.partial = mesh.unite(l.partial, g);
   }
   return l;

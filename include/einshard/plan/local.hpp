@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/notation/expression.hpp"
 #include "einshard/notation/parser.hpp"
@@ -71,7 +72,10 @@ constexpr char letter(std::size_t id) noexcept {
 }
 
 /// Builds the plan of a local expression (`is_local(e)` must hold). Axes are identified by name.
-inline LocalPlan make_local_plan(const notation::ExpressionView& e) {
+EINSHARD_INLINE LocalPlan make_local_plan(const notation::ExpressionView& e);
+
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE LocalPlan make_local_plan(const notation::ExpressionView& e) {
   LocalPlan plan;
   auto id_of = [&](std::string_view name) -> std::uint32_t {
     for (std::size_t i = 0; i < plan.axis_names.size(); ++i)
@@ -96,8 +100,8 @@ inline LocalPlan make_local_plan(const notation::ExpressionView& e) {
   plan.has_groups = plan.output.has_groups;
   for (const auto& l : plan.inputs) plan.has_groups = plan.has_groups || l.has_groups;
   if (plan.axis_names.size() > max_local_axes)
-    throw Error("einshard: " + std::to_string(plan.axis_names.size()) +
-                " distinct axes in one local contraction; torch::einsum accepts at most 52");
+    throw Error("einshard '" + std::string(e.source) + "': expected at most 52 distinct axes in a local contraction (torch::einsum's letters), found " +
+                std::to_string(plan.axis_names.size()));
 
   auto append = [&](const OperandLayout& l) {
     for (const auto& item : l.items) {
@@ -113,5 +117,7 @@ inline LocalPlan make_local_plan(const notation::ExpressionView& e) {
   append(plan.output);
   return plan;
 }
+
+#endif  // !EINSHARD_DECLARE_ONLY
 
 }  // namespace einshard::plan

@@ -42,9 +42,9 @@ inline std::string diagonal_refusal(const Layout& l) {
   for (std::size_t i = 0; i < l.axes.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
       if (l.axes[i].group.overlaps(l.axes[j].group))
-        return "einshard: axes '" + l.axes[j].axis + "' and '" + l.axes[i].axis +
-               "' are sharded over the same mesh dimension in '" + l.str() +
-               "'; such a layout holds only diagonal blocks and cannot be repartitioned";
+        return "expected each mesh dimension to shard one axis, found '" + l.axes[j].axis + "' and '" +
+               l.axes[i].axis + "' sharded over it in '" + l.str() +
+               "' (such a layout holds only diagonal blocks and cannot be repartitioned)";
   return {};
 }
 
@@ -66,8 +66,8 @@ inline std::optional<std::vector<Step>> try_plan_unary(const Layout& in, const L
   };
   if (names(in) != names(out))
     return refuse([&] {
-      return "einshard: a distributed unary operation needs the same axes on both sides ('" + in.str() +
-             "' -> '" + out.str() + "'); sum an axis away locally first";
+      return "expected the same axes on both sides of a distributed unary operation, found '" + in.str() +
+             "' -> '" + out.str() + "' (sum an axis away locally first)";
     });
 
   std::vector<Step> steps;
@@ -158,10 +158,12 @@ inline std::optional<std::vector<Step>> try_plan_unary(const Layout& in, const L
 
 }  // namespace detail
 
-inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const MeshShape& mesh) {
+/// The steps from `in` to `out`; an error naming the call `what` (detail::call_named) when there are none.
+inline std::vector<Step> plan_unary(const Layout& in, const Layout& out, const MeshShape& mesh,
+                                    std::string_view what = {}) {
   std::string refusal;
   auto steps = detail::try_plan_unary(in, out, mesh, &refusal);
-  if (!steps) throw Error(refusal);
+  if (!steps) throw Error(detail::call_named(what) + ": " + refusal);
   return std::move(*steps);
 }
 

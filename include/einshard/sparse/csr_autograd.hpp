@@ -6,13 +6,19 @@
 /// Backward is first order only: the kernels themselves are not recorded.
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
 #include <string>
 
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/csr.hpp"
+
+// Compiled (config.hpp), the autograd node and <torch/csrc/autograd/custom_function.h> stay
+// inside einshard_compiled.
+#if EINSHARD_DEFINE_SPARSE
+#include <torch/csrc/autograd/custom_function.h>
+#endif
 
 namespace einshard::sparse::detail {
 
@@ -58,6 +64,7 @@ inline at::Tensor sampled_product(const Csr& pattern, const at::Tensor& u, const
   return out.values;
 }
 
+#if EINSHARD_DEFINE_SPARSE
 /// y = A x (`transpose` false) or y = A^T x (true); A is the pattern with `values`.
 struct CsrProduct : torch::autograd::Function<CsrProduct> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& values,
@@ -105,6 +112,7 @@ struct CsrProduct : torch::autograd::Function<CsrProduct> {
             at::Tensor()};
   }
 };
+#endif  // EINSHARD_DEFINE_SPARSE
 
 inline void check_product_operands(const Csr& pattern, const at::Tensor& values,
                                    const at::Tensor& x, std::int64_t length, const char* what) {
@@ -123,17 +131,23 @@ inline void check_product_operands(const Csr& pattern, const at::Tensor& values,
 /// y = A x with A = `pattern` holding `values` (whose own values are ignored); x is (cols,) or
 /// (cols, k). Differentiable w.r.t. `values` and `x`. x is converted to the values' dtype
 /// (differentiably, so its gradient comes back in its own dtype).
-inline at::Tensor csr_matvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x) {
+EINSHARD_INLINE at::Tensor csr_matvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x);
+#if EINSHARD_DEFINE_SPARSE
+EINSHARD_INLINE at::Tensor csr_matvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x) {
   check_product_operands(pattern, values, x, pattern.cols, "matvec");
   return CsrProduct::apply(values, x.to(values.scalar_type()), pattern.rowptr, pattern.col,
                            pattern.rows, pattern.cols, false);
 }
+#endif
 
 /// y = A^T x (no conjugation), x is (rows,) or (rows, k); otherwise as `csr_matvec`.
-inline at::Tensor csr_rmatvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x) {
+EINSHARD_INLINE at::Tensor csr_rmatvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x);
+#if EINSHARD_DEFINE_SPARSE
+EINSHARD_INLINE at::Tensor csr_rmatvec(const Csr& pattern, const at::Tensor& values, const at::Tensor& x) {
   check_product_operands(pattern, values, x, pattern.rows, "rmatvec");
   return CsrProduct::apply(values, x.to(values.scalar_type()), pattern.rowptr, pattern.col,
                            pattern.rows, pattern.cols, true);
 }
+#endif
 
 }  // namespace einshard::sparse::detail
