@@ -60,25 +60,6 @@ inline void check_block_x0(const DVector& b, const SolveOptions& o, const std::s
                 std::string(c10::str(o.x0->local().sizes())));
 }
 
-/// The solve of an (n_local, k) block `b` one column at a time: `solve_one(b_j, o_j)` (o_j: `o`
-/// with x0's column j) for each j, then the columns' records and their summary.
-template <class SolveOne>
-SolveResult solve_columns(const DVector& b, const SolveOptions& o, SolveOne&& solve_one) {
-  SolveResult out;
-  std::vector<at::Tensor> xs;
-  for (std::int64_t j = 0; j < b.columns(); ++j) {
-    auto oj = o;
-    if (o.x0) oj.x0 = o.x0->like(o.x0->local().select(1, j).contiguous());
-    auto r = solve_one(b.like(b.local().select(1, j).contiguous()), oj);
-    xs.push_back(r.x.local());
-    out.info.seconds += r.info.seconds;
-    out.info.columns.push_back(std::move(r.info));
-  }
-  out.x = b.like(at::stack(xs, 1));
-  summarize_columns(out.info);
-  return out;
-}
-
 /// The custom preconditioner of `o` on `layout` (checked against `o.preconditioner`), or null
 /// when `o` asks for a built-in kind (the caller builds or reuses that) or none.
 inline std::shared_ptr<const PreconditionerOp> custom_preconditioner(const SolveOptions& o,
