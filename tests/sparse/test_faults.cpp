@@ -149,3 +149,54 @@ TEST_CASE("faults on one rank end every solver the same way on every rank", "[sp
       }
   }
 }
+
+TEST_CASE("faults on one rank end LSQR, LSMR and block solves the same way on every rank", "[sparse][faults]") {
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  const bool me = w.rank == et::faulty_rank();
+  const auto a = et::poisson2d(6, 5);
+  using M = sp::Method;
+  const auto nan_first = [](at::Tensor v) { return v.numel() ? v.index_fill_(0, at::zeros({1}, at::kLong), not_a_number) : v; };
+  for (const bool matrix_fault : {false, true}) {
+    const auto rows = my_rows(a, me && matrix_fault, nan_first);
+    const auto D = sp::DSparseTensor::from_local(rows.values, rows.rows, rows.cols, {a.n, a.n}, mesh);
+    INFO((matrix_fault ? "NaN in the matrix" : "NaN in b") << " on rank " << et::faulty_rank());
+    // LSQR and LSMR: the same stop code and iteration on every rank, never a solution.
+    auto b = D.scatter(at::ones({a.n}, at::kDouble));
+    if (!matrix_fault && me && b.local_size() > 0) b.local()[0] = not_a_number;
+    for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+      sp::LeastSquaresResult r;
+      auto outcome = et::outcome_of([&] { r = (D.*method)(b, {.atol = 1e-10, .btol = 1e-10, .maxiter = 60}); });
+      if (outcome.empty())
+        outcome = "istop " + std::to_string(r.istop) + ", " + sp::to_string(r.info.reason) + " after " +
+                  std::to_string(r.info.iterations) + (r.info.converged ? " (converged)" : " (not converged)");
+      const auto o = et::same_on_every_rank(outcome);
+      CHECK(o.find("(converged)") == std::string::npos);
+    }
+    // A block of three right-hand sides whose middle column carries the fault on one rank (or a
+    // faulty matrix under all three): every method's per-column outcome agrees on every rank, the
+    // faulty column never passes for converged, and with a sound matrix the others still converge.
+    auto B = at::ones({a.n, 3}, at::kDouble);
+    B.select(1, 2).mul_(2.0);
+    auto Bd = D.scatter(B);
+    if (!matrix_fault && me && Bd.local_size() > 0) Bd.local()[0][1] = not_a_number;
+    for (const auto method : {M::cg, M::bicgstab, M::gmres, M::fgmres, M::minres}) {
+      INFO(sp::to_string(method));
+      std::vector<sp::SolveInfo> columns;
+      auto outcome = et::outcome_of([&] { columns = D.solve(Bd, {.method = method, .rtol = 1e-10, .maxiter = 80}).info.columns; });
+      for (std::size_t j = 0; j < columns.size(); ++j)
+        outcome += "column " + std::to_string(j) + ": " + sp::to_string(columns[j].reason) + " after " +
+                   std::to_string(columns[j].iterations) + (columns[j].converged ? " (converged); " : " (not converged); ");
+      const auto o = et::same_on_every_rank(outcome);
+      if (columns.size() == 3) {
+        CHECK_FALSE(columns[1].converged);
+        if (!matrix_fault) {
+          CHECK(columns[0].converged);
+          CHECK(columns[2].converged);
+        }
+      } else {
+        CHECK_FALSE(o.empty());  // an error, the same everywhere
+      }
+    }
+  }
+}

@@ -29,7 +29,13 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
   const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::max<std::int64_t>(std::min(m, n), 1));
   LeastSquaresResult res;
   const auto t0 = MPI_Wtime();
-  auto [x, normb, gk, done] = least_squares_start(A, b, o, res);
+  // Named references, not a structured binding: the fused passes' lambdas capture them (clang 14
+  // cannot capture a structured binding).
+  auto start = least_squares_start(A, b, o, res);
+  auto& x = start.x;
+  const double normb = start.normb;
+  auto& gk = start.gk;
+  const bool done = start.done;
   if (done) return res;
   const auto& v = gk.v;
   const double damp = o.damp;

@@ -25,7 +25,13 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
   const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::min<std::int64_t>(2 * n, 1 << 30));
   LeastSquaresResult res;
   const auto t0 = MPI_Wtime();
-  auto [x, normb, gk, done] = least_squares_start(A, b, o, res);
+  // Named references, not a structured binding: the fused passes' lambdas capture them (clang 14
+  // cannot capture a structured binding).
+  auto start = least_squares_start(A, b, o, res);
+  auto& x = start.x;
+  const double normb = start.normb;
+  auto& gk = start.gk;
+  const bool done = start.done;
   if (done) return res;
   const auto& v = gk.v;
   // w = v (normalized), with this rank's ‖w‖² for the next step's reduction.
@@ -62,7 +68,8 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
       psi = sn1 * phibar;
       phibar = cs1 * phibar;
     }
-    const auto [cs, sn, rho] = sym_ortho(rhobar1, beta);
+    const auto rot = sym_ortho(rhobar1, beta);
+    const double cs = rot.c, sn = rot.s, rho = rot.r;  // rho: captured by the fused update
     const double theta = sn * alfa;
     rhobar = -cs * alfa;
     const double phi = cs * phibar;
