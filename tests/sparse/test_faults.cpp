@@ -119,6 +119,10 @@ TEST_CASE("faults on one rank end every solver the same way on every rank", "[sp
       {"NaN in the matrix", [](at::Tensor v) { return v.numel() ? v.index_fill_(0, at::zeros({1}, at::kLong), not_a_number) : v; }},
       {"Inf on the diagonal", [](at::Tensor v) { return v.numel() ? v.index_fill_(0, at::zeros({1}, at::kLong), infinity) : v; }},
   };
+  std::vector<P> preconditioners{P::none, P::jacobi, P::l1_jacobi, P::block_jacobi, P::chebyshev};
+#if defined(EINSHARD_HAS_HYPRE)
+  preconditioners.push_back(P::amg);  // hypre's setup and V-cycles see the fault too
+#endif
   for (const auto& f : faults) {
     const auto rows = my_rows(a, me, f.values);
     const auto D = sp::DSparseTensor::from_local(rows.values, rows.rows, rows.cols, {a.n, a.n}, mesh);
@@ -137,7 +141,7 @@ TEST_CASE("faults on one rank end every solver the same way on every rank", "[sp
     for (const Solver s : {Solver{M::cg}, Solver{M::cg, sp::CgVariant::single_reduction},
                            Solver{M::cg, sp::CgVariant::pipelined}, Solver{M::bicgstab}, Solver{M::gmres},
                            Solver{M::minres}, Solver{M::fgmres}})
-      for (auto pc : {P::none, P::jacobi, P::l1_jacobi, P::block_jacobi, P::chebyshev}) {
+      for (auto pc : preconditioners) {
         if (pc == P::chebyshev && s.method != M::cg) continue;
         INFO(f.name << ", " << sp::to_string(s.method) << " (CG variant " << static_cast<int>(s.variant) << "), "
                     << sp::to_string(pc));
