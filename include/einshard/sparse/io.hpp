@@ -63,6 +63,11 @@ inline std::optional<at::ScalarType> dtype_of_name(const std::string& s) {
   return std::nullopt;
 }
 
+/// "<op>: <path>: expected <step> to succeed, found "<errno's text>"", for a failed system call.
+inline std::string system_fault(const char* op, const std::string& path, const std::string& step) {
+  return std::string(op) + ": " + path + ": expected " + step + " to succeed, found \"" + std::strerror(errno) + "\"";
+}
+
 /// One partition as written: the rank's rows, halo plan and local CSR, on the CPU.
 struct PartitionParts {
   at::Tensor owned;
@@ -86,8 +91,8 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
   std::error_code ignored;
   if (std::filesystem::exists(final_path, ignored)) std::filesystem::rename(final_path, temp_path, ignored);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return "DSparseTensor::save: cannot create " + temp_path.string() + ": " + std::strerror(errno);
-  Checksum sum;
+  if (fd < 0) return system_fault("DSparseTensor::save", temp_path.string(), "creating it");
+  FileChecksum sum(file_version);
   std::string fault;
   std::int64_t written = 0;
   const auto put = [&](const void* data, std::size_t size) {
@@ -98,7 +103,7 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
       const auto w = ::write(fd, p, size);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
-        fault = "DSparseTensor::save: writing " + temp_path.string() + " failed: " + std::strerror(errno);
+        fault = system_fault("DSparseTensor::save", temp_path.string(), "writing it");
         break;
       }
       p += w;
@@ -135,12 +140,11 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
   tensor(s.col, col);
   tensor(s.values, values);
   if (fault.empty() && ::fsync(fd) != 0)
-    fault = "DSparseTensor::save: fsync of " + temp_path.string() + " failed: " + std::strerror(errno);
+    fault = system_fault("DSparseTensor::save", temp_path.string(), "fsync");
   if (::close(fd) != 0 && fault.empty())
-    fault = "DSparseTensor::save: closing " + temp_path.string() + " failed: " + std::strerror(errno);
+    fault = system_fault("DSparseTensor::save", temp_path.string(), "closing it");
   if (fault.empty() && std::rename(temp_path.c_str(), final_path.c_str()) != 0)
-    fault = "DSparseTensor::save: renaming " + temp_path.string() + " to " + final_path.string() +
-            " failed: " + std::strerror(errno);
+    fault = system_fault("DSparseTensor::save", temp_path.string(), "renaming it to " + final_path.string());
   entry.bytes = written;
   entry.checksum = hex(sum.value());
   return fault;
@@ -151,12 +155,12 @@ inline std::string write_metadata(const std::filesystem::path& dir, const std::s
   const auto final_path = dir / metadata_name;
   const auto temp_path = dir / (std::string(metadata_name) + ".tmp");
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return "DSparseTensor::save: cannot create " + temp_path.string() + ": " + std::strerror(errno);
+  if (fd < 0) return system_fault("DSparseTensor::save", temp_path.string(), "creating it");
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
   ::close(fd);
-  if (!ok) return "DSparseTensor::save: writing " + temp_path.string() + " failed: " + std::strerror(errno);
+  if (!ok) return system_fault("DSparseTensor::save", temp_path.string(), "writing it");
   if (std::rename(temp_path.c_str(), final_path.c_str()) != 0)
-    return "DSparseTensor::save: renaming " + temp_path.string() + " failed: " + std::strerror(errno);
+    return system_fault("DSparseTensor::save", temp_path.string(), "renaming it to " + final_path.string());
   return {};
 }
 
@@ -174,12 +178,13 @@ struct LoadedPartition {
 };
 
 /// Reads and checks one partition file; a message naming the file on failure ("" on success).
-/// The checksum runs chunk by chunk right after each read, while the chunk is still in cache.
+/// The checksum and the structural checks run chunk by chunk right after each read, while the
+/// chunk is still in cache: no pass over the file's memory of their own.
 inline std::string read_partition(const std::filesystem::path& dir, const Metadata& meta, const PartitionEntry& e,
                                   LoadedPartition& out) {
   const auto path = (dir / e.file).string();
   const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return "DSparseTensor::load: cannot open " + path + ": " + std::strerror(errno);
+  if (fd < 0) return system_fault("DSparseTensor::load", path, "opening it");
   struct stat st {};
   ::fstat(fd, &st);
   if (st.st_size != e.bytes) {
@@ -191,8 +196,11 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   const auto words = at::empty({(e.bytes + 15) / 16, 2}, at::kLong);
   auto* p = static_cast<unsigned char*>(words.data_ptr());
-  Checksum sum(meta.version == 1 ? 1 : 4);
-  constexpr std::int64_t chunk = std::int64_t{1} << 20;  // still in L2 when the checksum reads it
+  FileChecksum sum(meta.version);
+  const PartitionExpect want{e.id, static_cast<std::int64_t>(meta.parts.size()), meta.m, meta.n, e.rows, e.nnz,
+                             meta.value_size};
+  PartitionCheck check(want, meta.version, e.bytes);
+  constexpr std::int64_t chunk = std::int64_t{1} << 18;  // well inside L2 while both passes read it
   std::int64_t done = 0;
   while (done < e.bytes) {
     const auto r = ::read(fd, p + done, static_cast<std::size_t>(std::min(chunk, e.bytes - done)));
@@ -200,18 +208,25 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
     if (r <= 0) break;
     sum.update(p + done, static_cast<std::size_t>(r));
     done += r;
+    if (meta.version != 1) (void)check.feed(p, done);  // a fault waits for the checksum's verdict
   }
   ::close(fd);
-  if (done != e.bytes) return "DSparseTensor::load: reading " + path + " failed after " + std::to_string(done) + " bytes";
+  if (done != e.bytes)
+    return "DSparseTensor::load: " + path + ": expected " + std::to_string(e.bytes) + " bytes from read(), found " +
+           std::to_string(done);
   if (hex(sum.value()) != e.checksum)
     return "DSparseTensor::load: " + path + " is corrupt: expected checksum " + e.checksum + " (metadata), found " +
            hex(sum.value());
   out.bytes = words.view(at::kByte).flatten().narrow(0, 0, e.bytes);
-  const PartitionExpect want{e.id, static_cast<std::int64_t>(meta.parts.size()), meta.m, meta.n, e.rows, e.nnz,
-                             meta.value_size};
-  const auto fault = meta.version == 1 ? check_partition_v1(p, e.bytes, want, out.sections)
-                                       : check_partition(p, e.bytes, want, out.header, out.sections);
-  return fault.empty() ? fault : "DSparseTensor::load: " + path + " " + fault;
+  std::string fault;
+  if (meta.version == 1) {
+    fault = check_partition_v1(p, e.bytes, want, out.sections);
+  } else {
+    fault = check.feed(p, e.bytes);
+    out.header = check.header();
+    out.sections = check.sections();
+  }
+  return fault.empty() ? fault : "DSparseTensor::load: " + path + ": " + fault;
 }
 
 /// A loaded partition's entries in global indices (the repartitioning load's input).
@@ -229,30 +244,45 @@ inline Triples global_triples(const LoadedPartition& d, const Metadata& meta, at
 }
 
 /// Rank 0's verdict on the metadata (read there and broadcast, so every rank parses the same
-/// text): the parsed metadata on every rank, or the same Error on every rank.
+/// text): the parsed metadata on every rank, or the same Error on every rank. One broadcast of a
+/// page carries the length (negative: rank 0's fault instead) and the text, when it fits.
 inline Metadata read_metadata(const std::filesystem::path& dir, MPI_Comm comm) {
   const auto path = (dir / metadata_name).string();
-  std::string text, fault;
+  std::string text;
+  std::int64_t length = 0;
   if (comm::rank_of(comm) == 0) {
     const int fd = ::open(path.c_str(), O_RDONLY);
     if (fd < 0) {
-      fault = "DSparseTensor::load: cannot open " + path + ": " + std::strerror(errno) +
-              " (expected a directory written by DSparseTensor::save)";
+      text = system_fault("DSparseTensor::load", path, "opening it") +
+             " (is it a directory written by DSparseTensor::save?)";
     } else {
       char buf[1 << 16];
       ssize_t r;
       while ((r = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(r));
       ::close(fd);
     }
+    length = fd < 0 ? -static_cast<std::int64_t>(text.size()) - 1 : static_cast<std::int64_t>(text.size());
   }
-  comm::raise_if_any(comm, fault);
-  int length = static_cast<int>(text.size());
-  comm::check(MPI_Bcast(&length, 1, MPI_INT, 0, comm), "MPI_Bcast");
-  text.resize(static_cast<std::size_t>(length));
-  comm::check(MPI_Bcast(text.data(), length, MPI_CHAR, 0, comm), "MPI_Bcast");
+  constexpr std::size_t page = 4096;
+  std::vector<char> head(page);
+  std::memcpy(head.data(), &length, sizeof length);
+  std::memcpy(head.data() + sizeof length, text.data(), std::min(text.size(), page - sizeof length));
+  comm::check(MPI_Bcast(head.data(), static_cast<int>(page), MPI_CHAR, 0, comm), "MPI_Bcast");
+  std::memcpy(&length, head.data(), sizeof length);
+  const auto size = static_cast<std::size_t>(length < 0 ? -length - 1 : length);
+  if (size > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw Error("DSparseTensor::load: " + path + ": expected metadata under 2 GiB, found " + std::to_string(size) +
+                " bytes");
+  text.resize(size);
+  std::memcpy(text.data(), head.data() + sizeof length, std::min(size, page - sizeof length));
+  if (size > page - sizeof length)
+    comm::check(MPI_Bcast(text.data() + (page - sizeof length), static_cast<int>(size - (page - sizeof length)),
+                          MPI_CHAR, 0, comm),
+                "MPI_Bcast");
+  if (length < 0) throw Error(text);
   auto meta = parse_metadata(text, path);  // the same text everywhere: the same result or Error
   if (!dtype_of_name(meta.dtype))
-    throw Error("DSparseTensor::load: " + path + ": dtype '" + meta.dtype + "' is not supported");
+    throw Error("DSparseTensor::load: " + path + ": expected a supported dtype, found '" + meta.dtype + "'");
   return meta;
 }
 
@@ -264,7 +294,8 @@ inline void prepare_directory(const std::filesystem::path& dir, MPI_Comm comm) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec || !std::filesystem::is_directory(dir))
-      fault = "DSparseTensor::save: cannot create the directory " + dir.string() + ": " + ec.message();
+      fault = "DSparseTensor::save: " + dir.string() + ": expected creating the directory to succeed, found \"" +
+              ec.message() + "\"";
     else
       std::filesystem::remove(dir / metadata_name, ec);
   }
@@ -281,38 +312,66 @@ inline std::vector<std::int64_t> neighbour_pairs(const std::vector<int>& ranks, 
   return out;
 }
 
-/// The halo plan a version-2 file holds, over `domain`. Collective: every rank's sends must match
-/// what its neighbours' files expect to receive (one all-to-all of counts), else the same Error
-/// naming this rank's file on every rank — a mismatched plan would hang or truncate the exchange.
-inline std::shared_ptr<const HaloPlan> saved_plan(const LoadedPartition& d, std::shared_ptr<const RowLayout> domain,
-                                                  const std::string& path) {
+/// What a load at the saved world size must agree on before it builds anything: whether each
+/// rank's read failed, whether each domain has a partition of its own, and whether each rank's
+/// file sends what its neighbours' files expect to receive (a mismatched plan would hang or
+/// truncate the exchange). One all-to-all carries all three, then one all-reduce finds the first
+/// mismatched plan; each fault is the same Error on every rank. `read` is this rank's file, or
+/// null when reading it failed with `fault`.
+inline void agree_saved(const LoadedPartition* read, const std::string& fault, const Metadata& meta,
+                        const std::filesystem::path& dir, MPI_Comm comm) {
+  const int p = comm::size_of(comm);
+  const auto q = static_cast<std::size_t>(p);
+  std::vector<std::int64_t> out(3 * q, 0), in(3 * q, 0), sends(q, 0);
+  for (std::size_t r = 0; r < q; ++r) {
+    out[3 * r + 1] = read ? 0 : 1;
+    out[3 * r + 2] = read && read->header.C >= 0 ? 1 : 0;
+  }
+  if (read) {
+    const auto& h = read->header;
+    const auto recv = read->view(read->sections.recv, at::kLong), send = read->view(read->sections.send, at::kLong);
+    const auto* rp = recv.data_ptr<std::int64_t>();
+    const auto* sp = send.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < h.NR; ++i) out[3 * static_cast<std::size_t>(rp[2 * i])] = rp[2 * i + 1];
+    for (std::int64_t i = 0; i < h.NS; ++i) sends[static_cast<std::size_t>(sp[2 * i])] = sp[2 * i + 1];
+  }
+  comm::check(MPI_Alltoall(out.data(), 3, MPI_INT64_T, in.data(), 3, MPI_INT64_T, comm), "MPI_Alltoall");
+  for (int r = 0; r < p; ++r)
+    if (in[3 * static_cast<std::size_t>(r) + 1] != 0) comm::raise_from(comm, r, fault);
+  bool same = in[2] != 0 || meta.m == meta.n;  // a rectangular matrix always has its own
+  for (std::size_t r = 1; r < q; ++r) same = same && in[3 * r + 2] == in[2];
+  if (!same)
+    throw Error("DSparseTensor::load: " + dir.string() +
+                ": expected partition files that agree on the columns' partition, found files that disagree "
+                "(files of different saves mixed?)");
+  int first = p;
+  for (std::size_t r = 0; r < q && first == p; ++r)
+    if (in[3 * r] != sends[r]) first = comm::rank_of(comm);
+  comm::check(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  if (first < p)
+    throw Error("DSparseTensor::load: " + (dir / meta.parts[static_cast<std::size_t>(first)].file).string() +
+                ": expected the halo plan the other partitions' files expect, found another "
+                "(files of different saves mixed?)");
+}
+
+/// The halo plan a version-2 or 3 file holds, over `domain` (checked by `agree_saved`).
+inline std::shared_ptr<const HaloPlan> saved_plan(const LoadedPartition& d, std::shared_ptr<const RowLayout> domain) {
   const auto& h = d.header;
   const auto& s = d.sections;
   auto plan = std::make_shared<HaloPlan>();
   const auto recv = d.view(s.recv, at::kLong), send = d.view(s.send, at::kLong);
   const auto* rp = recv.data_ptr<std::int64_t>();
   const auto* sp = send.data_ptr<std::int64_t>();
-  const int p = domain->size();
-  std::vector<std::int64_t> expects(static_cast<std::size_t>(p), 0), sends(static_cast<std::size_t>(p), 0),
-      asked(static_cast<std::size_t>(p), 0);
   plan->recv_offsets.push_back(0);
   for (std::int64_t i = 0; i < h.NR; ++i) {
     plan->recv_ranks.push_back(static_cast<int>(rp[2 * i]));
     plan->recv_offsets.push_back(plan->recv_offsets.back() + rp[2 * i + 1]);
-    expects[static_cast<std::size_t>(rp[2 * i])] = rp[2 * i + 1];
   }
   plan->send_offsets.push_back(0);
   for (std::int64_t i = 0; i < h.NS; ++i) {
     plan->send_ranks.push_back(static_cast<int>(sp[2 * i]));
     plan->send_offsets.push_back(plan->send_offsets.back() + sp[2 * i + 1]);
-    sends[static_cast<std::size_t>(sp[2 * i])] = sp[2 * i + 1];
   }
-  comm::check(MPI_Alltoall(expects.data(), 1, MPI_INT64_T, asked.data(), 1, MPI_INT64_T, domain->comm()),
-              "MPI_Alltoall");
-  comm::raise_if_any(domain->comm(), asked == sends ? std::string()
-                                                    : "DSparseTensor::load: " + path +
-                                                          " does not match the other partitions' halo plans "
-                                                          "(files of different saves mixed?)");
   plan->ghosts = d.view(s.ghosts, at::kLong);
   plan->send_rows = d.view(s.send_rows, at::kLong);
   plan->layout = std::move(domain);
@@ -354,7 +413,7 @@ inline void DSparseTensor::save(const std::string& directory) const {
 }
 
 inline DSparseTensor DSparseTensor::load(const std::string& directory, const Mesh& mesh) {
-  if (!mesh) throw Error("DSparseTensor::load: needs a mesh");
+  if (!mesh) throw Error("DSparseTensor::load: expected a mesh, found an empty one");
   const MPI_Comm comm = mesh.comm();
   const std::filesystem::path dir(directory);
   const auto meta = detail::read_metadata(dir, comm);
@@ -369,25 +428,20 @@ inline DSparseTensor DSparseTensor::load(const std::string& directory, const Mes
     fault = detail::read_partition(dir, meta, meta.parts[static_cast<std::size_t>(j)], d);
     read.push_back(std::move(d));
   }
-  comm::raise_if_any(comm, fault);
   if (parts == q && meta.version != 1) {
+    detail::agree_saved(fault.empty() ? &read.at(0) : nullptr, fault, meta, dir, comm);
     const auto& d = read.at(0);
     const auto& h = d.header;
     const auto& s = d.sections;
-    const auto path = (dir / meta.parts[static_cast<std::size_t>(me)].file).string();
-    // Whether the domain has its own partition decides which collectives follow: agree first.
-    std::array<int, 2> own{h.C >= 0 ? 1 : 0, h.C >= 0 ? -1 : 0};
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, own.data(), 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
-    if (own[0] != -own[1] || (own[0] == 0 && meta.m != meta.n))
-      throw Error("DSparseTensor::load: the partition files in " + dir.string() +
-                  " disagree on the columns' partition (files of different saves mixed?)");
     auto layout = std::make_shared<const RowLayout>(detail::AdoptRows{}, d.view(s.owned, at::kLong), meta.m, comm);
     auto domain = h.C < 0 ? layout : std::make_shared<const RowLayout>(detail::AdoptRows{}, d.view(s.owned_cols, at::kLong), meta.n, comm);
-    auto plan = detail::saved_plan(d, domain, path);
+    auto plan = detail::saved_plan(d, domain);
     Csr local{h.R, h.domain_owned() + h.G, d.view(s.rowptr, detail::LoadedPartition::index_type(h.rowptr_size)),
               d.view(s.col, detail::LoadedPartition::index_type(h.col_size)), d.view(s.values, dtype)};
-    return DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(plan), std::move(local));
+    auto out = DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(plan), std::move(local));
+    return out;
   }
+  comm::raise_if_any(comm, fault);
   std::vector<at::Tensor> values, rows, cols;
   for (const auto& d : read) {
     auto t = detail::global_triples(d, meta, dtype);
@@ -411,9 +465,9 @@ inline DSparseTensor DSparseTensor::load(const std::string& directory, const Mes
 inline void save_partitioned(const SparseTensor& A, const std::string& directory, int parts,
                              const PartitionOptions& options = {}) {
   if (A.rows() != A.cols())
-    throw Error("save_partitioned: expected a square matrix, got (" + std::to_string(A.rows()) + ", " +
+    throw Error("save_partitioned: expected a square matrix, found shape (" + std::to_string(A.rows()) + ", " +
                 std::to_string(A.cols()) + ")");
-  if (parts < 1) throw Error("save_partitioned: expected at least 1 part, got " + std::to_string(parts));
+  if (parts < 1) throw Error("save_partitioned: expected at least 1 part, found " + std::to_string(parts));
   const std::filesystem::path dir(directory);
   detail::prepare_directory(dir, MPI_COMM_SELF);
   const auto n = A.rows();

@@ -82,7 +82,7 @@ class RowLayout {
     owned_ = owned.to(at::kLong).flatten().contiguous();
     // Ascending already (a contiguous block, a loaded partition): a sort would cost more than the rest.
     const auto* first = owned_.data_ptr<std::int64_t>();
-    if (!std::is_sorted(first, first + owned_.numel())) owned_ = std::get<0>(owned_.sort()).contiguous();
+    if (!adopt && !std::is_sorted(first, first + owned_.numel())) owned_ = std::get<0>(owned_.sort()).contiguous();
     else if (!adopt && owned_.data_ptr() == owned.data_ptr()) owned_ = owned_.clone();  // never the caller's storage
     const auto* o = owned_.data_ptr<std::int64_t>();
     if (!adopt) {  // adopted rows were checked by the caller on every rank (one all-reduce less)
