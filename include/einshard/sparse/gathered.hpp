@@ -28,15 +28,15 @@ namespace einshard::sparse {
 namespace detail {
 
 /// One line on stderr the first time this process gathers for `op` (rank 0 of the matrix only).
-inline void warn_gathering(const char* op, const RowLayout& layout) {
+inline void warn_gathering(const char* op, const DSparseTensor& a) {
   static std::mutex mutex;
   static std::set<std::string> said;
   const std::lock_guard<std::mutex> lock(mutex);
-  if (!said.insert(op).second || layout.rank() != 0) return;
+  if (!said.insert(op).second || a.layout()->rank() != 0) return;
   std::fprintf(stderr,
                "einshard: DSparseTensor::%s gathers the whole %lld x %lld matrix to one process and does not "
                "scale (use eigsh or logdet for large matrices)\n",
-               op, static_cast<long long>(layout.global_size()), static_cast<long long>(layout.global_size()));
+               op, static_cast<long long>(a.rows()), static_cast<long long>(a.cols()));
 }
 
 /// The dense matrix on `root` (every rank when root < 0); an undefined tensor elsewhere.
@@ -46,7 +46,7 @@ inline at::Tensor gather_dense(const DSparseTensor& a, int root) {
   const MPI_Comm comm = layout.comm();
   const int p = layout.size();
   const auto values = t.values.detach().contiguous();
-  const auto index = (t.rows * a.rows() + t.cols).contiguous();  // row-major position
+  const auto index = (t.rows * a.cols() + t.cols).contiguous();  // row-major position
   int mine = comm::count(values.numel());
   std::vector<int> counts(static_cast<std::size_t>(p)), displs(static_cast<std::size_t>(p), 0);
   comm::check(MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
@@ -64,13 +64,13 @@ inline at::Tensor gather_dense(const DSparseTensor& a, int root) {
     comm::check(MPI_Gatherv(index.data_ptr(), mine, MPI_INT64_T, all_index.data_ptr(), counts.data(), displs.data(), MPI_INT64_T, root, comm), "MPI_Gatherv");
   }
   if (!here) return {};
-  return at::zeros({a.rows() * a.rows()}, values.options()).index_put_({all_index}, all_values, true).view({a.rows(), a.rows()});
+  return at::zeros({a.rows() * a.cols()}, values.options()).index_put_({all_index}, all_values, true).view({a.rows(), a.cols()});
 }
 
 /// `f(dense)` on rank 0, its doubles broadcast; an Error there (a LAPACK failure) on every rank.
 template <class F>
 std::vector<double> on_root(const DSparseTensor& a, const char* op, std::size_t count, F&& f) {
-  warn_gathering(op, *a.layout());
+  warn_gathering(op, a);
   const MPI_Comm comm = a.layout()->comm();
   const auto dense = gather_dense(a, 0);
   std::vector<double> out(count, 0.0);
@@ -93,16 +93,20 @@ inline at::Tensor DSparseTensor::full_tensor() const { return detail::gather_den
 
 /// det A (the real part for complex A), by LU on rank 0.
 inline double DSparseTensor::det() const {
+  if (m_ != n_)  // the shape is the same on every rank: the same Error, before anything gathers
+    throw Error("DSparseTensor::det: expected a square matrix, found shape (" + std::to_string(m_) + ", " +
+                std::to_string(n_) + ")");
   return detail::on_root(*this, "det", 1, [](const at::Tensor& d) {
     const auto v = at::linalg_det(d);
     return std::vector<double>{(v.is_complex() ? at::real(v) : v).item<double>()};
   })[0];
 }
 
-/// The k largest singular values, descending (all of them when k >= n), by a dense SVD on rank 0.
+/// The k largest singular values, descending (all min(m, n) of them when k is larger), by a dense
+/// SVD on rank 0.
 inline at::Tensor DSparseTensor::svd(std::int64_t k) const {
-  if (k < 1) throw Error("DSparseTensor::svd: expected k >= 1, got " + std::to_string(k));
-  const auto kk = std::min<std::int64_t>(k, n_);
+  if (k < 1) throw Error("DSparseTensor::svd: expected k >= 1, found " + std::to_string(k));
+  const auto kk = std::min<std::int64_t>(k, std::min(m_, n_));
   const auto s = detail::on_root(*this, "svd", static_cast<std::size_t>(kk), [kk](const at::Tensor& d) {
     const auto sv = at::linalg_svdvals(d).to(at::kDouble).narrow(0, 0, kk).contiguous();
     return std::vector<double>(sv.data_ptr<double>(), sv.data_ptr<double>() + kk);
@@ -110,7 +114,8 @@ inline at::Tensor DSparseTensor::svd(std::int64_t k) const {
   return at::tensor(s, at::kDouble).view({kk});
 }
 
-/// The 2-norm condition number sigma_max / sigma_min (infinity when singular).
+/// The 2-norm condition number sigma_max / sigma_min over the min(m, n) singular values (infinity
+/// when one is zero), as numpy.linalg.cond for a rectangular matrix.
 inline double DSparseTensor::condition_number() const {
   return detail::on_root(*this, "condition_number", 1, [](const at::Tensor& d) {
     const auto sv = at::linalg_svdvals(d).to(at::kDouble);
