@@ -90,6 +90,9 @@ inline std::pair<at::Tensor, at::Tensor> reduced_gram(const at::Tensor& z, const
 /// (q x q), ordered by `largest`.
 struct Ritz {
   at::Tensor coefficients, theta;
+  /// The smallest kept eigenvalue of the scaled Gram matrix over its largest: near the drop
+  /// threshold, the basis is nearly dependent and its orthonormalization loses accuracy.
+  double conditioning = 1.0;
 };
 inline Ritz rayleigh_ritz(const at::Tensor& s, const at::Tensor& h, bool largest) {
   const auto real = s.is_complex() ? at::real(s.diagonal()) : s.diagonal();
@@ -108,7 +111,8 @@ inline Ritz rayleigh_ritz(const at::Tensor& s, const at::Tensor& h, bool largest
     theta = theta.flip(0);
     y = y.flip(1);
   }
-  return {at::matmul(c, y), theta};
+  const auto low = keep.numel() ? sv.index_select(0, keep).min().item<double>() : 0.0;
+  return {at::matmul(c, y), theta, top > 0 ? low / top : 0.0};
 }
 
 /// Y = M^-1 B for a Hermitian positive definite operator M on owned blocks: CG on every column
@@ -190,7 +194,11 @@ inline LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& o
     auto az = p.defined() ? at::cat({ax, aw, ap}, 1) : at::cat({ax, aw}, 1);
     auto [s, h] = reduced_gram(z, az, comm);
     auto rr = rayleigh_ritz(s, h, largest);
-    if (rr.coefficients.size(1) < mm && p.defined()) {  // P collinear with X or W: drop it
+    // P (nearly) in the span of X and W: drop it and restart the three-term recurrence. Going on
+    // with a nearly dependent basis loses orthogonality each step, and on clustered spectra the
+    // losses compound until the iteration diverges.
+    const double restart = s.scalar_type() == at::kFloat || s.scalar_type() == at::kComplexFloat ? 1e-3 : 1e-8;
+    if (p.defined() && (rr.coefficients.size(1) < mm || rr.conditioning < restart)) {
       z = at::cat({x, w}, 1);
       az = at::cat({ax, aw}, 1);
       const auto q = 2 * mm;
