@@ -1,13 +1,15 @@
 // libFuzzer target: the readers of DSparseTensor::save's format (sparse/io_format.hpp): the
-// metadata text and the partition files of versions 1 and 2, from bytes in memory, as
-// DSparseTensor::load checks them after reading (the checksum is computed here from the bytes,
+// metadata text and the partition files of versions 1, 2 and 3, from bytes in memory, as
+// DSparseTensor::load checks them (whole here; the load feeds the same checker chunk by chunk) (the checksum is computed here from the bytes,
 // so damaged contents reach the structural checks rather than stopping at a checksum mismatch).
 //
-// Input: one selector byte (bit 0: metadata or partition; bit 1: partition version 1 or 2), then
+// Input: one selector byte (bit 0: metadata or partition; bit 1: partition version 1, else bit 2:
+// version 3 or 2), then
 // for a partition the expected (id, parts, m, n, rows, nnz, value size) as small numbers, then the
 // file's bytes. Every accepted partition is walked as load walks it (every index it will trust
 // read back and bounded), so an unchecked count or offset shows as an ASan report.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -79,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                 data[4] % 64,      data[5],              value_sizes[data[6] % 4]};
   const std::vector<unsigned char> file(data + 7, data + size);
   const auto bytes = static_cast<std::int64_t>(file.size());
-  const auto version = (selector & 2) != 0 ? 1 : 2;
+  const auto version = (selector & 2) != 0 ? 1 : (selector & 4) != 0 ? 3 : 2;
   if (d::checksum_of(file.data(), bytes, version).size() != 16) broken("a checksum of another length");
   d::PartitionSections s;
   if (version == 1) {
@@ -94,6 +96,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   d::PartitionHeader h;
-  if (d::check_partition(file.data(), bytes, want, h, s).empty()) walk_v2(file, h, s);
+  if (d::check_partition(file.data(), bytes, want, h, s, version).empty()) walk_v2(file, h, s);
+  // Fed in pieces (as the load's read loop does), the checker reaches the same verdict.
+  d::PartitionCheck pieces(want, version, bytes);
+  std::string fault;
+  for (std::int64_t done = 0; done < bytes && fault.empty();) {
+    done = std::min(bytes, done + 1 + data[0] % 61);
+    fault = pieces.feed(file.data(), done);
+  }
+  if (bytes == 0) fault = pieces.feed(file.data(), 0);
+  if (fault != d::check_partition(file.data(), bytes, want, h, s, version)) broken("chunked and whole checks disagree");
   return 0;
 }

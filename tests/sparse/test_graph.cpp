@@ -124,3 +124,38 @@ TEST_CASE("connected_components: no entries, tiny matrices and empty shards", "[
   check_components(from_edges(3, {2}, {0}), M::simple, {});  // fewer rows than ranks at 4 and 8
   check_components(from_edges(1, {0}, {0}), M::simple, {});
 }
+
+TEST_CASE("connected_components: the seed's own cases (paths, isolated nodes, blocks, random graphs, node 0 first)",
+          "[sparse][components]") {
+  using M = sp::PartitionMethod;
+  const auto both = [](const Coo& a, std::int64_t expected_count) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(a.n));
+    const auto coords = at::rand({a.n, 2}, gen, at::kDouble);
+    for (auto method : {M::simple, M::rcb}) check_components(a, method, coords);
+    if (expected_count >= 0) {
+      const auto D = es::testing::distribute(a, es::testing::world_mesh(), M::simple, {});
+      CHECK(D.connected_components().count == expected_count);
+    }
+  };
+  both(from_edges(4, {0, 1, 1, 2, 2, 3}, {1, 0, 2, 1, 3, 2}), 1);  // one path
+  both(from_edges(5, {0, 1}, {1, 0}), 4);                           // an edge and three isolated nodes
+  both(from_edges(6, {}, {}), 6);                                   // no edges
+  {  // blocks of 2, 3, 1, 4 and 5 nodes, each a path: five components
+    std::vector<std::int64_t> r, c;
+    std::int64_t offset = 0;
+    for (std::int64_t size : {2, 3, 1, 4, 5}) {
+      for (auto v = offset; v + 1 < offset + size; ++v) r.push_back(v), c.push_back(v + 1), r.push_back(v + 1), c.push_back(v);
+      offset += size;
+    }
+    both(from_edges(offset, r, c), 5);
+  }
+  for (std::uint64_t seed = 0; seed < 8; ++seed) {  // random symmetric graphs, N in [5, 60), N / 2 edges
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const auto n = at::randint(5, 60, {1}, gen, at::kLong).item<std::int64_t>();
+    const auto m = std::max<std::int64_t>(1, n / 2);
+    const auto a = at::randint(0, n, {m}, gen, at::kLong), b = at::randint(0, n, {m}, gen, at::kLong);
+    both({at::ones({2 * m}, at::kDouble), at::cat({a, b}), at::cat({b, a}), n}, -1);
+  }
+  // Blocks {0, 1} and {2, 3, 4} with their diagonals: the one holding node 0 is component 0.
+  both(from_edges(5, {0, 0, 1, 1, 2, 2, 3, 3, 4, 4}, {0, 1, 0, 1, 2, 3, 2, 4, 3, 4}), 2);
+}

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <vector>
 
 #include "operations_support.hpp"
 
@@ -87,7 +88,25 @@ TEST_CASE("det, svd, condition_number gather to one rank and match dense LAPACK"
   CHECK(max_abs(D.svd(3) - s.narrow(0, 0, 3)) < 1e-10);
   CHECK(D.svd(100).numel() == 12);
   CHECK(std::abs(D.condition_number() - (s.max() / s.min()).item<double>()) < 1e-8);
-  CHECK_THROWS_AS(D.svd(0), es::Error);
+  const auto bad_k = es::testing::error_of([&] { (void)D.svd(0); });
+  CHECK(bad_k.find("DSparseTensor::svd: expected k >= 1, found 0") != std::string::npos);
+  CHECK(es::testing::agrees_on_every_rank(bad_k));
+}
+
+TEST_CASE("det refuses a rectangular matrix on every rank; svd, condition_number and full_tensor take it",
+          "[sparse][queries]") {
+  const auto mesh = es::testing::world_mesh();
+  const auto D = es::testing::rectangular_13x9(mesh);
+  const auto A = es::testing::rectangular_13x9_dense();
+  const std::int64_t n = 9;
+  CHECK(max_abs(D.full_tensor() - A) == 0.0);
+  const auto det = es::testing::error_of([&] { (void)D.det(); });
+  CHECK(det.find("DSparseTensor::det: expected a square matrix, found shape (13, 9)") != std::string::npos);
+  CHECK(es::testing::agrees_on_every_rank(det));
+  const auto s = at::linalg_svdvals(A);
+  CHECK(D.svd(100).numel() == n);
+  CHECK(max_abs(D.svd(4) - s.narrow(0, 0, 4)) < 1e-10);
+  CHECK(std::abs(D.condition_number() - (s.max() / s.min()).item<double>()) < 1e-8 * (s.max() / s.min()).item<double>());
 }
 
 TEST_CASE("logdet: stochastic Lanczos quadrature, rank-invariant, near the exact value, with gradient", "[sparse][queries][logdet]") {

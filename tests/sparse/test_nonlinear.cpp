@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <vector>
 
 #include "operations_support.hpp"
 
@@ -178,5 +179,63 @@ TEST_CASE("nonlinear_solve: autograd through the adjoint (Bratu 1-D and 2-D) aga
     const auto expected = -adj.index_select(0, t.rows) * u_ref.index_select(0, t.cols);
     REQUIRE(D.values().grad().defined());
     CHECK(max_abs(D.values().grad() - expected) < 1e-7 * max_abs(expected));
+  }
+}
+
+TEST_CASE("nonlinear_solve: the seed's own forward cases (Bratu-type, a non-symmetric Jacobian, one scalar per node)",
+          "[sparse][nonlinear]") {
+  const auto mesh = es::testing::world_mesh();
+  const auto banded = [](std::int64_t n, double diag, double up, double down) {
+    std::vector<std::int64_t> r, c;
+    std::vector<double> v;
+    for (std::int64_t i = 0; i < n; ++i) {
+      r.push_back(i), c.push_back(i), v.push_back(diag);
+      if (i + 1 < n && up != 0.0) r.push_back(i), c.push_back(i + 1), v.push_back(up);
+      if (i > 0 && down != 0.0) r.push_back(i), c.push_back(i - 1), v.push_back(down);
+    }
+    const auto m = static_cast<std::int64_t>(r.size());
+    return Coo{at::tensor(v, at::kDouble).view({m}), at::tensor(r, at::kLong).view({m}), at::tensor(c, at::kLong).view({m}), n};
+  };
+  const auto residual = [](const at::Tensor& A, const at::Tensor& u, const at::Tensor& g) { return A.mv(u) + g; };
+  for (auto method : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
+    const auto coords_of = [](std::int64_t n) { return at::stack({at::arange(n), at::zeros({n})}, 1).to(at::kDouble); };
+    {  // A u + 0.4 e^u - b = 0, A = tridiag(-1, 2, -1), n = 10
+      const std::int64_t n = 10;
+      const auto coo = banded(n, 2.0, -1.0, -1.0);
+      const auto D = es::testing::distribute(coo, mesh, method, coords_of(n));
+      const auto b_global = at::linspace(0.1, 1.0, n, at::kDouble);
+      const auto b = D.scatter(b_global).local();
+      const auto r = D.nonlinear_solve([b](const at::Tensor& u) { return 0.4 * u.exp() - b; },
+                                       [](const at::Tensor& u) { return 0.4 * u.exp(); }, D.zeros());
+      CHECK(r.info.converged);
+      const auto u = r.u.full_tensor();
+      CHECK(residual(es::testing::dense(coo), u, 0.4 * u.exp() - b_global).norm().item<double>() < 1e-8);
+    }
+    {  // A u + 0.1 u^3 - 1 = 0, A upper bidiagonal (3, 1.5): a non-symmetric Jacobian, n = 8
+      const std::int64_t n = 8;
+      const auto coo = banded(n, 3.0, 1.5, 0.0);
+      const auto D = es::testing::distribute(coo, mesh, method, coords_of(n));
+      const auto r = D.nonlinear_solve([](const at::Tensor& u) { return 0.1 * u.pow(3) - 1.0; },
+                                       [](const at::Tensor& u) { return 0.3 * u.square(); }, D.zeros());
+      CHECK(r.info.converged);
+      const auto u = r.u.full_tensor();
+      CHECK(residual(es::testing::dense(coo), u, 0.1 * u.pow(3) - 1.0).norm().item<double>() < 1e-8);
+    }
+    {  // 2 u + u^3 = b node by node, against a scalar Newton per node, n = 6
+      const std::int64_t n = 6;
+      const auto D = es::testing::distribute(banded(n, 2.0, 0.0, 0.0), mesh, method, coords_of(n));
+      const auto b_global = at::linspace(1.0, 3.0, n, at::kDouble);
+      const auto b = D.scatter(b_global).local();
+      const auto r = D.nonlinear_solve([b](const at::Tensor& u) { return u.pow(3) - b; },
+                                       [](const at::Tensor& u) { return 3.0 * u.square(); }, D.zeros());
+      CHECK(r.info.converged);
+      auto expected = at::zeros({n}, at::kDouble);
+      for (std::int64_t i = 0; i < n; ++i) {
+        double x = 0.0;
+        for (int it = 0; it < 100; ++it) x -= (2 * x + x * x * x - b_global[i].item<double>()) / (2 + 3 * x * x);
+        expected[i] = x;
+      }
+      CHECK(max_abs(r.u.full_tensor() - expected) < 1e-9);
+    }
   }
 }
