@@ -230,11 +230,12 @@ class AmgOp final : public PreconditionerOp {
     double* own_;
   };
 
-  /// A's owned rows as hypre's ParCSR matrix, built in place from the local CSR in one pass (the
-  /// copy PETSc's PCHYPRE makes; hypre's IJ interface would also search each row for duplicates
-  /// and sort the halo columns in its assembly): the owned columns form the diag block with the
-  /// diagonal entry first (hypre's smoothers read it there), the halo columns the offd block,
-  /// numbered by their sorted hypre numbers. Local work only; returns the zero-diagonal fault.
+  /// A's owned rows as hypre's ParCSR matrix, built from the local CSR by a counting pass and a
+  /// copying pass (the copy PETSc's PCHYPRE makes; hypre's IJ interface would also search each
+  /// row for repeated columns and sort the halo columns in its assembly): the owned columns form
+  /// the diag block with the diagonal entry first (hypre's smoothers read it there), the halo
+  /// columns the offd block, numbered by their sorted hypre numbers. Local work only; returns the
+  /// zero-diagonal fault.
   std::string build_matrix(const LocalRows& rows, std::int64_t first, std::int64_t global_rows,
                            const at::Tensor& ghost_numbers) {
     n_ = rows.n_owned;
