@@ -18,6 +18,8 @@
 //                 θ = 0.25; more, the 3-D 7-point one: HMIS, extended+i with 4 entries, θ = 0.5, one
 //                 level of aggressive coarsening; l1 Gauss–Seidel forward/backward in both), then
 //                 --theta and --amg
+//   es_amg_alt    einshard CG + amg with es_amg's settings changed by --amg-alt (same keys as
+//                 --amg), to compare two settings of einshard in one launch
 //   es_amg_f      einshard CG + amg with PETSc's PCHYPRE settings (Falgout, classical, no
 //                 truncation, hybrid symmetric Gauss–Seidel in C/F order)
 //   es_jacobi     einshard CG + Jacobi (the anchor of the speed-up)
@@ -45,7 +47,7 @@
 //
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
 //        [--reps 3] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
-//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1]
+//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1] [--amg-alt ...]
 //        [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"]
 //        [--cases amg,pipecg] [--iters 200]
 //
@@ -96,6 +98,7 @@ struct Config {
   int reps = 3, jacobi_reps = 1, iters = 200;
   double theta = -1;  // < 0: einshard's default for the matrix
   std::string amg_spec;  // --amg: es_amg's and petsc_hypre_x's settings (empty: einshard's defaults)
+  std::string amg_alt_spec;  // --amg-alt: es_amg_alt's settings, on top of es_amg's
   std::string petsc_options;  // --petsc-options: "-name value" items, comma-separated
   std::vector<std::string> solvers{"es_amg", "es_amg_f", "es_jacobi", "petsc_hypre", "petsc_hypre_x", "petsc_gamg",
                                     "petsc_gamg_t"};
@@ -118,6 +121,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--iters") c.iters = std::stoi(value());
     else if (a == "--theta") c.theta = std::stod(value());
     else if (a == "--amg") c.amg_spec = value();
+    else if (a == "--amg-alt") c.amg_alt_spec = value();
     else if (a == "--petsc-options") c.petsc_options = value();
     else if (a == "--solvers") c.solvers = split(value());
     else if (a == "--cases") {
@@ -135,10 +139,10 @@ Config parse(int argc, char** argv) {
 
 /// es_amg's settings: einshard's defaults, θ from --theta, then the `--amg` list; the fields not
 /// given stay unset, for einshard to choose from the matrix.
-sp::AmgOptions amg_settings(const Config& c) {
-  sp::AmgOptions o;
+sp::AmgOptions amg_settings(const Config& c, sp::AmgOptions o = {}, const std::string* spec = nullptr) {
+  if (!spec) spec = &c.amg_spec;
   if (c.theta >= 0) o.strong_threshold = c.theta;
-  for (const auto& item : c.amg_spec.empty() ? std::vector<std::string>{} : split(c.amg_spec)) {
+  for (const auto& item : spec->empty() ? std::vector<std::string>{} : split(*spec)) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw std::runtime_error("--amg: expected key=value, got " + item);
     const auto key = item.substr(0, eq), v = item.substr(eq + 1);
@@ -290,7 +294,7 @@ int run(const Config& cfg) {
       if (name.rfind("es_", 0) == 0) {
         sp::SolveOptions o{.preconditioner = name == "es_jacobi" ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
                            .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false};
-        o.preconditioner_options.amg = es_request;
+        o.preconditioner_options.amg = name == "es_amg_alt" ? amg_settings(cfg, es_request, &cfg.amg_alt_spec) : es_request;
         if (name == "es_amg_f")
           o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
                                           .interpolation = sp::AmgInterpolation::classical,

@@ -10,7 +10,8 @@
 /// hypre row first(r) + i, first(r) the rows owned by lower ranks. Setup finds first(r) with one
 /// exclusive scan and the hypre numbers of the halo columns with one halo exchange of those
 /// numbers (the same messages as a product); after that a vector's owned slice *is* its hypre
-/// slice, so applying the preconditioner copies the slice in and out and gathers nothing.
+/// slice, so applying the preconditioner lends hypre the slices' memory and gathers nothing. The
+/// matrix is copied straight into hypre's ParCSR blocks, as PETSc's PCHYPRE does.
 ///
 /// Only real float64 (hypre's HYPRE_Real); other dtypes raise an `Error` naming the conversion.
 /// Without hypre (EINSHARD_HAS_HYPRE unset) the option raises an `Error` naming hypre.
@@ -18,11 +19,13 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -133,9 +136,7 @@ inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, st
            std::to_string(o.max_levels) + ", " + std::to_string(*o.max_elements) + ", " +
            std::to_string(*o.aggressive_levels) + " and " + std::to_string(o.cycles);
   check_rows(rows);
-  // Every smoother divides by the diagonal (or its l1 row norm, which a zero diagonal makes
-  // indefinite); hypre would only warn.
-  return first_bad_row(diagonal(rows.a) == 0, "amg preconditioner setup: expected a nonzero diagonal, found a zero one in");
+  return {};  // a zero diagonal is found while the matrix is copied (AmgOp::build_matrix)
 }
 
 /// hypre's status after a call sequence: empty, or what failed. Clears hypre's sticky flag.
@@ -163,24 +164,26 @@ class AmgOp final : public PreconditionerOp {
     if (comm::rank_of(comm_) == 0) first = 0;
     const auto numbers = ghosts_of(at::arange(first, first + n, at::kLong)).contiguous();
     HYPRE_ClearAllErrors();
-    build_matrix(rows, first, numbers);
-    std::string fault = hypre_fault("matrix assembly");
-    if (fault.empty()) {
-      setup_solver();
-      fault = hypre_fault("setup");
+    try {
+      // Every smoother divides by the diagonal (or its l1 row norm, which a zero diagonal makes
+      // indefinite); hypre would only warn.
+      comm::raise_if_any(comm_, build_matrix(rows, first, global_rows, numbers));
+      finish_matrix(first);
+      std::string fault = hypre_fault("matrix assembly");
+      if (fault.empty()) {
+        setup_solver();
+        fault = hypre_fault("setup");
+      }
+      comm::raise_if_any(comm_, fault);
+    } catch (...) {
+      release();  // the constructor throws, so no destructor runs
+      throw;
     }
-    comm::raise_if_any(comm_, fault);
     measure_hierarchy();
   }
   AmgOp(const AmgOp&) = delete;
   AmgOp& operator=(const AmgOp&) = delete;
-  ~AmgOp() override {
-    if (solver_) HYPRE_BoomerAMGDestroy(solver_);
-    if (x_) HYPRE_IJVectorDestroy(x_);
-    if (b_) HYPRE_IJVectorDestroy(b_);
-    if (matrix_) HYPRE_IJMatrixDestroy(matrix_);
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-  }
+  ~AmgOp() override { release(); }
 
   /// `cycles` cycles on A z = r from z = 0 (collective). hypre's vectors borrow r's and z's
   /// memory for the call (as PETSc's PCHYPRE does), so nothing is copied; BoomerAMG reads b only.
@@ -196,6 +199,14 @@ class AmgOp final : public PreconditionerOp {
   [[nodiscard]] std::pair<int, double> hierarchy() const override { return {levels_, complexity_}; }
 
  private:
+  void release() {
+    if (solver_) HYPRE_BoomerAMGDestroy(solver_);
+    if (x_) HYPRE_IJVectorDestroy(x_);
+    if (b_) HYPRE_IJVectorDestroy(b_);
+    if (par_a_) hypre_ParCSRMatrixDestroy(reinterpret_cast<hypre_ParCSRMatrix*>(par_a_));
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    solver_ = nullptr, x_ = b_ = nullptr, par_a_ = nullptr;
+  }
   static void initialize_hypre() {
     static const bool done = [] {
       HYPRE_Init();
@@ -219,40 +230,100 @@ class AmgOp final : public PreconditionerOp {
     double* own_;
   };
 
-  void build_matrix(const LocalRows& rows, std::int64_t first, const at::Tensor& ghost_numbers) {
+  /// A's owned rows as hypre's ParCSR matrix, built from the local CSR by a counting pass and a
+  /// copying pass (the copy PETSc's PCHYPRE makes; hypre's IJ interface would also search each
+  /// row for repeated columns and sort the halo columns in its assembly): the owned columns form
+  /// the diag block with the diagonal entry first (hypre's smoothers read it there), the halo
+  /// columns the offd block, numbered by their sorted hypre numbers. Local work only; returns the
+  /// zero-diagonal fault.
+  std::string build_matrix(const LocalRows& rows, std::int64_t first, std::int64_t global_rows,
+                           const at::Tensor& ghost_numbers) {
     n_ = rows.n_owned;
-    const auto lo = static_cast<HYPRE_BigInt>(first), hi = static_cast<HYPRE_BigInt>(first + n_ - 1);
-    const auto rowptr = rows.a.rowptr.to(at::kLong).contiguous();
-    const auto col = rows.a.col.to(at::kLong).contiguous();
-    const auto values = rows.a.values.detach().contiguous();
-    const auto* rp = rowptr.data_ptr<std::int64_t>();
-    const auto* cp = col.data_ptr<std::int64_t>();
+    const auto n_ghosts = ghost_numbers.numel();
+    // offd column of each halo slot: its rank among the sorted hypre numbers.
+    const auto order = std::get<1>(ghost_numbers.sort()).contiguous();
     const auto* gp = ghost_numbers.data_ptr<std::int64_t>();
-    const auto nnz = static_cast<std::size_t>(rp[n_]);
-    std::vector<HYPRE_Int> ncols(static_cast<std::size_t>(n_)), diag(ncols.size()), offd(ncols.size());
-    std::vector<HYPRE_BigInt> row_ids(ncols.size()), cols(nnz);
-    for (std::int64_t i = 0; i < n_; ++i) {
-      const auto iu = static_cast<std::size_t>(i);
-      row_ids[iu] = static_cast<HYPRE_BigInt>(first + i);
-      ncols[iu] = static_cast<HYPRE_Int>(rp[i + 1] - rp[i]);
-      for (auto k = rp[i]; k < rp[i + 1]; ++k) {
-        const auto c = cp[k];
-        const bool owned = c < n_;
-        (owned ? diag : offd)[iu] += 1;
-        cols[static_cast<std::size_t>(k)] = static_cast<HYPRE_BigInt>(owned ? first + c : gp[c - n_]);
+    const auto* op = order.data_ptr<std::int64_t>();
+    std::vector<HYPRE_Int> offd_of(static_cast<std::size_t>(n_ghosts));
+    for (std::int64_t j = 0; j < n_ghosts; ++j) offd_of[static_cast<std::size_t>(op[j])] = static_cast<HYPRE_Int>(j);
+    // Entries of each block; a row without a stored diagonal gets an explicit zero there.
+    std::int64_t diag_nnz = 0, offd_nnz = 0;
+    dispatch_view(rows.a, [&](auto m) {
+      std::int64_t owned = 0, missing = 0;
+      for (std::int64_t i = 0; i < n_; ++i) {
+        bool has_diagonal = false;
+        for (auto k = m.rp[i]; k < m.rp[i + 1]; ++k) {
+          const auto c = static_cast<std::int64_t>(m.ci[k]);
+          owned += c < n_;
+          has_diagonal |= c == i;
+        }
+        missing += !has_diagonal;
       }
-    }
-    HYPRE_IJMatrixCreate(comm_, lo, hi, lo, hi, &matrix_);
-    HYPRE_IJMatrixSetObjectType(matrix_, HYPRE_PARCSR);
-    HYPRE_IJMatrixSetDiagOffdSizes(matrix_, diag.data(), offd.data());
-    HYPRE_IJMatrixInitialize(matrix_);
-    if (n_ > 0)
-      HYPRE_IJMatrixSetValues(matrix_, static_cast<HYPRE_Int>(n_), ncols.data(), row_ids.data(), cols.data(),
-                              values.data_ptr<double>());
-    HYPRE_IJMatrixAssemble(matrix_);
-    void* object = nullptr;
-    HYPRE_IJMatrixGetObject(matrix_, &object);
-    par_a_ = static_cast<HYPRE_ParCSRMatrix>(object);
+      diag_nnz = owned + missing;
+      offd_nnz = static_cast<std::int64_t>(m.rp[n_]) - owned;
+    });
+    std::array<HYPRE_BigInt, 2> starts{static_cast<HYPRE_BigInt>(first), static_cast<HYPRE_BigInt>(first + n_)};
+    par_a_ = reinterpret_cast<HYPRE_ParCSRMatrix>(hypre_ParCSRMatrixCreate(
+        comm_, static_cast<HYPRE_BigInt>(global_rows), static_cast<HYPRE_BigInt>(global_rows), starts.data(),
+        starts.data(), static_cast<HYPRE_Int>(n_ghosts), static_cast<HYPRE_Int>(diag_nnz),
+        static_cast<HYPRE_Int>(offd_nnz)));
+    auto* a = reinterpret_cast<hypre_ParCSRMatrix*>(par_a_);
+    hypre_ParCSRMatrixInitialize(a);
+    auto* diag = hypre_ParCSRMatrixDiag(a);
+    auto* offd = hypre_ParCSRMatrixOffd(a);
+    HYPRE_Int *di = hypre_CSRMatrixI(diag), *dj = hypre_CSRMatrixJ(diag), *oi = hypre_CSRMatrixI(offd),
+              *oj = hypre_CSRMatrixJ(offd);
+    HYPRE_Real *dv = hypre_CSRMatrixData(diag), *ov = hypre_CSRMatrixData(offd);
+    HYPRE_BigInt* col_map = hypre_ParCSRMatrixColMapOffd(a);
+    for (std::int64_t j = 0; j < n_ghosts; ++j) col_map[j] = static_cast<HYPRE_BigInt>(gp[op[j]]);
+    std::int64_t zero_diagonals = 0, first_zero = -1;
+    dispatch_view(rows.a, [&](auto m) {
+      using V = typename decltype(m)::value_type;
+      if constexpr (std::is_same_v<V, double>) {
+        HYPRE_Int d = 0, o = 0;
+        for (std::int64_t i = 0; i < n_; ++i) {
+          di[i] = d;
+          oi[i] = o;
+          const HYPRE_Int slot = d++;  // the diagonal's
+          dj[slot] = static_cast<HYPRE_Int>(i);
+          dv[slot] = 0.0;
+          bool has_diagonal = false;
+          for (auto k = m.rp[i]; k < m.rp[i + 1]; ++k) {
+            const auto c = static_cast<std::int64_t>(m.ci[k]);
+            if (c == i && !has_diagonal) {
+              dv[slot] = m.av[k];
+              has_diagonal = true;
+            } else if (c < n_) {
+              dj[d] = static_cast<HYPRE_Int>(c);
+              dv[d++] = m.av[k];
+            } else {
+              oj[o] = offd_of[static_cast<std::size_t>(c - n_)];
+              ov[o++] = m.av[k];
+            }
+          }
+          if (dv[slot] == 0.0) {
+            if (first_zero < 0) first_zero = i;
+            ++zero_diagonals;
+          }
+        }
+        di[n_] = d;
+        oi[n_] = o;
+      }
+    });
+    if (zero_diagonals == 0) return {};
+    return "amg preconditioner setup: expected a nonzero diagonal, found a zero one in owned row " +
+           std::to_string(first_zero) + " (" + std::to_string(zero_diagonals) + " such row" +
+           (zero_diagonals > 1 ? "s" : "") + " on this rank)";
+  }
+
+  /// The collective rest of the matrix (its entry counts and the halo pattern of its products),
+  /// and the two vectors whose data `apply` borrows.
+  void finish_matrix(std::int64_t first) {
+    auto* a = reinterpret_cast<hypre_ParCSRMatrix*>(par_a_);
+    hypre_ParCSRMatrixSetNumNonzeros(a);
+    hypre_ParCSRMatrixSetDNumNonzeros(a);
+    hypre_MatvecCommPkgCreate(a);
+    const auto lo = static_cast<HYPRE_BigInt>(first), hi = static_cast<HYPRE_BigInt>(first + n_ - 1);
     const auto vector = [&](HYPRE_IJVector& v, HYPRE_ParVector& par) {
       HYPRE_IJVectorCreate(comm_, lo, hi, &v);
       HYPRE_IJVectorSetObjectType(v, HYPRE_PARCSR);
@@ -310,7 +381,6 @@ class AmgOp final : public PreconditionerOp {
   AmgOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::int64_t n_ = 0;
-  HYPRE_IJMatrix matrix_ = nullptr;
   HYPRE_IJVector b_ = nullptr, x_ = nullptr;
   HYPRE_ParCSRMatrix par_a_ = nullptr;
   HYPRE_ParVector par_b_ = nullptr, par_x_ = nullptr;
