@@ -445,3 +445,87 @@ TEST_CASE("the differentiable block solve: one block adjoint solve, gradients eq
     CHECK(std::abs(fd - directional) < 1e-4 * std::max(1.0, std::abs(directional)));
   }
 }
+
+namespace {
+
+/// `a` (n x n) with a 2 x 2 block appended at rows/cols n, n + 1: [[0, s], [−s, 0]] when
+/// `rotation` (an invariant plane where ⟨v, A v⟩ = 0 for every v), or −s I (negative definite).
+es::testing::Coo with_block(const es::testing::Coo& a, double s, bool rotation) {
+  const auto n = a.n;
+  const auto r = at::tensor({n, n + 1}, at::kLong);
+  const auto c = rotation ? at::tensor({n + 1, n}, at::kLong) : at::tensor({n, n + 1}, at::kLong);
+  const auto v = rotation ? at::tensor({s, -s}, at::kDouble) : at::tensor({-s, -s}, at::kDouble);
+  return {at::cat({a.values, v}), at::cat({a.rows, r}), at::cat({a.cols, c}), n + 2};
+}
+
+/// An eigenvector of the nx x ny 5-point Laplacian: sin(π x / (nx + 1)) sin(2π y / (ny + 1)).
+at::Tensor laplacian_eigenvector(std::int64_t nx, std::int64_t ny) {
+  const double pi = std::acos(-1.0);
+  const auto i = at::arange(nx * ny, at::kLong);
+  const auto x = (at::remainder(i, nx) + 1).to(at::kDouble), y = (at::div(i, nx, "floor") + 1).to(at::kDouble);
+  return at::sin(pi * x / static_cast<double>(nx + 1)) * at::sin(2 * pi * y / static_cast<double>(ny + 1));
+}
+
+}  // namespace
+
+TEST_CASE("a breakdown in one column of a block solve stops that column only", "[sparse][multi_rhs][breakdown]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 6, ny = 5, n0 = nx * ny;
+  const auto pad = [](const at::Tensor& v) { return at::cat({v, at::zeros({2}, at::kDouble)}); };
+  const auto e = [&](std::int64_t i) { return at::zeros({n0 + 2}, at::kDouble).index_fill_(0, at::tensor({i}), 1.0); };
+  // Columns: 0 and 3 generic (in the well-behaved block), 1 in the 2 x 2 block alone, 2 zero,
+  // 4 an eigenvector of the well-behaved block (a lucky breakdown: solved in one step).
+  const auto make_b = [&](const at::Tensor& special) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(41);
+    return at::stack({pad(at::randn({n0}, gen, at::kDouble)), special, at::zeros({n0 + 2}, at::kDouble),
+                      pad(at::randn({n0}, gen, at::kDouble)), pad(laplacian_eigenvector(nx, ny))},
+                     1);
+  };
+  struct Case {
+    sp::Method method;
+    bool rotation;  // the 2 x 2 block: a rotation, or −2 I
+    bool column1_breaks;
+  };
+  // BiCGStab on the rotation plane: ⟨r̂, A r⟩ = 0 at the first step (a serious breakdown); GMRES
+  // spans the plane in two steps (a lucky one). CG on the negative block: ⟨p, A p⟩ < 0 (breakdown);
+  // MINRES solves it.
+  for (const auto& c : {Case{sp::Method::bicgstab, true, true}, Case{sp::Method::gmres, true, false},
+                        Case{sp::Method::cg, false, true}, Case{sp::Method::minres, false, false}}) {
+    CAPTURE(sp::to_string(c.method));
+    const auto coo = with_block(es::testing::poisson2d(nx, ny), c.rotation ? 3.0 : 2.0, c.rotation);
+    const auto share = my_share(coo);
+    const auto D = assemble(share, share.values, mesh);
+    const auto B = make_b(e(n0));
+    const auto ref = at::linalg_solve(es::testing::dense(coo), B);
+    const auto s = D.solve(D.scatter(B), {.method = c.method, .rtol = 1e-10});
+    REQUIRE(s.info.columns.size() == 5);
+    const auto x = s.x.full_tensor();
+    CHECK(at::isfinite(x).all().item<bool>());
+    const auto& col1 = s.info.columns[1];
+    if (c.column1_breaks) {
+      CHECK(col1.reason == sp::StopReason::breakdown);
+      CHECK_FALSE(col1.converged);
+      CHECK_FALSE(s.info.converged);
+      CHECK(s.info.reason == sp::StopReason::breakdown);
+    } else {
+      CHECK(col1.converged);
+      CHECK(col1.iterations <= 2);
+      CHECK((x.select(1, 1) - ref.select(1, 1)).abs().max().item<double>() < 1e-8);
+    }
+    CHECK(s.info.columns[2].reason == sp::StopReason::zero_rhs);
+    CHECK(at::equal(x.select(1, 2), at::zeros({n0 + 2}, at::kDouble)));
+    CHECK(s.info.columns[4].converged);
+    CHECK(s.info.columns[4].iterations == 1);
+    for (std::int64_t j : {0, 3, 4}) {
+      CAPTURE(j);
+      CHECK(s.info.columns[static_cast<std::size_t>(j)].converged);
+      CHECK(rel(x.select(1, j), ref.select(1, j)) < 1e-8);
+      // The single solve of the column takes the same path.
+      const auto single = D.solve(D.scatter(B.select(1, j).contiguous()), {.method = c.method, .rtol = 1e-10});
+      CHECK(std::abs(s.info.columns[static_cast<std::size_t>(j)].iterations - single.info.iterations) <= 1);
+    }
+    // The breaking column alone gives the same reason.
+    const auto alone = D.solve(D.scatter(B.select(1, 1).contiguous()), {.method = c.method, .rtol = 1e-10});
+    CHECK(alone.info.reason == col1.reason);
+  }
+}

@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <functional>
+#include <utility>
 
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
@@ -20,6 +21,11 @@ struct AdjointSolver : torch::CustomClassHolder {
   std::function<at::Tensor(const at::Tensor& g)> solve;        ///< λ = A⁻ᴴ g, owned slices
   std::function<at::Tensor(const at::Tensor& x)> with_ghosts;  ///< owned x -> x with its halo
   Csr pattern;                                                 ///< the local rows (values unused)
+  /// Set for a least-squares solve (solve() with lsqr/lsmr on a rectangular matrix, or lsqr() and
+  /// lsmr()): g -> {z, λ}, λ = (AᴴA + damp² I)⁻¹ g and z = A λ (krylov/methods.hpp), used instead
+  /// of `solve`; `residual` is r = b − A x (owned rows).
+  std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor& g)> least_squares;
+  at::Tensor residual;
 };
 
 struct SolveFunction : torch::autograd::Function<SolveFunction> {
@@ -37,6 +43,13 @@ struct SolveFunction : torch::autograd::Function<SolveFunction> {
     const auto adjoint = c10::static_intrusive_pointer_cast<AdjointSolver>(ctx->saved_data["adjoint"].toCapsule());
     const auto x = ctx->get_saved_variables()[0];
     // Both halves run on every rank whatever it needs: each is collective.
+    if (adjoint->least_squares) {
+      // ∂L/∂b = z, ∂L/∂a_ij = r_i conj(λ_j) − z_i conj(x_j): the square case's formula when r = 0.
+      const auto [z, lambda] = adjoint->least_squares(grads[0].contiguous());
+      const auto grad_values = sampled_product(adjoint->pattern, adjoint->residual, adjoint->with_ghosts(lambda).conj()) -
+                               sampled_product(adjoint->pattern, z, adjoint->with_ghosts(x).conj());
+      return {z, grad_values, at::Tensor(), at::Tensor()};
+    }
     const auto lambda = adjoint->solve(grads[0].contiguous());
     const auto grad_values = sampled_product(adjoint->pattern, -lambda, adjoint->with_ghosts(x).conj());
     return {lambda, grad_values, at::Tensor(), at::Tensor()};
