@@ -27,7 +27,7 @@
 //   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"k":0|8,"forward_ms":...,
 //    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
 //   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
-//    "ranks":P,"grid":g,"k":8,
+//    "ranks":P,"grid":g,"stencil":5|27,"restart":m,"k":8,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
 //    "allreduces_per_step_block":...,"allreduces_per_step_singles":...}
 //
@@ -37,6 +37,7 @@
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
 //        [--multi-grid 300] [--cases lsqr,backward,multi_rhs] [--multi-variants standard,gmres,...]
+//        [--restart 30] [--multi-stencil 5|27]   (27: the 3-D 27-point stencil on multi-grid³)
 //
 // (GMRES's block basis is 31 blocks of (n_local, 8): leave it out on a large --multi-grid.)
 
@@ -79,6 +80,8 @@ struct Config {
   bool lsqr = true, backward = true, multi_rhs = true;
   /// Multi-RHS variants to run (comma-separated names of the JSON's "variant"); all by default.
   std::string multi_variants = "standard,single_reduction,gmres,bicgstab,minres";
+  int restart = 30;          ///< GMRES(m) of the multi-RHS case (a smaller m fits its block basis at 10⁶)
+  int multi_stencil = 5;     ///< 5: 2-D 5-point on multi_grid²; 27: 3-D 27-point on multi_grid³
 };
 
 Config parse(int argc, char** argv) {
@@ -95,6 +98,8 @@ Config parse(int argc, char** argv) {
     else if (a == "--backward-grid") c.backward_grid = std::stoll(next());
     else if (a == "--multi-grid") c.multi_grid = std::stoll(next());
     else if (a == "--multi-variants") c.multi_variants = next();
+    else if (a == "--restart") c.restart = std::stoi(next());
+    else if (a == "--multi-stencil") c.multi_stencil = std::stoi(next());
     else if (a == "--cases") {
       const auto v = next();
       c.lsqr = v.find("lsqr") != std::string::npos;
@@ -243,6 +248,29 @@ sp::DSparseTensor poisson(std::int64_t g, const es::Mesh& mesh) {
   return sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
 }
 
+/// The 3-D 27-point stencil on a g³ grid (26 on the diagonal, −1 to each neighbour: SPD, the
+/// matrix streams 27 entries a row, where the 5-point one streams 5), rows in contiguous blocks.
+sp::DSparseTensor stencil27(std::int64_t g, const es::Mesh& mesh) {
+  const auto n = g * g * g;
+  const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
+  std::vector<std::int64_t> r, c;
+  std::vector<double> v;
+  for (auto i = lo; i < hi; ++i) {
+    const auto x = i % g, y = (i / g) % g, z = i / (g * g);
+    for (std::int64_t dz = -1; dz <= 1; ++dz)
+      for (std::int64_t dy = -1; dy <= 1; ++dy)
+        for (std::int64_t dx = -1; dx <= 1; ++dx) {
+          const auto X = x + dx, Y = y + dy, Z = z + dz;
+          if (X < 0 || Y < 0 || Z < 0 || X >= g || Y >= g || Z >= g) continue;
+          r.push_back(i);
+          c.push_back((Z * g + Y) * g + X);
+          v.push_back(dx == 0 && dy == 0 && dz == 0 ? 26.0 : -1.0);
+        }
+  }
+  const auto vals = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble).clone();
+  return sp::DSparseTensor::from_local(vals, as_tensor(r), as_tensor(c), {n, n}, mesh);
+}
+
 int world_size() {
   int p = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &p);
@@ -298,7 +326,8 @@ void run_multi_rhs(const Config& cfg) {
   const auto g = cfg.multi_grid;
   const std::int64_t k = 8;
   const int P = world_size();
-  const auto D = poisson(g, es::Mesh(MPI_COMM_WORLD, {P}, {"x"}));
+  const es::Mesh mesh(MPI_COMM_WORLD, {P}, {"x"});
+  const auto D = cfg.multi_stencil == 27 ? stencil27(g, mesh) : poisson(g, mesh);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1 + world_rank());
   const auto B = D.vector(at::rand({D.layout()->local_size(), k}, gen, at::kDouble));
   std::vector<sp::DVector> cols;
@@ -315,7 +344,8 @@ void run_multi_rhs(const Config& cfg) {
         Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard},
         Variant{"minres", sp::Method::minres, sp::CgVariant::standard}}) {
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
-                             .maxiter = cfg.iters, .cg_variant = variant, .residual_history = false};
+                             .maxiter = cfg.iters, .cg_variant = variant, .restart = cfg.restart,
+                             .residual_history = false};
     if (("," + cfg.multi_variants + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
     (void)D.solve(B, o);
     std::vector<double> t_block, t_single;
@@ -331,10 +361,10 @@ void run_multi_rhs(const Config& cfg) {
       ar_single = (allreduce_calls() - a1) / cfg.iters;
     }
     if (world_rank() == 0)
-      std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"k\":%lld,"
-                  "\"iterations\":%d,\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,"
+      std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"stencil\":%d,"
+                  "\"restart\":%d,\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,"
                   "\"allreduces_per_step_block\":%.2f,\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
-                  name, P, static_cast<long long>(g),
+                  name, P, static_cast<long long>(g), cfg.multi_stencil, cfg.restart,
                   static_cast<long long>(k), cfg.iters, median(t_block) * 1e3, median(t_single) * 1e3,
                   median(t_single) / median(t_block), ar_block, ar_single, cfg.reps);
     std::fflush(stdout);

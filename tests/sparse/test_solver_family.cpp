@@ -138,9 +138,12 @@ TEST_CASE("solve_batch with every method equals linalg_solve", "[sparse][batch][
   std::vector<at::Tensor> refs;
   for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
   const auto ref = at::stack(refs);
-  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres}) {
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
     CAPTURE(sp::to_string(m));
-    const auto s = D.solve_batch(D.scatter(rhs), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-11});
+    const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
+    const auto s = D.solve_batch(D.scatter(rhs), {.method = m,
+                                                  .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+                                                  .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0});
     for (const auto& info : s.info) CHECK(info.converged);
     CHECK(rel(D.gather(s.x), ref) < 1e-8);
   }
@@ -383,9 +386,12 @@ TEST_CASE("solve_batch with several right-hand sides per system, every method", 
   std::vector<at::Tensor> refs;
   for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
   const auto ref = at::stack(refs);
-  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres}) {
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
     CAPTURE(sp::to_string(m));
-    const auto s = D.solve_batch(D.scatter(rhs), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-11});
+    const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
+    const auto s = D.solve_batch(D.scatter(rhs), {.method = m,
+                                                  .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+                                                  .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0});
     for (const auto& info : s.info) {
       CHECK(info.converged);
       CHECK(info.columns.size() == static_cast<std::size_t>(k));

@@ -73,6 +73,11 @@ class LocalOperator final : public Operator {
     spmm_halo(a_, no_boundary_, a_.cols, x, {}, y, /*boundary_phase=*/false, w, dots.data());
     return dots;
   }
+  /// x = Aᴴ y, so lsqr and lsmr run on a batch item too.
+  void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override {
+    x.zero_();
+    spmv_transpose_add(a_, y, x, 0, a_.rows, /*conjugate=*/true);
+  }
   [[nodiscard]] const Csr& csr() const { return a_; }
 
  private:
