@@ -535,3 +535,76 @@ TEST_CASE("a breakdown in one column of a block solve stops that column only", "
     CHECK(alone.info.reason == col1.reason);
   }
 }
+
+TEST_CASE("solve_batch is differentiable: gradients in the values and the right-hand sides equal dense solves'",
+          "[sparse][batch][solve_autograd]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(5, 4, 0.3);
+  const auto spd = es::testing::poisson2d(5, 4);
+  const std::int64_t batch = 5;
+  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(19);
+  const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
+  const auto w = at::randn({batch, coo.n}, gen, at::kDouble);
+  for (const auto m : {sp::Method::cg, sp::Method::minres, sp::Method::bicgstab, sp::Method::gmres, sp::Method::lsmr}) {
+    CAPTURE(sp::to_string(m));
+    const bool sym = m == sp::Method::cg || m == sp::Method::minres;
+    const auto& a = sym ? spd : coo;
+    const auto values = (scale * a.values.unsqueeze(0)).contiguous().requires_grad_(true);
+    const auto b = rhs.clone().requires_grad_(true);
+    const sp::BatchSparseTensor A(values, a.rows, a.cols, {a.n, a.n});
+    const auto D = sp::partition_batch(A, mesh);
+    const bool lsq = m == sp::Method::lsmr;
+    const sp::SolveOptions o{.method = m, .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+                             .rtol = 1e-12, .atol = 1e-12};
+    const auto x = D.gather(D.solve_batch(D.scatter(b), o).x);
+    (x * w).sum().backward();
+    // Dense, item by item, differentiated by torch.
+    const auto vd = values.detach().clone().requires_grad_(true);
+    const auto bd = rhs.clone().requires_grad_(true);
+    const auto dense = at::zeros({batch, a.n, a.n}, at::kDouble)
+                           .index_put({at::Tensor(), a.rows, a.cols}, vd, /*accumulate=*/true);
+    (at::linalg_solve(dense, bd) * w).sum().backward();
+    // Each rank holds the gradient of its slice of the batch; the others are zero there.
+    CHECK(rel(sum_over_ranks(b.grad()), bd.grad()) < 1e-8);
+    CHECK(rel(sum_over_ranks(values.grad()), vd.grad()) < 1e-8);
+  }
+}
+
+TEST_CASE("the adjoint solve does not care how small the incoming gradient is", "[sparse][solve_autograd]") {
+  // The seed's test_adjoint_scale_invariance: grad(c g) = c grad(g) down to c = 1e-12, with an
+  // absolute tolerance set on the forward solve (a floor that must not reach the adjoint).
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::poisson2d(8, 7);
+  const auto share = my_share(coo);
+  const auto g = seeded(coo.n, 29);
+  for (const auto m : {sp::Method::cg, sp::Method::gmres, sp::Method::bicgstab}) {
+    CAPTURE(sp::to_string(m));
+    const auto grad_at = [&](double c) {
+      const auto v = share.values.clone().requires_grad_(true);
+      const auto D = assemble(share, v, mesh);
+      const auto x = D.solve(D.scatter(at::ones({coo.n}, at::kDouble)), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-10,
+                                        .atol = 1e-10});
+      x.x.full_tensor().backward(g * c);
+      return sum_over_ranks(at::zeros({coo.n}, at::kDouble).index_add_(0, share.rows, v.grad()));
+    };
+    const auto reference = grad_at(1.0);
+    REQUIRE(reference.abs().max().item<double>() > 0.0);
+    for (const double c : {1e-4, 1e-8, 1e-12}) {
+      CAPTURE(c);
+      CHECK((grad_at(c) / c - reference).norm().item<double>() < 1e-6 * reference.norm().item<double>());
+    }
+  }
+  // The batch's adjoint too.
+  const auto values = coo.values.unsqueeze(0).repeat({2, 1}).contiguous();
+  const auto grad_batch = [&](double c) {
+    const auto v = values.clone().requires_grad_(true);
+    const sp::BatchSparseTensor A(v, coo.rows, coo.cols, {coo.n, coo.n});
+    const auto x = A.solve(at::ones({2, coo.n}, at::kDouble), {.method = sp::Method::cg, .rtol = 1e-10, .atol = 1e-10}).x;
+    x.backward(g.unsqueeze(0).repeat({2, 1}) * c);
+    return v.grad().clone();
+  };
+  const auto ref = grad_batch(1.0);
+  for (const double c : {1e-8, 1e-12})
+    CHECK((grad_batch(c) / c - ref).norm().item<double>() < 1e-6 * ref.norm().item<double>());
+}

@@ -669,9 +669,16 @@ EINSHARD_INLINE SolveResult DSparseTensor::solve(const DVector& b, const SolveOp
                                                      "DSparseTensor::solve"));
     return result;
   }
-  result.x = DVector(layout_, record_solution(bl, result.x.local(), [self = *this, precond = precond, options](
+  // The adjoint's right-hand side is a gradient of any size: its stop test is relative only, to
+  // the forward's relative accuracy max(rtol, atol / ‖b‖), so ∂L/∂x → c ∂L/∂x scales the gradient
+  // by c however small c is (an absolute floor would return zero for a small enough gradient).
+  auto adjoint_options = options;
+  const double bnorm = result.info.rhs_norm;
+  adjoint_options.rtol = std::max(options.rtol, bnorm > 0.0 ? options.atol / bnorm : 0.0);
+  adjoint_options.atol = 0.0;
+  result.x = DVector(layout_, record_solution(bl, result.x.local(), [self = *this, precond = precond, adjoint_options](
                                                                         const at::Tensor& g) {
-                       return self.adjoint_solve(g, precond, options);
+                       return self.adjoint_solve(g, precond, adjoint_options);
                      }));
   return result;
 }
