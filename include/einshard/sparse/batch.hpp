@@ -495,7 +495,8 @@ EINSHARD_INLINE at::Tensor detail::record_batch_solution(const at::Tensor& rhs, 
   auto adjoint = c10::make_intrusive<AdjointSolver>();
   adjoint->pattern = pattern;
   adjoint->solve = std::move(adjoint_solve);
-  return BatchSolveFunction::apply(rhs, values, x, adjoint);
+  adjoint->batch = true;
+  return SolveFunction::apply(rhs, values, x, adjoint);
 }
 #endif  // EINSHARD_DEFINE_SPARSE
 
