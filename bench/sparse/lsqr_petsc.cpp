@@ -24,6 +24,8 @@
 //   {"bench":"sparse_lsqr","method":"lsqr"|"lsmr","ranks":P,"grid":g,"m":2N,"n":N,"iterations":...,
 //    "einshard_ms_per_it":...,"petsc_lsqr_ms_per_it":...,"ratio":einshard time / PETSc time per
 //    iteration,"einshard_allreduce_per_it":...,"petsc_allreduce_per_it":...,"x_rel_diff":...}
+//   {"bench":"sparse_lsqr_products","ranks":P,"grid":g,"matvec_ratio":einshard A v / MatMult,
+//    "rmatvec_ratio":einshard Aᴴ u / MatMultTranspose, and each side's ms per product}
 //   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"k":0|8,"forward_ms":...,
 //    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
 //   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
@@ -210,6 +212,35 @@ void run_lsqr(const Config& cfg) {
   PetscLsqr petsc(rows, lo, chi - clo, m, n, cfg.iters);
   const sp::LeastSquaresOptions o{.atol = 0.0, .btol = 0.0, .conlim = 0.0, .maxiter = cfg.iters,
                                   .residual_history = false};
+  {
+    // The two products alone, each side's own, `--iters` of each per sample: where a gap in the
+    // iteration comes from (halo exchange and local product of A v, reverse exchange of Aᴴ u).
+    // The solvers' own entry points (Operator::apply / apply_adjoint, into preallocated slices).
+    auto u = at::ones({hi - lo}, at::kDouble), v = at::ones({chi - clo}, at::kDouble);
+    Vec pu = nullptr, pv = nullptr;
+    MatCreateVecs(petsc.A, &pv, &pu);
+    VecSet(pv, 1.0);
+    VecSet(pu, 1.0);
+    std::vector<double> es_mv, pe_mv, es_rmv, pe_rmv;
+    for (int rep = 0; rep <= cfg.reps; ++rep) {
+      const double a = timed([&] { for (int i = 0; i < cfg.iters; ++i) (void)D.apply(v, u, {}); });
+      const double p = timed([&] { for (int i = 0; i < cfg.iters; ++i) MatMult(petsc.A, pv, pu); });
+      const double c = timed([&] { for (int i = 0; i < cfg.iters; ++i) D.apply_adjoint(u, v); });
+      const double d = timed([&] { for (int i = 0; i < cfg.iters; ++i) MatMultTranspose(petsc.A, pu, pv); });
+      if (rep == 0) continue;  // warm-up
+      es_mv.push_back(a), pe_mv.push_back(p), es_rmv.push_back(c), pe_rmv.push_back(d);
+    }
+    VecDestroy(&pu);
+    VecDestroy(&pv);
+    if (world_rank() == 0)
+      std::printf("{\"bench\":\"sparse_lsqr_products\",\"ranks\":%d,\"grid\":%lld,\"matvec_ratio\":%.3f,"
+                  "\"rmatvec_ratio\":%.3f,\"einshard_matvec_ms\":%.4f,\"petsc_matmult_ms\":%.4f,"
+                  "\"einshard_rmatvec_ms\":%.4f,\"petsc_matmulttranspose_ms\":%.4f}\n",
+                  P, static_cast<long long>(g), median(es_mv) / median(pe_mv), median(es_rmv) / median(pe_rmv),
+                  median(es_mv) / cfg.iters * 1e3, median(pe_mv) / cfg.iters * 1e3,
+                  median(es_rmv) / cfg.iters * 1e3, median(pe_rmv) / cfg.iters * 1e3);
+    std::fflush(stdout);
+  }
   for (const std::string method : {"lsqr", "lsmr"}) {
     const auto run_es = [&] { return method == "lsqr" ? D.lsqr(b, o) : D.lsmr(b, o); };
     // Warm-up, and the all-reduce counts of one solve each.
