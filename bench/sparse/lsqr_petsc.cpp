@@ -10,8 +10,8 @@
 //
 // Both run exactly `--iters` iterations: einshard with atol = btol = conlim = 0 and maxiter =
 // iters, PETSc with KSPSetTolerances(0, 0, default, iters) and no preconditioner. The all-reduces
-// each solve makes are counted by PETSc's own MPI logging (petsc_allreduce_ct, which also sees
-// einshard's calls in this file, see allreduce_calls()); reported per iteration.
+// each solve makes are counted through MPI's profiling interface (MPI_Allreduce and
+// MPI_Iallreduce defined in this file, see allreduce_calls()); reported per iteration.
 //
 // Backward: x = D.solve(b).x on the Poisson part (N x N) with b a leaf, CG + Jacobi at rtol 1e-8
 // and GMRES(30) + Jacobi at rtol 1e-8, then loss = <w, x>, loss.backward(): the backward is one
@@ -24,10 +24,12 @@
 //   {"bench":"sparse_lsqr","method":"lsqr"|"lsmr","ranks":P,"grid":g,"m":2N,"n":N,"iterations":...,
 //    "einshard_ms_per_it":...,"petsc_lsqr_ms_per_it":...,"ratio":einshard time / PETSc time per
 //    iteration,"einshard_allreduce_per_it":...,"petsc_allreduce_per_it":...,"x_rel_diff":...}
+//   {"bench":"sparse_lsqr_products","ranks":P,"grid":g,"matvec_ratio":einshard A v / MatMult,
+//    "rmatvec_ratio":einshard Aᴴ u / MatMultTranspose, and each side's ms per product}
 //   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"k":0|8,"forward_ms":...,
 //    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
 //   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
-//    "ranks":P,"grid":g,"k":8,
+//    "ranks":P,"grid":g,"stencil":5|27,"restart":m,"k":8,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
 //    "allreduces_per_step_block":...,"allreduces_per_step_singles":...}
 //
@@ -37,6 +39,7 @@
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
 //        [--multi-grid 300] [--cases lsqr,backward,multi_rhs] [--multi-variants standard,gmres,...]
+//        [--restart 30] [--multi-stencil 5|27]   (27: the 3-D 27-point stencil on multi-grid³)
 //
 // (GMRES's block basis is 31 blocks of (n_local, 8): leave it out on a large --multi-grid.)
 
@@ -63,12 +66,24 @@ namespace sp = einshard::sparse;
 using einshard_bench::median;
 using einshard_bench::timed;
 
+/// Every all-reduce of the process, counted through MPI's profiling interface (the executable's
+/// definition wins over the library's for PETSc and einshard alike). PETSc's own counter
+/// (petsc_allreduce_ct) sees only the translation units that include petscsys.h, and einshard's
+/// solvers are compiled in its library (src/), so it no longer sees them.
+long long g_allreduce_calls = 0;
+extern "C" int(MPI_Allreduce)(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
+  ++g_allreduce_calls;
+  return PMPI_Allreduce(s, r, n, t, op, c);
+}
+extern "C" int(MPI_Iallreduce)(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                                MPI_Request* q) {
+  ++g_allreduce_calls;
+  return PMPI_Iallreduce(s, r, n, t, op, c, q);
+}
+
 namespace {
 
-/// PETSc's logging wraps MPI_Allreduce in a macro that counts calls (petsc_allreduce_ct), in
-/// PETSc itself and in every translation unit that includes petscsys.h before calling it: this
-/// one, einshard's header-only code included. So one counter sees both libraries' all-reduces.
-double allreduce_calls() { return static_cast<double>(petsc_allreduce_ct); }
+double allreduce_calls() { return static_cast<double>(g_allreduce_calls); }
 
 struct Config {
   std::int64_t grid = 500;
@@ -79,6 +94,8 @@ struct Config {
   bool lsqr = true, backward = true, multi_rhs = true;
   /// Multi-RHS variants to run (comma-separated names of the JSON's "variant"); all by default.
   std::string multi_variants = "standard,single_reduction,gmres,bicgstab,minres";
+  int restart = 30;          ///< GMRES(m) of the multi-RHS case (a smaller m fits its block basis at 10⁶)
+  int multi_stencil = 5;     ///< 5: 2-D 5-point on multi_grid²; 27: 3-D 27-point on multi_grid³
 };
 
 Config parse(int argc, char** argv) {
@@ -95,6 +112,8 @@ Config parse(int argc, char** argv) {
     else if (a == "--backward-grid") c.backward_grid = std::stoll(next());
     else if (a == "--multi-grid") c.multi_grid = std::stoll(next());
     else if (a == "--multi-variants") c.multi_variants = next();
+    else if (a == "--restart") c.restart = std::stoi(next());
+    else if (a == "--multi-stencil") c.multi_stencil = std::stoi(next());
     else if (a == "--cases") {
       const auto v = next();
       c.lsqr = v.find("lsqr") != std::string::npos;
@@ -193,6 +212,35 @@ void run_lsqr(const Config& cfg) {
   PetscLsqr petsc(rows, lo, chi - clo, m, n, cfg.iters);
   const sp::LeastSquaresOptions o{.atol = 0.0, .btol = 0.0, .conlim = 0.0, .maxiter = cfg.iters,
                                   .residual_history = false};
+  {
+    // The two products alone, each side's own, `--iters` of each per sample: where a gap in the
+    // iteration comes from (halo exchange and local product of A v, reverse exchange of Aᴴ u).
+    // The solvers' own entry points (Operator::apply / apply_adjoint, into preallocated slices).
+    auto u = at::ones({hi - lo}, at::kDouble), v = at::ones({chi - clo}, at::kDouble);
+    Vec pu = nullptr, pv = nullptr;
+    MatCreateVecs(petsc.A, &pv, &pu);
+    VecSet(pv, 1.0);
+    VecSet(pu, 1.0);
+    std::vector<double> es_mv, pe_mv, es_rmv, pe_rmv;
+    for (int rep = 0; rep <= cfg.reps; ++rep) {
+      const double a = timed([&] { for (int i = 0; i < cfg.iters; ++i) (void)D.apply(v, u, {}); });
+      const double p = timed([&] { for (int i = 0; i < cfg.iters; ++i) MatMult(petsc.A, pv, pu); });
+      const double c = timed([&] { for (int i = 0; i < cfg.iters; ++i) D.apply_adjoint(u, v); });
+      const double d = timed([&] { for (int i = 0; i < cfg.iters; ++i) MatMultTranspose(petsc.A, pu, pv); });
+      if (rep == 0) continue;  // warm-up
+      es_mv.push_back(a), pe_mv.push_back(p), es_rmv.push_back(c), pe_rmv.push_back(d);
+    }
+    VecDestroy(&pu);
+    VecDestroy(&pv);
+    if (world_rank() == 0)
+      std::printf("{\"bench\":\"sparse_lsqr_products\",\"ranks\":%d,\"grid\":%lld,\"matvec_ratio\":%.3f,"
+                  "\"rmatvec_ratio\":%.3f,\"einshard_matvec_ms\":%.4f,\"petsc_matmult_ms\":%.4f,"
+                  "\"einshard_rmatvec_ms\":%.4f,\"petsc_matmulttranspose_ms\":%.4f}\n",
+                  P, static_cast<long long>(g), median(es_mv) / median(pe_mv), median(es_rmv) / median(pe_rmv),
+                  median(es_mv) / cfg.iters * 1e3, median(pe_mv) / cfg.iters * 1e3,
+                  median(es_rmv) / cfg.iters * 1e3, median(pe_rmv) / cfg.iters * 1e3);
+    std::fflush(stdout);
+  }
   for (const std::string method : {"lsqr", "lsmr"}) {
     const auto run_es = [&] { return method == "lsqr" ? D.lsqr(b, o) : D.lsmr(b, o); };
     // Warm-up, and the all-reduce counts of one solve each.
@@ -241,6 +289,29 @@ sp::DSparseTensor poisson(std::int64_t g, const es::Mesh& mesh) {
   const auto vals = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
                                   at::kDouble).clone();
   return sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
+}
+
+/// The 3-D 27-point stencil on a g³ grid (26 on the diagonal, −1 to each neighbour: SPD, the
+/// matrix streams 27 entries a row, where the 5-point one streams 5), rows in contiguous blocks.
+sp::DSparseTensor stencil27(std::int64_t g, const es::Mesh& mesh) {
+  const auto n = g * g * g;
+  const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
+  std::vector<std::int64_t> r, c;
+  std::vector<double> v;
+  for (auto i = lo; i < hi; ++i) {
+    const auto x = i % g, y = (i / g) % g, z = i / (g * g);
+    for (std::int64_t dz = -1; dz <= 1; ++dz)
+      for (std::int64_t dy = -1; dy <= 1; ++dy)
+        for (std::int64_t dx = -1; dx <= 1; ++dx) {
+          const auto X = x + dx, Y = y + dy, Z = z + dz;
+          if (X < 0 || Y < 0 || Z < 0 || X >= g || Y >= g || Z >= g) continue;
+          r.push_back(i);
+          c.push_back((Z * g + Y) * g + X);
+          v.push_back(dx == 0 && dy == 0 && dz == 0 ? 26.0 : -1.0);
+        }
+  }
+  const auto vals = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble).clone();
+  return sp::DSparseTensor::from_local(vals, as_tensor(r), as_tensor(c), {n, n}, mesh);
 }
 
 int world_size() {
@@ -298,7 +369,8 @@ void run_multi_rhs(const Config& cfg) {
   const auto g = cfg.multi_grid;
   const std::int64_t k = 8;
   const int P = world_size();
-  const auto D = poisson(g, es::Mesh(MPI_COMM_WORLD, {P}, {"x"}));
+  const es::Mesh mesh(MPI_COMM_WORLD, {P}, {"x"});
+  const auto D = cfg.multi_stencil == 27 ? stencil27(g, mesh) : poisson(g, mesh);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1 + world_rank());
   const auto B = D.vector(at::rand({D.layout()->local_size(), k}, gen, at::kDouble));
   std::vector<sp::DVector> cols;
@@ -315,7 +387,8 @@ void run_multi_rhs(const Config& cfg) {
         Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard},
         Variant{"minres", sp::Method::minres, sp::CgVariant::standard}}) {
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
-                             .maxiter = cfg.iters, .cg_variant = variant, .residual_history = false};
+                             .maxiter = cfg.iters, .cg_variant = variant, .restart = cfg.restart,
+                             .residual_history = false};
     if (("," + cfg.multi_variants + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
     (void)D.solve(B, o);
     std::vector<double> t_block, t_single;
@@ -331,10 +404,10 @@ void run_multi_rhs(const Config& cfg) {
       ar_single = (allreduce_calls() - a1) / cfg.iters;
     }
     if (world_rank() == 0)
-      std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"k\":%lld,"
-                  "\"iterations\":%d,\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,"
+      std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"stencil\":%d,"
+                  "\"restart\":%d,\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,"
                   "\"allreduces_per_step_block\":%.2f,\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
-                  name, P, static_cast<long long>(g),
+                  name, P, static_cast<long long>(g), cfg.multi_stencil, cfg.restart,
                   static_cast<long long>(k), cfg.iters, median(t_block) * 1e3, median(t_single) * 1e3,
                   median(t_single) / median(t_block), ar_block, ar_single, cfg.reps);
     std::fflush(stdout);

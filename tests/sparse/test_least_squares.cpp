@@ -1,7 +1,9 @@
 // Rectangular DSparseTensor (range and domain partitions, matvec, rmatvec) and LSQR / LSMR
 // against a dense least-squares solve on one process: over- and underdetermined, damped, complex,
 // x0, uneven and empty shards, the same iteration count as the one-process run of the method, and
-// bad input raised identically on every rank.
+// bad input raised identically on every rank. Also SciPy's own numbers on a fixed problem, the
+// seed's cases through `solve` (method lsqr / lsmr in a SolverConfig, its advection-diffusion
+// matrix with duplicate entries on an rcb partition), and gradients of every least-squares entry.
 
 #include <catch2/catch.hpp>
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "einshard/sparse.hpp"
+#include "sparse_problems.hpp"
 #include "test_support.hpp"
 
 namespace es = einshard;
@@ -132,10 +135,11 @@ TEST_CASE("LSQR and LSMR match a dense least-squares solve, damped or not", "[sp
       CHECK(rel(x, ref) < 1e-8);
       // The estimates against the same quantities computed densely.
       const auto res = b - a.matmul(x);
-      CHECK(std::abs(r.normr - res.norm().item<double>()) < 1e-6 * b.norm().item<double>());
       CHECK(std::abs(r.normx - x.norm().item<double>()) < 1e-6 * x.norm().item<double>());
       const double r2 = std::sqrt(res.square().sum().item<double>() + c.damp * c.damp * x.square().sum().item<double>());
       CHECK(std::abs(r.r2norm - r2) < 1e-6 * b.norm().item<double>());
+      // normr is SciPy's of each method: lsqr's r1norm ‖b − A x‖, lsmr's damped normr.
+      CHECK(std::abs(r.normr - (is_lsqr ? res.norm().item<double>() : r2)) < 1e-6 * b.norm().item<double>());
       CHECK(r.norma > 0.0);
       CHECK(r.conda >= 1.0);
       CHECK(r.info.residual_history.size() == static_cast<std::size_t>(r.info.iterations) + 1);
@@ -269,4 +273,215 @@ TEST_CASE("rectangular matrices: bad input raises the same error on every rank",
                                                cols.index_select(0, mine), {12, 12}, mesh,
                                                {.owned_cols = at::arange(p - 1 - r, 12, p, at::kLong)});
   if (p > 1) CHECK_THROWS_WITH(Q.solve(Q.scatter(at::ones({12}, at::kDouble))), Catch::Contains("partitioned as the rows"));
+}
+
+namespace {
+
+/// The fixed m x n matrix of the SciPy reference below: a_ij = sin(i + 2j) where (7i + 3j) % 5 = 0,
+/// plus 2 on the diagonal; and b_i = cos(0.3 i).
+at::Tensor scipy_matrix(std::int64_t m, std::int64_t n) {
+  const auto i = at::arange(m, at::kDouble).unsqueeze(1), j = at::arange(n, at::kDouble).unsqueeze(0);
+  auto a = at::where(at::remainder(7 * i + 3 * j, 5) == 0, at::sin(i + 2 * j), at::zeros({1}, at::kDouble));
+  const auto k = at::arange(std::min(m, n), at::kLong);
+  a.index_put_({k, k}, a.index({k, k}) + 2.0);
+  return a.contiguous();
+}
+
+/// The entries of the rows this rank owns under from_local's default (contiguous row blocks), so
+/// every value's gradient is on the rank that handed it in.
+struct Share {
+  at::Tensor values, rows, cols;
+};
+Share owner_share(const at::Tensor& a) {
+  const auto [first, last] = sp::simple_rows(a.size(0), MPI_COMM_WORLD);
+  const auto nz = a.nonzero();
+  const auto rows = nz.select(1, 0).contiguous(), cols = nz.select(1, 1).contiguous();
+  const auto pick = ((rows >= first) & (rows < last)).nonzero().flatten();
+  const auto r = rows.index_select(0, pick), c = cols.index_select(0, pick);
+  return {a.index({r, c}), r, c};
+}
+
+at::Tensor sum_over_ranks(at::Tensor t) {
+  t = t.contiguous().clone();
+  MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return t;
+}
+
+/// The seed's datasets.advection_diffusion_2d(m, peclet): (1/h²) 5-point diffusion plus upwind
+/// convection Pe/h toward (i−1, j) and (i, j−1), the convection entries stored separately (duplicates).
+es::testing::Coo advection_diffusion(std::int64_t m, double peclet) {
+  const double h = 1.0 / static_cast<double>(m + 1), d = 1.0 / (h * h), c = peclet / h;
+  std::vector<std::int64_t> r, q;
+  std::vector<double> v;
+  const auto add = [&](std::int64_t i, std::int64_t j, double x) { r.push_back(i); q.push_back(j); v.push_back(x); };
+  for (std::int64_t y = 0; y < m; ++y)
+    for (std::int64_t x = 0; x < m; ++x) {
+      const auto i = y * m + x;
+      add(i, i, 4 * d + 2 * c);
+      if (x > 0) { add(i, i - 1, -d); add(i, i - 1, -c); }
+      if (y > 0) { add(i, i - m, -d); add(i, i - m, -c); }
+      if (x + 1 < m) add(i, i + 1, -d);
+      if (y + 1 < m) add(i, i + m, -d);
+    }
+  const auto k = static_cast<std::int64_t>(v.size());
+  return {at::tensor(v, at::kDouble).view({k}), at::tensor(r, at::kLong).view({k}), at::tensor(q, at::kLong).view({k}),
+          m * m};
+}
+
+}  // namespace
+
+TEST_CASE("LSQR and LSMR against SciPy's own results: istop, itn, normr, normar, norma, conda, normx, x",
+          "[sparse][lsq][scipy]") {
+  // The reference came from SciPy 1.x on the same matrix (scipy_matrix) with atol = btol = 1e-10:
+  //   x, istop, itn, r1norm, r2norm, anorm, acond, arnorm, xnorm, _ = lsqr(A, b, damp=damp, atol=1e-10, btol=1e-10)
+  //   x, istop, itn, normr, normar, norma, conda, normx = lsmr(A, b, damp=damp, atol=1e-10, btol=1e-10)
+  // (`normr` is SciPy's of each method: lsqr's r1norm, lsmr's damped one.)
+  struct Ref {
+    bool lsqr;
+    std::int64_t m, n;
+    double damp;
+    int istop, itn;
+    double normr, r2norm, normar, norma, conda, normx, x_first, x_last;
+  };
+  const std::vector<Ref> refs{
+      {true, 50, 25, 0.5, 2, 14, 2.314153785951454, 2.465561651467104, 1.8254933827602995e-09, 13.530989938035862,
+       20.610099480640294, 1.7013953240228994, 0.650191546679872, 0.14295785363461527},
+      {false, 50, 25, 0.5, 2, 14, 2.465561651467104, 2.465561651467104, 1.8254802313978767e-09, 13.401033120742138,
+       2.5515252987741097, 1.7013953240228994, 0.6501915466797665, 0.1429578536338914},
+      {true, 50, 25, 0.0, 2, 16, 2.300525063024291, 2.300525063024291, 5.989154944154848e-11, 14.097730198136038,
+       24.500024547102623, 1.8505971137825799, 0.6974738261617037, 0.16946908191065088},
+      {false, 50, 25, 0.0, 2, 15, 2.300525063024291, 2.300525063024291, 2.550039617949575e-09, 13.549985124810046,
+       2.6483202042215175, 1.85059711378258, 0.6974738265385185, 0.16946908161783536},
+      {true, 20, 45, 0.3, 2, 19, 0.05656432985382204, 0.3509342459639019, 1.5089986787806687e-11, 12.916422345795397,
+       25.673447901435413, 1.1544855592111647, 0.279537028972183, -0.18383896162819502},
+      {false, 20, 45, 0.3, 2, 19, 0.3509342459639018, 0.3509342459639018, 1.5084742466718203e-11, 12.850057051039213,
+       2.5214178976521775, 1.1544855592111654, 0.2795370289721762, -0.18383896162817617},
+  };
+  const auto mesh = world_mesh();
+  for (const auto& f : refs) {
+    INFO((f.lsqr ? "lsqr" : "lsmr") << " " << f.m << " x " << f.n << " damp " << f.damp);
+    const auto a = scipy_matrix(f.m, f.n);
+    const auto b = at::cos(0.3 * at::arange(f.m, at::kDouble));
+    for (const bool skew : {false, true}) {
+      const auto D = distribute(a, mesh, skew);
+      const sp::LeastSquaresOptions o{.damp = f.damp, .atol = 1e-10, .btol = 1e-10};
+      const auto r = f.lsqr ? D.lsqr(D.scatter(b), o) : D.lsmr(D.scatter(b), o);
+      CHECK(r.istop == f.istop);
+      CHECK(std::abs(r.info.iterations - f.itn) <= 1);
+      CHECK(std::abs(r.normr - f.normr) < 1e-9 * f.normr);
+      CHECK(std::abs(r.r2norm - f.r2norm) < 1e-9 * f.r2norm);
+      CHECK(r.normar < 1e-8);  // at the tolerance: its digits are rounding
+      CHECK(std::abs(r.norma - f.norma) < 1e-9 * f.norma);
+      CHECK(std::abs(r.conda - f.conda) < 1e-6 * f.conda);
+      CHECK(std::abs(r.normx - f.normx) < 1e-9 * f.normx);
+      const auto x = r.x.full_tensor();
+      CHECK(std::abs(x[0].item<double>() - f.x_first) < 1e-8);
+      CHECK(std::abs(x[f.n - 1].item<double>() - f.x_last) < 1e-8);
+    }
+  }
+}
+
+TEST_CASE("solve with lsqr and lsmr: the seed's SolverConfig case, rectangular, several right-hand sides",
+          "[sparse][lsq][solver_config]") {
+  const auto mesh = world_mesh();
+  // The seed's distributed test: advection-diffusion 16², an rcb partition, SolverConfig(method,
+  // atol = rtol = 1e-12, maxiter = 2000), then solve(D, b).
+  const auto coo = advection_diffusion(16, 20.0);
+  const sp::SparseTensor A(coo.values, coo.rows, coo.cols, {coo.n, coo.n});
+  const auto dense = es::testing::dense(coo);
+  const auto b = at::randn({coo.n}, at::make_generator<at::CPUGeneratorImpl>(0), at::kDouble);
+  const auto ref = at::linalg_solve(dense, b);
+  for (const auto part : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
+    const auto D = sp::DSparseTensor::partition(A, mesh, {.method = part, .coords = es::testing::grid_coords(16, 16)});
+    for (const auto method : {sp::Method::lsqr, sp::Method::lsmr}) {
+      CAPTURE(sp::to_string(method), static_cast<int>(part));
+      const sp::SolverConfig scope({.method = method, .rtol = 1e-12, .atol = 1e-12, .maxiter = 2000});
+      const auto db = D.scatter(b);
+      const auto s = D.solve(db);
+      CHECK(s.info.converged);
+      const auto res = (db - D.matvec(s.x)).full_tensor();
+      CHECK(res.norm().item<double>() < 1e-6 * b.norm().item<double>());
+      CHECK(es::testing::relative_error(s.x.full_tensor(), ref) < 1e-6);
+      // The same as the method's own entry with the mapped options (btol := rtol).
+      const sp::LeastSquaresOptions lo{.atol = 1e-12, .btol = 1e-12, .maxiter = 2000};
+      const auto own = method == sp::Method::lsqr ? D.lsqr(db, lo) : D.lsmr(db, lo);
+      CHECK(own.info.iterations == s.info.iterations);
+      CHECK(rel(own.x.full_tensor(), s.x.full_tensor()) < 1e-12);
+      // A preconditioner is refused on every rank.
+      CHECK_THROWS_WITH(D.solve(db, {.preconditioner = sp::Preconditioner::jacobi}),
+                        Catch::Contains("takes no preconditioner"));
+    }
+  }
+  // Rectangular, through solve: the least-squares solution; a 3-column block, column by column.
+  const auto r = random_rect(37, 15, 0.2, 31);
+  const auto R = distribute(r, mesh, true);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(12);
+  const auto B = at::randn({37, 3}, gen, at::kDouble);
+  B.select(1, 1).zero_();
+  for (const auto method : {sp::Method::lsqr, sp::Method::lsmr}) {
+    CAPTURE(sp::to_string(method));
+    const auto one = R.solve(R.scatter(B.select(1, 0).contiguous()), {.method = method, .rtol = 1e-12, .atol = 1e-12});
+    CHECK(one.x.layout() == R.domain_layout());
+    CHECK(rel(one.x.full_tensor(), dense_lstsq(r, B.select(1, 0), 0.0)) < 1e-8);
+    const auto blk = R.solve(R.scatter(B), {.method = method, .rtol = 1e-12, .atol = 1e-12});
+    REQUIRE(blk.info.columns.size() == 3);
+    CHECK(blk.info.columns[1].reason == sp::StopReason::zero_rhs);
+    CHECK(blk.info.converged);
+    const auto X = blk.x.full_tensor();
+    for (std::int64_t j = 0; j < 3; ++j)
+      CHECK((X.select(1, j) - dense_lstsq(r, B.select(1, j), 0.0)).abs().max().item<double>() < 1e-8);
+  }
+}
+
+TEST_CASE("least-squares gradients: lsqr / lsmr with damp, rectangular solve, square solve by lsqr",
+          "[sparse][lsq][solve_autograd]") {
+  const auto mesh = world_mesh();
+  struct Case {
+    std::int64_t m, n;
+    double damp;
+    int entry;  // 0: D.lsqr, 1: D.lsmr, 2: D.solve(lsqr), 3: D.solve(lsmr)
+  };
+  const std::vector<Case> cases{{40, 17, 0.5, 0}, {40, 17, 0.5, 1}, {12, 30, 0.3, 0}, {40, 17, 0.0, 1},
+                                {40, 17, 0.0, 2}, {40, 17, 0.0, 3}, {23, 23, 0.0, 2}, {23, 23, 0.0, 3}};
+  for (const auto& c : cases) {
+    CAPTURE(c.m, c.n, c.damp, c.entry);
+    const auto a = random_rect(c.m, c.n, 0.2, 40 + static_cast<std::uint64_t>(c.m));
+    const auto share = owner_share(a);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    const auto b = at::randn({c.m}, gen, at::kDouble).requires_grad_(true);
+    const auto weights = at::randn({c.n}, gen, at::kDouble);
+    const auto v = share.values.clone().requires_grad_(true);
+    const auto run = [&](const at::Tensor& values, const at::Tensor& rhs) {
+      const auto D = sp::DSparseTensor::from_local(values, share.rows, share.cols, {c.m, c.n}, mesh);
+      const auto db = D.scatter(rhs);
+      const sp::LeastSquaresOptions lo{.damp = c.damp, .atol = 1e-13, .btol = 1e-13, .maxiter = 1000};
+      const sp::SolveOptions so{.method = c.entry == 2 ? sp::Method::lsqr : sp::Method::lsmr, .rtol = 1e-13,
+                                .atol = 1e-13, .maxiter = 1000};
+      const auto x = c.entry == 0 ? D.lsqr(db, lo).x : c.entry == 1 ? D.lsmr(db, lo).x : D.solve(db, so).x;
+      return (x.full_tensor() * weights).sum();
+    };
+    const auto loss = run(v, b);
+    loss.backward();
+    // Dense: x = (AᵀA + damp² I)⁻¹ Aᵀ b, differentiated by torch.
+    const auto ad = a.clone().requires_grad_(true);
+    const auto bd = b.detach().clone().requires_grad_(true);
+    const auto normal = ad.t().matmul(ad) + c.damp * c.damp * at::eye(c.n, at::kDouble);
+    const auto dense_loss = (at::linalg_solve(normal, ad.t().matmul(bd)) * weights).sum();
+    dense_loss.backward();
+    CHECK(std::abs(loss.item<double>() - dense_loss.item<double>()) < 1e-8 * std::max(1.0, std::abs(dense_loss.item<double>())));
+    CHECK(rel(sum_over_ranks(b.grad()), bd.grad()) < 1e-6);
+    if (v.numel() > 0) CHECK(rel(v.grad(), ad.grad().index({share.rows, share.cols})) < 1e-6);
+    // Central differences along one direction of the values, every rank at once.
+    const double h = 1e-6;
+    const auto dir = at::randn({v.numel()}, at::make_generator<at::CPUGeneratorImpl>(3 + es::testing::world().rank),
+                               at::kDouble);
+    const auto at_t = [&](double t) {
+      at::NoGradGuard guard;
+      return run(share.values + t * dir, b.detach()).item<double>();
+    };
+    const double fd = (at_t(h) - at_t(-h)) / (2 * h);
+    double directional = v.numel() > 0 ? (v.grad() * dir).sum().item<double>() : 0.0;
+    MPI_Allreduce(MPI_IN_PLACE, &directional, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(std::abs(fd - directional) < 1e-5 * std::max(1.0, std::abs(directional)));
+  }
 }

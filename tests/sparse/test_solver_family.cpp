@@ -138,9 +138,12 @@ TEST_CASE("solve_batch with every method equals linalg_solve", "[sparse][batch][
   std::vector<at::Tensor> refs;
   for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
   const auto ref = at::stack(refs);
-  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres}) {
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
     CAPTURE(sp::to_string(m));
-    const auto s = D.solve_batch(D.scatter(rhs), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-11});
+    const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
+    const auto s = D.solve_batch(D.scatter(rhs), {.method = m,
+                                                  .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+                                                  .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0});
     for (const auto& info : s.info) CHECK(info.converged);
     CHECK(rel(D.gather(s.x), ref) < 1e-8);
   }
@@ -383,9 +386,12 @@ TEST_CASE("solve_batch with several right-hand sides per system, every method", 
   std::vector<at::Tensor> refs;
   for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
   const auto ref = at::stack(refs);
-  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres}) {
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
     CAPTURE(sp::to_string(m));
-    const auto s = D.solve_batch(D.scatter(rhs), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-11});
+    const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
+    const auto s = D.solve_batch(D.scatter(rhs), {.method = m,
+                                                  .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+                                                  .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0});
     for (const auto& info : s.info) {
       CHECK(info.converged);
       CHECK(info.columns.size() == static_cast<std::size_t>(k));
@@ -444,4 +450,161 @@ TEST_CASE("the differentiable block solve: one block adjoint solve, gradients eq
     MPI_Allreduce(MPI_IN_PLACE, &directional, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     CHECK(std::abs(fd - directional) < 1e-4 * std::max(1.0, std::abs(directional)));
   }
+}
+
+namespace {
+
+/// `a` (n x n) with a 2 x 2 block appended at rows/cols n, n + 1: [[0, s], [−s, 0]] when
+/// `rotation` (an invariant plane where ⟨v, A v⟩ = 0 for every v), or −s I (negative definite).
+es::testing::Coo with_block(const es::testing::Coo& a, double s, bool rotation) {
+  const auto n = a.n;
+  const auto r = at::tensor({n, n + 1}, at::kLong);
+  const auto c = rotation ? at::tensor({n + 1, n}, at::kLong) : at::tensor({n, n + 1}, at::kLong);
+  const auto v = rotation ? at::tensor({s, -s}, at::kDouble) : at::tensor({-s, -s}, at::kDouble);
+  return {at::cat({a.values, v}), at::cat({a.rows, r}), at::cat({a.cols, c}), n + 2};
+}
+
+/// An eigenvector of the nx x ny 5-point Laplacian: sin(π x / (nx + 1)) sin(2π y / (ny + 1)).
+at::Tensor laplacian_eigenvector(std::int64_t nx, std::int64_t ny) {
+  const double pi = std::acos(-1.0);
+  const auto i = at::arange(nx * ny, at::kLong);
+  const auto x = (at::remainder(i, nx) + 1).to(at::kDouble), y = (at::div(i, nx, "floor") + 1).to(at::kDouble);
+  return at::sin(pi * x / static_cast<double>(nx + 1)) * at::sin(2 * pi * y / static_cast<double>(ny + 1));
+}
+
+}  // namespace
+
+TEST_CASE("a breakdown in one column of a block solve stops that column only", "[sparse][multi_rhs][breakdown]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 6, ny = 5, n0 = nx * ny;
+  const auto pad = [](const at::Tensor& v) { return at::cat({v, at::zeros({2}, at::kDouble)}); };
+  const auto e = [&](std::int64_t i) { return at::zeros({n0 + 2}, at::kDouble).index_fill_(0, at::tensor({i}), 1.0); };
+  // Columns: 0 and 3 generic (in the well-behaved block), 1 in the 2 x 2 block alone, 2 zero,
+  // 4 an eigenvector of the well-behaved block (a lucky breakdown: solved in one step).
+  const auto make_b = [&](const at::Tensor& special) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(41);
+    return at::stack({pad(at::randn({n0}, gen, at::kDouble)), special, at::zeros({n0 + 2}, at::kDouble),
+                      pad(at::randn({n0}, gen, at::kDouble)), pad(laplacian_eigenvector(nx, ny))},
+                     1);
+  };
+  struct Case {
+    sp::Method method;
+    bool rotation;  // the 2 x 2 block: a rotation, or −2 I
+    bool column1_breaks;
+  };
+  // BiCGStab on the rotation plane: ⟨r̂, A r⟩ = 0 at the first step (a serious breakdown); GMRES
+  // spans the plane in two steps (a lucky one). CG on the negative block: ⟨p, A p⟩ < 0 (breakdown);
+  // MINRES solves it.
+  for (const auto& c : {Case{sp::Method::bicgstab, true, true}, Case{sp::Method::gmres, true, false},
+                        Case{sp::Method::cg, false, true}, Case{sp::Method::minres, false, false}}) {
+    CAPTURE(sp::to_string(c.method));
+    const auto coo = with_block(es::testing::poisson2d(nx, ny), c.rotation ? 3.0 : 2.0, c.rotation);
+    const auto share = my_share(coo);
+    const auto D = assemble(share, share.values, mesh);
+    const auto B = make_b(e(n0));
+    const auto ref = at::linalg_solve(es::testing::dense(coo), B);
+    const auto s = D.solve(D.scatter(B), {.method = c.method, .rtol = 1e-10});
+    REQUIRE(s.info.columns.size() == 5);
+    const auto x = s.x.full_tensor();
+    CHECK(at::isfinite(x).all().item<bool>());
+    const auto& col1 = s.info.columns[1];
+    if (c.column1_breaks) {
+      CHECK(col1.reason == sp::StopReason::breakdown);
+      CHECK_FALSE(col1.converged);
+      CHECK_FALSE(s.info.converged);
+      CHECK(s.info.reason == sp::StopReason::breakdown);
+    } else {
+      CHECK(col1.converged);
+      CHECK(col1.iterations <= 2);
+      CHECK((x.select(1, 1) - ref.select(1, 1)).abs().max().item<double>() < 1e-8);
+    }
+    CHECK(s.info.columns[2].reason == sp::StopReason::zero_rhs);
+    CHECK(at::equal(x.select(1, 2), at::zeros({n0 + 2}, at::kDouble)));
+    CHECK(s.info.columns[4].converged);
+    CHECK(s.info.columns[4].iterations == 1);
+    for (std::int64_t j : {0, 3, 4}) {
+      CAPTURE(j);
+      CHECK(s.info.columns[static_cast<std::size_t>(j)].converged);
+      CHECK(rel(x.select(1, j), ref.select(1, j)) < 1e-8);
+      // The single solve of the column takes the same path.
+      const auto single = D.solve(D.scatter(B.select(1, j).contiguous()), {.method = c.method, .rtol = 1e-10});
+      CHECK(std::abs(s.info.columns[static_cast<std::size_t>(j)].iterations - single.info.iterations) <= 1);
+    }
+    // The breaking column alone gives the same reason.
+    const auto alone = D.solve(D.scatter(B.select(1, 1).contiguous()), {.method = c.method, .rtol = 1e-10});
+    CHECK(alone.info.reason == col1.reason);
+  }
+}
+
+TEST_CASE("solve_batch is differentiable: gradients in the values and the right-hand sides equal dense solves'",
+          "[sparse][batch][solve_autograd]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(5, 4, 0.3);
+  const auto spd = es::testing::poisson2d(5, 4);
+  const std::int64_t batch = 5;
+  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(19);
+  const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
+  const auto w = at::randn({batch, coo.n}, gen, at::kDouble);
+  for (const auto m : {sp::Method::cg, sp::Method::minres, sp::Method::bicgstab, sp::Method::gmres, sp::Method::lsmr}) {
+    CAPTURE(sp::to_string(m));
+    const bool sym = m == sp::Method::cg || m == sp::Method::minres;
+    const auto& a = sym ? spd : coo;
+    const auto values = (scale * a.values.unsqueeze(0)).contiguous().requires_grad_(true);
+    const auto b = rhs.clone().requires_grad_(true);
+    const sp::BatchSparseTensor A(values, a.rows, a.cols, {a.n, a.n});
+    const auto D = sp::partition_batch(A, mesh);
+    const bool lsq = m == sp::Method::lsmr;
+    const sp::SolveOptions o{.method = m, .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+                             .rtol = 1e-12, .atol = 1e-12};
+    const auto x = D.gather(D.solve_batch(D.scatter(b), o).x);
+    (x * w).sum().backward();
+    // Dense, item by item, differentiated by torch.
+    const auto vd = values.detach().clone().requires_grad_(true);
+    const auto bd = rhs.clone().requires_grad_(true);
+    const auto dense = at::zeros({batch, a.n, a.n}, at::kDouble)
+                           .index_put({at::Tensor(), a.rows, a.cols}, vd, /*accumulate=*/true);
+    (at::linalg_solve(dense, bd) * w).sum().backward();
+    // Each rank holds the gradient of its slice of the batch; the others are zero there.
+    CHECK(rel(sum_over_ranks(b.grad()), bd.grad()) < 1e-8);
+    CHECK(rel(sum_over_ranks(values.grad()), vd.grad()) < 1e-8);
+  }
+}
+
+TEST_CASE("the adjoint solve does not care how small the incoming gradient is", "[sparse][solve_autograd]") {
+  // The seed's test_adjoint_scale_invariance: grad(c g) = c grad(g) down to c = 1e-12, with an
+  // absolute tolerance set on the forward solve (a floor that must not reach the adjoint).
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::poisson2d(8, 7);
+  const auto share = my_share(coo);
+  const auto g = seeded(coo.n, 29);
+  for (const auto m : {sp::Method::cg, sp::Method::gmres, sp::Method::bicgstab}) {
+    CAPTURE(sp::to_string(m));
+    const auto grad_at = [&](double c) {
+      const auto v = share.values.clone().requires_grad_(true);
+      const auto D = assemble(share, v, mesh);
+      const auto x = D.solve(D.scatter(at::ones({coo.n}, at::kDouble)), {.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-10,
+                                        .atol = 1e-10});
+      x.x.full_tensor().backward(g * c);
+      return sum_over_ranks(at::zeros({coo.n}, at::kDouble).index_add_(0, share.rows, v.grad()));
+    };
+    const auto reference = grad_at(1.0);
+    REQUIRE(reference.abs().max().item<double>() > 0.0);
+    for (const double c : {1e-4, 1e-8, 1e-12}) {
+      CAPTURE(c);
+      CHECK((grad_at(c) / c - reference).norm().item<double>() < 1e-6 * reference.norm().item<double>());
+    }
+  }
+  // The batch's adjoint too.
+  const auto values = coo.values.unsqueeze(0).repeat({2, 1}).contiguous();
+  const auto grad_batch = [&](double c) {
+    const auto v = values.clone().requires_grad_(true);
+    const sp::BatchSparseTensor A(v, coo.rows, coo.cols, {coo.n, coo.n});
+    const auto x = A.solve(at::ones({2, coo.n}, at::kDouble), {.method = sp::Method::cg, .rtol = 1e-10, .atol = 1e-10}).x;
+    x.backward(g.unsqueeze(0).repeat({2, 1}) * c);
+    return v.grad().clone();
+  };
+  const auto ref = grad_batch(1.0);
+  for (const double c : {1e-8, 1e-12})
+    CHECK((grad_batch(c) / c - ref).norm().item<double>() < 1e-6 * ref.norm().item<double>());
 }

@@ -11,11 +11,13 @@
 #include <array>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/config.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
 #include "einshard/comm/agreement.hpp"
@@ -32,6 +34,9 @@
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
+#if EINSHARD_DEFINE_SPARSE  // the autograd record of a batch solve, defined at the end
+#include "einshard/sparse/solve_autograd.hpp"
+#endif
 
 namespace einshard::sparse {
 
@@ -60,6 +65,12 @@ inline void check_batched(const at::Tensor& x, std::int64_t batch, std::int64_t 
 
 /// One system of a batch as a Krylov operator on MPI_COMM_SELF: the whole vector is owned, so the
 /// product is a plain CSR product (with its fused dot).
+/// `x` (batch, n) or (batch, n, k), solved already for `rhs` with `values` (batch, nnz) on one
+/// shared `pattern`, recorded for autograd: the backward gets λ = `adjoint_solve`(∂L/∂x) for every
+/// system, then ∂L/∂rhs = λ and ∂L/∂values_b = −λ_b[row] conj(x_b[col]) (solve_autograd.hpp).
+at::Tensor record_batch_solution(const at::Tensor& rhs, const at::Tensor& values, const at::Tensor& x,
+                                 const Csr& pattern, std::function<at::Tensor(const at::Tensor&)> adjoint_solve);
+
 class LocalOperator final : public Operator {
  public:
   LocalOperator(std::shared_ptr<const RowLayout> layout, Csr a) : layout_(std::move(layout)), a_(std::move(a)) {}
@@ -72,6 +83,11 @@ class LocalOperator final : public Operator {
     // Every column is owned: no boundary rows, so the interior pass is the whole product.
     spmm_halo(a_, no_boundary_, a_.cols, x, {}, y, /*boundary_phase=*/false, w, dots.data());
     return dots;
+  }
+  /// x = Aᴴ y, so lsqr and lsmr run on a batch item too.
+  void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override {
+    x.zero_();
+    spmv_transpose_add(a_, y, x, 0, a_.rows, /*conjugate=*/true);
   }
   [[nodiscard]] const Csr& csr() const { return a_; }
 
@@ -175,7 +191,8 @@ class BatchSparseTensor {
   /// (batch, rows, k) for k right-hand sides per system (one block solve each, `info[b].columns`);
   /// `x0`, when defined, initial guesses of rhs's shape (`options.x0` is for distributed vectors and
   /// must be unset).
-  /// Not differentiable. Runs on MPI_COMM_SELF: no communication.
+  /// Differentiable in `rhs` and the values: the backward is one adjoint solve per system by the
+  /// same method (see `adjoint_solve`). Runs on MPI_COMM_SELF: no communication.
   [[nodiscard]] BatchSolveResult solve(const at::Tensor& rhs, const SolveOptions& options = {},
                                        const at::Tensor& x0 = {}) const {
     return solve_as(rhs, options, x0, "BatchSparseTensor::solve");
@@ -215,28 +232,84 @@ class BatchSparseTensor {
     const auto t = at::promote_types(dtype(), rhs.scalar_type());
     BatchSolveResult out{at::empty(rhs.sizes(), values_.options().dtype(t).requires_grad(false)), {}};
     out.info.reserve(static_cast<std::size_t>(batch_size()));
-    const auto layout = RowLayout::simple(rows(), MPI_COMM_SELF);
     const auto values = values_.detach().to(t);
     const auto b = rhs.detach().to(t);
+    std::vector<double> rhs_norms;
     for (std::int64_t i = 0; i < batch_size(); ++i) {
-      const detail::LocalOperator A(layout, detail::with_values(pattern_, values.select(0, i)));
-      const auto start = MPI_Wtime();
-      auto precond = detail::custom_preconditioner(options, layout, what);
-      if (!precond && options.preconditioner != Preconditioner::none)
-        precond = detail::make_preconditioner(
-            options.preconditioner, detail::LocalRows{A.csr(), rows(), MPI_COMM_SELF},
-            [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
-      const auto setup = MPI_Wtime() - start;
-      auto item_options = options;
-      if (x0.defined()) item_options.x0 = DVector(layout, x0.select(0, i).detach().to(t).contiguous());
-      const DVector bi(layout, b.select(0, i).contiguous());
-      auto r = rhs.dim() == 3 ? detail::krylov_solve_block(A, bi, precond.get(), item_options)
-                              : detail::krylov_solve(A, bi, precond.get(), item_options);
-      r.info.setup_seconds = setup;
+      auto r = solve_item(pattern_, values.select(0, i), b.select(0, i),
+                          x0.defined() ? x0.select(0, i).detach().to(t) : at::Tensor(), options, what);
       out.x.select(0, i).copy_(r.x.local());
+      rhs_norms.push_back(r.info.rhs_norm);
       out.info.push_back(std::move(r.info));
     }
+    if (at::GradMode::is_enabled() && (rhs.requires_grad() || values_.requires_grad()))
+      out.x = detail::record_batch_solution(rhs.to(t), values_.to(t), out.x, pattern_,
+                                            [self = *this, options, rhs_norms, what](const at::Tensor& g) {
+                                              return self.adjoint_solve(g, options, rhs_norms, what);
+                                            });
     return out;
+  }
+
+  /// One system of the batch: `values_i` on `pattern` (this batch's, or its transpose for an
+  /// adjoint), right-hand side `b_i` (rows) or (rows, k), optional initial guess.
+  [[nodiscard]] static SolveResult solve_item(const Csr& pattern, const at::Tensor& values_i, const at::Tensor& b_i,
+                                              const at::Tensor& x0_i, const SolveOptions& options,
+                                              const std::string& what) {
+    const auto layout = RowLayout::simple(pattern.rows, MPI_COMM_SELF);
+    const detail::LocalOperator A(layout, detail::with_values(pattern, values_i));
+    const auto start = MPI_Wtime();
+    auto precond = detail::custom_preconditioner(options, layout, what);
+    if (!precond && options.preconditioner != Preconditioner::none)
+      precond = detail::make_preconditioner(
+          options.preconditioner, detail::LocalRows{A.csr(), pattern.rows, MPI_COMM_SELF},
+          [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
+    const auto setup = MPI_Wtime() - start;
+    auto item_options = options;
+    if (x0_i.defined()) item_options.x0 = DVector(layout, x0_i.contiguous());
+    const DVector bi(layout, b_i.contiguous());
+    auto r = b_i.dim() == 2 ? detail::krylov_solve_block(A, bi, precond.get(), item_options)
+                            : detail::krylov_solve(A, bi, precond.get(), item_options);
+    r.info.setup_seconds = setup;
+    return r;
+  }
+
+  /// λ_i = A_i⁻ᴴ g_i for every system (the backward of `solve`), by the forward's method and
+  /// preconditioner kind (built on A_iᴴ; CG and MINRES assume A_i = A_iᴴ and keep A_i; a custom
+  /// preconditioner is kept only by them). The tolerance is relative only, max(rtol, atol / ‖b_i‖),
+  /// so the gradient scales with g however small g is.
+  [[nodiscard]] at::Tensor adjoint_solve(const at::Tensor& g, const SolveOptions& options,
+                                         const std::vector<double>& rhs_norms, const std::string& what) const {
+    const bool hermitian = options.method == Method::cg || options.method == Method::minres;
+    Csr transposed = pattern_;
+    at::Tensor perm;
+    if (!hermitian) {
+      // Aᵀ's pattern, and where each of its entries sits in A's order (the pattern has no duplicates).
+      auto t = SparseTensor(at::arange(nnz(), at::kDouble), pattern_.col.to(at::kLong), row_, {cols(), rows()}).csr();
+      perm = t.values.to(at::kLong);
+      t.values = at::Tensor();
+      transposed = std::move(t);
+    }
+    auto o = options;
+    o.x0.reset();
+    o.monitor = {};
+    o.residual_history = false;
+    if (!hermitian) o.custom_preconditioner = {};
+    o.atol = 0.0;
+    const auto values = values_.detach().to(g.scalar_type());
+    auto lambda = at::empty_like(g);
+    for (std::int64_t i = 0; i < batch_size(); ++i) {
+      const double bn = rhs_norms[static_cast<std::size_t>(i)];
+      o.rtol = std::max(options.rtol, bn > 0.0 ? options.atol / bn : 0.0);
+      auto v = values.select(0, i);
+      if (!hermitian) v = v.index_select(0, perm).conj().resolve_conj();
+      const auto r = solve_item(transposed, v, g.select(0, i), {}, o, what + " (backward)");
+      if (!r.info.converged)
+        throw Error(what + " (backward): the adjoint solve of system " + std::to_string(i) + " by " +
+                    to_string(o.method) + " did not converge (" + to_string(r.info.reason) + " after " +
+                    std::to_string(r.info.iterations) + " iterations); loosen rtol or raise maxiter");
+      lambda.select(0, i).copy_(r.x.local());
+    }
+    return lambda;
   }
 
   Csr pattern_;     // rowptr, col; values undefined (they live in values_)
@@ -414,5 +487,17 @@ inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh
   auto local = A.with_values(A.values().narrow(0, first, sizes[static_cast<std::size_t>(me)]));
   return {mesh, std::move(local), first, A.batch_size(), std::move(sizes)};
 }
+
+#if EINSHARD_DEFINE_SPARSE
+EINSHARD_INLINE at::Tensor detail::record_batch_solution(const at::Tensor& rhs, const at::Tensor& values,
+                                                        const at::Tensor& x, const Csr& pattern,
+                                                        std::function<at::Tensor(const at::Tensor&)> adjoint_solve) {
+  auto adjoint = c10::make_intrusive<AdjointSolver>();
+  adjoint->pattern = pattern;
+  adjoint->solve = std::move(adjoint_solve);
+  adjoint->batch = true;
+  return SolveFunction::apply(rhs, values, x, adjoint);
+}
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

@@ -82,6 +82,8 @@ struct FromLocalOptions {
 
 namespace detail {
 
+struct AdjointSolver;  // solve_autograd.hpp: the backward of a solve
+
 /// The halo pair. Forward: x (owned) -> x with ghosts appended; backward: the ghosts' gradients go
 /// back to their owners and are added (the reverse exchange), so d/dx of a distributed product is
 /// exact. `reverse` swaps the two (A^T's product: ghost contributions, the tail of a local-length
@@ -380,6 +382,12 @@ class DSparseTensor final : public detail::Operator {
   /// ∂L/∂a_ij = −λ_i conj(x_j) on the stored pattern. Collective in the backward.
   [[nodiscard]] at::Tensor record_solution(const at::Tensor& b, const at::Tensor& x,
                                            std::function<at::Tensor(const at::Tensor&)> adjoint_solve) const;
+  /// `x` (in the domain) recorded as argmin ‖A x − b‖² + damp² ‖x‖²: the backward solves the normal
+  /// equations (AᴴA + damp² I) λ = ∂L/∂x to `rtol` (detail::least_squares_adjoint).
+  [[nodiscard]] at::Tensor record_least_squares(const at::Tensor& b, const at::Tensor& x, double damp, double rtol,
+                                                const std::string& what) const;
+  /// The part of a solve's autograd record both kinds share: the pattern and the halo of x.
+  [[nodiscard]] c10::intrusive_ptr<detail::AdjointSolver> adjoint_record() const;
 
   /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back
   /// while the diagonal block runs.
@@ -467,7 +475,15 @@ class DSparseTensor final : public detail::Operator {
     check_vector(b, op.c_str(), *layout_);
     if (options.x0) check_vector(*options.x0, (op + " (x0)").c_str(), *domain_);
     detail::check_least_squares_options(options, "DSparseTensor::" + op);
-    return method(*this, b.like(b.local().detach().to(dtype()).contiguous()), options);
+    // Whether to record is decided together: the backward is collective.
+    int record = at::GradMode::is_enabled() && (b.local().requires_grad() || local_.values.requires_grad()) ? 1 : 0;
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
+    auto r = method(*this, b.like(b.local().detach().to(dtype()).contiguous()), options);
+    if (record != 0)
+      r.x = DVector(domain_, record_least_squares(b.local().to(dtype()), r.x.local(), options.damp,
+                                                  std::max(std::min(options.atol, options.btol), 1e-12),
+                                                  "DSparseTensor::" + op));
+    return r;
   }
 
   /// Methods for A x = b need a square matrix whose domain is partitioned as its range.
@@ -637,7 +653,8 @@ EINSHARD_INLINE std::complex<double> DSparseTensor::apply(const at::Tensor& x, a
 }
 
 EINSHARD_INLINE SolveResult DSparseTensor::solve(const DVector& b, const SolveOptions& options) const {
-  check_square(to_string(options.method));
+  const bool least_squares = detail::is_least_squares(options.method);
+  if (!least_squares) check_square(to_string(options.method));
   check_vector(b, "solve", *layout_);
   if (b.local().dim() == 2) detail::check_block_x0(b, options, "DSparseTensor::solve");
   // Whether to record is decided together: the backward is collective.
@@ -646,9 +663,22 @@ EINSHARD_INLINE SolveResult DSparseTensor::solve(const DVector& b, const SolveOp
   if (record == 0) return solve_detached(b.like(b.local().detach().to(dtype())), options).first;
   const auto bl = b.local().to(dtype());
   auto [result, precond] = solve_detached(b.like(bl.detach()), options);
-  result.x = DVector(layout_, record_solution(bl, result.x.local(), [self = *this, precond = precond, options](
+  // A rectangular (or differently partitioned) least-squares solve has no Aᴴ λ = g to solve.
+  if (least_squares && (m_ != n_ || (domain_ != layout_ && !domain_->same_as(*layout_)))) {
+    result.x = DVector(domain_, record_least_squares(bl, result.x.local(), 0.0, options.rtol > 0.0 ? options.rtol : 1e-8,
+                                                     "DSparseTensor::solve"));
+    return result;
+  }
+  // The adjoint's right-hand side is a gradient of any size: its stop test is relative only, to
+  // the forward's relative accuracy max(rtol, atol / ‖b‖), so ∂L/∂x → c ∂L/∂x scales the gradient
+  // by c however small c is (an absolute floor would return zero for a small enough gradient).
+  auto adjoint_options = options;
+  const double bnorm = result.info.rhs_norm;
+  adjoint_options.rtol = std::max(options.rtol, bnorm > 0.0 ? options.atol / bnorm : 0.0);
+  adjoint_options.atol = 0.0;
+  result.x = DVector(layout_, record_solution(bl, result.x.local(), [self = *this, precond = precond, adjoint_options](
                                                                         const at::Tensor& g) {
-                       return self.adjoint_solve(g, precond, options);
+                       return self.adjoint_solve(g, precond, adjoint_options);
                      }));
   return result;
 }
@@ -748,15 +778,35 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
   split_blocks();
 }
 
-EINSHARD_INLINE at::Tensor DSparseTensor::record_solution(const at::Tensor& b, const at::Tensor& x,
-                                         std::function<at::Tensor(const at::Tensor&)> adjoint_solve) const {
+EINSHARD_INLINE c10::intrusive_ptr<detail::AdjointSolver> DSparseTensor::adjoint_record() const {
   auto adjoint = c10::make_intrusive<detail::AdjointSolver>();
   adjoint->pattern = local_;
   adjoint->with_ghosts = [exchange = scratch_.exchange()](const at::Tensor& v) {
     const auto owned = v.contiguous();
     return at::cat({owned, exchange->ghosts_of(owned)});
   };
+  return adjoint;
+}
+
+EINSHARD_INLINE at::Tensor DSparseTensor::record_solution(const at::Tensor& b, const at::Tensor& x,
+                                         std::function<at::Tensor(const at::Tensor&)> adjoint_solve) const {
+  auto adjoint = adjoint_record();
   adjoint->solve = std::move(adjoint_solve);
+  return detail::SolveFunction::apply(b, local_.values, x, adjoint);
+}
+
+EINSHARD_INLINE at::Tensor DSparseTensor::record_least_squares(const at::Tensor& b, const at::Tensor& x, double damp,
+                                                              double rtol, const std::string& what) const {
+  auto adjoint = adjoint_record();
+  auto ax = at::empty_like(b, at::MemoryFormat::Contiguous).detach();
+  if (x.dim() == 2)
+    (void)apply_block(x.detach().contiguous(), ax, {});
+  else
+    (void)apply(x.detach().contiguous(), ax, {});
+  adjoint->residual = b.detach() - ax;
+  adjoint->least_squares = [self = *this, damp, rtol, what](const at::Tensor& g) {
+    return detail::least_squares_adjoint(self, g, damp, rtol, what);
+  };
   return detail::SolveFunction::apply(b, local_.values, x, adjoint);
 }
 

@@ -40,7 +40,9 @@ struct LeastSquaresResult {
   DVector x;
   SolveInfo info;
   int istop = 0;
-  double normr = 0.0;   ///< ‖b − A x‖ (estimate from the recurrences; the stop test uses r2norm)
+  /// SciPy's residual estimate of each method: lsqr's r1norm ‖b − A x‖, lsmr's normr, the damped
+  /// ‖[b; 0] − [A; damp I] x‖ (= r2norm). They agree when damp = 0.
+  double normr = 0.0;
   double normar = 0.0;  ///< ‖Aᴴ (b − A x) − damp² x‖
   double norma = 0.0;   ///< Frobenius norm estimate of [A; damp I]
   double conda = 0.0;   ///< condition number estimate of [A; damp I]

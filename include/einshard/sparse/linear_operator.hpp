@@ -96,11 +96,13 @@ class LinearOperator final : public detail::Operator {
   /// `custom_preconditioner`. The result is not recorded for autograd. Collective.
   [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
     const auto what = std::string("LinearOperator::solve");
-    if (!is_square())
+    const bool least_squares = detail::is_least_squares(options.method);
+    if (least_squares) require_adjoint(what);
+    if (!is_square() && !least_squares)
       throw Error(what + ": " + to_string(options.method) + " needs a square operator, got shape (" +
                   std::to_string(shape()[0]) + ", " + std::to_string(shape()[1]) +
                   "); use lsqr or lsmr for least squares");
-    if (domain_ != range_ && !domain_->same_as(*range_))
+    if (!least_squares && domain_ != range_ && !domain_->same_as(*range_))
       throw Error(what + ": " + to_string(options.method) + " needs the domain partitioned as the range");
     if (options.preconditioner != Preconditioner::none)
       throw Error(what + ": the preconditioner " + std::string(to_string(options.preconditioner)) +

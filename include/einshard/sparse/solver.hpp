@@ -20,6 +20,8 @@ enum class Method {
   gmres,     ///< restarted GMRES(m), right-preconditioned, CGS2 Arnoldi (general A)
   minres,    ///< MINRES (symmetric / Hermitian A, possibly indefinite; M positive definite)
   fgmres,    ///< flexible GMRES(m): right preconditioning that may change every step (general A)
+  lsqr,      ///< LSQR through `solve` (any shape, no preconditioner): see `DSparseTensor::lsqr` for its options
+  lsmr,      ///< LSMR through `solve`, as lsqr
 };
 
 inline const char* to_string(Method m) {
@@ -29,6 +31,8 @@ inline const char* to_string(Method m) {
     case Method::gmres: return "gmres";
     case Method::minres: return "minres";
     case Method::fgmres: return "fgmres";
+    case Method::lsqr: return "lsqr";
+    case Method::lsmr: return "lsmr";
   }
   return "?";
 }

@@ -130,10 +130,9 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     maxrbar = std::max(maxrbar, rhobarold);
     if (itn > 1) minrbar = std::min(minrbar, rhobarold);
     const double condA = std::max(maxrbar, rhotemp) / std::min(minrbar, rhotemp);
-    // LSMR's estimate is of the damped residual ‖[b; 0] − [A; damp I] x‖ (SciPy's normr).
-    const double undamped = std::sqrt(std::max(0.0, normr * normr - damp * damp * normx * normx));
-    if (least_squares_iteration(res, o, itn, maxiter, normb,
-                                {undamped, normr, std::abs(zetabar), normA, condA, normx}))
+    // LSMR's estimate is of the damped residual ‖[b; 0] − [A; damp I] x‖, which SciPy returns as
+    // normr; the undamped one would come by a cancelling difference, so it is not offered.
+    if (least_squares_iteration(res, o, itn, maxiter, normb, {normr, normr, std::abs(zetabar), normA, condA, normx}))
       break;
   }
   res.info.seconds = MPI_Wtime() - t0;

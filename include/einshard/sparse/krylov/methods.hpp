@@ -10,6 +10,8 @@
 
 #include "einshard/error.hpp"
 #include "einshard/sparse/custom_preconditioner.hpp"
+#include "einshard/sparse/krylov/common.hpp"
+#include "einshard/sparse/least_squares.hpp"
 #include "einshard/sparse/krylov/bicgstab.hpp"
 #include "einshard/sparse/krylov/block_bicgstab.hpp"
 #include "einshard/sparse/krylov/block_cg.hpp"
@@ -17,12 +19,59 @@
 #include "einshard/sparse/krylov/block_minres.hpp"
 #include "einshard/sparse/krylov/cg.hpp"
 #include "einshard/sparse/krylov/gmres.hpp"
+#include "einshard/sparse/krylov/lsmr.hpp"
+#include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/minres.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse::detail {
+
+/// Whether `method` minimizes ‖A x − b‖ (any shape) rather than solving a square system.
+inline bool is_least_squares(Method method) { return method == Method::lsqr || method == Method::lsmr; }
+
+/// LSQR or LSMR asked for through `solve`, as the seed's dispatcher maps it: atol := atol, btol :=
+/// rtol (1e-8 when rtol is 0), no damping, conlim 1e8, the solve's maxiter, x0 (of the domain) and
+/// monitor. A preconditioner is refused: neither method takes one.
+inline SolveResult least_squares_solve(const Operator& A, const DVector& b, const PreconditionerOp* m,
+                                       const SolveOptions& o) {
+  if (m != nullptr || o.preconditioner != Preconditioner::none || o.custom_preconditioner)
+    throw Error(std::string("solve: ") + to_string(o.method) + " takes no preconditioner, got " +
+                (o.custom_preconditioner ? std::string("a custom one") : std::string(to_string(o.preconditioner))) +
+                "; precondition by solving with A M⁻¹ as a LinearOperator");
+  if (o.x0)
+    check_partition(*o.x0, *A.domain_layout(), std::string("solve (") + to_string(o.method) + ", x0)", "matrix's",
+                    "domain", "make it with domain_zeros() or scatter of a domain-length vector");
+  const LeastSquaresOptions lo{.atol = o.atol,
+                               .btol = o.rtol > 0.0 ? o.rtol : 1e-8,
+                               .maxiter = o.maxiter,
+                               .x0 = o.x0,
+                               .monitor = o.monitor,
+                               .residual_history = o.residual_history};
+  auto r = o.method == Method::lsqr ? lsqr(A, b, lo) : lsmr(A, b, lo);
+  return {std::move(r.x), std::move(r.info)};
+}
+
+/// `least_squares_solve` of an (n_local, k) block, column by column (neither method has a block
+/// recurrence here): `info.columns` as the block methods give it.
+inline SolveResult least_squares_solve_block(const Operator& A, const DVector& b, const PreconditionerOp* m,
+                                             const SolveOptions& o) {
+  const auto k = b.local().size(1);
+  auto x = at::empty({A.domain_layout()->local_size(), k}, b.local().options());
+  SolveResult result;
+  for (std::int64_t j = 0; j < k; ++j) {
+    auto oj = o;
+    if (o.x0) oj.x0 = DVector(A.domain_layout(), o.x0->local().select(1, j).contiguous());
+    auto r = least_squares_solve(A, DVector(A.layout(), b.local().select(1, j).contiguous()), m, oj);
+    x.select(1, j).copy_(r.x.local());
+    result.info.seconds += r.info.seconds;
+    result.info.columns.push_back(std::move(r.info));
+  }
+  summarize_columns(result.info);
+  result.x = DVector(A.domain_layout(), x);
+  return result;
+}
 
 /// `m` null: no preconditioner.
 inline SolveResult krylov_solve(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o) {
@@ -33,6 +82,8 @@ inline SolveResult krylov_solve(const Operator& A, const DVector& b, const Preco
     case Method::gmres: return gmres(A, b, kind, m, o);
     case Method::minres: return minres(A, b, kind, m, o);
     case Method::fgmres: return gmres(A, b, kind, m, o, /*flexible=*/true);
+    case Method::lsqr:
+    case Method::lsmr: return least_squares_solve(A, b, m, o);
   }
   throw Error("solve: unknown method");
 }
@@ -49,8 +100,56 @@ inline SolveResult krylov_solve_block(const Operator& A, const DVector& b, const
     case Method::gmres: return block_gmres(A, b, kind, m, o);
     case Method::minres: return block_minres(A, b, kind, m, o);
     case Method::fgmres: return block_gmres(A, b, kind, m, o, /*flexible=*/true);
+    case Method::lsqr:
+    case Method::lsmr: return least_squares_solve_block(A, b, m, o);
   }
   throw Error("solve: unknown method");
+}
+
+/// AᴴA + damp² I as an operator on A's domain: two products per application.
+class NormalOperator final : public Operator {
+ public:
+  NormalOperator(const Operator& a, double damp) : a_(a), dampsq_(damp * damp) {}
+  [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return a_.domain_layout(); }
+  /// One vector (the base class runs a block column by column: A's adjoint product takes vectors).
+  std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
+    auto ax = at::empty({a_.layout()->local_size()}, x.options());
+    (void)a_.apply(x, ax, {});
+    a_.apply_adjoint(ax, y);
+    if (dampsq_ != 0.0) y.add_(x, dampsq_);
+    return w.defined() ? local_dot(w, y) : std::complex<double>{};
+  }
+
+ private:
+  const Operator& a_;
+  double dampsq_;
+};
+
+/// The backward of a least-squares solve x = argmin ‖A x − b‖² + damp² ‖x‖²: λ = (AᴴA + damp² I)⁻¹ g
+/// by CG on the normal equations (CGLS, LSQR's twin in exact arithmetic) and z = A λ; then
+/// ∂L/∂b = z and ∂L/∂a_ij = r_i conj(λ_j) − z_i conj(x_j), r = b − A x. Needs AᴴA + damp² I
+/// nonsingular (m ≥ n with full column rank, or damp > 0). `g`: an owned slice of the domain, or
+/// an (n_local, k) block. Returns {z, λ}; throws the same Error on every rank when CG fails.
+inline std::pair<at::Tensor, at::Tensor> least_squares_adjoint(const Operator& A, const at::Tensor& g, double damp,
+                                                               double rtol, const std::string& what) {
+  const NormalOperator N(A, damp);
+  const DVector rhs(A.domain_layout(), g.contiguous());
+  const SolveOptions o{.method = Method::cg, .preconditioner = Preconditioner::none, .rtol = rtol, .atol = 0.0,
+                       .maxiter = 10000, .residual_history = false};
+  const auto r = g.dim() == 2 ? krylov_solve_block(N, rhs, nullptr, o) : krylov_solve(N, rhs, nullptr, o);
+  if (!r.info.converged)
+    throw Error(what + " (backward): CG on the normal equations did not converge (" + to_string(r.info.reason) +
+                " after " + std::to_string(r.info.iterations) +
+                " iterations); AᴴA + damp² I must be nonsingular (m >= n and full column rank, or damp > 0)");
+  const auto lambda = r.x.local();
+  auto z = at::empty(g.dim() == 2 ? at::IntArrayRef{A.layout()->local_size(), g.size(1)}
+                                  : at::IntArrayRef{A.layout()->local_size()},
+                     g.options());
+  if (g.dim() == 2)
+    (void)A.apply_block(lambda.contiguous(), z, {});
+  else
+    (void)A.apply(lambda.contiguous(), z, {});
+  return {z, lambda};
 }
 
 /// Throws unless `o.x0`, when given, is a block of as many columns as `b` (a solve of an (n_local, k) b).
