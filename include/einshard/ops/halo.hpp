@@ -73,7 +73,7 @@ inline constexpr auto self_map_v = self_map<S>();
 template <fixed_string S>
 constexpr std::size_t arrow_of() {
   constexpr auto arrow = S.view().find("->");
-  static_assert(arrow != std::string_view::npos, "einshard: this notation needs '->'");
+  static_assert(arrow != std::string_view::npos, "einshard: expected '->' in this notation, found none");
   return arrow;
 }
 template <fixed_string S, std::size_t Begin, std::size_t End>

@@ -38,7 +38,7 @@ inline void warn_gathering(const char* op, const RowLayout& layout) {
   const std::lock_guard<std::mutex> lock(mutex);
   if (!said.insert(op).second || layout.rank() != 0) return;
   std::fprintf(stderr,
-               "einshard: DSparseTensor::%s gathers the whole %lld x %lld matrix to one process and does not "
+               "DSparseTensor::%s: gathers the whole %lld x %lld matrix to one process and does not "
                "scale (use eigsh or logdet for large matrices)\n",
                op, static_cast<long long>(layout.global_size()), static_cast<long long>(layout.global_size()));
 }
