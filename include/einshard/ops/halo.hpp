@@ -355,7 +355,7 @@ inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view
     for (const auto& axis : measured.axes)
       if (const auto h = halos.find(axis.name); h != halos.end())
         p.push_back({axis, exec::plan_axis(axis, o.mesh, plan::halo_requests(axis.shards, h->second.left, h->second.right),
-                                           edge)});
+                                           edge, what)});
     return p;
   });
   return {stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill};
