@@ -42,4 +42,4 @@ einshard_expect_compile_error(NAME einshard_missing_arrow TORCH HEADER einshard/
   EXPECT "notation_error<.*expected ${Q}->${Q} at column 6")
 einshard_expect_compile_error(NAME einshard_arity TORCH HEADER einshard/einshard.hpp
   CODE [=[at::Tensor x; (void)es::einshard<"a b, b c -> a c">(x);]=]
-  EXPECT "the number of tensors must equal the number of inputs of the notation")
+  EXPECT "expected as many tensors as the notation has inputs")

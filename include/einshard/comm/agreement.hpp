@@ -137,8 +137,8 @@ void check_agreed(const Agreed& ranks, std::string_view what, const ExpectedDims
       const auto& a = ranks[0][i];
       const auto& b = ranks[r][i];
       if (b.fingerprint != a.fingerprint)  // no notation in the message: it differs between ranks
-        throw Error("einshard: rank " + std::to_string(r) +
-                    " called a different operation than rank 0 (notation or number of operands differ)");
+        throw Error("einshard: expected every rank to call the operation of rank 0, found a different operation on rank " +
+                    std::to_string(r) + " (its notation or number of operands differ)");
       if (b.dtype != a.dtype)
         throw Error(prefix() + "the dtype of " + operand(i) + " differs between ranks: " +
                     c10::toString(static_cast<at::ScalarType>(a.dtype)) + " on rank 0, " +

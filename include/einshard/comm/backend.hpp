@@ -192,10 +192,10 @@ inline std::atomic<NcclFactory>& nccl_factory() {
 inline void check_backend_options(const BackendOptions& options) {
   if (options.backend == BackendKind::nccl && !nccl_available())
     throw Error(
-        "einshard: the NCCL backend was asked for, but this program has no NCCL (einshard was built "
+        "Mesh backend: expected a backend this program has, found nccl, which it lacks (einshard was built "
         "without EINSHARD_WITH_NCCL, or no translation unit includes einshard/comm/nccl.hpp)");
   if (options.backend == BackendKind::nccl && options.stage_through_host)
-    throw Error("einshard: stage_through_host is an option of the MPI backend, not of NCCL");
+    throw Error("Mesh backend: expected stage_through_host only with the MPI backend, found it with nccl");
 }
 
 /// Gives `comm` its backend options (local, no communication; every rank must give the same).
@@ -239,7 +239,7 @@ inline void set_backend_options(MPI_Comm comm, const BackendOptions& options) {
     kind = x.device().is_cuda() && nccl_available() ? BackendKind::nccl : BackendKind::mpi;
   if (kind == BackendKind::nccl) {
     if (!x.device().is_cuda())
-      throw Error("einshard: the NCCL backend moves CUDA tensors only, got a tensor on " + x.device().str() +
+      throw Error("NCCL backend: expected a CUDA tensor, found one on " + x.device().str() +
                   " (make the mesh with backend mpi for CPU tensors)");
     if (!nccl_available()) check_backend_options({.backend = BackendKind::nccl});
     if (state == nullptr) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -281,11 +282,12 @@ inline int coordinate(const StencilAxis& axis, const Mesh& mesh) {
 }
 
 /// The exchange of this rank along `axis` when every rank of its group asks for
-/// `requests[coordinate]`.
+/// `requests[coordinate]`; `what` names the call in errors.
 inline std::shared_ptr<const plan::AxisExchange> plan_axis(const StencilAxis& axis, const Mesh& mesh,
-                                                          std::span<const plan::Interval> requests, plan::Edge edge) {
+                                                          std::span<const plan::Interval> requests, plan::Edge edge,
+                                                          std::string_view what = {}) {
   return std::make_shared<const plan::AxisExchange>(
-      plan::plan_exchange(axis.shards, requests, edge, coordinate(axis, mesh), axis.name));
+      plan::plan_exchange(axis.shards, requests, edge, coordinate(axis, mesh), axis.name, what));
 }
 
 /// Runs a planned exchange along `axis`; differentiable, collective over the axis's group.

@@ -79,9 +79,9 @@ std::vector<std::int64_t> resolve_sizes(const plan::LocalPlan& p, at::TensorList
       const auto id = item.ids[0];
       auto& s = size[id];
       if (s >= 0 && s != extent && (stated[id] ? extent != 1 : extent != 1 && s != 1))
-        throw Error("einshard: axis '" + p.axis_names[id] + "' has extent " + std::to_string(extent) +
-                    " in " + operand_label(i, xs.size()) + ", but " + std::to_string(s) +
-                    (stated[id] ? " in .sizes" : " in another operand"));
+        throw Error("einshard: expected axis '" + p.axis_names[id] + "' to have extent " + std::to_string(s) +
+                    (stated[id] ? " (from .sizes)" : " (from another operand)") + ", found " + std::to_string(extent) +
+                    " in " + operand_label(i, xs.size()));
       if (s <= 1 && !stated[id]) s = extent;  // an extent of 1 broadcasts
     }
   }

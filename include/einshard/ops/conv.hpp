@@ -200,8 +200,8 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
       const auto k = w_size(a.kernels[i]), d = dilations[i];
       const auto total = d * (k - 1);
       const auto [left, right] = pads[i].value_or(std::pair{total / 2, total - total / 2});
-      const auto wp = plan::plan_window(axis.shards, {k, d, strides[i], left, right, total / 2}, axis.name);
-      p.push_back({axis, exec::plan_axis(axis, o.mesh, wp.requests, edge),
+      const auto wp = plan::plan_window(axis.shards, {k, d, strides[i], left, right, total / 2}, axis.name, what);
+      p.push_back({axis, exec::plan_axis(axis, o.mesh, wp.requests, edge, what),
                    wp.shards[static_cast<std::size_t>(exec::coordinate(axis, o.mesh))]});
     }
     return p;

@@ -108,7 +108,7 @@ template <fixed_string S, std::size_t Given>
 constexpr void check_arity() {
   constexpr auto inputs = notation::static_expression<S>.view().input_count();
   static_assert(inputs == Given,
-                "einshard: the number of tensors must equal the number of inputs of the notation");
+                "einshard: expected as many tensors as the notation has inputs, found another number");
 }
 
 }  // namespace detail

@@ -73,7 +73,7 @@ inline constexpr auto self_map_v = self_map<S>();
 template <fixed_string S>
 constexpr std::size_t arrow_of() {
   constexpr auto arrow = S.view().find("->");
-  static_assert(arrow != std::string_view::npos, "einshard: this notation needs '->'");
+  static_assert(arrow != std::string_view::npos, "einshard: expected '->' in this notation, found none");
   return arrow;
 }
 template <fixed_string S, std::size_t Begin, std::size_t End>
@@ -355,7 +355,7 @@ inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view
     for (const auto& axis : measured.axes)
       if (const auto h = halos.find(axis.name); h != halos.end())
         p.push_back({axis, exec::plan_axis(axis, o.mesh, plan::halo_requests(axis.shards, h->second.left, h->second.right),
-                                           edge)});
+                                           edge, what)});
     return p;
   });
   return {stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill};

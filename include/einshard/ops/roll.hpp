@@ -66,7 +66,7 @@ inline StencilPlan prepare_roll(const notation::ExpressionView& e, std::string_v
       // A whole axis rolls locally (at::roll); a sharded one fetches its rows moved back.
       p.push_back({axis, axis.group.empty() ? nullptr
                                             : exec::plan_axis(axis, o.mesh, plan::roll_requests(axis.shards, s->second),
-                                                              plan::Edge::periodic)});
+                                                              plan::Edge::periodic, what)});
     }
     return p;
   });

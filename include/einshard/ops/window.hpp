@@ -158,8 +158,8 @@ inline WindowCall prepare_window(const notation::ExpressionView& in_e, const not
       const auto& r = radius.at(sources[i]);
       const auto d = dilations[i];
       const auto wp = plan::plan_window(axis.shards, {taps[i], d, strides[i], d * r.left, d * r.right, d * r.left},
-                                        axis.name);
-      p.push_back({axis, exec::plan_axis(axis, o.mesh, wp.requests, edge),
+                                        axis.name, what);
+      p.push_back({axis, exec::plan_axis(axis, o.mesh, wp.requests, edge, what),
                    wp.shards[static_cast<std::size_t>(exec::coordinate(axis, o.mesh))]});
     }
     return p;

@@ -16,9 +16,11 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/plan/layout.hpp"
 
 namespace einshard::plan {
 
@@ -86,9 +88,9 @@ inline void cut(std::span<const std::int64_t> off, std::int64_t start, std::int6
 }  // namespace detail
 
 /// The fetch of one requester: which owners send which rows, and what is padded locally. `axis`
-/// names the axis in errors.
+/// names the axis and `what` the call in errors (detail::call_named).
 inline Fetch plan_fetch(std::span<const std::int64_t> shards, Interval request, Edge edge,
-                        const std::string& axis) {
+                        const std::string& axis, std::string_view what = {}) {
   const auto off = shard_offsets(shards);
   const auto N = off.back();
   Fetch f;
@@ -97,8 +99,8 @@ inline Fetch plan_fetch(std::span<const std::int64_t> shards, Interval request, 
   f.request.end = b;
   if (a == b) return f;
   if (N == 0 && edge != Edge::constant)
-    throw Error("cannot " + std::string(edge == Edge::periodic ? "periodic" : "replicate") +
-                "-pad the empty axis '" + axis + "'");
+    throw Error(detail::call_named(what) + ": expected a non-empty axis '" + axis + "' to " +
+                (edge == Edge::periodic ? "periodic" : "replicate") + "-pad, found it empty");
   switch (edge) {
     case Edge::periodic: {
       // Runs that do not cross a multiple of N, each one contiguous in [0, N).
@@ -170,11 +172,11 @@ struct AxisExchange {
 /// The exchange of rank `me` when every rank `q` of the group requests `requests[q]`.
 inline AxisExchange plan_exchange(std::span<const std::int64_t> shards,
                                   std::span<const Interval> requests, Edge edge, int me,
-                                  const std::string& axis) {
+                                  const std::string& axis, std::string_view what = {}) {
   AxisExchange x;
   x.local = shards[static_cast<std::size_t>(me)];
   for (std::size_t q = 0; q < requests.size(); ++q) {
-    auto f = plan_fetch(shards, requests[q], edge, axis);
+    auto f = plan_fetch(shards, requests[q], edge, axis, what);
     std::vector<Piece> mine;
     for (const auto& p : f.pieces)
       if (p.owner == me) mine.push_back(p);
@@ -232,23 +234,26 @@ struct WindowPlan {
 /// stride 1 and the anchor at the padding (same-size output), every rank owns exactly its input
 /// rows, so the output keeps the input's sharding.
 inline WindowPlan plan_window(std::span<const std::int64_t> shards, const WindowAxis& w,
-                              const std::string& axis) {
+                              const std::string& axis, std::string_view what = {}) {
   if (w.kernel < 1 || w.dilation < 1 || w.stride < 1)
-    throw Error("window along '" + axis + "': kernel size, dilation and stride must be positive");
+    throw Error(detail::call_named(what) + ": expected a positive kernel size, dilation and stride along '" + axis +
+                "', found " + std::to_string(w.kernel) + ", " + std::to_string(w.dilation) + " and " +
+                std::to_string(w.stride));
   if (w.pad_left < 0 || w.pad_right < 0)
-    throw Error("window along '" + axis + "': padding must not be negative");
+    throw Error(detail::call_named(what) + ": expected non-negative padding along '" + axis + "', found " +
+                std::to_string(w.pad_left) + " and " + std::to_string(w.pad_right));
   const auto off = shard_offsets(shards);
   const auto N = off.back();
   const auto span = w.dilation * (w.kernel - 1) + 1;
   WindowPlan plan;
   plan.output = std::max<std::int64_t>(detail::floor_div(N + w.pad_left + w.pad_right - span, w.stride) + 1, 0);
   if (N > 0 && plan.output == 0)
-    throw Error("window along '" + axis + "': the padded extent " +
-                std::to_string(N + w.pad_left + w.pad_right) + " is smaller than the dilated kernel (" +
-                std::to_string(span) + ")");
+    throw Error(detail::call_named(what) + ": expected the padded extent along '" + axis +
+                "' to hold the dilated kernel (" + std::to_string(span) + "), found " +
+                std::to_string(N + w.pad_left + w.pad_right));
   if (N == 0 && plan.output > 0)
-    throw Error("window along '" + axis + "': the axis is empty, but the padding alone would give " +
-                std::to_string(plan.output) + " outputs");
+    throw Error(detail::call_named(what) + ": expected no outputs along the empty axis '" + axis + "', found " +
+                std::to_string(plan.output) + " from the padding alone");
   const auto shift = w.anchor - w.pad_left;  // anchor row of output j: j*stride + shift
   const auto first_at = [&](std::int64_t row) {  // first j whose anchor row is >= row
     return std::clamp<std::int64_t>(detail::ceil_div(row - shift, w.stride), 0, plan.output);

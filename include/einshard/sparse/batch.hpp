@@ -17,24 +17,24 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
-#include "einshard/config.hpp"
 #include "einshard/comm/exchange.hpp"
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/comm/agreement.hpp"
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
-#include "einshard/sparse/block_kernels.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/csr_autograd.hpp"
 #include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/layout.hpp"
 #include "einshard/sparse/operator.hpp"
-#include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
-#if EINSHARD_DEFINE_SPARSE  // the autograd record of a batch solve, defined at the end
+#if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
+#include "einshard/sparse/block_kernels.hpp"
+#include "einshard/sparse/krylov/methods.hpp"
+#include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solve_autograd.hpp"
 #endif
 
@@ -48,7 +48,7 @@ struct BatchSolveResult {
 
 class BatchSparseTensor;
 class DBatchSparseTensor;
-inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
+DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
 
 namespace detail {
 
@@ -63,39 +63,11 @@ inline void check_batched(const at::Tensor& x, std::int64_t batch, std::int64_t 
   if (!x.device().is_cpu()) throw Error(what + ": expected a CPU tensor, got one on " + x.device().str());
 }
 
-/// One system of a batch as a Krylov operator on MPI_COMM_SELF: the whole vector is owned, so the
-/// product is a plain CSR product (with its fused dot).
 /// `x` (batch, n) or (batch, n, k), solved already for `rhs` with `values` (batch, nnz) on one
 /// shared `pattern`, recorded for autograd: the backward gets λ = `adjoint_solve`(∂L/∂x) for every
 /// system, then ∂L/∂rhs = λ and ∂L/∂values_b = −λ_b[row] conj(x_b[col]) (solve_autograd.hpp).
 at::Tensor record_batch_solution(const at::Tensor& rhs, const at::Tensor& values, const at::Tensor& x,
                                  const Csr& pattern, std::function<at::Tensor(const at::Tensor&)> adjoint_solve);
-
-class LocalOperator final : public Operator {
- public:
-  LocalOperator(std::shared_ptr<const RowLayout> layout, Csr a) : layout_(std::move(layout)), a_(std::move(a)) {}
-  [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
-  std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
-    return spmv_dot(a_, x, y, w);
-  }
-  std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
-    std::vector<double> dots(w.defined() ? static_cast<std::size_t>(x.size(1)) : 0, 0.0);
-    // Every column is owned: no boundary rows, so the interior pass is the whole product.
-    spmm_halo(a_, no_boundary_, a_.cols, x, {}, y, /*boundary_phase=*/false, w, dots.data());
-    return dots;
-  }
-  /// x = Aᴴ y, so lsqr and lsmr run on a batch item too.
-  void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override {
-    x.zero_();
-    spmv_transpose_add(a_, y, x, 0, a_.rows, /*conjugate=*/true);
-  }
-  [[nodiscard]] const Csr& csr() const { return a_; }
-
- private:
-  std::shared_ptr<const RowLayout> layout_;
-  Csr a_;
-  at::Tensor no_boundary_ = at::empty({0}, at::kLong);
-};
 
 }  // namespace detail
 
@@ -108,20 +80,7 @@ class BatchSparseTensor {
   /// COO triples shared by the batch, `values` (batch, nnz_coo) with one row per matrix; duplicate
   /// (row, col) pairs are summed within each matrix. Same checks as `SparseTensor`'s constructor.
   BatchSparseTensor(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
-                    std::array<std::int64_t, 2> shape) {
-    if (!values.defined() || values.dim() != 2 || !row.defined() || row.dim() != 1 || values.size(1) != row.numel())
-      throw Error("BatchSparseTensor: expected values of shape (batch, nnz) and 1-D row and col of length nnz, got " +
-                  (values.defined() ? "values of shape " + std::string(c10::str(values.sizes())) : "undefined values") +
-                  (row.defined() ? " and row of shape " + std::string(c10::str(row.sizes())) : " and an undefined row"));
-    // SparseTensor checks the indices, the dtype and the device, and sorts out the pattern.
-    SparseTensor pattern(at::zeros({values.size(1)}, values.options().requires_grad(false)), row, col, shape);
-    row_ = pattern.row_indices();
-    pattern_ = std::move(pattern).csr();
-    pattern_.values = at::Tensor();
-    // Each COO entry lands on its pattern position: the (row, col) keys of a CSR are sorted.
-    const auto pos = at::searchsorted(row_ * shape[1] + col_indices(), row.to(at::kLong) * shape[1] + col.to(at::kLong));
-    values_ = at::zeros({values.size(0), nnz()}, values.options()).index_add(1, pos, values);
-  }
+                    std::array<std::int64_t, 2> shape);
 
   /// `pattern`'s structure with a batch of values: (batch, pattern.nnz()), in the order of
   /// `pattern.values()`.
@@ -167,23 +126,7 @@ class BatchSparseTensor {
   // ---- products --------------------------------------------------------------------------------
   /// A_b x_b for each b: x of shape (batch, cols) or (batch, cols, k), the result (batch, rows) or
   /// (batch, rows, k) in the promotion of both dtypes.
-  [[nodiscard]] at::Tensor matvec(const at::Tensor& x) const {
-    detail::check_batched(x, batch_size(), cols(), "BatchSparseTensor::matvec");
-    const auto t = at::promote_types(dtype(), x.scalar_type());
-    auto out_shape = x.sizes().vec();
-    out_shape[1] = rows();
-    const auto values = t == dtype() ? values_ : values_.to(t);
-    // Nothing to multiply, but the (empty) result stays in the autograd graph of both operands, so
-    // a loss built on it can run backward on every rank.
-    if (batch_size() == 0) return at::zeros(out_shape, values.options()) + values.sum() + x.sum();
-    // unbind, not select: its backward stacks the items' gradients in one node.
-    const auto v = values.unbind(0);
-    const auto xs = x.unbind(0);
-    std::vector<at::Tensor> ys;
-    ys.reserve(v.size());
-    for (std::size_t b = 0; b < v.size(); ++b) ys.push_back(detail::csr_matvec(pattern_, v[b], xs[b]));
-    return at::stack(ys);
-  }
+  [[nodiscard]] at::Tensor matvec(const at::Tensor& x) const;
 
   // ---- solvers ---------------------------------------------------------------------------------
   /// Solves A_b x_b = rhs_b for each b by `options.method` (`options` as for `DSparseTensor::solve`,
@@ -202,115 +145,23 @@ class BatchSparseTensor {
   friend class DBatchSparseTensor;
   friend DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
 
-  BatchSparseTensor(Csr pattern, at::Tensor row, const at::Tensor& values)
-      : pattern_(std::move(pattern)), row_(std::move(row)), values_(values) {
-    if (!values.defined() || values.dim() != 2 || values.size(1) != nnz())
-      throw Error("BatchSparseTensor: expected values of shape (batch, " + std::to_string(nnz()) + "), got " +
-                  (values.defined() ? "shape " + std::string(c10::str(values.sizes())) : std::string("undefined")));
-    const auto t = values.scalar_type();
-    if (t != at::kFloat && t != at::kDouble && t != at::kComplexFloat && t != at::kComplexDouble)
-      throw Error(std::string("BatchSparseTensor: values must be float32, float64, complex64 or complex128, got ") +
-                  c10::toString(t));
-    if (!values.device().is_cpu())
-      throw Error("BatchSparseTensor: values must be a CPU tensor, got one on " + values.device().str());
-  }
+  BatchSparseTensor(Csr pattern, at::Tensor row, const at::Tensor& values);
 
   [[nodiscard]] BatchSolveResult solve_as(const at::Tensor& rhs, const SolveOptions& options, const at::Tensor& x0,
-                                          const std::string& what) const {
-    if (!is_square())
-      throw Error(what + ": the matrices must be square, got (" + std::to_string(rows()) + ", " +
-                  std::to_string(cols()) + ")");
-    detail::check_batched(rhs, batch_size(), rows(), what + " (right-hand sides)");
-    if (x0.defined()) {
-      detail::check_batched(x0, batch_size(), rows(), what + " (initial guesses)");
-      if (x0.sizes() != rhs.sizes())
-        throw Error(what + ": the initial guesses must have the right-hand sides' shape " +
-                    std::string(c10::str(rhs.sizes())) + ", got " + std::string(c10::str(x0.sizes())));
-    }
-    if (options.x0) throw Error(what + ": pass the initial guesses as the x0 tensor argument, not SolveOptions::x0");
-
-    const auto t = at::promote_types(dtype(), rhs.scalar_type());
-    BatchSolveResult out{at::empty(rhs.sizes(), values_.options().dtype(t).requires_grad(false)), {}};
-    out.info.reserve(static_cast<std::size_t>(batch_size()));
-    const auto values = values_.detach().to(t);
-    const auto b = rhs.detach().to(t);
-    std::vector<double> rhs_norms;
-    for (std::int64_t i = 0; i < batch_size(); ++i) {
-      auto r = solve_item(pattern_, values.select(0, i), b.select(0, i),
-                          x0.defined() ? x0.select(0, i).detach().to(t) : at::Tensor(), options, what);
-      out.x.select(0, i).copy_(r.x.local());
-      rhs_norms.push_back(r.info.rhs_norm);
-      out.info.push_back(std::move(r.info));
-    }
-    if (at::GradMode::is_enabled() && (rhs.requires_grad() || values_.requires_grad()))
-      out.x = detail::record_batch_solution(rhs.to(t), values_.to(t), out.x, pattern_,
-                                            [self = *this, options, rhs_norms, what](const at::Tensor& g) {
-                                              return self.adjoint_solve(g, options, rhs_norms, what);
-                                            });
-    return out;
-  }
+                                          const std::string& what) const;
 
   /// One system of the batch: `values_i` on `pattern` (this batch's, or its transpose for an
   /// adjoint), right-hand side `b_i` (rows) or (rows, k), optional initial guess.
   [[nodiscard]] static SolveResult solve_item(const Csr& pattern, const at::Tensor& values_i, const at::Tensor& b_i,
                                               const at::Tensor& x0_i, const SolveOptions& options,
-                                              const std::string& what) {
-    const auto layout = RowLayout::simple(pattern.rows, MPI_COMM_SELF);
-    const detail::LocalOperator A(layout, detail::with_values(pattern, values_i));
-    const auto start = MPI_Wtime();
-    auto precond = detail::custom_preconditioner(options, layout, what);
-    if (!precond && options.preconditioner != Preconditioner::none)
-      precond = detail::make_preconditioner(
-          options.preconditioner, detail::LocalRows{A.csr(), pattern.rows, MPI_COMM_SELF},
-          [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
-    const auto setup = MPI_Wtime() - start;
-    auto item_options = options;
-    if (x0_i.defined()) item_options.x0 = DVector(layout, x0_i.contiguous());
-    const DVector bi(layout, b_i.contiguous());
-    auto r = b_i.dim() == 2 ? detail::krylov_solve_block(A, bi, precond.get(), item_options)
-                            : detail::krylov_solve(A, bi, precond.get(), item_options);
-    r.info.setup_seconds = setup;
-    return r;
-  }
+                                              const std::string& what);
 
   /// λ_i = A_i⁻ᴴ g_i for every system (the backward of `solve`), by the forward's method and
   /// preconditioner kind (built on A_iᴴ; CG and MINRES assume A_i = A_iᴴ and keep A_i; a custom
   /// preconditioner is kept only by them). The tolerance is relative only, max(rtol, atol / ‖b_i‖),
   /// so the gradient scales with g however small g is.
   [[nodiscard]] at::Tensor adjoint_solve(const at::Tensor& g, const SolveOptions& options,
-                                         const std::vector<double>& rhs_norms, const std::string& what) const {
-    const bool hermitian = options.method == Method::cg || options.method == Method::minres;
-    Csr transposed = pattern_;
-    at::Tensor perm;
-    if (!hermitian) {
-      // Aᵀ's pattern, and where each of its entries sits in A's order (the pattern has no duplicates).
-      auto t = SparseTensor(at::arange(nnz(), at::kDouble), pattern_.col.to(at::kLong), row_, {cols(), rows()}).csr();
-      perm = t.values.to(at::kLong);
-      t.values = at::Tensor();
-      transposed = std::move(t);
-    }
-    auto o = options;
-    o.x0.reset();
-    o.monitor = {};
-    o.residual_history = false;
-    if (!hermitian) o.custom_preconditioner = {};
-    o.atol = 0.0;
-    const auto values = values_.detach().to(g.scalar_type());
-    auto lambda = at::empty_like(g);
-    for (std::int64_t i = 0; i < batch_size(); ++i) {
-      const double bn = rhs_norms[static_cast<std::size_t>(i)];
-      o.rtol = std::max(options.rtol, bn > 0.0 ? options.atol / bn : 0.0);
-      auto v = values.select(0, i);
-      if (!hermitian) v = v.index_select(0, perm).conj().resolve_conj();
-      const auto r = solve_item(transposed, v, g.select(0, i), {}, o, what + " (backward)");
-      if (!r.info.converged)
-        throw Error(what + " (backward): the adjoint solve of system " + std::to_string(i) + " by " +
-                    to_string(o.method) + " did not converge (" + to_string(r.info.reason) + " after " +
-                    std::to_string(r.info.iterations) + " iterations); loosen rtol or raise maxiter");
-      lambda.select(0, i).copy_(r.x.local());
-    }
-    return lambda;
-  }
+                                         const std::vector<double>& rhs_norms, const std::string& what) const;
 
   Csr pattern_;     // rowptr, col; values undefined (they live in values_)
   at::Tensor row_;  // the row of each stored entry (int64), for COO views
@@ -358,11 +209,7 @@ class DBatchSparseTensor {
   /// rank. Collective; differentiable (backward keeps this rank's slice of the gradient). Slices of
   /// the wrong length, or trailing shapes or dtypes that differ between ranks, raise the same Error
   /// on every rank.
-  [[nodiscard]] at::Tensor gather(const at::Tensor& local) const {
-    const auto x = local.defined() ? local : at::empty({0});
-    agree_slices(x, "DBatchSparseTensor::gather");
-    return comm::apply_op(x, c10::make_intrusive<comm::GatherOp>(pieces(), false));
-  }
+  [[nodiscard]] at::Tensor gather(const at::Tensor& local) const;
 
   /// The values of the whole batch, (global batch, nnz), on every rank. Collective; differentiable.
   [[nodiscard]] at::Tensor full_values() const {
@@ -388,19 +235,7 @@ class DBatchSparseTensor {
   /// input or a preconditioner setup fault on any rank raises the same Error on every rank (one
   /// all-reduce at the end; the iterations themselves do not communicate).
   [[nodiscard]] BatchSolveResult solve_batch(const at::Tensor& rhs_local, const SolveOptions& options = {},
-                                             const at::Tensor& x0_local = {}) const {
-    BatchSolveResult result;
-    std::string fault;
-    try {
-      result = local_.solve_as(rhs_local, options, x0_local,
-                               "DBatchSparseTensor::solve_batch (this rank's slice [" + std::to_string(first_) +
-                                   ", " + std::to_string(first_ + local_batch_size()) + ") of the batch)");
-    } catch (const std::exception& e) {
-      fault = e.what();
-    }
-    comm::raise_if_any(mesh_.comm(), fault);
-    return result;
-  }
+                                             const at::Tensor& x0_local = {}) const;
 
  private:
   friend DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
@@ -417,21 +252,7 @@ class DBatchSparseTensor {
 
   /// Raises the same Error on every rank unless each rank's `x` is its slice of the batch (leading
   /// length its share) and the trailing shapes and dtypes agree (comm::agree checks the dtypes).
-  void agree_slices(const at::Tensor& x, const std::string& what) const {
-    const std::array<comm::RankInfo, 1> mine{comm::describe(x, 0, comm::LocalFault::none)};
-    const std::array<std::string, 1> dims{"(batch, ...)"};
-    const auto all = comm::agree(mesh_.comm(), mine, what, dims);
-    for (std::size_t r = 0; r < all.size(); ++r) {
-      const auto& info = all[r][0];
-      if (info.ndim < 1 || info.sizes[0] != sizes_[r])
-        throw Error(what + ": rank " + std::to_string(r) + " passed a tensor of shape (" + shape_text(info) +
-                    "); its slice of the batch has " + std::to_string(sizes_[r]) + " items");
-      for (std::int64_t d = 1; d < info.ndim; ++d)
-        if (info.sizes[static_cast<std::size_t>(d)] != all[0][0].sizes[static_cast<std::size_t>(d)])
-          throw Error(what + ": the trailing shapes differ between ranks: (" + shape_text(all[0][0]) +
-                      ") on rank 0, (" + shape_text(info) + ") on rank " + std::to_string(r));
-    }
-  }
+  void agree_slices(const at::Tensor& x, const std::string& what) const;
   static std::string shape_text(const comm::RankInfo& info) {
     std::string s;
     for (std::int64_t d = 0; d < info.ndim; ++d)
@@ -446,11 +267,220 @@ class DBatchSparseTensor {
   std::vector<std::int64_t> sizes_;  // every rank's slice length, in rank order
 };
 
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
+namespace detail {
+
+/// One system of a batch as a Krylov operator on MPI_COMM_SELF: the whole vector is owned, so the
+/// product is a plain CSR product (with its fused dot).
+class LocalOperator final : public Operator {
+ public:
+  LocalOperator(std::shared_ptr<const RowLayout> layout, Csr a) : layout_(std::move(layout)), a_(std::move(a)) {}
+  [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
+  std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
+    return spmv_dot(a_, x, y, w);
+  }
+  std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
+    std::vector<double> dots(w.defined() ? static_cast<std::size_t>(x.size(1)) : 0, 0.0);
+    // Every column is owned: no boundary rows, so the interior pass is the whole product.
+    spmm_halo(a_, no_boundary_, a_.cols, x, {}, y, /*boundary_phase=*/false, w, dots.data());
+    return dots;
+  }
+  /// x = Aᴴ y, so lsqr and lsmr run on a batch item too.
+  void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override {
+    x.zero_();
+    spmv_transpose_add(a_, y, x, 0, a_.rows, /*conjugate=*/true);
+  }
+  [[nodiscard]] const Csr& csr() const { return a_; }
+
+ private:
+  std::shared_ptr<const RowLayout> layout_;
+  Csr a_;
+  at::Tensor no_boundary_ = at::empty({0}, at::kLong);
+};
+
+}  // namespace detail
+
+EINSHARD_INLINE BatchSparseTensor::BatchSparseTensor(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
+    std::array<std::int64_t, 2> shape) {
+  if (!values.defined() || values.dim() != 2 || !row.defined() || row.dim() != 1 || values.size(1) != row.numel())
+    throw Error("BatchSparseTensor: expected values of shape (batch, nnz) and 1-D row and col of length nnz, got " +
+                (values.defined() ? "values of shape " + std::string(c10::str(values.sizes())) : "undefined values") +
+                (row.defined() ? " and row of shape " + std::string(c10::str(row.sizes())) : " and an undefined row"));
+  // SparseTensor checks the indices, the dtype and the device, and sorts out the pattern.
+  SparseTensor pattern(at::zeros({values.size(1)}, values.options().requires_grad(false)), row, col, shape);
+  row_ = pattern.row_indices();
+  pattern_ = std::move(pattern).csr();
+  pattern_.values = at::Tensor();
+  // Each COO entry lands on its pattern position: the (row, col) keys of a CSR are sorted.
+  const auto pos = at::searchsorted(row_ * shape[1] + col_indices(), row.to(at::kLong) * shape[1] + col.to(at::kLong));
+  values_ = at::zeros({values.size(0), nnz()}, values.options()).index_add(1, pos, values);
+}
+
+EINSHARD_INLINE at::Tensor BatchSparseTensor::matvec(const at::Tensor& x) const {
+  detail::check_batched(x, batch_size(), cols(), "BatchSparseTensor::matvec");
+  const auto t = at::promote_types(dtype(), x.scalar_type());
+  auto out_shape = x.sizes().vec();
+  out_shape[1] = rows();
+  const auto values = t == dtype() ? values_ : values_.to(t);
+  // Nothing to multiply, but the (empty) result stays in the autograd graph of both operands, so
+  // a loss built on it can run backward on every rank.
+  if (batch_size() == 0) return at::zeros(out_shape, values.options()) + values.sum() + x.sum();
+  // unbind, not select: its backward stacks the items' gradients in one node.
+  const auto v = values.unbind(0);
+  const auto xs = x.unbind(0);
+  std::vector<at::Tensor> ys;
+  ys.reserve(v.size());
+  for (std::size_t b = 0; b < v.size(); ++b) ys.push_back(detail::csr_matvec(pattern_, v[b], xs[b]));
+  return at::stack(ys);
+}
+
+EINSHARD_INLINE BatchSparseTensor::BatchSparseTensor(Csr pattern, at::Tensor row, const at::Tensor& values)
+    : pattern_(std::move(pattern)), row_(std::move(row)), values_(values) {
+  if (!values.defined() || values.dim() != 2 || values.size(1) != nnz())
+    throw Error("BatchSparseTensor: expected values of shape (batch, " + std::to_string(nnz()) + "), got " +
+                (values.defined() ? "shape " + std::string(c10::str(values.sizes())) : std::string("undefined")));
+  const auto t = values.scalar_type();
+  if (t != at::kFloat && t != at::kDouble && t != at::kComplexFloat && t != at::kComplexDouble)
+    throw Error(std::string("BatchSparseTensor: values must be float32, float64, complex64 or complex128, got ") +
+                c10::toString(t));
+  if (!values.device().is_cpu())
+    throw Error("BatchSparseTensor: values must be a CPU tensor, got one on " + values.device().str());
+}
+
+EINSHARD_INLINE BatchSolveResult BatchSparseTensor::solve_as(const at::Tensor& rhs, const SolveOptions& options, const at::Tensor& x0,
+    const std::string& what) const {
+  if (!is_square())
+    throw Error(what + ": the matrices must be square, got (" + std::to_string(rows()) + ", " +
+                std::to_string(cols()) + ")");
+  detail::check_batched(rhs, batch_size(), rows(), what + " (right-hand sides)");
+  if (x0.defined()) {
+    detail::check_batched(x0, batch_size(), rows(), what + " (initial guesses)");
+    if (x0.sizes() != rhs.sizes())
+      throw Error(what + ": the initial guesses must have the right-hand sides' shape " +
+                  std::string(c10::str(rhs.sizes())) + ", got " + std::string(c10::str(x0.sizes())));
+  }
+  if (options.x0) throw Error(what + ": pass the initial guesses as the x0 tensor argument, not SolveOptions::x0");
+
+  const auto t = at::promote_types(dtype(), rhs.scalar_type());
+  BatchSolveResult out{at::empty(rhs.sizes(), values_.options().dtype(t).requires_grad(false)), {}};
+  out.info.reserve(static_cast<std::size_t>(batch_size()));
+  const auto values = values_.detach().to(t);
+  const auto b = rhs.detach().to(t);
+  std::vector<double> rhs_norms;
+  for (std::int64_t i = 0; i < batch_size(); ++i) {
+    auto r = solve_item(pattern_, values.select(0, i), b.select(0, i),
+                        x0.defined() ? x0.select(0, i).detach().to(t) : at::Tensor(), options, what);
+    out.x.select(0, i).copy_(r.x.local());
+    rhs_norms.push_back(r.info.rhs_norm);
+    out.info.push_back(std::move(r.info));
+  }
+  if (at::GradMode::is_enabled() && (rhs.requires_grad() || values_.requires_grad()))
+    out.x = detail::record_batch_solution(rhs.to(t), values_.to(t), out.x, pattern_,
+                                          [self = *this, options, rhs_norms, what](const at::Tensor& g) {
+                                            return self.adjoint_solve(g, options, rhs_norms, what);
+                                          });
+  return out;
+}
+
+EINSHARD_INLINE SolveResult BatchSparseTensor::solve_item(const Csr& pattern, const at::Tensor& values_i, const at::Tensor& b_i,
+                                            const at::Tensor& x0_i, const SolveOptions& options,
+                                            const std::string& what) {
+  const auto layout = RowLayout::simple(pattern.rows, MPI_COMM_SELF);
+  const detail::LocalOperator A(layout, detail::with_values(pattern, values_i));
+  const auto start = MPI_Wtime();
+  auto precond = detail::custom_preconditioner(options, layout, what);
+  if (!precond && options.preconditioner != Preconditioner::none)
+    precond = detail::make_preconditioner(
+        options.preconditioner, detail::LocalRows{A.csr(), pattern.rows, MPI_COMM_SELF},
+        [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
+  const auto setup = MPI_Wtime() - start;
+  auto item_options = options;
+  if (x0_i.defined()) item_options.x0 = DVector(layout, x0_i.contiguous());
+  const DVector bi(layout, b_i.contiguous());
+  auto r = b_i.dim() == 2 ? detail::krylov_solve_block(A, bi, precond.get(), item_options)
+                          : detail::krylov_solve(A, bi, precond.get(), item_options);
+  r.info.setup_seconds = setup;
+  return r;
+}
+
+EINSHARD_INLINE at::Tensor BatchSparseTensor::adjoint_solve(const at::Tensor& g, const SolveOptions& options,
+                                       const std::vector<double>& rhs_norms, const std::string& what) const {
+  const bool hermitian = options.method == Method::cg || options.method == Method::minres;
+  Csr transposed = pattern_;
+  at::Tensor perm;
+  if (!hermitian) {
+    // Aᵀ's pattern, and where each of its entries sits in A's order (the pattern has no duplicates).
+    auto t = SparseTensor(at::arange(nnz(), at::kDouble), pattern_.col.to(at::kLong), row_, {cols(), rows()}).csr();
+    perm = t.values.to(at::kLong);
+    t.values = at::Tensor();
+    transposed = std::move(t);
+  }
+  auto o = options;
+  o.x0.reset();
+  o.monitor = {};
+  o.residual_history = false;
+  if (!hermitian) o.custom_preconditioner = {};
+  o.atol = 0.0;
+  const auto values = values_.detach().to(g.scalar_type());
+  auto lambda = at::empty_like(g);
+  for (std::int64_t i = 0; i < batch_size(); ++i) {
+    const double bn = rhs_norms[static_cast<std::size_t>(i)];
+    o.rtol = std::max(options.rtol, bn > 0.0 ? options.atol / bn : 0.0);
+    auto v = values.select(0, i);
+    if (!hermitian) v = v.index_select(0, perm).conj().resolve_conj();
+    const auto r = solve_item(transposed, v, g.select(0, i), {}, o, what + " (backward)");
+    if (!r.info.converged)
+      throw Error(what + " (backward): the adjoint solve of system " + std::to_string(i) + " by " +
+                  to_string(o.method) + " did not converge (" + to_string(r.info.reason) + " after " +
+                  std::to_string(r.info.iterations) + " iterations); loosen rtol or raise maxiter");
+    lambda.select(0, i).copy_(r.x.local());
+  }
+  return lambda;
+}
+
+EINSHARD_INLINE at::Tensor DBatchSparseTensor::gather(const at::Tensor& local) const {
+  const auto x = local.defined() ? local : at::empty({0});
+  agree_slices(x, "DBatchSparseTensor::gather");
+  return comm::apply_op(x, c10::make_intrusive<comm::GatherOp>(pieces(), false));
+}
+
+EINSHARD_INLINE BatchSolveResult DBatchSparseTensor::solve_batch(const at::Tensor& rhs_local, const SolveOptions& options,
+    const at::Tensor& x0_local) const {
+  BatchSolveResult result;
+  std::string fault;
+  try {
+    result = local_.solve_as(rhs_local, options, x0_local,
+                             "DBatchSparseTensor::solve_batch (this rank's slice [" + std::to_string(first_) +
+                                 ", " + std::to_string(first_ + local_batch_size()) + ") of the batch)");
+  } catch (const std::exception& e) {
+    fault = e.what();
+  }
+  comm::raise_if_any(mesh_.comm(), fault);
+  return result;
+}
+
+EINSHARD_INLINE void DBatchSparseTensor::agree_slices(const at::Tensor& x, const std::string& what) const {
+  const std::array<comm::RankInfo, 1> mine{comm::describe(x, 0, comm::LocalFault::none)};
+  const std::array<std::string, 1> dims{"(batch, ...)"};
+  const auto all = comm::agree(mesh_.comm(), mine, what, dims);
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const auto& info = all[r][0];
+    if (info.ndim < 1 || info.sizes[0] != sizes_[r])
+      throw Error(what + ": rank " + std::to_string(r) + " passed a tensor of shape (" + shape_text(info) +
+                  "); its slice of the batch has " + std::to_string(sizes_[r]) + " items");
+    for (std::int64_t d = 1; d < info.ndim; ++d)
+      if (info.sizes[static_cast<std::size_t>(d)] != all[0][0].sizes[static_cast<std::size_t>(d)])
+        throw Error(what + ": the trailing shapes differ between ranks: (" + shape_text(all[0][0]) +
+                    ") on rank 0, (" + shape_text(info) + ") on rank " + std::to_string(r));
+  }
+}
 /// Splits the batch of `A` (identical on every rank) over the ranks of `mesh`: rank r keeps
 /// matrices [r c, min((r + 1) c, batch)) with c = ceil(batch / ranks), so trailing ranks may hold
 /// none. Gradients reach `A.values()` in this rank's slice. Collective: an empty batch, or batch
 /// sizes, shapes, patterns or dtypes that differ between ranks, raise the same Error on every rank.
-inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh) {
+EINSHARD_INLINE DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh) {
   if (!mesh) throw Error("partition_batch: needs a mesh");
   const MPI_Comm comm = mesh.comm();
   // A cheap fingerprint of the pattern: ranks holding different patterns disagree on it.
@@ -488,7 +518,6 @@ inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh
   return {mesh, std::move(local), first, A.batch_size(), std::move(sizes)};
 }
 
-#if EINSHARD_DEFINE_SPARSE
 EINSHARD_INLINE at::Tensor detail::record_batch_solution(const at::Tensor& rhs, const at::Tensor& values,
                                                         const at::Tensor& x, const Csr& pattern,
                                                         std::function<at::Tensor(const at::Tensor&)> adjoint_solve) {

@@ -56,7 +56,7 @@ namespace einshard::sparse {
 
 class BatchSparseTensor;
 class DBatchSparseTensor;
-inline DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
+DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
 
 // Results and options of the operations defined in graph.hpp, io.hpp, eigsh.hpp, logdet.hpp and
 // nonlinear.hpp (included by <einshard/sparse.hpp>).

@@ -31,6 +31,7 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/dvector.hpp"
@@ -68,6 +69,25 @@ struct EigshResult {
   bool converged = false;
 };
 
+namespace detail {
+
+struct LobpcgResult {
+  at::Tensor theta, x, ax, residual_norms;
+  int iterations = 0;
+  std::int64_t matvecs = 0;
+  bool converged = false;
+};
+
+/// LOBPCG for the k extreme eigenpairs of the Hermitian operator `op` on owned blocks.
+LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& op, at::Tensor x, std::int64_t k, bool largest,
+                    double tol, int maxiter, const std::function<at::Tensor(const at::Tensor&)>& precond, MPI_Comm comm,
+                    int products_per_apply);
+
+}  // namespace detail
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
 /// Sums `t` (contiguous, any shape) over the ranks, in place.
@@ -145,15 +165,7 @@ inline std::pair<at::Tensor, int> block_cg(const std::function<at::Tensor(const 
   return {x, it};
 }
 
-struct LobpcgResult {
-  at::Tensor theta, x, ax, residual_norms;
-  int iterations = 0;
-  std::int64_t matvecs = 0;
-  bool converged = false;
-};
-
-/// LOBPCG for the k extreme eigenpairs of the Hermitian operator `op` on owned blocks.
-inline LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& op, at::Tensor x, std::int64_t k,
+EINSHARD_INLINE LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& op, at::Tensor x, std::int64_t k,
                            bool largest, double tol, int maxiter,
                            const std::function<at::Tensor(const at::Tensor&)>& precond, MPI_Comm comm,
                            int products_per_apply) {
@@ -220,9 +232,9 @@ inline LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& o
 
 }  // namespace detail
 
-inline EigshResult DSparseTensor::eigsh() const { return eigsh(EigshOptions{}); }
+EINSHARD_INLINE EigshResult DSparseTensor::eigsh() const { return eigsh(EigshOptions{}); }
 
-inline EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
+EINSHARD_INLINE EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
   const MPI_Comm comm = layout_->comm();
   const auto k = options.k;
   const auto m = options.block_size > 0 ? std::min(options.block_size, n_) : std::min(std::max(2 * k, k + 2), n_);
@@ -311,5 +323,7 @@ inline EigshResult DSparseTensor::eigsh(const EigshOptions& options) const {
   }
   return result;
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

@@ -20,11 +20,15 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/mpi.hpp"
+#include "einshard/config.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/queries.hpp"
 
 namespace einshard::sparse {
 
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
 /// One line on stderr the first time this process gathers for `op` (rank 0 of the matrix only).
@@ -34,7 +38,7 @@ inline void warn_gathering(const char* op, const DSparseTensor& a) {
   const std::lock_guard<std::mutex> lock(mutex);
   if (!said.insert(op).second || a.layout()->rank() != 0) return;
   std::fprintf(stderr,
-               "einshard: DSparseTensor::%s gathers the whole %lld x %lld matrix to one process and does not "
+               "DSparseTensor::%s: gathers the whole %lld x %lld matrix to one process and does not "
                "scale (use eigsh or logdet for large matrices)\n",
                op, static_cast<long long>(a.rows()), static_cast<long long>(a.cols()));
 }
@@ -89,10 +93,10 @@ std::vector<double> on_root(const DSparseTensor& a, const char* op, std::size_t 
 
 }  // namespace detail
 
-inline at::Tensor DSparseTensor::full_tensor() const { return detail::gather_dense(*this, -1); }
+EINSHARD_INLINE at::Tensor DSparseTensor::full_tensor() const { return detail::gather_dense(*this, -1); }
 
 /// det A (the real part for complex A), by LU on rank 0.
-inline double DSparseTensor::det() const {
+EINSHARD_INLINE double DSparseTensor::det() const {
   if (m_ != n_)  // the shape is the same on every rank: the same Error, before anything gathers
     throw Error("DSparseTensor::det: expected a square matrix, found shape (" + std::to_string(m_) + ", " +
                 std::to_string(n_) + ")");
@@ -104,7 +108,7 @@ inline double DSparseTensor::det() const {
 
 /// The k largest singular values, descending (all min(m, n) of them when k is larger), by a dense
 /// SVD on rank 0.
-inline at::Tensor DSparseTensor::svd(std::int64_t k) const {
+EINSHARD_INLINE at::Tensor DSparseTensor::svd(std::int64_t k) const {
   if (k < 1) throw Error("DSparseTensor::svd: expected k >= 1, found " + std::to_string(k));
   const auto kk = std::min<std::int64_t>(k, std::min(m_, n_));
   const auto s = detail::on_root(*this, "svd", static_cast<std::size_t>(kk), [kk](const at::Tensor& d) {
@@ -116,7 +120,7 @@ inline at::Tensor DSparseTensor::svd(std::int64_t k) const {
 
 /// The 2-norm condition number sigma_max / sigma_min over the min(m, n) singular values (infinity
 /// when one is zero), as numpy.linalg.cond for a rectangular matrix.
-inline double DSparseTensor::condition_number() const {
+EINSHARD_INLINE double DSparseTensor::condition_number() const {
   return detail::on_root(*this, "condition_number", 1, [](const at::Tensor& d) {
     const auto sv = at::linalg_svdvals(d).to(at::kDouble);
     if (sv.numel() == 0) return std::vector<double>{1.0};
@@ -124,5 +128,7 @@ inline double DSparseTensor::condition_number() const {
     return std::vector<double>{lo > 0 ? sv.max().item<double>() / lo : HUGE_VAL};
   })[0];
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

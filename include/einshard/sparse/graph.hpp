@@ -20,6 +20,7 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/dvector.hpp"
@@ -39,6 +40,9 @@ struct Components {
   int rounds = 0;
 };
 
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
 /// The symmetrised pattern without self-loops, its rows on the simple block layout: vertex
@@ -200,7 +204,7 @@ inline int fastsv(const BlockGraph& g, std::vector<std::int64_t>& f) {
 
 }  // namespace detail
 
-inline Components DSparseTensor::connected_components() const {
+EINSHARD_INLINE Components DSparseTensor::connected_components() const {
   const auto g = detail::block_graph(*this);
   std::vector<std::int64_t> f;
   const int rounds = detail::fastsv(g, f);
@@ -227,5 +231,7 @@ inline Components DSparseTensor::connected_components() const {
   const auto m = static_cast<std::int64_t>(mine.size());
   return {DVector(layout_, at::tensor(mine, at::kLong).view({m})), count, rounds};
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

@@ -13,18 +13,13 @@
 /// Version 1 files (global COO per partition) still load, always through the assembly.
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <mpi.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
@@ -33,6 +28,7 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/csr.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
@@ -41,9 +37,25 @@
 #include "einshard/sparse/layout.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
+#if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cerrno>
+#include <filesystem>
+#endif
 
 namespace einshard::sparse {
 
+/// Pre-shards a matrix on one process for `parts` ranks: the files a `DSparseTensor::save` of `A`
+/// partitioned with `options` on `parts` ranks writes (the same rows, halo plans and local CSR), so
+/// a later run at that world size loads each rank's part straight from its file.
+void save_partitioned(const SparseTensor& A, const std::string& directory, int parts,
+                      const PartitionOptions& options = {});
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
 inline const char* dtype_name(at::ScalarType t) {
@@ -380,7 +392,7 @@ inline std::shared_ptr<const HaloPlan> saved_plan(const LoadedPartition& d, std:
 
 }  // namespace detail
 
-inline void DSparseTensor::save(const std::string& directory) const {
+EINSHARD_INLINE void DSparseTensor::save(const std::string& directory) const {
   const MPI_Comm comm = layout_->comm();
   const std::filesystem::path dir(directory);
   detail::prepare_directory(dir, comm);
@@ -412,7 +424,7 @@ inline void DSparseTensor::save(const std::string& directory) const {
   comm::raise_if_any(comm, fault);
 }
 
-inline DSparseTensor DSparseTensor::load(const std::string& directory, const Mesh& mesh) {
+EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, const Mesh& mesh) {
   if (!mesh) throw Error("DSparseTensor::load: expected a mesh, found an empty one");
   const MPI_Comm comm = mesh.comm();
   const std::filesystem::path dir(directory);
@@ -459,11 +471,8 @@ inline DSparseTensor DSparseTensor::load(const std::string& directory, const Mes
   return from_local(cat(values, dtype), cat(rows, at::kLong), cat(cols, at::kLong), shape, mesh);
 }
 
-/// Pre-shards a matrix on one process for `parts` ranks: the files a `DSparseTensor::save` of `A`
-/// partitioned with `options` on `parts` ranks writes (the same rows, halo plans and local CSR), so
-/// a later run at that world size loads each rank's part straight from its file.
-inline void save_partitioned(const SparseTensor& A, const std::string& directory, int parts,
-                             const PartitionOptions& options = {}) {
+EINSHARD_INLINE void save_partitioned(const SparseTensor& A, const std::string& directory, int parts,
+                                      const PartitionOptions& options) {
   if (A.rows() != A.cols())
     throw Error("save_partitioned: expected a square matrix, found shape (" + std::to_string(A.rows()) + ", " +
                 std::to_string(A.cols()) + ")");
@@ -518,5 +527,7 @@ inline void save_partitioned(const SparseTensor& A, const std::string& directory
   const auto fault = detail::write_metadata(dir, detail::metadata_text(n, n, detail::dtype_name(A.dtype()), entries));
   if (!fault.empty()) throw Error(fault);
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/config.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/eigsh.hpp"
 #include "einshard/sparse/queries.hpp"
@@ -37,6 +38,9 @@ struct LogdetOptions {
   double gradient_rtol = 1e-10;
 };
 
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
 /// Per-column Lanczos on the block Z (n_local, p) of probes: (alpha, beta) of each column's
@@ -101,9 +105,9 @@ inline double slq_trace_log(const std::function<at::Tensor(const at::Tensor&)>& 
 
 }  // namespace detail
 
-inline at::Tensor DSparseTensor::logdet() const { return logdet(LogdetOptions{}); }
+EINSHARD_INLINE at::Tensor DSparseTensor::logdet() const { return logdet(LogdetOptions{}); }
 
-inline at::Tensor DSparseTensor::logdet(const LogdetOptions& options) const {
+EINSHARD_INLINE at::Tensor DSparseTensor::logdet(const LogdetOptions& options) const {
   std::string fault;
   if (m_ != n_)
     fault = "DSparseTensor::logdet: expected a square matrix, found shape (" + std::to_string(m_) + ", " +
@@ -140,5 +144,7 @@ inline at::Tensor DSparseTensor::logdet(const LogdetOptions& options) const {
   const auto s = surrogate.is_complex() ? at::real(surrogate) : surrogate;
   return out + (s - s.detach()).to(real_dtype);
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

@@ -23,17 +23,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <istream>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "einshard/comm/exchange.hpp"
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
@@ -41,6 +40,10 @@
 #include "einshard/sparse/matrix_market_reader.hpp"
 #include "einshard/sparse/partition.hpp"
 #include "einshard/sparse/sparse_tensor.hpp"
+#if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
+#include <fstream>
+#include <sstream>
+#endif
 
 namespace einshard::sparse {
 
@@ -60,6 +63,39 @@ struct MatrixMarketWriteOptions {
   std::string comment{};  ///< written as '%' lines after the banner
 };
 
+/// The header of a Matrix Market stream (banner and size line), without reading the entries.
+MatrixMarketHeader read_matrix_market_header(std::istream& in, const std::string& source = "<stream>");
+
+/// A Matrix Market stream as a SparseTensor; `source` names it in errors.
+SparseTensor read_matrix_market(std::istream& in, const MatrixMarketReadOptions& o = {},
+                                const std::string& source = "<stream>");
+
+/// A Matrix Market file as a SparseTensor (both triangles of a symmetric file).
+SparseTensor read_matrix_market(const std::string& path, const MatrixMarketReadOptions& o = {});
+
+/// Matrix Market text in memory (what a fuzzer or a test feeds).
+SparseTensor parse_matrix_market(std::string_view text, const MatrixMarketReadOptions& o = {});
+
+/// A distributed read of a square matrix: every rank streams the file and keeps the entries of the
+/// rows it will own. `partition.method` simple (the default) needs nothing more; any other method
+/// reads the pattern once on rank 0 to compute the partition, whose ids are broadcast (as
+/// `DSparseTensor::partition` does). Collective over `mesh`: a fault on any rank (a missing file,
+/// a malformed line) is the same Error on every rank.
+DSparseTensor read_matrix_market(const std::string& path, const Mesh& mesh,
+                                 const PartitionOptions& partition = {},
+                                 const MatrixMarketReadOptions& o = {});
+
+/// Writes `A` to a stream in Matrix Market form; values with 17 significant digits, so a float64
+/// matrix reads back bit for bit.
+void write_matrix_market(std::ostream& out, const SparseTensor& A, const MatrixMarketWriteOptions& o = {});
+
+/// Writes `A` to a file (see the stream overload).
+void write_matrix_market(const std::string& path, const SparseTensor& A,
+                         const MatrixMarketWriteOptions& o = {});
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
 inline at::ScalarType matrix_market_dtype(const MatrixMarketHeader& h, const MatrixMarketReadOptions& o,
@@ -101,14 +137,12 @@ inline std::ifstream open_matrix_market(const std::string& path) {
 
 }  // namespace detail
 
-/// The header of a Matrix Market stream (banner and size line), without reading the entries.
-inline MatrixMarketHeader read_matrix_market_header(std::istream& in, const std::string& source = "<stream>") {
+EINSHARD_INLINE MatrixMarketHeader read_matrix_market_header(std::istream& in, const std::string& source) {
   return detail::MatrixMarketReader(in, source).header();
 }
 
-/// A Matrix Market stream as a SparseTensor; `source` names it in errors.
-inline SparseTensor read_matrix_market(std::istream& in, const MatrixMarketReadOptions& o = {},
-                                       const std::string& source = "<stream>") {
+EINSHARD_INLINE SparseTensor read_matrix_market(std::istream& in, const MatrixMarketReadOptions& o,
+                                                const std::string& source) {
   detail::MatrixMarketReader reader(in, source);
   const auto h = reader.header();
   const auto dtype = detail::matrix_market_dtype(h, o, source);
@@ -116,26 +150,19 @@ inline SparseTensor read_matrix_market(std::istream& in, const MatrixMarketReadO
   return SparseTensor(t.values, t.rows, t.cols, {h.rows, h.cols});
 }
 
-/// A Matrix Market file as a SparseTensor (both triangles of a symmetric file).
-inline SparseTensor read_matrix_market(const std::string& path, const MatrixMarketReadOptions& o = {}) {
+EINSHARD_INLINE SparseTensor read_matrix_market(const std::string& path, const MatrixMarketReadOptions& o) {
   auto in = detail::open_matrix_market(path);
   return read_matrix_market(in, o, path);
 }
 
-/// Matrix Market text in memory (what a fuzzer or a test feeds).
-inline SparseTensor parse_matrix_market(std::string_view text, const MatrixMarketReadOptions& o = {}) {
+EINSHARD_INLINE SparseTensor parse_matrix_market(std::string_view text, const MatrixMarketReadOptions& o) {
   std::istringstream in{std::string(text)};
   return read_matrix_market(in, o, "<string>");
 }
 
-/// A distributed read of a square matrix: every rank streams the file and keeps the entries of the
-/// rows it will own. `partition.method` simple (the default) needs nothing more; any other method
-/// reads the pattern once on rank 0 to compute the partition, whose ids are broadcast (as
-/// `DSparseTensor::partition` does). Collective over `mesh`: a fault on any rank (a missing file,
-/// a malformed line) is the same Error on every rank.
-inline DSparseTensor read_matrix_market(const std::string& path, const Mesh& mesh,
-                                        const PartitionOptions& partition = {},
-                                        const MatrixMarketReadOptions& o = {}) {
+EINSHARD_INLINE DSparseTensor read_matrix_market(const std::string& path, const Mesh& mesh,
+                                                 const PartitionOptions& partition,
+                                                 const MatrixMarketReadOptions& o) {
   if (!mesh) throw Error("read_matrix_market: a distributed read needs a mesh");
   const MPI_Comm comm = mesh.comm();
   const int me = comm::rank_of(comm), p = comm::size_of(comm);
@@ -204,9 +231,7 @@ inline const char* field_name(MatrixMarketField f) {
 
 }  // namespace detail
 
-/// Writes `A` to a stream in Matrix Market form; values with 17 significant digits, so a float64
-/// matrix reads back bit for bit.
-inline void write_matrix_market(std::ostream& out, const SparseTensor& A, const MatrixMarketWriteOptions& o = {}) {
+EINSHARD_INLINE void write_matrix_market(std::ostream& out, const SparseTensor& A, const MatrixMarketWriteOptions& o) {
   using S = MatrixMarketSymmetry;
   const bool complex = at::isComplexType(A.dtype());
   const auto field = o.field.value_or(complex ? MatrixMarketField::complex : MatrixMarketField::real);
@@ -280,14 +305,15 @@ inline void write_matrix_market(std::ostream& out, const SparseTensor& A, const 
       if (stored(i, j)) out << value(dv[i * A.cols() + j]).substr(1) << '\n';
 }
 
-/// Writes `A` to a file (see the stream overload).
-inline void write_matrix_market(const std::string& path, const SparseTensor& A,
-                                const MatrixMarketWriteOptions& o = {}) {
+EINSHARD_INLINE void write_matrix_market(const std::string& path, const SparseTensor& A,
+                                         const MatrixMarketWriteOptions& o) {
   std::ofstream out(path);
   if (!out) throw Error("write_matrix_market: cannot open '" + path + "' for writing");
   write_matrix_market(out, A, o);
   out.flush();
   if (!out) throw Error("write_matrix_market: writing '" + path + "' failed");
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

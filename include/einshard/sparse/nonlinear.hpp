@@ -26,12 +26,15 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
+#include "einshard/config.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 #include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/krylov/gmres.hpp"
 #include "einshard/sparse/operator.hpp"
 #include "einshard/sparse/queries.hpp"
 #include "einshard/sparse/solver.hpp"
+#if EINSHARD_DEFINE_SPARSE  // only the definitions below need it
+#include "einshard/sparse/krylov/gmres.hpp"
+#endif
 
 namespace einshard::sparse {
 
@@ -91,6 +94,9 @@ struct NewtonResult {
   std::function<DVector(const DVector&)> transpose_solve;
 };
 
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
 /// A Krylov operator from a product on DVectors (the general residual's J v or J^T v).
@@ -176,12 +182,12 @@ inline NewtonResult newton(const std::function<DVector(const DVector&)>& residua
 
 }  // namespace detail
 
-inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg,
+EINSHARD_INLINE NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg,
                                                    const DVector& u0) const {
   return nonlinear_solve(g, dg, u0, NewtonOptions{});
 }
 
-inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg,
+EINSHARD_INLINE NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, const PointwiseFunction& dg,
                                                    const DVector& u0, const NewtonOptions& options) const {
   check_vector(u0, "nonlinear_solve", *layout_);
   // Agreed: an empty function on one rank must not leave the others in Newton's collectives.
@@ -243,7 +249,7 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunction& g, c
   return result;
 }
 
-inline NewtonResult DSparseTensor::nonlinear_solve(const NonlinearResidual& residual, const DVector& u0,
+EINSHARD_INLINE NewtonResult DSparseTensor::nonlinear_solve(const NonlinearResidual& residual, const DVector& u0,
                                                    const NewtonOptions& options) const {
   check_vector(u0, "nonlinear_solve", *layout_);
   comm::raise_if_any(layout_->comm(), !residual.residual || !residual.jvp
@@ -273,5 +279,7 @@ inline NewtonResult DSparseTensor::nonlinear_solve(const NonlinearResidual& resi
     };
   return result;
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

@@ -11,14 +11,23 @@
 #include <string>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/config.hpp"
 #include "einshard/sparse/dsparse_tensor.hpp"
 
 namespace einshard::sparse {
 
 namespace detail {
+/// This rank's stored entries in global indices (the values as stored, differentiable).
+Triples global_entries(const DSparseTensor& a);
+}  // namespace detail
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
+// See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
+namespace detail {
 
 /// This rank's stored entries in global indices (the values as stored, differentiable).
-inline Triples global_entries(const DSparseTensor& a) {
+EINSHARD_INLINE Triples global_entries(const DSparseTensor& a) {
   const auto [v, r, c] = csr_to_coo(a.local());
   const auto& owned = a.layout()->owned();
   // Local columns are the domain's owned entries, then the ghosts (the rows' partition only for a
@@ -45,22 +54,24 @@ inline bool equals_own_transpose(const DSparseTensor& a, double atol, double rto
 
 /// A^T: entries of row i go to the owner of row j = their column. Differentiable w.r.t. the values
 /// of entries that stay on their rank (as `from_local`: gradients reach the rows a rank owns).
-inline DSparseTensor DSparseTensor::T() const {
+EINSHARD_INLINE DSparseTensor DSparseTensor::T() const {
   const auto t = detail::global_entries(*this);
   return from_local(t.values, t.cols, t.rows, shape(), mesh_, {.owned_rows = layout_->owned()});
 }
 
-inline DSparseTensor DSparseTensor::H() const {
+EINSHARD_INLINE DSparseTensor DSparseTensor::H() const {
   const auto t = detail::global_entries(*this);
   return from_local(t.values.conj().resolve_conj(), t.cols, t.rows, shape(), mesh_, {.owned_rows = layout_->owned()});
 }
 
 /// Structural and numerical symmetry to atol + rtol max|a| (SciPy/torch-sla's defaults).
-inline bool DSparseTensor::is_symmetric(double atol, double rtol) const {
+EINSHARD_INLINE bool DSparseTensor::is_symmetric(double atol, double rtol) const {
   return detail::equals_own_transpose(*this, atol, rtol, false);
 }
-inline bool DSparseTensor::is_hermitian(double atol, double rtol) const {
+EINSHARD_INLINE bool DSparseTensor::is_hermitian(double atol, double rtol) const {
   return detail::equals_own_transpose(*this, atol, rtol, true);
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse
