@@ -88,6 +88,29 @@ TEST_CASE("save / load at the same world size keeps the partition and the bits",
   }
 }
 
+// A load maps its files copy-on-write (no copy out of the page cache): the matrix must not change
+// when its directory is saved over (a save renames new files into place), and writing its values
+// must not reach the files.
+TEST_CASE("save / load: a loaded matrix keeps its bits when its directory is saved over or its values written",
+          "[sparse][io]") {
+  const auto mesh = es::testing::world_mesh();
+  TempDir dir("mapped");
+  const auto coo = es::testing::poisson2d(11, 6);
+  const auto D = es::testing::distribute(coo, mesh, sp::PartitionMethod::rcb, es::testing::grid_coords(11, 6));
+  D.save(dir.str());
+  const auto E = sp::DSparseTensor::load(dir.str(), mesh);
+  const auto before = product(D);
+  CHECK(at::equal(product(E), before));
+  const auto F = D.with_values(D.values() * 2.0 + 1.0);
+  F.save(dir.str());
+  CHECK(at::equal(product(E), before));
+  E.values().mul_(3.0);  // in place: a private copy of the pages it touches, not the files
+  CHECK(at::equal(E.values(), D.values() * 3.0));
+  const auto G = sp::DSparseTensor::load(dir.str(), mesh);
+  CHECK(at::equal(G.values(), F.values()));
+  CHECK(at::equal(product(G), product(F)));
+}
+
 TEST_CASE("save / load: files of 4 partitions load at 1, 2, 3 ranks and the whole world", "[sparse][io]") {
   const auto w = es::testing::world();
   const auto coo = es::testing::unsymmetric_with_duplicates(50);

@@ -39,6 +39,8 @@
 #include "einshard/sparse/sparse_tensor.hpp"
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
@@ -89,6 +91,39 @@ struct PartitionParts {
   at::Tensor send_rows, rowptr, col, values;
 };
 
+/// The bytes of the open file `fd` as a kByte tensor mapped copy-on-write from the page cache, or
+/// an undefined tensor when the file system cannot map it. Mapping instead of read() spares the
+/// copy out of the page cache, most of a load's time when the file is cached. The mapping keeps
+/// the file open under a shared flock until the last tensor viewing it goes: a save over the
+/// directory (in any process) rewrites a file in place only when it can take that lock, and
+/// otherwise writes a new file and renames it over, so a mapped file never changes under a matrix.
+/// Takes `fd` over on success.
+inline at::Tensor map_file(int fd, std::int64_t bytes) {
+  if (bytes <= 0 || ::flock(fd, LOCK_SH | LOCK_NB) != 0) return {};
+  void* p = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) {
+    ::flock(fd, LOCK_UN);
+    return {};
+  }
+  return at::from_blob(
+      p, {bytes},
+      [bytes, fd](void* q) {
+        ::munmap(q, static_cast<std::size_t>(bytes));
+        ::close(fd);  // releases the lock
+      },
+      at::TensorOptions(at::kByte));
+}
+
+/// Whether an earlier save's file at `path` may be truncated and rewritten in place: no loaded
+/// matrix maps it (see `map_file`).
+inline bool rewritable(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  const bool unlocked = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return unlocked;
+}
+
 /// Writes `part` as `dir/file` atomically (temporary, fsync, rename); fills `entry` (size and
 /// checksum). Call only after the directory's metadata is removed (prepare_directory). Errors come
 /// back as a message (empty on success) so the caller can agree across ranks.
@@ -99,9 +134,11 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
   const auto temp_path = dir / (entry.file + ".tmp");
   // A previous save's file becomes the temporary: truncating and rewriting an existing file is
   // several times faster than filling a new one on common file systems (block allocation), and
-  // no reader can be misled meanwhile, since the metadata that would vouch for it is gone.
+  // no reader can be misled meanwhile, since the metadata that would vouch for it is gone. A file
+  // that a loaded matrix maps is left to it: the new one is written beside it and renamed over.
   std::error_code ignored;
-  if (std::filesystem::exists(final_path, ignored)) std::filesystem::rename(final_path, temp_path, ignored);
+  if (std::filesystem::exists(final_path, ignored) && rewritable(final_path))
+    std::filesystem::rename(final_path, temp_path, ignored);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return system_fault("DSparseTensor::save", temp_path.string(), "creating it");
   FileChecksum sum(file_version);
@@ -190,8 +227,8 @@ struct LoadedPartition {
 };
 
 /// Reads and checks one partition file; a message naming the file on failure ("" on success).
-/// The checksum and the structural checks run chunk by chunk right after each read, while the
-/// chunk is still in cache: no pass over the file's memory of their own.
+/// The checksum and the structural checks run chunk by chunk, while the chunk is in cache: no
+/// pass over the file's memory of their own.
 inline std::string read_partition(const std::filesystem::path& dir, const Metadata& meta, const PartitionEntry& e,
                                   LoadedPartition& out) {
   const auto path = (dir / e.file).string();
@@ -204,10 +241,14 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
     return "DSparseTensor::load: " + path + " is truncated or damaged: expected " + std::to_string(e.bytes) +
            " bytes (metadata), found " + std::to_string(st.st_size);
   }
-  // One allocation for the whole file, which the matrix's tensors then view in place.
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  const auto words = at::empty({(e.bytes + 15) / 16, 2}, at::kLong);
-  auto* p = static_cast<unsigned char*>(words.data_ptr());
+  // The matrix's tensors view these bytes in place: mapped, or else read into one allocation.
+  auto bytes = map_file(fd, e.bytes);
+  const bool mapped = bytes.defined();
+  if (!mapped) {
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    bytes = at::empty({(e.bytes + 15) / 16, 2}, at::kLong).view(at::kByte).flatten().narrow(0, 0, e.bytes);
+  }
+  auto* p = static_cast<unsigned char*>(bytes.data_ptr());
   FileChecksum sum(meta.version);
   const PartitionExpect want{e.id, static_cast<std::int64_t>(meta.parts.size()), meta.m, meta.n, e.rows, e.nnz,
                              meta.value_size};
@@ -215,21 +256,24 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
   constexpr std::int64_t chunk = std::int64_t{1} << 18;  // well inside L2 while both passes read it
   std::int64_t done = 0;
   while (done < e.bytes) {
-    const auto r = ::read(fd, p + done, static_cast<std::size_t>(std::min(chunk, e.bytes - done)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
+    auto r = std::min(chunk, e.bytes - done);
+    if (!mapped) {
+      r = ::read(fd, p + done, static_cast<std::size_t>(r));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+    }
     sum.update(p + done, static_cast<std::size_t>(r));
     done += r;
     if (meta.version != 1) (void)check.feed(p, done);  // a fault waits for the checksum's verdict
   }
-  ::close(fd);
+  if (!mapped) ::close(fd);
   if (done != e.bytes)
     return "DSparseTensor::load: " + path + ": expected " + std::to_string(e.bytes) + " bytes from read(), found " +
            std::to_string(done);
   if (hex(sum.value()) != e.checksum)
     return "DSparseTensor::load: " + path + " is corrupt: expected checksum " + e.checksum + " (metadata), found " +
            hex(sum.value());
-  out.bytes = words.view(at::kByte).flatten().narrow(0, 0, e.bytes);
+  out.bytes = bytes;
   std::string fault;
   if (meta.version == 1) {
     fault = check_partition_v1(p, e.bytes, want, out.sections);
