@@ -57,6 +57,26 @@ sp::DSparseTensor assemble(const es::testing::Coo& share, const at::Tensor& valu
   return sp::DSparseTensor::from_local(values, share.rows, share.cols, {share.n, share.n}, mesh);
 }
 
+/// `batch` copies of `a` scaled by 1, 1.25, 1.5, ... as one batch, and the dense solves of
+/// `rhs` (batch, n) or (batch, n, k) with them.
+sp::BatchSparseTensor scaled_batch(const es::testing::Coo& a, std::int64_t batch) {
+  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
+  return {(scale * a.values.unsqueeze(0)).contiguous(), a.rows, a.cols, {a.n, a.n}};
+}
+at::Tensor scaled_batch_solution(const es::testing::Coo& a, const at::Tensor& rhs) {
+  const auto dense = es::testing::dense(a);
+  std::vector<at::Tensor> refs;
+  for (std::int64_t i = 0; i < rhs.size(0); ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
+  return at::stack(refs);
+}
+
+/// Tight options for method `m` in the batch tests: jacobi where the method takes a preconditioner.
+sp::SolveOptions batch_options(sp::Method m) {
+  const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
+  return {.method = m, .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+          .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0};
+}
+
 }  // namespace
 
 TEST_CASE("FGMRES: a fixed preconditioner as GMRES, an inner solve as preconditioner", "[sparse][fgmres]") {
@@ -128,22 +148,13 @@ TEST_CASE("solve_batch with every method equals linalg_solve", "[sparse][batch][
   const auto mesh = world_mesh();
   const auto coo = convection_diffusion(5, 4, 0.3);
   const std::int64_t batch = 5;
-  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
-  const auto values = (scale * coo.values.unsqueeze(0)).contiguous();
-  const sp::BatchSparseTensor A(values, coo.rows, coo.cols, {coo.n, coo.n});
-  const auto D = sp::partition_batch(A, mesh);
+  const auto D = sp::partition_batch(scaled_batch(coo, batch), mesh);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
   const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
-  const auto dense = es::testing::dense(coo);
-  std::vector<at::Tensor> refs;
-  for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
-  const auto ref = at::stack(refs);
+  const auto ref = scaled_batch_solution(coo, rhs);
   for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
     CAPTURE(sp::to_string(m));
-    const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
-    const auto s = D.solve_batch(D.scatter(rhs), {.method = m,
-                                                  .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
-                                                  .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0});
+    const auto s = D.solve_batch(D.scatter(rhs), batch_options(m));
     for (const auto& info : s.info) CHECK(info.converged);
     CHECK(rel(D.gather(s.x), ref) < 1e-8);
   }
@@ -376,22 +387,14 @@ TEST_CASE("solve_batch with several right-hand sides per system, every method", 
   const auto mesh = world_mesh();
   const auto coo = convection_diffusion(5, 4, 0.3);
   const std::int64_t batch = 5, k = 3;
-  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
-  const sp::BatchSparseTensor A((scale * coo.values.unsqueeze(0)).contiguous(), coo.rows, coo.cols, {coo.n, coo.n});
-  const auto D = sp::partition_batch(A, mesh);
+  const auto D = sp::partition_batch(scaled_batch(coo, batch), mesh);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(18);
   auto rhs = at::randn({batch, coo.n, k}, gen, at::kDouble);
   rhs.select(2, 1).select(0, 0).zero_();
-  const auto dense = es::testing::dense(coo);
-  std::vector<at::Tensor> refs;
-  for (std::int64_t i = 0; i < batch; ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
-  const auto ref = at::stack(refs);
+  const auto ref = scaled_batch_solution(coo, rhs);
   for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
     CAPTURE(sp::to_string(m));
-    const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
-    const auto s = D.solve_batch(D.scatter(rhs), {.method = m,
-                                                  .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
-                                                  .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0});
+    const auto s = D.solve_batch(D.scatter(rhs), batch_options(m));
     for (const auto& info : s.info) {
       CHECK(info.converged);
       CHECK(info.columns.size() == static_cast<std::size_t>(k));

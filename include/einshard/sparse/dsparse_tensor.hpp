@@ -812,7 +812,7 @@ EINSHARD_INLINE at::Tensor DSparseTensor::record_least_squares(const at::Tensor&
 
 EINSHARD_INLINE void DSparseTensor::transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
   const auto owned = domain_->local_size();
-  auto ghosts = at::zeros({plan_->ghost_count()}, y.options());
+  auto& ghosts = scratch_.ghosts(y).zero_();  // the kernel adds each row's ghost contributions
   detail::spmv_transpose_halo(hot_, boundary_, owned, y, x, ghosts, /*ghost_phase=*/true, conjugate);
   scratch_.exchange()->start_reverse(ghosts);
   x.zero_();
