@@ -4,7 +4,7 @@
 // an eigenvector of the discrete Laplacian, so CG has real work to do).
 //
 //   mpirun -n 4 --oversubscribe build/release/examples/poisson [--n 256] [--dim 2|3]
-//          [--pc none|jacobi|l1_jacobi|block_jacobi|chebyshev] [--variant standard|single]
+//          [--pc none|jacobi|l1_jacobi|block_jacobi|chebyshev|ssor|neumann] [--variant standard|single]
 //          [--rtol 1e-8] [--every 50]
 //
 // Prints the residual every few iterations, then iterations, final residual, the error against
@@ -53,16 +53,6 @@ Args parse(int argc, char** argv) {
   }
   if (a.dim != 2 && a.dim != 3) throw std::invalid_argument("--dim must be 2 or 3");
   return a;
-}
-
-sp::Preconditioner preconditioner(const std::string& s) {
-  using P = sp::Preconditioner;
-  if (s == "none") return P::none;
-  if (s == "jacobi") return P::jacobi;
-  if (s == "l1_jacobi") return P::l1_jacobi;
-  if (s == "block_jacobi") return P::block_jacobi;
-  if (s == "chebyshev") return P::chebyshev;
-  throw std::invalid_argument("unknown preconditioner " + s);
 }
 
 /// This rank's rows of the (2d+1)-point Laplacian scaled by 1/h^2, and f at those points.
@@ -139,7 +129,7 @@ int main(int argc, char** argv) {
                   a.dim, static_cast<long long>(N), static_cast<long long>(global_nnz), size,
                   a.variant.c_str(), a.pc.c_str(), a.rtol, assembly);
 
-    const auto s = A.solve(b, {.preconditioner = preconditioner(a.pc),
+    const auto s = A.solve(b, {.preconditioner = sp::preconditioner_from_string(a.pc),
                                .rtol = a.rtol,
                                .maxiter = 100000,
                                .monitor =

@@ -11,7 +11,11 @@
 // KSPSetTolerances(0, 0, default, iters)), both testing the unpreconditioned residual norm every
 // iteration (PETSc: KSP_NORM_UNPRECONDITIONED), zero initial guess. Preconditioners: none (PETSc
 // PCNONE), jacobi (PCJACOBI), and on request block_jacobi (PCBJACOBI: one block per rank, ILU(0)
-// inside: PETSc's default sub-solver, the same preconditioner as einshard's). Both set the
+// inside: PETSc's default sub-solver, the same preconditioner as einshard's), ssor (PCSOR with
+// SOR_LOCAL_SYMMETRIC_SWEEP, ω = 1, one sweep: PETSc's parallel SOR is per rank too, the same M
+// as einshard's) and neumann (PCKSP running KSPRICHARDSON with scale 1/τ, τ = ‖D⁻¹A‖_∞, and
+// PCJACOBI for `neumann_degree` = 2 iterations from zero: the same polynomial, through PETSc's
+// nested KSP, as PETSc has no polynomial PC of its own but Chebyshev). Both set the
 // preconditioner up once and reuse it (PETSc: KSPSetUp; einshard: the matrix keeps its last
 // solve's); the time per iteration below is the whole solve call ("einshard_setup_ms" says what
 // einshard's setup cost in it; "ratio_iter_only" leaves it out). `--method bicgstab|gmres` runs
@@ -20,6 +24,10 @@
 // without refinement, einshard's with DGKS refinement unless `--gmres-one-pass`). A short warm-up
 // solve of each comes first; the first timed rep checks that both ran every iteration and compares
 // their solutions (x_rel_diff: the same algorithm in a different summation order).
+//
+// History (--cases history): both solve to --history-rtol from x = 0, `--reps` times in rotating
+// order (the setup kept from a warm-up solve on both sides), and report the iterations, the median
+// time to solution and its ratio, with every residual norm of the last rep.
 //
 // SpMV: `--spmv-reps` products per sample: einshard's D.matvec(x) (a new DVector per call),
 // einshard's solver hot path D.apply(x, y) into a kept y, and PETSc's MatMult. GB/s counts the
@@ -37,12 +45,14 @@
 //    "ratio":einshard/PETSc throughput (of the medians),"ratio_paired":median of the same-rep
 //    ratios,"einshard_iter_only_ms_per_it":...,"ratio_iter_only":...,"einshard_setup_ms":...,
 //    "x_rel_diff":...}
+//   {"bench":"sparse_cg_solve","ranks":P,"precond":...,"einshard_iterations":...,"petsc_iterations":...,
+//    "einshard_s":...,"petsc_s":...,"ratio":PETSc time / einshard time (>1: einshard faster),"ratio_paired":...}
 //   {"bench":"sparse_spmv","ranks":P,...,"einshard_matvec_gbs":...,"einshard_apply_gbs":...,
 //    "petsc_gbs":...,"triad_gbs":...,"matvec_vs_triad":...,"apply_vs_triad":...,"petsc_vs_triad":...,
 //    "ratio":einshard matvec / PETSc}
 //
 //   mpirun -n P einshard_bench_sparse_cg [--grid 2000] [--iters 200] [--reps 5]
-//        [--precond none,jacobi[,block_jacobi,amg]] [--cases cg,spmv[,history]] [--history-rtol 1e-8]
+//        [--precond none,jacobi[,block_jacobi,amg,ssor,neumann]] [--cases cg,spmv[,history]] [--history-rtol 1e-8]
 //        [--method cg|bicgstab|gmres]
 //        [--gmres-one-pass]
 //        [--spmv-reps 20] [--triad-mib 128]
@@ -173,7 +183,7 @@ struct Petsc {
     PETSC(VecSet(b, 1.0));
   }
 
-  void configure(const std::string& precond, int iters, const std::string& method) {
+  void configure(const std::string& precond, int iters, const std::string& method, double neumann_tau) {
     if (ksp) PETSC(KSPDestroy(&ksp));
     PETSC(KSPCreate(PETSC_COMM_WORLD, &ksp));
     PETSC(KSPSetOperators(ksp, A, A));
@@ -184,10 +194,28 @@ struct Petsc {
     if (method == "gmres") PETSC(KSPGMRESSetRestart(ksp, 30));
     PC pc = nullptr;
     PETSC(KSPGetPC(ksp, &pc));
-    PETSC(PCSetType(pc, precond == "none"     ? PCNONE
-                        : precond == "jacobi" ? PCJACOBI
-                        : precond == "amg"    ? PCHYPRE  // BoomerAMG with PETSc's settings (amg_like_petsc)
-                                              : PCBJACOBI));
+    PETSC(PCSetType(pc, precond == "none"      ? PCNONE
+                        : precond == "jacobi"  ? PCJACOBI
+                        : precond == "amg"     ? PCHYPRE  // BoomerAMG with PETSc's settings (amg_like_petsc)
+                        : precond == "ssor"    ? PCSOR
+                        : precond == "neumann" ? PCKSP
+                                               : PCBJACOBI));
+    if (precond == "ssor") {
+      PETSC(PCSORSetSymmetric(pc, SOR_LOCAL_SYMMETRIC_SWEEP));
+      PETSC(PCSORSetOmega(pc, 1.0));
+      PETSC(PCSORSetIterations(pc, 1, 1));
+    }
+    if (precond == "neumann") {
+      KSP inner = nullptr;
+      PC jacobi = nullptr;
+      PETSC(PCKSPGetKSP(pc, &inner));
+      PETSC(KSPSetType(inner, KSPRICHARDSON));
+      PETSC(KSPRichardsonSetScale(inner, 1.0 / neumann_tau));
+      PETSC(KSPGetPC(inner, &jacobi));
+      PETSC(PCSetType(jacobi, PCJACOBI));
+      PETSC(KSPSetNormType(inner, KSP_NORM_NONE));
+      PETSC(KSPSetTolerances(inner, 0.0, 0.0, PETSC_DEFAULT, sp::PreconditionerOptions{}.neumann_degree));
+    }
     PETSC(KSPSetNormType(ksp, KSP_NORM_UNPRECONDITIONED));
     PETSC(KSPSetTolerances(ksp, 0.0, 0.0, PETSC_DEFAULT, iters));
     PETSC(KSPSetUp(ksp));
@@ -227,19 +255,26 @@ sp::Method method_of(const std::string& name) {
   throw std::runtime_error("--method: expected cg, bicgstab or gmres, got " + name);
 }
 
-sp::Preconditioner kind_of(const std::string& name) {
-  if (name == "none") return sp::Preconditioner::none;
-  if (name == "jacobi") return sp::Preconditioner::jacobi;
-  if (name == "block_jacobi") return sp::Preconditioner::block_jacobi;
-  if (name == "amg") return sp::Preconditioner::amg;
-  throw std::runtime_error("--precond: expected none, jacobi, block_jacobi or amg, got " + name);
+/// τ = ‖D⁻¹A‖_∞ of the rows of all ranks, as einshard's neumann computes it.
+double neumann_tau(const Rows& rows) {
+  double tau = 0;
+  for (std::size_t i = 0; i + 1 < rows.rowptr.size(); ++i) {
+    double diag = 0, sum = 0;
+    for (auto k = rows.rowptr[i]; k < rows.rowptr[i + 1]; ++k) {
+      const auto ku = static_cast<std::size_t>(k);
+      sum += std::abs(rows.val[ku]);
+      if (rows.col[ku] == rows.row[ku]) diag = rows.val[ku];
+    }
+    tau = std::max(tau, sum / std::abs(diag));
+  }
+  return max_over_ranks(tau);
 }
 
 /// einshard's amg with PETSc's PCHYPRE settings (Falgout, classical, no truncation, hybrid
 /// symmetric Gauss–Seidel in C/F order): the same BoomerAMG hierarchy and cycle on both sides, so
 /// the residual histories should coincide.
 sp::SolveOptions with_preconditioner(sp::SolveOptions o, const std::string& name) {
-  o.preconditioner = kind_of(name);
+  o.preconditioner = sp::preconditioner_from_string(name);
   if (name == "amg")
     o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
                                     .interpolation = sp::AmgInterpolation::classical, .strong_threshold = 0.25,
@@ -277,6 +312,7 @@ int run(const Config& cfg) {
   const auto D = sp::DSparseTensor::from_local(values, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh,
                                                {.owned_rows = at::arange(lo, hi, at::kLong)});
   Petsc petsc(rows, n);
+  const double tau = neumann_tau(rows);
 
   if (rank == 0) {
     const char* version = nullptr;
@@ -298,16 +334,16 @@ int run(const Config& cfg) {
                                      .residual_history = false},
                                     name);
     if (cfg.one_pass) opts.reorthogonalize = sp::Reorthogonalize::never;
-    petsc.configure(name, cfg.iters, cfg.method);
+    petsc.configure(name, cfg.iters, cfg.method, tau);
     // Warm-up (a few iterations of each: first touches, caches), then the timed reps; the first
     // rep's results are checked: both ran every iteration and their solutions agree.
     {
       auto short_opts = opts;
       short_opts.maxiter = std::min(cfg.iters, 5);
       (void)D.solve(b, short_opts);
-      petsc.configure(name, short_opts.maxiter, cfg.method);
+      petsc.configure(name, short_opts.maxiter, cfg.method, tau);
       petsc.solve();
-      petsc.configure(name, cfg.iters, cfg.method);
+      petsc.configure(name, cfg.iters, cfg.method, tau);
     }
     double diff = -1;
     std::vector<double> t_es, t_es_iter, t_es_setup, t_petsc;
@@ -364,24 +400,45 @@ int run(const Config& cfg) {
     }
   }
 
-  // ---- Convergence histories (--cases history) ---------------------------------------------------
+  // ---- Time to solution and convergence histories (--cases history) -----------------------------
   // Both solve to rtol = --history-rtol on the unpreconditioned residual from x = 0, recording every
   // residual norm: the same algorithm in a different summation order, so the curves should lie on
-  // each other until round-off separates them. One JSON line per solver, the norms in an array.
+  // each other until round-off separates them. One JSON line per solver, the norms in an array, and
+  // one sparse_cg_solve line with the iterations and median times of `--reps` paired solves.
   for (const auto& name : cfg.history ? cfg.precond : std::vector<std::string>{}) {
     const int maxiter = 20 * static_cast<int>(g) + 100;
-    const auto r = D.solve(
-        b, with_preconditioner({.method = method_of(cfg.method), .rtol = cfg.history_rtol, .atol = 0, .maxiter = maxiter},
-                               name));
-    petsc.configure(name, maxiter, cfg.method);
+    const auto opts = with_preconditioner(
+        {.method = method_of(cfg.method), .rtol = cfg.history_rtol, .atol = 0, .maxiter = maxiter}, name);
+    petsc.configure(name, maxiter, cfg.method, tau);
     PETSC(KSPSetTolerances(petsc.ksp, cfg.history_rtol, 0.0, PETSC_DEFAULT, maxiter));
     std::vector<PetscReal> h(static_cast<std::size_t>(maxiter) + 1);
     PETSC(KSPSetResidualHistory(petsc.ksp, h.data(), static_cast<PetscInt>(h.size()), PETSC_TRUE));
-    (void)petsc.solve();
+    sp::SolveResult r = D.solve(b, opts);  // warm-up: builds the setup the timed solves reuse
+    int petsc_its = petsc.solve();
+    std::vector<double> t_es, t_petsc;
+    for (int rep = 0; rep < cfg.reps; ++rep) {
+      auto einshard = [&] { t_es.push_back(timed([&] { r = D.solve(b, opts); })); };
+      auto reference = [&] { t_petsc.push_back(timed([&] { petsc_its = petsc.solve(); })); };
+      if (rep % 2 == 0) {
+        einshard();
+        reference();
+      } else {
+        reference();
+        einshard();
+      }
+    }
     const PetscReal* ph = nullptr;
     PetscInt hn = 0;
     PETSC(KSPGetResidualHistory(petsc.ksp, &ph, &hn));
     if (rank != 0) continue;
+    std::vector<double> paired;
+    for (std::size_t i = 0; i < t_es.size(); ++i) paired.push_back(t_petsc[i] / t_es[i]);
+    std::printf("{\"bench\":\"sparse_cg_solve\",\"method\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"precond\":\"%s\","
+                "\"rtol\":%.1e,\"einshard_iterations\":%d,\"petsc_iterations\":%d,\"einshard_s\":%.4f,"
+                "\"petsc_s\":%.4f,\"ratio\":%.3f,\"ratio_paired\":%.3f,\"converged\":%s,\"reps\":%d}\n",
+                cfg.method.c_str(), p, static_cast<long long>(g), name.c_str(), cfg.history_rtol, r.info.iterations,
+                petsc_its, median(t_es), median(t_petsc), median(t_petsc) / median(t_es), median(paired),
+                r.info.converged ? "true" : "false", cfg.reps);
     auto line = [&](const char* solver, const double* v, std::size_t count) {
       std::printf("{\"bench\":\"sparse_cg_history\",\"solver\":\"%s\",\"method\":\"%s\",\"ranks\":%d,"
                   "\"grid\":%lld,\"precond\":\"%s\",\"rtol\":%.1e,\"iterations\":%zu,\"residuals\":[",

@@ -1,7 +1,8 @@
 // The preconditioners of sparse/preconditioner.hpp on row blocks of small matrices, at every world
 // size of the suite (1, 2, 3, 4, 8), with uneven and empty blocks: each rank's z = M⁻¹ r against
 // the same formula computed by torch on the full matrix, rank invariance of the rank-independent
-// ones, PCG iteration counts, and setup faults raising the same error on every rank.
+// ones, PCG iteration counts, and setup faults raising the same error on every rank. SSOR and
+// Neumann also through DSparseTensor::solve with every Krylov method, against a dense solve.
 //
 // The distributed matvec here is a test stand-in (all-gather x, multiply the dense row block): the
 // operators only see the LocalRows/Matvec interface the solvers give them.
@@ -16,13 +17,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "einshard/comm/collectives.hpp"
 #include "einshard/shapes.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse.hpp"
 #include "collective_error.hpp"
 #include "test_support.hpp"
 
@@ -342,4 +344,331 @@ TEST_CASE("every preconditioner cuts PCG iterations on a badly scaled Poisson pr
     CHECK(std::abs(iterations["ic0"] - iterations["ilu0"]) <= 1);  // the same M for symmetric A
     CHECK(iterations["chebyshev"] < iterations["jacobi"]);
   }
+}
+
+namespace {
+
+// The per-rank SSOR of the block rows [lo, hi) built densely: M = (D/ω + L)(D/ω)⁻¹(D/ω + U) / (2 − ω)
+// of the owned×owned block, z = M⁻¹ r by a dense solve.
+at::Tensor dense_ssor(const Block& blk, const at::Tensor& r_owned, double omega) {
+  if (blk.hi == blk.lo) return r_owned.clone();
+  const auto b = blk.a.slice(0, blk.lo, blk.hi).slice(1, blk.lo, blk.hi);
+  const auto dw = at::diag(b.diagonal() / omega);
+  const auto m = (dw + at::tril(b, -1)).matmul(at::linalg_inv(dw)).matmul(dw + at::triu(b, 1)) / (2 - omega);
+  return at::linalg_solve(m, r_owned);
+}
+
+// The truncated Neumann series on the full matrix, summed term by term (not by Horner's rule):
+// z = Σ_{k<d} (I − S A)^k S r, S = D⁻¹/‖D⁻¹A‖_∞ or I/‖A‖_∞.
+at::Tensor dense_neumann(const at::Tensor& a, const at::Tensor& r, int degree, bool jacobi) {
+  const auto n = a.size(0);
+  const auto s = jacobi ? a.diagonal().reciprocal() : at::ones({n}, a.options());
+  const auto tau = (s.abs().unsqueeze(1) * a.abs()).sum(1).max();
+  const auto sa = (s / tau).unsqueeze(1) * a;
+  auto term = (s / tau) * r;
+  auto z = term.clone();
+  for (int k = 1; k < degree; ++k) {
+    term = term - at::mv(sa, term);
+    z = z + term;
+  }
+  return z;
+}
+
+// A badly scaled Poisson matrix with one far unsymmetric entry (L ≠ Uᵀ: both sweeps matter).
+at::Tensor unsymmetric_scaled(std::int64_t nx, std::int64_t ny) {
+  auto a = badly_scaled(poisson_2d(nx, ny));
+  a[2][nx * ny - 3] = 0.7;
+  a[nx * ny - 5][1] = -0.4;
+  return a;
+}
+
+// Poisson plus an imaginary skew part on the x-neighbours: Hermitian positive definite
+// (the skew part's norm, 0.4, is below Poisson's smallest eigenvalue on a 6×5 grid, 0.47).
+at::Tensor hermitian_poisson(std::int64_t nx, std::int64_t ny) {
+  auto a = poisson_2d(nx, ny).to(at::kComplexDouble);
+  const auto n = nx * ny;
+  for (std::int64_t i = 0; i + 1 < n; ++i)
+    if ((i + 1) % nx != 0) {
+      a[i][i + 1] = c10::complex<double>(-1, 0.2);
+      a[i + 1][i] = c10::complex<double>(-1, -0.2);
+    }
+  return a;
+}
+
+// The same r on every rank.
+at::Tensor shared_vector(std::int64_t n, at::ScalarType dtype, MPI_Comm comm) {
+  auto r = at::randn({n}, at::TensorOptions(dtype));
+  MPI_Bcast(r.data_ptr(), static_cast<int>(r.nbytes()), MPI_BYTE, 0, comm);
+  return r;
+}
+
+// Uneven blocks: rank r gets r + 1 shares of the rows (the last rank the most).
+std::vector<std::int64_t> growing(std::int64_t n, MPI_Comm comm) {
+  const auto p = es::comm::size_of(comm);
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(p));
+  const std::int64_t shares = p * (p + 1) / 2;
+  std::int64_t given = 0;
+  for (int r = 0; r < p; ++r) {
+    sizes[static_cast<std::size_t>(r)] = n * (r + 1) / shares;
+    given += sizes[static_cast<std::size_t>(r)];
+  }
+  sizes.back() += n - given;
+  return sizes;
+}
+
+}  // namespace
+
+TEST_CASE("ssor: each rank's z equals the dense SSOR of its owned block", "[sparse][preconditioner][ssor]") {
+  const auto comm = es::testing::world().comm;
+  for (const auto& a : {unsymmetric_scaled(7, 5), hermitian_poisson(6, 5)}) {
+    const auto n = a.size(0);
+    const auto r = shared_vector(n, a.scalar_type(), comm);
+    for (const auto& sizes : {even(n, comm), first_empty(n, comm), growing(n, comm)}) {
+      const auto blk = distribute(a, sizes, comm);
+      for (const double omega : {1.0, 1.4, 0.6}) {
+        CAPTURE(a.scalar_type(), omega);
+        const auto m = blk.make(Preconditioner::ssor, {.ssor_omega = omega});
+        CHECK(m->name().rfind("ssor(", 0) == 0);
+        CHECK(at::allclose(apply(*m, blk.owned(r)), dense_ssor(blk, blk.owned(r), omega), 1e-12, 1e-13));
+        // In place (z the same tensor as r), as a Krylov method may call it.
+        auto in_place = blk.owned(r).clone();
+        m->apply(in_place, in_place);
+        CHECK(at::allclose(in_place, apply(*m, blk.owned(r)), 0, 0));
+      }
+    }
+  }
+  // On one process the whole matrix is one block: symmetric (Hermitian) and positive for HPD A.
+  const auto h = hermitian_poisson(6, 5);
+  const auto whole = distribute(h, {h.size(0)}, MPI_COMM_SELF);
+  const auto m = whole.make(Preconditioner::ssor, {.ssor_omega = 1.3});
+  const auto r1 = shared_vector(h.size(0), h.scalar_type(), MPI_COMM_SELF);
+  const auto r2 = at::cos(at::arange(h.size(0), at::kDouble)).to(h.scalar_type());
+  const auto z1 = apply(*m, r1), z2 = apply(*m, r2);
+  CHECK(std::abs(at::vdot(r1, z2).item<c10::complex<double>>() - std::conj(at::vdot(r2, z1).item<c10::complex<double>>())) < 1e-12);
+  CHECK(at::real(at::vdot(r1, z1)).item<double>() > 0);
+}
+
+TEST_CASE("neumann: z equals the dense truncated series, at every world size", "[sparse][preconditioner][neumann]") {
+  const auto comm = es::testing::world().comm;
+  for (const auto& a : {unsymmetric_scaled(7, 5), hermitian_poisson(6, 5)}) {
+    const auto n = a.size(0);
+    const auto r = shared_vector(n, a.scalar_type(), comm);
+    for (const auto& sizes : {even(n, comm), first_empty(n, comm), growing(n, comm)}) {
+      const auto blk = distribute(a, sizes, comm);
+      for (const int degree : {1, 2, 4})
+        for (const bool jacobi : {true, false}) {
+          CAPTURE(a.scalar_type(), degree, jacobi);
+          const auto m = blk.make(Preconditioner::neumann, {.neumann_degree = degree, .neumann_jacobi = jacobi});
+          CHECK(m->name() == "neumann(" + std::to_string(degree) + (jacobi ? ", jacobi)" : ")"));
+          const auto expected = blk.owned(dense_neumann(a, r, degree, jacobi));
+          CHECK(at::allclose(apply(*m, blk.owned(r)), expected, 1e-12, 1e-14));
+          auto in_place = blk.owned(r).clone();
+          m->apply(in_place, in_place);
+          CHECK(at::allclose(in_place, expected, 1e-12, 1e-14));
+          // One term is a diagonal, which the Krylov methods fuse.
+          CHECK(m->diagonal().defined() == (degree == 1));
+        }
+    }
+  }
+}
+
+TEST_CASE("ssor and neumann: bad options and matrices raise the same error on every rank",
+          "[sparse][preconditioner][ssor][neumann]") {
+  const auto world = es::testing::world();
+  const auto a = poisson_2d(6, 4);
+  const auto n = a.size(0);
+  for (const auto& sizes : {even(n, world.comm), first_empty(n, world.comm)}) {
+    const auto blk = distribute(a, sizes, world.comm);
+    for (const double omega : {0.0, 2.0, -0.5, 2.5, std::nan("")})
+      CHECK_THAT(collective_error([&] { (void)blk.make(Preconditioner::ssor, {.ssor_omega = omega}); }, world.comm),
+                 Catch::Contains("expected 0 < ssor_omega < 2"));
+    for (const int degree : {0, -3})
+      CHECK_THAT(collective_error([&] { (void)blk.make(Preconditioner::neumann, {.neumann_degree = degree}); }, world.comm),
+                 Catch::Contains("expected neumann_degree ≥ 1, found " + std::to_string(degree)));
+  }
+  // A zero diagonal on the last rank: SSOR and Jacobi-scaled Neumann cannot scale by it; the
+  // unscaled series can.
+  auto z = a.clone();
+  z[n - 1][n - 1] = 0;
+  const auto sizes = even(n, world.comm);
+  const auto blk = distribute(z, sizes, world.comm);
+  const auto last_row = "owned row " + std::to_string(sizes.back() - 1) + " (1 such row";
+  CHECK_THAT(collective_error([&] { (void)blk.make(Preconditioner::ssor); }, world.comm),
+             Catch::StartsWith(from_rank(world.size - 1)) && Catch::Contains("ssor preconditioner setup") &&
+                 Catch::Contains("nonzero diagonal") && Catch::Contains(last_row));
+  CHECK_THAT(collective_error([&] { (void)blk.make(Preconditioner::neumann); }, world.comm),
+             Catch::StartsWith(from_rank(world.size - 1)) && Catch::Contains("neumann preconditioner setup") &&
+                 Catch::Contains(last_row));
+  CHECK(collective_error([&] { (void)blk.make(Preconditioner::neumann, {.neumann_jacobi = false}); }, world.comm).empty());
+  // A zero matrix has no ∞-norm to scale by; a NaN on one rank poisons τ on every rank.
+  const auto zero = distribute(at::zeros({n, n}, at::kDouble), sizes, world.comm);
+  CHECK_THAT(collective_error([&] { (void)zero.make(Preconditioner::neumann, {.neumann_jacobi = false}); }, world.comm),
+             Catch::Contains("expected a nonzero finite ∞-norm of A, found 0"));
+  auto nan = a.clone();
+  nan[n - 1][n - 2] = std::nan("");
+  const auto poisoned = distribute(nan, sizes, world.comm);
+  CHECK_THAT(collective_error([&] { (void)poisoned.make(Preconditioner::neumann); }, world.comm),
+             Catch::Contains("expected a nonzero finite ∞-norm of D⁻¹A, found inf"));
+}
+
+TEST_CASE("ssor and neumann cut PCG iterations on 2-D Poisson, plain and badly scaled",
+          "[sparse][preconditioner][ssor][neumann]") {
+  const auto comm = es::testing::world().comm;
+  for (const bool scaled : {false, true}) {
+    // Plain on 32² (on 16² CG needs so few iterations that 8 ranks' blocks leave SSOR no gain);
+    // the badly scaled one on 16², where no preconditioner already takes a thousand.
+    const auto a = scaled ? badly_scaled(poisson_2d(16, 16)) : poisson_2d(32, 32);
+    const auto n = a.size(0);
+    const auto b_full = at::ones({n}, at::kDouble);
+    // The badly scaled one on one split only: the unscaled series takes ~900 iterations there.
+    std::vector<std::vector<std::int64_t>> splits{first_empty(n, comm)};
+    if (!scaled) splits.push_back(even(n, comm));
+    for (const auto& sizes : splits) {
+      const auto blk = distribute(a, sizes, comm);
+      std::map<std::string, int> iterations;
+      for (const auto& [label, kind, opts] :
+           std::vector<std::tuple<std::string, Preconditioner, sp::PreconditionerOptions>>{
+               {"none", Preconditioner::none, {}},
+               {"jacobi", Preconditioner::jacobi, {}},
+               {"ssor", Preconditioner::ssor, {}},
+               {"ssor1.5", Preconditioner::ssor, {.ssor_omega = 1.5}},
+               {"neumann2", Preconditioner::neumann, {}},
+               {"neumann3", Preconditioner::neumann, {.neumann_degree = 3}},
+               {"neumann2_unscaled", Preconditioner::neumann, {.neumann_jacobi = false}}}) {
+        if (scaled && label == "none") continue;  // ~1000 iterations; the test above counts them
+        at::Tensor x;
+        iterations[label] = pcg(blk, *blk.make(kind, opts), blk.owned(b_full), x, 1e-8, 8000);
+        auto ax = at::empty_like(x);
+        blk.matvec(x, ax);
+        const auto res = blk.owned(b_full) - ax;
+        // The true residual; the scaled matrix's entries reach 4e4, so it drifts further from
+        // the recursive one.
+        CHECK(std::sqrt(all_dot(res, res, comm)) <= (scaled ? 1e-6 : 1e-7) * std::sqrt(static_cast<double>(n)));
+      }
+      std::ostringstream counts;
+      for (const auto& [label, count] : iterations) counts << label << " " << count << ", ";
+      INFO(counts.str());
+      // Per-rank SSOR drops the coupling between the ranks' blocks, so its gain shrinks as the
+      // blocks do (8 ranks: 4 grid lines each), as block Jacobi's.
+      CHECK(iterations["ssor"] < iterations["jacobi"]);
+      CHECK(iterations["ssor1.5"] < iterations["jacobi"]);
+      if (!scaled) {
+        CHECK(iterations["jacobi"] == iterations["none"]);  // a constant diagonal
+        // Both scalings of the series are one operator here, and each term helps.
+        CHECK(iterations["neumann2"] < iterations["jacobi"]);
+        CHECK(iterations["neumann3"] < iterations["neumann2"]);
+        CHECK(iterations["neumann2_unscaled"] == iterations["neumann2"]);
+      } else {
+        // τ = ‖D⁻¹A‖_∞ is a loose bound on λ_max(D⁻¹A) < 2 when neighbouring rows' scales
+        // differ (here by up to 100x), so the series adds little to its Jacobi scaling; without
+        // that scaling it is barely better than no preconditioner.
+        CHECK(iterations["neumann2"] <= iterations["jacobi"]);
+        CHECK(iterations["neumann3"] <= iterations["neumann2"]);
+        CHECK(iterations["neumann2_unscaled"] > 4 * iterations["neumann2"]);
+      }
+    }
+  }
+}
+
+namespace {
+
+// The dense matrix's rows [lo, hi) of `sizes` as a DSparseTensor (from_local: uneven, maybe empty).
+sp::DSparseTensor from_rows(const at::Tensor& a, const std::vector<std::int64_t>& sizes) {
+  const auto rank = static_cast<std::size_t>(es::testing::world().rank);
+  std::int64_t lo = 0;
+  for (std::size_t r = 0; r < rank; ++r) lo += sizes[r];
+  const auto hi = lo + sizes[rank];
+  const auto idx = (a.slice(0, lo, hi) != 0).nonzero();
+  const auto row = idx.select(1, 0) + lo, col = idx.select(1, 1);
+  const es::Mesh mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"});
+  return sp::DSparseTensor::from_local(a.index({row, col}), row, col, {a.size(0), a.size(1)}, mesh,
+                                       {.owned_rows = at::arange(lo, hi, at::kLong)});
+}
+
+// 2-D convection–diffusion (central differences of c ∂x): nonsymmetric.
+at::Tensor convection_diffusion(std::int64_t nx, std::int64_t ny, double c) {
+  auto a = poisson_2d(nx, ny);
+  const auto n = nx * ny;
+  for (std::int64_t i = 0; i + 1 < n; ++i)
+    if ((i + 1) % nx != 0) {
+      a[i][i + 1] += c;
+      a[i + 1][i] -= c;
+    }
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("ssor and neumann in CG, MINRES, BiCGStab, GMRES and FGMRES: the dense solution",
+          "[sparse][preconditioner][ssor][neumann]") {
+  const auto comm = es::testing::world().comm;
+  struct Case {
+    at::Tensor a;
+    std::vector<sp::Method> methods;
+  };
+  for (const auto& [a, methods] :
+       {Case{badly_scaled(poisson_2d(12, 10)), {sp::Method::cg, sp::Method::minres, sp::Method::gmres}},
+        Case{hermitian_poisson(9, 7), {sp::Method::cg, sp::Method::bicgstab}},
+        Case{convection_diffusion(12, 10, 0.8), {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres}}}) {
+    const auto n = a.size(0);
+    const auto b = at::sin(at::arange(n, at::kDouble) * 0.7).to(a.scalar_type());
+    const auto x_ref = at::linalg_solve(a, b);
+    // Uneven blocks with rank 0 empty (the operators' own tests cover the other splits).
+    const auto D = from_rows(a, first_empty(n, comm));
+    const auto db = D.scatter(b);
+    for (const auto method : methods) {
+      // The defaults in every method, the other settings in the first (CI time).
+      std::vector<std::pair<Preconditioner, sp::PreconditionerOptions>> kinds{{Preconditioner::ssor, {}},
+                                                                              {Preconditioner::neumann, {}}};
+      if (method == methods.front()) {
+        kinds.emplace_back(Preconditioner::ssor, sp::PreconditionerOptions{.ssor_omega = 1.3});
+        kinds.emplace_back(Preconditioner::neumann, sp::PreconditionerOptions{.neumann_degree = 3, .neumann_jacobi = false});
+      }
+      for (const auto& [kind, popts] : kinds) {
+        CAPTURE(sp::to_string(method), sp::to_string(kind), popts.ssor_omega, popts.neumann_degree, a.scalar_type());
+        // A full Krylov space (restart ≥ n): the unscaled series on the badly scaled matrix is a
+        // poor preconditioner, on which restarted GMRES stagnates (the test is of M, not of GMRES).
+        sp::SolveOptions o{.method = method, .preconditioner = kind, .rtol = 1e-11, .maxiter = 3000, .restart = 200};
+        o.preconditioner_options = popts;
+        const auto s = D.solve(db, o);
+        CHECK(s.info.converged);
+        CHECK(es::testing::same_on_every_rank(s.info.iterations, comm));
+        const auto x = s.x.full_tensor();
+        CHECK((x - x_ref).abs().max().item<double>() < 1e-8 * x_ref.abs().max().item<double>());
+      }
+    }
+  }
+}
+
+TEST_CASE("ssor and neumann through solve: setups reused with the same options only, bad ω the same error everywhere",
+          "[sparse][preconditioner][ssor][neumann]") {
+  const auto comm = es::testing::world().comm;
+  const auto a = poisson_2d(10, 9);
+  const auto D = from_rows(a, first_empty(a.size(0), comm));
+  const auto db = D.scatter(at::ones({a.size(0)}, at::kDouble));
+  for (const auto kind : {Preconditioner::ssor, Preconditioner::neumann}) {
+    sp::SolveOptions o{.method = sp::Method::cg, .preconditioner = kind};
+    CHECK_FALSE(D.solve(db, o).info.preconditioner_reused);
+    CHECK(D.solve(db, o).info.preconditioner_reused);
+    auto other = o;
+    if (kind == Preconditioner::ssor)
+      other.preconditioner_options.ssor_omega = 1.2;
+    else
+      other.preconditioner_options.neumann_degree = 3;
+    CHECK_FALSE(D.solve(db, other).info.preconditioner_reused);
+    CHECK(D.solve(db, other).info.preconditioner_reused);
+  }
+  sp::SolveOptions bad{.method = sp::Method::gmres, .preconditioner = Preconditioner::ssor};
+  bad.preconditioner_options.ssor_omega = 2.0;
+  CHECK_THAT(collective_error([&] { (void)D.solve(db, bad); }, comm), Catch::Contains("expected 0 < ssor_omega < 2, found 2"));
+}
+
+TEST_CASE("preconditioner_from_string: every kind's name and torch-sla's spellings", "[sparse][preconditioner]") {
+  for (const auto kind : {Preconditioner::none, Preconditioner::jacobi, Preconditioner::l1_jacobi, Preconditioner::block_jacobi,
+                          Preconditioner::chebyshev, Preconditioner::amg, Preconditioner::ssor, Preconditioner::neumann})
+    CHECK(sp::preconditioner_from_string(sp::to_string(kind)) == kind);
+  CHECK(sp::preconditioner_from_string("polynomial") == Preconditioner::neumann);
+  CHECK(sp::preconditioner_from_string("jacobi_l1") == Preconditioner::l1_jacobi);
+  CHECK(sp::preconditioner_from_string("pyamg") == Preconditioner::amg);
+  CHECK_THROWS_WITH(sp::preconditioner_from_string("sor"), Catch::Contains("found \"sor\""));
 }

@@ -4,7 +4,8 @@
 /// ILU(0) (A ≈ L U, L unit lower, U upper, both with the pattern of A) and IC(0) (A ≈ L Lᵀ, L with
 /// the lower pattern of A). The block-Jacobi preconditioner (preconditioner.hpp) runs them on each
 /// rank's owned×owned block. Memory and work are O(nnz of the block) plus one O(n) marker array:
-/// no dense block is ever formed.
+/// no dense block is ever formed. SSOR is stored as the same kind of factor (ssor_factor), so its
+/// two sweeps are incomplete_solve's.
 
 #include <ATen/ATen.h>
 
@@ -199,11 +200,53 @@ inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
   });
 }
 
+/// SSOR of a square block as an ILU-shaped factor: M = (D/ω + L)(D/ω)⁻¹(D/ω + U) / (2 − ω) is
+/// L̃ Ũ with L̃ = I + L (D/ω)⁻¹ (unit lower: l̃_ij = a_ij ω / a_jj) and Ũ = (D/ω + U) / (2 − ω)
+/// (ũ_ij = a_ij / (2 − ω), 1 / ũ_ii = ω (2 − ω) / a_ii), so incomplete_solve applies
+/// M⁻¹ = (2 − ω) (D/ω + U)⁻¹ (D/ω) (D/ω + L)⁻¹, one symmetric SOR sweep from zero, with the
+/// (2 − ω) of the stationary iteration folded into the stored values. No elimination: O(nnz).
+/// For Hermitian A, U = Lᴴ and D is real, so M is Hermitian, definite with D's sign.
+/// The block must store a nonzero diagonal in every row (the caller checks, with the rows named).
+inline IncompleteFactor ssor_factor(const Csr& block, double omega) {
+  IncompleteFactor f;
+  f.lu = block;
+  f.lu.values = block.values.clone();
+  f.diag = at::empty({block.rows}, at::kLong);
+  f.inv_diag = at::empty({block.rows}, block.values.options());
+  dispatch_csr(block, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto n = block.rows;
+    const auto* rp = f.lu.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = f.lu.col.data_ptr<I>();
+    auto* val = f.lu.values.data_ptr<V>();
+    auto* dg = f.diag.data_ptr<std::int64_t>();
+    auto* inv = f.inv_diag.data_ptr<V>();
+    std::vector<V> scale(static_cast<std::size_t>(n));  // ω / a_jj, the lower columns' factor
+    for (std::int64_t i = 0; i < n; ++i) {
+      dg[i] = -1;
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k)
+        if (static_cast<std::int64_t>(ci[k]) == i) dg[i] = k;
+      if (dg[i] < 0 || val[dg[i]] == V(0))
+        throw Error("ssor_factor: expected a nonzero diagonal in every row, found none in row " + std::to_string(i));
+      scale[static_cast<std::size_t>(i)] = V(omega) / val[dg[i]];
+      inv[i] = V(omega * (2 - omega)) / val[dg[i]];
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t k = rp[i]; k < dg[i]; ++k) val[k] *= scale[static_cast<std::size_t>(ci[k])];
+      val[dg[i]] /= V(omega * (2 - omega));
+      for (std::int64_t k = dg[i] + 1; k < rp[i + 1]; ++k) val[k] /= V(2 - omega);
+    }
+  });
+  return f;
+}
+
 /// z = (L U)⁻¹ r (ILU) or (L Lᵀ)⁻¹ r (IC): a forward and a backward sweep over the factor, in
-/// place in `z` (contiguous, the factor's dtype; `z` may be `r`).
+/// place in `z` (contiguous, the factor's dtype; `z` may be `r`). Real or complex (the factors
+/// of ILU(0) and IC(0) are real; SSOR's may be complex).
 inline void incomplete_solve(const IncompleteFactor& f, const at::Tensor& r, at::Tensor& z) {
   if (!z.is_same(r)) z.copy_(r);
-  dispatch_real_csr(f.lu, "incomplete_solve", [&](auto v0, auto i0) {
+  dispatch_csr(f.lu, [&](auto v0, auto i0) {
     using V = decltype(v0);
     using I = decltype(i0);
     const auto n = f.lu.rows;
@@ -224,7 +267,7 @@ inline void incomplete_solve(const IncompleteFactor& f, const at::Tensor& r, at:
         for (std::int64_t k = dg[i] + 1; k < rp[i + 1]; ++k) s -= val[k] * x[ci[k]];
         x[i] = s * inv[i];
       }
-    } else {
+    } else if constexpr (!c10::is_complex<V>::value) {  // factor_ic0 makes real factors only
       for (std::int64_t i = 0; i < n; ++i) {  // L y = r
         V s = x[i];
         for (std::int64_t k = rp[i]; k < dg[i]; ++k) s -= val[k] * x[ci[k]];

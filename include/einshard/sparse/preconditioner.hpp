@@ -9,11 +9,13 @@
 /// | `l1_jacobi`    | 1 / Σ_j \|a_ij\| over owned and halo columns          | local            | 1 multiply     |
 /// | `block_jacobi` | (L U)⁻¹ of ILU(0) (or (L Lᵀ)⁻¹ of IC(0)) of the owned×owned block | local | 2 sweeps |
 /// | `chebyshev`    | q(D⁻¹A) D⁻¹, q the Chebyshev approximation of 1/λ     | Lanczos, collective | degree distributed matvecs |
+/// | `ssor`         | (2−ω)(D/ω+U)⁻¹(D/ω)(D/ω+L)⁻¹ of the owned×owned block | local            | 2 sweeps       |
+/// | `neumann`      | Σ_{k<d} (I − S A)^k S, S = D⁻¹/‖D⁻¹A‖_∞ (or I/‖A‖_∞)  | 1 all-reduce     | d − 1 distributed matvecs |
 /// | `amg`          | one BoomerAMG V-cycle over all ranks (hypre, sparse/amg.hpp) | collective | collective |
 ///
-/// Jacobi, l1-Jacobi and block Jacobi ignore the coupling to other ranks (block Jacobi drops the
-/// halo columns; l1-Jacobi counts them in its row norm), so they need no communication when
-/// applied; Chebyshev uses the full distributed operator. Setup faults (a zero diagonal, a failed
+/// Jacobi, l1-Jacobi, block Jacobi and SSOR ignore the coupling to other ranks (block Jacobi and
+/// SSOR drop the halo columns; l1-Jacobi counts them in its row norm), so they need no
+/// communication when applied; Chebyshev and Neumann use the full distributed operator. Setup faults (a zero diagonal, a failed
 /// pivot, a bad option) found on any rank raise the same `Error` on every rank of `rows.comm`.
 
 #include <ATen/ATen.h>
@@ -120,19 +122,22 @@ class DiagonalOp final : public PreconditionerOp {
   std::string name_;
 };
 
-/// 1 / a_ii over the owned rows (duplicates were summed at assembly). The sign is kept, so a
-/// negative-definite A gets a negative-definite M, which CG handles like the positive case (the
-/// reference clamps the diagonal to ≥ 1e-30, which breaks exactly those matrices). Only an exactly
-/// zero diagonal is a fault.
-inline at::Tensor inverse_diagonal(const LocalRows& rows) {
+/// The owned diagonal (duplicates were summed at assembly), or this rank's fault naming `who`
+/// when a row stores a zero one or none (local: call it inside agreed_setup).
+inline at::Tensor nonzero_diagonal(const LocalRows& rows, const std::string& who) {
+  check_rows(rows);
+  auto d = diagonal(rows.a);
+  const auto fault = first_bad_row(d == 0, who + " preconditioner setup: expected a nonzero diagonal, found a zero one in");
+  if (!fault.empty()) throw Error(fault);
+  return d;
+}
+
+/// 1 / a_ii over the owned rows. The sign is kept, so a negative-definite A gets a
+/// negative-definite M, which CG handles like the positive case (the reference clamps the diagonal
+/// to ≥ 1e-30, which breaks exactly those matrices). Only an exactly zero diagonal is a fault.
+inline at::Tensor inverse_diagonal(const LocalRows& rows, const std::string& who = "jacobi") {
   at::Tensor inv;
-  agreed_setup(rows.comm, [&] {
-    check_rows(rows);
-    const auto d = diagonal(rows.a);
-    const auto fault = first_bad_row(d == 0, "jacobi preconditioner setup: expected a nonzero diagonal, found a zero one in");
-    if (!fault.empty()) throw Error(fault);
-    inv = d.reciprocal();
-  });
+  agreed_setup(rows.comm, [&] { inv = nonzero_diagonal(rows, who).reciprocal(); });
   return inv;
 }
 
@@ -178,6 +183,35 @@ class BlockJacobiOp final : public PreconditionerOp {
   [[nodiscard]] const IncompleteFactor& factor() const { return factor_; }
 
  private:
+  IncompleteFactor factor_;
+};
+
+/// Per-rank SSOR: one symmetric SOR sweep on the owned×owned block (halo columns dropped, as
+/// PETSc's parallel PCSOR, which is local SOR too), stored as an ILU-shaped factor
+/// (ssor_factor) and applied by block Jacobi's two sweeps. Setup and apply are O(nnz); SOR's
+/// sweeps are sequential in the rows, which is why the distributed form is per rank: it is SSOR
+/// on one rank and block SSOR on several. Symmetric (Hermitian) for symmetric A, definite when the
+/// diagonal has one sign, so CG and MINRES may use it; the sign of the diagonal is kept as Jacobi's.
+class SsorOp final : public PreconditionerOp {
+ public:
+  SsorOp(const LocalRows& rows, double omega) : omega_(omega) {
+    agreed_setup(rows.comm, [&] {
+      if (!(omega > 0 && omega < 2))
+        throw Error("ssor options: expected 0 < ssor_omega < 2, found " + std::to_string(omega));
+      (void)nonzero_diagonal(rows, "ssor");
+      factor_ = ssor_factor(leading_block(rows.a, rows.n_owned, false), omega);
+    });
+  }
+  void apply(const at::Tensor& r, at::Tensor& z) const override { incomplete_solve(factor_, r, z); }
+  [[nodiscard]] std::string name() const override {
+    std::ostringstream os;
+    os << "ssor(" << omega_ << ")";
+    return os.str();
+  }
+  [[nodiscard]] const IncompleteFactor& factor() const { return factor_; }
+
+ private:
+  double omega_;
   IncompleteFactor factor_;
 };
 
@@ -318,8 +352,75 @@ class ChebyshevOp final : public PreconditionerOp {
   mutable at::Tensor res_, dir_, tmp_;
 };
 
+/// Truncated Neumann series (torch-sla's "polynomial"): z = Σ_{k<d} (I − S A)^k S r, evaluated as
+/// d − 1 damped Richardson steps from z = S r (z += S (r − A z)), each one distributed matvec.
+/// S = w D⁻¹ with 1/w = τ = ‖D⁻¹A‖_∞ = max_i Σ_j |a_ij / a_ii| (`neumann_jacobi`, the default),
+/// or S = I/τ with τ = ‖A‖_∞ as torch-sla. The Jacobi scaling makes it invariant to a symmetric
+/// diagonal rescaling of A and keeps the sign of a negative-definite A (torch-sla's I/‖A‖_∞ then
+/// gives an M of the wrong sign); for a constant diagonal, as Poisson's, the two coincide. τ runs
+/// over the whole rows (halo columns included), so it is the global ∞-norm: a bound on the spectral
+/// radius of D⁻¹A (resp. A), which keeps M SPD for SPD A. torch-sla takes it from the owned×owned
+/// block only, which can underestimate it. Setup: O(nnz) and one all-reduce.
+class NeumannOp final : public PreconditionerOp {
+ public:
+  NeumannOp(const LocalRows& rows, Matvec matvec, const PreconditionerOptions& opts)
+      : matvec_(std::move(matvec)), degree_(opts.neumann_degree), jacobi_(opts.neumann_jacobi) {
+    at::Tensor row_scale;
+    agreed_setup(rows.comm, [&] {
+      if (opts.neumann_degree < 1)
+        throw Error("neumann options: expected neumann_degree ≥ 1, found " + std::to_string(opts.neumann_degree));
+      check_rows(rows);
+    });
+    if (jacobi_) row_scale = inverse_diagonal(rows, "neumann");
+    // max_i Σ_j |s_i a_ij| over this rank's rows, and the row count: a matrix of no rows needs no τ.
+    double local[2] = {0.0, static_cast<double>(rows.n_owned)};
+    if (rows.n_owned > 0) {
+      const auto [values, row, col] = csr_to_coo(rows.a);
+      const auto magnitude = values.abs().to(at::kDouble);
+      auto norms = at::zeros({rows.n_owned}, magnitude.options()).index_add_(0, row, magnitude);
+      if (jacobi_) norms.mul_(row_scale.abs().to(at::kDouble));
+      local[0] = norms.max().item<double>();
+      if (!std::isfinite(local[0])) local[0] = HUGE_VAL;  // MPI_MAX need not propagate a NaN
+    }
+    comm::check(MPI_Allreduce(MPI_IN_PLACE, local, 2, MPI_DOUBLE, MPI_MAX, rows.comm), "MPI_Allreduce");
+    tau_ = local[0];
+    if (local[1] > 0 && !(tau_ > 0 && std::isfinite(tau_)))
+      throw Error("neumann preconditioner setup: expected a nonzero finite ∞-norm" +
+                  std::string(jacobi_ ? " of D⁻¹A" : " of A") + ", found " + std::to_string(tau_));
+    if (!(tau_ > 0)) tau_ = 1;
+    scale_ = jacobi_ ? row_scale.div(tau_)
+                     : at::full({rows.n_owned}, 1.0 / tau_, rows.a.values.options());
+    tmp_ = at::empty({rows.n_owned}, rows.a.values.options());
+  }
+
+  void apply(const at::Tensor& r, at::Tensor& z) const override {
+    at::Tensor rhs = r;
+    if (degree_ > 1 && z.is_same(r)) rhs = r.clone();  // r is read at every step
+    at::mul_out(z, rhs, scale_);
+    for (int k = 1; k < degree_; ++k) {
+      matvec_(z, tmp_);
+      tmp_.neg_().add_(rhs);
+      z.addcmul_(tmp_, scale_);
+    }
+  }
+  [[nodiscard]] std::string name() const override {
+    return "neumann(" + std::to_string(degree_) + (jacobi_ ? ", jacobi)" : ")");
+  }
+  /// With one term M⁻¹ is the diagonal S, which the Krylov methods fuse into their updates.
+  [[nodiscard]] at::Tensor diagonal() const override { return degree_ == 1 ? scale_ : at::Tensor(); }
+  [[nodiscard]] double tau() const { return tau_; }
+
+ private:
+  Matvec matvec_;
+  int degree_;
+  bool jacobi_;
+  double tau_ = 1;
+  at::Tensor scale_;
+  mutable at::Tensor tmp_;
+};
+
 /// The preconditioner `kind` for these rows (collective over `rows.comm` for every kind but
-/// `none`; `matvec` is used by `chebyshev` only). The returned operator refers to `matvec`'s
+/// `none`; `matvec` is used by `chebyshev` and `neumann` only). The returned operator refers to `matvec`'s
 /// state, not to `rows`.
 inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind, const LocalRows& rows,
                                                              const Matvec& matvec,
@@ -330,6 +431,8 @@ inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind
     case Preconditioner::l1_jacobi: return std::make_unique<DiagonalOp>(inverse_l1_norms(rows), "l1_jacobi");
     case Preconditioner::block_jacobi: return std::make_unique<BlockJacobiOp>(rows, opts.ic0);
     case Preconditioner::chebyshev: return std::make_unique<ChebyshevOp>(rows, matvec, opts);
+    case Preconditioner::ssor: return std::make_unique<SsorOp>(rows, opts.ssor_omega);
+    case Preconditioner::neumann: return std::make_unique<NeumannOp>(rows, matvec, opts);
     case Preconditioner::amg:
       // Its hierarchy spans the ranks: it needs the global numbering of the halo columns, which
       // only the distributed matrix knows (DSparseTensor::solve builds it, sparse/amg.hpp).
@@ -361,7 +464,8 @@ class PreconditionerCache {
   std::pair<std::shared_ptr<const PreconditionerOp>, bool> get(Preconditioner kind, const PreconditionerOptions& opts,
                                                                const at::Tensor& values, MPI_Comm comm, Make&& make) {
     const Key key{static_cast<int>(kind), opts.ic0, opts.chebyshev_degree, opts.chebyshev_lower, opts.eig_iterations,
-                  values.unsafeGetTensorImpl(), values._version(), static_cast<int>(values.scalar_type()), opts.amg};
+                  values.unsafeGetTensorImpl(), values._version(), static_cast<int>(values.scalar_type()), opts.amg,
+                  opts.ssor_omega, opts.neumann_degree, opts.neumann_jacobi};
     std::lock_guard lock(mutex_);
     int reuse = op_ != nullptr && key == key_ ? 1 : 0;
     comm::check(MPI_Allreduce(MPI_IN_PLACE, &reuse, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
@@ -373,7 +477,7 @@ class PreconditionerCache {
   }
 
  private:
-  using Key = std::tuple<int, bool, int, double, int, const void*, std::uint32_t, int, AmgOptions>;
+  using Key = std::tuple<int, bool, int, double, int, const void*, std::uint32_t, int, AmgOptions, double, int, bool>;
   std::mutex mutex_;
   Key key_{};
   std::shared_ptr<const PreconditionerOp> op_;
