@@ -15,8 +15,9 @@
 ///
 /// Jacobi, l1-Jacobi, block Jacobi and SSOR ignore the coupling to other ranks (block Jacobi and
 /// SSOR drop the halo columns; l1-Jacobi counts them in its row norm), so they need no
-/// communication when applied; Chebyshev and Neumann use the full distributed operator. Setup faults (a zero diagonal, a failed
-/// pivot, a bad option) found on any rank raise the same `Error` on every rank of `rows.comm`.
+/// communication when applied; Chebyshev and Neumann use the full distributed operator. Setup
+/// faults (a zero diagonal, a failed pivot, a bad option) found on any rank raise the same `Error`
+/// on every rank of `rows.comm`.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
