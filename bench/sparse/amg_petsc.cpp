@@ -11,8 +11,10 @@
 //
 // Time to solution: what a user waits for once the matrix exists: preconditioner setup plus the
 // iterations. einshard: D.solve on a fresh copy of the matrix every rep (with_values, made before
-// the clock starts, so no setup is reused); PETSc: KSPCreate, KSPSetUp (the hypre conversion and
-// setup, or GAMG's), KSPSolve, all timed. Solvers (`--solvers`):
+// the clock starts, so no setup is reused); PETSc: KSPSetUp (the hypre conversion and setup, or
+// GAMG's) and KSPSolve timed, on a KSP created and configured before the clock starts. setup_s is
+// the preconditioner's setup on both sides, solve_s the rest (as KSPSolve: the first
+// preconditioner application included). Solvers (`--solvers`):
 //   es_amg        einshard CG + amg with its defaults, which follow the matrix (AmgOptions::resolved:
 //                 ≤ 6 entries per row, the 2-D 5-point matrix: Falgout, classical, no truncation,
 //                 θ = 0.25; more, the 3-D 7-point one: HMIS, extended+i with 4 entries, θ = 0.5, one
@@ -33,20 +35,27 @@
 // `--petsc-options "-name value,-name value"` sets further PETSc options (prefixes: each solver's
 // name and "_", e.g. -petsc_gamg_pc_gamg_threshold).
 // A sample is the slowest rank's time; every rep runs each solver once, the order rotating from rep
-// to rep (the machine's load drifts); medians over `--reps` (es_jacobi: its first `--jacobi-reps`).
+// to rep (the machine's load drifts); medians over `--reps` (es_jacobi: its first `--jacobi-reps`),
+// after `--warmup` untimed runs of every solver (default 1: the first run in a process would
+// otherwise pay for the heap growing, and rotation puts es_amg first in rep 0). The lists
+// *_reps_s give every rep's sample in rep order, with the CPU seconds (slowest rank), the minor
+// page faults (all ranks) and the iterations; amg_summary's paired_ratio is the median over reps
+// of es / PETSc within one rep (the two ran back to back, under the same load).
 //
 // Pipelined CG (`--cases pipecg`): `--iters` iterations exactly (rtol = atol = 0), Jacobi, einshard
 // standard / pipelined CG and PETSc KSPCG / KSPPIPECG, interleaved per rep; ms per iteration.
 //
 //   {"bench":"amg_solve","problem":...,"ranks":P,"n":N,"solver":...,"iterations":k,"setup_s":...,
-//    "solve_s":...,"total_s":...,"levels":...,"complexity":...}
+//    "solve_s":...,"total_s":...,"levels":...,"complexity":...,"total_reps_s":[...],"setup_reps_s":[...],
+//    "solve_reps_s":[...],"cpu_reps_s":[...],"page_faults_reps":[...],"iterations_reps":[...]}
 //   {"bench":"amg_summary","ranks":P,"n":N,"best_es":"es_amg","best_es_s":...,"best_petsc":"petsc_gamg",
-//    "best_petsc_s":...,"ratio_vs_best_petsc":es/petsc (≤ 1: einshard is faster),"speedup_vs_es_jacobi":...}
+//    "best_petsc_s":...,"ratio_vs_best_petsc":es/petsc (≤ 1: einshard is faster),"paired_ratio":...,
+//    "paired_ratios":[...],"speedup_vs_es_jacobi":...}
 //   {"bench":"pipecg","ranks":P,"n":N,"es_cg_ms_it":...,"es_pipecg_ms_it":...,"petsc_cg_ms_it":...,
 //    "petsc_pipecg_ms_it":...,"ratio_vs_petsc_pipecg":...,"ratio_vs_es_cg":...}
 //
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
-//        [--reps 3] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
+//        [--reps 3] [--warmup 1] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
 //        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1] [--amg-alt ...]
 //        [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"]
 //        [--cases amg,pipecg] [--iters 200]
@@ -59,6 +68,7 @@
 #include <ATen/Parallel.h>
 #include <mpi.h>
 #include <petscksp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
@@ -96,6 +106,7 @@ struct Config {
   std::int64_t grid = 1000;
   double rtol = 1e-8;
   int reps = 3, jacobi_reps = 1, iters = 200;
+  int warmup = 1;  // untimed runs of every solver before the reps (first-touch page faults, heap growth)
   double theta = -1;  // < 0: einshard's default for the matrix
   std::string amg_spec;  // --amg: es_amg's and petsc_hypre_x's settings (empty: einshard's defaults)
   std::string amg_alt_spec;  // --amg-alt: es_amg_alt's settings, on top of es_amg's
@@ -118,6 +129,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--rtol") c.rtol = std::stod(value());
     else if (a == "--reps") c.reps = std::stoi(value());
     else if (a == "--jacobi-reps") c.jacobi_reps = std::stoi(value());
+    else if (a == "--warmup") c.warmup = std::stoi(value());
     else if (a == "--iters") c.iters = std::stoi(value());
     else if (a == "--theta") c.theta = std::stod(value());
     else if (a == "--amg") c.amg_spec = value();
@@ -259,9 +271,29 @@ void set_petsc_options(const sp::AmgOptions& o, const std::string& extra) {
 
 struct Sample {
   std::vector<double> setup, solve, total;
+  std::vector<double> faults, cpu, its;  // page faults (all ranks) and CPU seconds (slowest rank) of each rep
   int iterations = 0, levels = 0;
   double complexity = 0;
 };
+
+/// "0.123,0.456": the per-rep samples, in rep order (to see drift and first-run effects).
+std::string list(const std::vector<double>& v, const char* format = "%.3f") {
+  std::string out;
+  for (const double x : v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, format, x);
+    out += (out.empty() ? "" : ",") + std::string(buf);
+  }
+  return out;
+}
+
+/// This process's minor page faults so far and its CPU seconds (user + system).
+std::array<double, 2> usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return {static_cast<double>(u.ru_minflt), seconds(u.ru_utime) + seconds(u.ru_stime)};
+}
 
 int run(const Config& cfg) {
   int rank = 0, p = 1;
@@ -288,9 +320,11 @@ int run(const Config& cfg) {
 
   if (cfg.amg) {
     std::map<std::string, Sample> samples;
-    const auto sample = [&](const std::string& name) {
-      auto& s = samples[name];
+    const auto sample = [&](const std::string& name, bool keep) {
+      Sample scratch;
+      auto& s = keep ? samples[name] : scratch;
       double setup = 0, solve = 0, total = 0;
+      const auto usage0 = usage();
       if (name.rfind("es_", 0) == 0) {
         sp::SolveOptions o{.preconditioner = name == "es_jacobi" ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
                            .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false};
@@ -304,10 +338,18 @@ int run(const Config& cfg) {
                                           .cf_order = true};
         const auto fresh = D.with_values(D.values().clone());  // no setup to reuse
         sp::SolveResult r;
-        total = timed([&] { r = fresh.solve(b, o); });
+        double wall = 0;
+        total = timed([&] {
+          const double t0 = MPI_Wtime();
+          r = fresh.solve(b, o);
+          wall = MPI_Wtime() - t0;
+        });
         if (!r.info.converged) throw std::runtime_error(name + " did not converge: " + sp::to_string(r.info.reason));
+        // PETSc's split: setup is what PCSetUp does, solve everything after it (KSPSolve's first
+        // preconditioner application and vector set-up included), where einshard's own
+        // SolveInfo::seconds starts after the first application.
         setup = r.info.setup_seconds;
-        solve = r.info.seconds;
+        solve = wall - setup;
         s.iterations = r.info.iterations;
         s.levels = r.info.levels;
         s.complexity = r.info.operator_complexity;
@@ -323,22 +365,38 @@ int run(const Config& cfg) {
       s.setup.push_back(max_over_ranks(setup));
       s.solve.push_back(max_over_ranks(solve));
       s.total.push_back(total);
+      const auto usage1 = usage();
+      double faults = usage1[0] - usage0[0];
+      MPI_Allreduce(MPI_IN_PLACE, &faults, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      s.faults.push_back(faults);
+      s.cpu.push_back(max_over_ranks(usage1[1] - usage0[1]));
+      s.its.push_back(s.iterations);
     };
     const auto count = cfg.solvers.size();
+    // The first run in a process pays for touching fresh pages and growing the heap (glibc raises
+    // its mmap threshold as large blocks are freed), which a median over few reps would charge to
+    // whichever solver runs first; the warm-up runs every solver once before the clock counts.
+    for (int rep = 0; rep < cfg.warmup; ++rep)
+      for (const auto& name : cfg.solvers)
+        if (name != "es_jacobi") sample(name, false);
     for (int rep = 0; rep < cfg.reps; ++rep)
       for (std::size_t v = 0; v < count; ++v) {
         const auto& name = cfg.solvers[(v + static_cast<std::size_t>(rep)) % count];
-        if (name != "es_jacobi" || rep < cfg.jacobi_reps) sample(name);
+        if (name != "es_jacobi" || rep < cfg.jacobi_reps) sample(name, true);
       }
     for (const auto& name : cfg.solvers) {
       const auto& s = samples[name];
       if (rank == 0) {
         std::printf("{\"bench\":\"amg_solve\",\"problem\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"solver\":\"%s\","
                     "\"rtol\":%.0e,\"theta\":%.2f,\"iterations\":%d,\"setup_s\":%.3f,\"solve_s\":%.3f,\"total_s\":%.3f,"
-                    "\"levels\":%d,\"complexity\":%.3f,\"reps\":%zu}\n",
+                    "\"levels\":%d,\"complexity\":%.3f,\"reps\":%zu,\"warmup\":%d,\"total_reps_s\":[%s],"
+                    "\"setup_reps_s\":[%s],\"solve_reps_s\":[%s],"
+                    "\"cpu_reps_s\":[%s],\"page_faults_reps\":[%s],\"iterations_reps\":[%s]}\n",
                     cfg.problem.c_str(), p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.rtol,
                     *es_amg.strong_threshold, s.iterations, median(s.setup), median(s.solve), median(s.total), s.levels, s.complexity,
-                    s.total.size());
+                    s.total.size(), cfg.warmup, list(s.total).c_str(), list(s.setup).c_str(),
+                    list(s.solve).c_str(), list(s.cpu).c_str(), list(s.faults, "%.0f").c_str(),
+                    list(s.its, "%.0f").c_str());
         std::fflush(stdout);
       }
     }
@@ -353,12 +411,20 @@ int run(const Config& cfg) {
       };
       const auto [es_best, es_s] = best_of("es_");
       const auto [best, best_s] = best_of("petsc");
+      // The same ratio rep by rep: the two ran next to each other in every rep, so a rep's
+      // ratio sees the same load on both sides, which the ratio of medians does not.
+      std::vector<double> paired;
+      if (!best.empty())
+        for (std::size_t rep = 0; rep < samples[es_best].total.size(); ++rep)
+          paired.push_back(samples[es_best].total[rep] / samples[best].total[rep]);
       const double jacobi_s = samples.count("es_jacobi") ? median(samples["es_jacobi"].total) : 0.0;
       std::printf("{\"bench\":\"amg_summary\",\"problem\":\"%s\",\"ranks\":%d,\"n\":%lld,\"best_es\":\"%s\",\"best_es_s\":%.3f,"
                   "\"best_petsc\":\"%s\",\"best_petsc_s\":%.3f,\"ratio_vs_best_petsc\":%.3f,"
+                  "\"paired_ratio\":%.3f,\"paired_ratios\":[%s],"
                   "\"es_jacobi_s\":%.3f,\"speedup_vs_es_jacobi\":%.1f}\n",
                   cfg.problem.c_str(), p, static_cast<long long>(n), es_best.c_str(), es_s, best.c_str(), best_s,
-                  best.empty() ? 0.0 : es_s / best_s, jacobi_s, jacobi_s > 0 ? jacobi_s / es_s : 0.0);
+                  best.empty() ? 0.0 : es_s / best_s, paired.empty() ? 0.0 : median(paired), list(paired).c_str(),
+                  jacobi_s, jacobi_s > 0 ? jacobi_s / es_s : 0.0);
       std::fflush(stdout);
     }
   }

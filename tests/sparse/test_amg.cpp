@@ -196,6 +196,34 @@ TEST_CASE("AMG options: every smoother, coarsening and cycle converges to the sa
   }
 }
 
+// docs/sparse.md names these for users who want the 3-D count to stay within 2 as ranks are added
+// (measured at 100³, where the default moves by 3: Chebyshev 15-17, PMIS 22 at 1 to 8 ranks;
+// symmetric hybrid Gauss–Seidel, 14-16 there, moves by 3 on this problem's 128-row shards at 4
+// ranks: it is Jacobi across ranks, so it is not claimed for small shards);
+// here the small problem's version of that claim, which the CI can afford, for every partition.
+TEST_CASE("AMG's rank-flat 3-D settings keep the one-process iteration count within 2", "[sparse][amg]") {
+  const auto p = problems()[1];
+  const auto b = es::testing::random_vector(p.coo.n, 13);
+  const auto ref = at::linalg_solve(es::testing::dense(p.coo), b);
+  const auto whole = distribute(p, self_mesh(), sp::PartitionMethod::simple);
+  for (const auto& amg : {sp::AmgOptions{.smoother = sp::AmgSmoother::chebyshev},
+                          sp::AmgOptions{.coarsening = sp::AmgCoarsening::pmis}}) {
+    sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10};
+    o.preconditioner_options.amg = amg;
+    const auto one = whole.solve(whole.scatter(b), o);
+    REQUIRE(one.info.converged);
+    for (auto method : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
+      CAPTURE(static_cast<int>(amg.smoother), amg.coarsening.has_value(), static_cast<int>(method));
+      const auto D = distribute(p, world_mesh(), method);
+      const auto s = D.solve(D.scatter(b), o);
+      CHECK(s.info.converged);
+      CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+      CHECK(std::abs(s.info.iterations - one.info.iterations) <= 2);
+      CHECK(es::testing::same_on_every_rank(s.info.iterations, MPI_COMM_WORLD));
+    }
+  }
+}
+
 TEST_CASE("AMG setup is reused between solves of one matrix, and only then", "[sparse][amg]") {
   const auto mesh = world_mesh();
   const auto p = problems()[0];
