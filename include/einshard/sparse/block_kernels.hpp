@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <complex>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <c10/util/complex.h>
@@ -31,15 +33,234 @@ inline double re_dot(const V& a, const V& b) {
     return static_cast<double>(a * b);
 }
 
+/// The block product's instruction set: `avx2` (AVX2 + FMA, four doubles per instruction and a
+/// fused multiply-add) where the CPU has it and the compiler can target it, else `portable` (the
+/// build's own flags: SSE2 on a generic x86-64 build). The block product makes k multiply-adds per
+/// stored entry it reads, so at k = 8 it is bound by arithmetic, not memory, without wide vectors;
+/// a single product (one multiply-add per entry) is bound by memory either way.
+enum class BlockIsa { portable, avx2 };
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define EINSHARD_BLOCK_KERNELS_X86 1
+#else
+#define EINSHARD_BLOCK_KERNELS_X86 0
+#endif
+
+/// Whether this CPU runs the `avx2` kernels (asked once).
+inline bool block_avx2_available() {
+#if EINSHARD_BLOCK_KERNELS_X86
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
+
+/// Forces the portable kernels (tests run both paths on a CPU with AVX2, since CI machines without
+/// it run only the portable one); process-wide, not thread-safe against a running product.
+inline bool& block_force_portable() {
+  static bool force = false;
+  return force;
+}
+
+/// The instruction set the next block product uses.
+inline BlockIsa block_isa() {
+  return block_avx2_available() && !block_force_portable() ? BlockIsa::avx2 : BlockIsa::portable;
+}
+
+/// What one column window of a block product reads and writes: Y[:, j0 + [0, W)] = A [X; G] over
+/// the interior rows (`boundary_phase` false: those not in `boundary`) or the `boundary` rows, all
+/// blocks row-major with leading dimension ld; dots[j0 + j] += Re <wt_j, y_j> when wt is set.
+template <class V>
+struct SpmmWindow {
+  const V* x;
+  const V* g;
+  V* y;
+  const V* wt;
+  double* dots;
+  std::int64_t ld, j0, owned;
+  const std::int64_t* boundary;
+  std::int64_t nb;
+  bool boundary_phase;
+};
+
+#if defined(__GNUC__) || defined(__clang__)
+#define EINSHARD_BLOCK_INLINE inline __attribute__((always_inline))
+#else
+#define EINSHARD_BLOCK_INLINE inline
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+/// W values of a real V as `count` vectors of the target's register width VB bytes (GCC/Clang
+/// vector extensions; 16: SSE2 or NEON, 32: AVX2): an array of native vectors with constant
+/// indices stays in registers. (One W-wide vector wider than a register is split through the
+/// stack; W scalars in an array GCC's straight-line vectorizer packs into mixed widths.)
+template <class V, int W, int VB, class = void>
+struct Lanes {};  // no `Acc` for complex V: that overload of spmm_add drops out
+template <class V, int W, int VB>
+struct Lanes<V, W, VB, std::enable_if_t<std::is_floating_point_v<V>>> {
+  static constexpr int width = std::min<int>(VB / static_cast<int>(sizeof(V)), W);
+  static constexpr int count = W / width;
+  typedef V vec __attribute__((vector_size(width * sizeof(V))));
+  struct Acc {
+    vec v[count];
+  };
+};
+#define EINSHARD_BLOCK_LANES 1
+#else
+#define EINSHARD_BLOCK_LANES 0
+#endif
+
+/// acc += sum over entries [e0, e1) of a_e B[ci_e − shift, [0, W)], B of leading dimension ld: W
+/// multiply-adds per entry, in vector registers (Lanes) or, for complex values, an array.
+#if EINSHARD_BLOCK_LANES
+template <int W, int VB, class View, class V>
+EINSHARD_BLOCK_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t e1, const V* __restrict base,
+                                    std::int64_t shift, std::int64_t ld, typename Lanes<V, W, VB>::Acc& acc) {
+  using L = Lanes<V, W, VB>;
+  for (std::int64_t e = e0; e < e1; ++e) {
+    const V v = m.av[e];
+    const V* __restrict src = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * ld;
+    for (int c = 0; c < L::count; ++c) {
+      typename L::vec t;
+      __builtin_memcpy(&t, src + c * L::width, sizeof t);  // an unaligned load
+      acc.v[c] += v * t;
+    }
+  }
+}
+#endif
+template <int W, int VB, class View, class V>
+EINSHARD_BLOCK_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t e1, const V* __restrict base,
+                                    std::int64_t shift, std::int64_t ld, V* __restrict acc) {
+  for (std::int64_t e = e0; e < e1; ++e) {
+    const V v = m.av[e];
+    const V* __restrict src = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * ld;
+    for (int j = 0; j < W; ++j) acc[j] += v * src[j];
+  }
+}
+
+/// Row i's entries into acc: on a boundary row the owned columns from X, then the ghost columns
+/// from G at ci − owned.
+template <int W, int VB, bool Boundary, class View, class V, class Acc>
+EINSHARD_BLOCK_INLINE void spmm_row_sum(const View& m, const SpmmWindow<V>& s, std::int64_t i, const V* x, const V* g,
+                                        Acc& acc) {
+  const std::int64_t e0 = m.rp[i], e1 = m.rp[i + 1];
+  if constexpr (Boundary) {
+    const auto split = first_ghost(m, i, s.owned);
+    spmm_add<W, VB>(m, e0, split, x, 0, s.ld, acc);
+    spmm_add<W, VB>(m, split, e1, g, s.owned, s.ld, acc);
+  } else {
+    (void)g;
+    spmm_add<W, VB>(m, e0, e1, x, 0, s.ld, acc);
+  }
+}
+
+/// Row i of the window: Y[i, j0 + [0, W)] = A[i, :] [X; G], with its dots against wt added into
+/// d (a Lanes accumulator of doubles for real V, kept in registers across rows; W doubles else).
+template <int W, int VB, bool Dot, bool Boundary, class View, class V, class Dots>
+EINSHARD_BLOCK_INLINE void spmm_row(const View& m, const SpmmWindow<V>& s, std::int64_t i, const V* __restrict x,
+                                    const V* __restrict g, Dots& d) {
+  V* __restrict yr = s.y + i * s.ld + s.j0;
+  const V* __restrict wr = Dot ? s.wt + i * s.ld + s.j0 : nullptr;
+#if EINSHARD_BLOCK_LANES
+  if constexpr (!c10::is_complex<V>::value) {
+    using L = Lanes<V, W, VB>;
+    typename L::Acc acc = {};
+    spmm_row_sum<W, VB, Boundary>(m, s, i, x, g, acc);
+    for (int c = 0; c < L::count; ++c) __builtin_memcpy(yr + c * L::width, &acc.v[c], sizeof acc.v[c]);
+    if constexpr (Dot) {
+      for (int c = 0; c < L::count; ++c) {
+        typename L::vec w;
+        __builtin_memcpy(&w, wr + c * L::width, sizeof w);
+        if constexpr (std::is_same_v<V, double>)
+          d.v[c] += w * acc.v[c];
+        else  // float products, double dots (as the width-generic loop keeps them)
+          for (int l = 0; l < L::width; ++l) {
+            constexpr int dw = Lanes<double, W, VB>::width;
+            const int j = c * L::width + l;
+            d.v[j / dw][j % dw] += static_cast<double>(w[l] * acc.v[c][l]);
+          }
+      }
+    }
+  } else
+#endif
+  {
+    V acc[W] = {};
+    spmm_row_sum<W, VB, Boundary>(m, s, i, x, g, acc);
+    for (int j = 0; j < W; ++j) yr[j] = acc[j];
+    if constexpr (Dot)
+      for (int j = 0; j < W; ++j) d[j] += re_dot(wr[j], acc[j]);
+  }
+}
+
+/// One window of W columns over the interior or the boundary rows (no lambdas: a callee the
+/// compiler declines to inline would lose the caller's instruction set).
+template <int W, int VB, bool Dot, class View, class V>
+EINSHARD_BLOCK_INLINE void spmm_window_body(const View& m, const SpmmWindow<V>& s) {
+#if EINSHARD_BLOCK_LANES
+  using D = std::conditional_t<c10::is_complex<V>::value, double[W], typename Lanes<double, W, VB>::Acc>;
+#else
+  using D = double[W];
+#endif
+  D d = {};
+  const V* x = s.x + s.j0;
+  if (!s.boundary_phase) {
+    std::int64_t begin = 0;
+    for (std::int64_t q = 0; q <= s.nb; ++q) {
+      const std::int64_t end = q < s.nb ? s.boundary[q] : m.rows;
+      for (std::int64_t i = begin; i < end; ++i) spmm_row<W, VB, Dot, false>(m, s, i, x, x, d);
+      begin = end + 1;
+    }
+  } else {
+    const V* g = s.g + s.j0;
+    for (std::int64_t q = 0; q < s.nb; ++q) spmm_row<W, VB, Dot, true>(m, s, s.boundary[q], x, g, d);
+  }
+  if constexpr (Dot) {
+    double out[W];
+    std::memcpy(out, &d, sizeof out);
+    for (int j = 0; j < W; ++j) s.dots[s.j0 + j] += out[j];
+  }
+}
+
+template <int W, class View, class V>
+void spmm_window_portable(const View& m, const SpmmWindow<V>& s) {
+  s.wt ? spmm_window_body<W, 16, true>(m, s) : spmm_window_body<W, 16, false>(m, s);
+}
+
+#if EINSHARD_BLOCK_KERNELS_X86
+/// The same body compiled for AVX2 + FMA (the build's flags may be generic x86-64): called only
+/// where `block_avx2_available()` says the CPU has both.
+template <int W, class View, class V>
+__attribute__((target("avx2,fma"))) void spmm_window_avx2(const View& m, const SpmmWindow<V>& s) {
+  s.wt ? spmm_window_body<W, 32, true>(m, s) : spmm_window_body<W, 32, false>(m, s);
+}
+#endif
+
+template <int W, class View, class V>
+void spmm_window(const View& m, const SpmmWindow<V>& s, BlockIsa isa) {
+#if EINSHARD_BLOCK_KERNELS_X86
+  if constexpr (!c10::is_complex<V>::value)  // complex products stay portable (fewer instantiations)
+    if (isa == BlockIsa::avx2) return spmm_window_avx2<W>(m, s);
+#endif
+  (void)isa;
+  spmm_window_portable<W>(m, s);
+}
+
 /// spmv_halo (csr.hpp) for k vectors: Y = A [X; G] for X of shape (owned, k), G (ghosts, k) and Y
 /// (a.rows, k), all contiguous, over the interior rows (`boundary_phase` false: X only) or the
 /// `boundary` rows (owned columns from X, ghost column owned + j from G's row j). With `wt` defined
 /// (the shape of Y), also adds Re <wt_j, Y_j> over these rows to dots[j]: the product's own dot,
 /// as the single-vector kernels return it.
+///
+/// The columns go through fixed-width windows of 16, 8, 4 (k = 4, 8, 16 in one pass over the
+/// matrix; other k in a few), each entry's W multiply-adds kept in vector registers, with AVX2 +
+/// FMA for real values where the CPU has them (`block_isa`); the last k mod 4 columns go through
+/// the width-generic loop.
 inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& x,
                       const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt = {},
                       double* dots = nullptr) {
   const std::int64_t k = x.size(1);
+  const auto isa = block_isa();
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
     const auto* __restrict xv = x.data_ptr<V>();
@@ -48,23 +269,23 @@ inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t own
     const V* wv = wt.defined() ? wt.data_ptr<V>() : nullptr;
     const auto* b = boundary.data_ptr<std::int64_t>();
     const auto nb = boundary.numel();
-    for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
+    SpmmWindow<V> s{xv, gv, yv, wv, dots, k, 0, owned, b, nb, boundary_phase};
+    for (; k - s.j0 >= 4;) {
+      const auto left = k - s.j0;
+      const int width = left >= 16 ? 16 : left >= 8 ? 8 : 4;
+      width == 16 ? spmm_window<16>(m, s, isa) : width == 8 ? spmm_window<8>(m, s, isa) : spmm_window<4>(m, s, isa);
+      s.j0 += width;
+    }
+    std::int64_t j0 = s.j0;
+    for (; j0 < k; j0 += chunk) {
       const auto w = std::min(chunk, k - j0);
       double d[chunk] = {};
       // Entries [e0, e1) of a row into acc, their rows of `base` at column index - shift.
       const auto add = [&](V* acc, const V* base, std::int64_t e0, std::int64_t e1, std::int64_t shift) {
-        if (w == chunk) {
-          for (std::int64_t e = e0; e < e1; ++e) {
-            const V v = m.av[e];
-            const V* xr = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * k + j0;
-            for (std::int64_t j = 0; j < chunk; ++j) acc[j] += v * xr[j];
-          }
-        } else {
-          for (std::int64_t e = e0; e < e1; ++e) {
-            const V v = m.av[e];
-            const V* xr = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * k + j0;
-            for (std::int64_t j = 0; j < w; ++j) acc[j] += v * xr[j];
-          }
+        for (std::int64_t e = e0; e < e1; ++e) {
+          const V v = m.av[e];
+          const V* xr = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * k + j0;
+          for (std::int64_t j = 0; j < w; ++j) acc[j] += v * xr[j];
         }
       };
       const auto store = [&](std::int64_t i, const V* acc) {

@@ -63,8 +63,13 @@ std::vector<std::complex<double>> block_pass(const at::Tensor& like, Make&& make
     for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
       const auto w = std::min(chunk, k - j0);
       V acc[chunk][slots] = {};
-      for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t j = 0; j < w; ++j) body(i, i * k + j0 + j, j0 + j, acc[j]);
+      if (w == chunk) {  // a constant trip count: the body unrolls and vectorizes across columns
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t j = 0; j < chunk; ++j) body(i, i * k + j0 + j, j0 + j, acc[j]);
+      } else {
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t j = 0; j < w; ++j) body(i, i * k + j0 + j, j0 + j, acc[j]);
+      }
       for (int d = 0; d < ND; ++d)
         for (std::int64_t j = 0; j < w; ++j) out[static_cast<std::size_t>(d * k + j0 + j)] = widen(acc[j][d]);
     }
