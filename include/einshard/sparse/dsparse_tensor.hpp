@@ -758,11 +758,12 @@ EINSHARD_INLINE double DSparseTensor::norm(std::string_view ord) const {
 }
 
 EINSHARD_INLINE at::Tensor DSparseTensor::apply_block(const at::Tensor& x) const {
-  if (x.dim() != 2 || x.size(0) != layout_->local_size())
-    throw Error("DSparseTensor::apply_block: expected an owned block (" + std::to_string(layout_->local_size()) +
+  // x is partitioned like the domain (the columns), Y like the range: they differ when rectangular.
+  if (x.dim() != 2 || x.size(0) != domain_->local_size())
+    throw Error("DSparseTensor::apply_block: expected an owned block (" + std::to_string(domain_->local_size()) +
                 ", m), got shape " + std::string(c10::str(x.sizes())));
   const auto xc = x.detach().to(dtype()).contiguous();
-  auto y = at::empty_like(xc);
+  auto y = at::empty({layout_->local_size(), xc.size(1)}, xc.options());
   apply_block(xc, y, {});
   return y;
 }
