@@ -231,6 +231,14 @@ inline void interior_runs(std::int64_t rows, const std::int64_t* b, std::int64_t
   if (rows > begin) f(begin, rows);
 }
 
+/// The positions k in `boundary` whose row stores an owned column too (starts[k] past the row's
+/// first entry).
+inline at::Tensor mixed_rows(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts) {
+  const auto rowptr = a.rowptr.to(at::kLong).contiguous();
+  const auto first = rowptr.index_select(0, boundary);
+  return (starts > first).nonzero().flatten().contiguous();
+}
+
 /// f(k, begin, end) for each run of consecutive rows [begin, end) among the ascending rows
 /// b[0..nb), k the position of `begin` in b: the boundary rows of a product then need no b[k]
 /// per row (with short rows that load costs as much as the row).
@@ -325,10 +333,14 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
 /// The transpose of spmv_halo's product, in the same two halves: `ghost_phase` true: g[j] +=
 /// A[i, owned + j] y[i] over the boundary rows (what goes back to the ghosts' owners: run it
 /// first; g is zeroed here); false: x = the owned columns' part of Aᵀ y over all rows (x is
-/// zeroed here). Aᴴ when `conjugate`. `starts` as spmv_halo's.
+/// zeroed here). Aᴴ when `conjugate`. `starts` as spmv_halo's; `mixed`: the positions in
+/// `boundary` of the rows that also store owned columns (mixed_rows), the only boundary rows the
+/// owned half visits: where most rows are all ghosts (a rectangular matrix whose row and column
+/// partitions do not line up), walking the others would cost as much as the product (PETSc skips
+/// them by its compressed rows).
 inline void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
-                                std::int64_t owned, const at::Tensor& y, at::Tensor& x, at::Tensor& g, bool ghost_phase,
-                                bool conjugate = false) {
+                                const at::Tensor& mixed, std::int64_t owned, const at::Tensor& y, at::Tensor& x,
+                                at::Tensor& g, bool ghost_phase, bool conjugate = false) {
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
     const auto* __restrict yv = y.data_ptr<V>();
@@ -357,11 +369,12 @@ inline void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, const 
         for (std::int64_t e = m.rp[i]; e < m.rp[i + 1]; ++e) xv[m.ci[e]] += entry(e) * yi;
       }
     });
-    consecutive_runs(b, nb, [&](std::int64_t k, std::int64_t begin, std::int64_t end) {
-      const auto* s = st + k - begin;
-      for (std::int64_t i = begin; i < end; ++i)
-        for (std::int64_t e = m.rp[i]; e < s[i]; ++e) xv[m.ci[e]] += entry(e) * yv[i];
-    });
+    const auto* mk = mixed.data_ptr<std::int64_t>();
+    for (std::int64_t j = 0; j < mixed.numel(); ++j) {
+      const auto k = mk[j], i = b[k];
+      const V yi = yv[i];
+      for (std::int64_t e = m.rp[i]; e < st[k]; ++e) xv[m.ci[e]] += entry(e) * yi;
+    }
   });
 }
 

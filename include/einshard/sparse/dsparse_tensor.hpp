@@ -505,6 +505,7 @@ class DSparseTensor final : public detail::Operator {
   Csr hot_;       // local_ as the products read it (shared storage; values detached, contiguous)
   at::Tensor boundary_;  // local rows with ghost columns, ascending
   at::Tensor ghost_starts_;  // each boundary row's first ghost entry (ghost_starts)
+  at::Tensor mixed_;         // positions in boundary_ of the rows with owned columns too (mixed_rows)
   mutable detail::HaloScratch scratch_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
@@ -832,15 +833,16 @@ EINSHARD_INLINE at::Tensor DSparseTensor::record_least_squares(const at::Tensor&
 EINSHARD_INLINE void DSparseTensor::transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
   const auto owned = domain_->local_size();
   auto& ghosts = scratch_.ghosts(y);
-  detail::spmv_transpose_halo(hot_, boundary_, ghost_starts_, owned, y, x, ghosts, /*ghost_phase=*/true, conjugate);
+  detail::spmv_transpose_halo(hot_, boundary_, ghost_starts_, mixed_, owned, y, x, ghosts, /*ghost_phase=*/true, conjugate);
   scratch_.exchange()->start_reverse(ghosts);
-  detail::spmv_transpose_halo(hot_, boundary_, ghost_starts_, owned, y, x, ghosts, /*ghost_phase=*/false, conjugate);
+  detail::spmv_transpose_halo(hot_, boundary_, ghost_starts_, mixed_, owned, y, x, ghosts, /*ghost_phase=*/false, conjugate);
   scratch_.exchange()->finish_reverse(x);
 }
 
 EINSHARD_INLINE void DSparseTensor::split_blocks() {
   boundary_ = detail::boundary_rows(local_, domain_->local_size());
   ghost_starts_ = detail::ghost_starts(local_, boundary_, domain_->local_size());
+  mixed_ = detail::mixed_rows(local_, boundary_, ghost_starts_);
   hot_ = Csr{local_.rows, local_.cols, local_.rowptr, local_.col, {}};
   refresh_blocks();  // first: compact_rowptr counts the entries by their values
   hot_ = detail::compact_rowptr(std::move(hot_));
