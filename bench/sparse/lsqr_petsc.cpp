@@ -40,8 +40,10 @@
 // runs the block with each of the block product's instruction sets (block_kernels.hpp).
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
-//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs] [--multi-variants standard,gmres,...]
+//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs|products] [--multi-variants standard,gmres,...]
 //        [--restart 30] [--multi-isa avx2,portable] [--multi-stencil 5|7|27]   (7, 27: the 3-D 7- or 27-point stencil on multi-grid³)
+//
+// `--cases products`: only the sparse_lsqr_products line (the LSQR case's products, no solves).
 //
 // (GMRES's block basis is 31 blocks of (n_local, 8): leave it out on a large --multi-grid.)
 
@@ -94,6 +96,7 @@ struct Config {
   std::int64_t backward_grid = 200;
   std::int64_t multi_grid = 300;
   bool lsqr = true, backward = true, multi_rhs = true;
+  bool products_only = false;  ///< --cases products: the two products of the LSQR case, no solves
   /// Multi-RHS variants to run (comma-separated names of the JSON's "variant"); all by default.
   std::string multi_variants = "standard,single_reduction,gmres,bicgstab,minres";
   int restart = 30;          ///< GMRES(m) of the multi-RHS case (a smaller m fits its block basis at 10⁶)
@@ -126,6 +129,8 @@ Config parse(int argc, char** argv) {
       c.lsqr = v.find("lsqr") != std::string::npos;
       c.backward = v.find("backward") != std::string::npos;
       c.multi_rhs = v.find("multi_rhs") != std::string::npos;
+      c.products_only = !c.lsqr && v.find("products") != std::string::npos;
+      c.lsqr = c.lsqr || c.products_only;
     }
     else throw std::runtime_error("unknown argument " + a);
   }
@@ -248,6 +253,7 @@ void run_lsqr(const Config& cfg) {
                   median(es_rmv) / cfg.iters * 1e3, median(pe_rmv) / cfg.iters * 1e3);
     std::fflush(stdout);
   }
+  if (cfg.products_only) return;
   for (const std::string method : {"lsqr", "lsmr"}) {
     const auto run_es = [&] { return method == "lsqr" ? D.lsqr(b, o) : D.lsmr(b, o); };
     // Warm-up, and the all-reduce counts of one solve each.

@@ -5,7 +5,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "einshard/sparse.hpp"
@@ -157,6 +159,75 @@ TEST_CASE("user-given ownership: any set of rows per rank", "[sparse][dsparse]")
   const auto x = global_vector(n, 4);
   CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - es::testing::dense(coo).mv(x)) < 1e-12);
   CHECK(max_abs(D.rmatvec(D.scatter(x)).full_tensor() - es::testing::dense(coo).t().mv(x)) < 1e-12);
+}
+
+TEST_CASE("halo products whose neighbours take runs of rows and gathered rows, square and rectangular",
+          "[sparse][dsparse][halo]") {
+  // The exchange sends a neighbour's rows straight from x when they are one run of owned rows and
+  // gathers them otherwise; the reverse adds a run in place. Ownership here mixes both for most
+  // neighbour pairs: blocks of rows (the last rank empty from 3 ranks on, so shards are uneven),
+  // with every fifth row of the first half dealt round-robin, so a row can go to several
+  // neighbours; the second half's neighbours need runs.
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  const int holders = w.size >= 3 ? w.size - 1 : w.size;
+  const auto owner = [&](std::int64_t i, std::int64_t count) {
+    if (i % 5 == 0 && 2 * i < count) return static_cast<int>((i / 5) % holders);
+    return static_cast<int>(std::min<std::int64_t>(i * holders / count, holders - 1));
+  };
+  const auto mine = [&](std::int64_t count) {
+    std::vector<std::int64_t> v;
+    for (std::int64_t i = 0; i < count; ++i)
+      if (owner(i, count) == w.rank) v.push_back(i);
+    return at::tensor(v, at::kLong).view({static_cast<std::int64_t>(v.size())});
+  };
+  for (const auto dtype : {at::kDouble, at::kComplexDouble})
+    for (const auto [m, n] : {std::pair<std::int64_t, std::int64_t>{40, 40}, {47, 31}}) {
+      // A band around the diagonal of the m x n rectangle, and one far column per row of the first half.
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
+      const auto ii = at::arange(m, at::kLong).unsqueeze(1), jj = at::arange(n, at::kLong).unsqueeze(0);
+      const auto mask = ((ii * n / m - jj).abs() <= 2) | ((jj == (ii * 7 + 3) % n) & (2 * ii < m));
+      auto dense = at::randn({m, n}, gen, at::kDouble).to(dtype);
+      if (dtype == at::kComplexDouble) dense = dense + at::randn({m, n}, gen, at::kDouble).to(dtype) * c10::complex<double>(0, 1);
+      dense = dense * mask.to(dtype);
+      const auto nz = mask.nonzero();
+      const auto rows = nz.select(1, 0).contiguous(), cols = nz.select(1, 1).contiguous();
+      const auto vals = dense.index({rows, cols});
+      // Each rank passes a slice of the entries unrelated to what it owns.
+      const auto part = (rows % w.size == w.rank).nonzero().flatten();
+      const auto D = sp::DSparseTensor::from_local(vals.index_select(0, part), rows.index_select(0, part),
+                                                   cols.index_select(0, part), {m, n}, mesh,
+                                                   {.owned_rows = mine(m), .owned_cols = mine(n)});
+      if (w.size >= 3 && w.rank == w.size - 1) CHECK(D.layout()->local_size() == 0);
+      // Which kinds of neighbour occur (over all ranks): both from 4 ranks on (at 3 the two holders
+      // are each other's only neighbour; the plain partitions of the other tests send runs).
+      const auto& plan = D.halo();
+      const auto sent = plan.send_rows.to(at::kLong);
+      int kinds[2] = {0, 0};  // {gathered, run}
+      for (std::size_t i = 0; i + 1 < plan.send_offsets.size(); ++i) {
+        const auto r = sent.slice(0, plan.send_offsets[i], plan.send_offsets[i + 1]);
+        const bool run = r.numel() == 1 || (r.slice(0, 1) - r.slice(0, 0, -1) == 1).all().item<bool>();
+        kinds[run ? 1 : 0] = 1;
+      }
+      MPI_Allreduce(MPI_IN_PLACE, kinds, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      if (w.size >= 2) CHECK(kinds[0] == 1);
+      if (w.size >= 4) CHECK(kinds[1] == 1);
+      const auto x = global_vector(n, 3).to(dtype), y = global_vector(m, 4).to(dtype);
+      CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - dense.mv(x)) < 1e-12);
+      CHECK(max_abs(D.rmatvec(D.scatter(y)).full_tensor() - dense.t().mv(y)) < 1e-12);
+      // The adjoint (conjugated) product on owned slices, into an output holding garbage.
+      const auto yl = D.scatter(y).local().contiguous();
+      auto xl = at::full({D.domain_layout()->local_size()}, 7.0, at::kDouble).to(dtype);
+      D.apply_adjoint(yl, xl);
+      CHECK(max_abs(xl - dense.conj().t().mv(y).index_select(0, D.domain_layout()->owned())) < 1e-12);
+      // A block of 3 columns: whole rows travel, one message per neighbour.
+      const auto X = at::randn({n, 3}, gen, at::kDouble).to(dtype);
+      const auto Y = D.apply_block(X.index_select(0, D.domain_layout()->owned()).contiguous());
+      CHECK(max_abs(Y - dense.mm(X).index_select(0, D.layout()->owned())) < 1e-12);
+      // Twice in a row: the exchange's buffers are reused.
+      CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - dense.mv(x)) < 1e-12);
+      CHECK(max_abs(D.rmatvec(D.scatter(y)).full_tensor() - dense.t().mv(y)) < 1e-12);
+    }
 }
 
 TEST_CASE("matvec and rmatvec are differentiable in x and in the stored values", "[sparse][dsparse][autograd]") {

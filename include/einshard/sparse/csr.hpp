@@ -231,6 +231,27 @@ inline void interior_runs(std::int64_t rows, const std::int64_t* b, std::int64_t
   if (rows > begin) f(begin, rows);
 }
 
+/// The positions k in `boundary` whose row stores an owned column too (starts[k] past the row's
+/// first entry).
+inline at::Tensor mixed_rows(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts) {
+  const auto rowptr = a.rowptr.to(at::kLong).contiguous();
+  const auto first = rowptr.index_select(0, boundary);
+  return (starts > first).nonzero().flatten().contiguous();
+}
+
+/// f(k, begin, end) for each run of consecutive rows [begin, end) among the ascending rows
+/// b[0..nb), k the position of `begin` in b: the boundary rows of a product then need no b[k]
+/// per row (with short rows that load costs as much as the row).
+template <class F>
+inline void consecutive_runs(const std::int64_t* b, std::int64_t nb, F&& f) {
+  for (std::int64_t k = 0; k < nb;) {
+    auto end = k + 1;
+    while (end < nb && b[end] == b[end - 1] + 1) ++end;
+    f(k, b[k], b[k] + (end - k));
+    k = end;
+  }
+}
+
 /// First entry of row i at or past `owned` (a boundary row's first ghost column).
 template <class View>
 inline std::int64_t first_ghost(const View& m, std::int64_t i, std::int64_t owned) {
@@ -240,46 +261,69 @@ inline std::int64_t first_ghost(const View& m, std::int64_t i, std::int64_t owne
   return e;
 }
 
+/// first_ghost of each row of `boundary`, found once at assembly: the single-vector halo products
+/// split each boundary row there without scanning its columns again (their rows are short, so
+/// the scan costs as much as the row).
+inline at::Tensor ghost_starts(const Csr& a, const at::Tensor& boundary, std::int64_t owned) {
+  auto out = at::empty({boundary.numel()}, at::kLong);
+  auto* o = out.data_ptr<std::int64_t>();
+  const auto* b = boundary.data_ptr<std::int64_t>();
+  dispatch_view(a, [&](auto m) {
+    for (std::int64_t k = 0; k < boundary.numel(); ++k) o[k] = first_ghost(m, b[k], owned);
+  });
+  return out;
+}
+
 /// One half of y = A [x; g], a halo product on the whole local CSR (no separate diagonal and
 /// off-diagonal copies: the blocks are the owned and ghost columns of each row). `boundary_phase`
 /// false: the rows not in `boundary` (they read x only; run it while the exchange brings g);
-/// true: the `boundary` rows, their owned columns from x and ghost column owned + j from g[j].
-/// Returns the partial <w, y> over these rows (w conjugated) when `w` is defined.
-inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned,
-                                      const at::Tensor& x, const at::Tensor& g, at::Tensor& y, const at::Tensor& w,
-                                      bool boundary_phase) {
+/// true: the `boundary` rows, their owned columns from x and ghost column owned + j from g[j]
+/// (`starts`: each boundary row's first ghost entry, ghost_starts).
+/// Returns the partial <w, y> over these rows (w conjugated) when `w` is defined. With `update`:
+/// y = A [x; g] + *update * y instead (y's old values read), returning the partial ‖y‖² (w unused).
+inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
+                                      std::int64_t owned, const at::Tensor& x, const at::Tensor& g, at::Tensor& y,
+                                      const at::Tensor& w, bool boundary_phase, const double* update = nullptr) {
   std::complex<double> dot{};
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
     const auto* __restrict xv = x.data_ptr<V>();
     auto* __restrict yv = y.data_ptr<V>();
-    const V* wv = w.defined() ? w.data_ptr<V>() : nullptr;
+    const V* wv = w.defined() && !update ? w.data_ptr<V>() : nullptr;
+    const V keep = update ? static_cast<V>(*update) : V{};
     const auto* b = boundary.data_ptr<std::int64_t>();
     const auto nb = boundary.numel();
     V acc{};
+    // Row i's result: stored, and its term of the returned sum.
+    const auto put = [&](std::int64_t i, V s) {
+      if (update) {
+        s += keep * yv[i];
+        acc += conj_if_complex(s) * s;
+      } else if (wv) {
+        acc += conj_if_complex(wv[i]) * s;
+      }
+      yv[i] = s;
+    };
     if (!boundary_phase) {
       interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
-        if (!wv) {
+        if (!wv && !update) {
           for (std::int64_t i = begin; i < end; ++i) yv[i] = row_times(m, i, xv);
           return;
         }
-        for (std::int64_t i = begin; i < end; ++i) {
-          const V s = row_times(m, i, xv);
-          yv[i] = s;
-          acc += conj_if_complex(wv[i]) * s;
-        }
+        for (std::int64_t i = begin; i < end; ++i) put(i, row_times(m, i, xv));
       });
     } else {
       const V* __restrict gv = nb > 0 ? g.data_ptr<V>() : nullptr;  // ghost column owned + j is g[j]
-      for (std::int64_t k = 0; k < nb; ++k) {
-        const auto i = b[k];
-        const auto split = first_ghost(m, i, owned);
-        V s{};
-        for (std::int64_t e = m.rp[i]; e < split; ++e) s += m.av[e] * xv[m.ci[e]];
-        for (std::int64_t e = split; e < m.rp[i + 1]; ++e) s += m.av[e] * gv[static_cast<std::int64_t>(m.ci[e]) - owned];
-        yv[i] = s;
-        if (wv) acc += conj_if_complex(wv[i]) * s;
-      }
+      consecutive_runs(b, nb, [&](std::int64_t k, std::int64_t begin, std::int64_t end) {
+        const auto* st = starts.data_ptr<std::int64_t>() + k - begin;  // st[i]: row i's first ghost entry
+        for (std::int64_t i = begin; i < end; ++i) {
+          const auto split = st[i];
+          V s{};
+          for (std::int64_t e = m.rp[i]; e < split; ++e) s += m.av[e] * xv[m.ci[e]];
+          for (std::int64_t e = split; e < m.rp[i + 1]; ++e) s += m.av[e] * gv[static_cast<std::int64_t>(m.ci[e]) - owned];
+          put(i, s);
+        }
+      });
     }
     dot = widen(acc);
   });
@@ -288,32 +332,48 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
 
 /// The transpose of spmv_halo's product, in the same two halves: `ghost_phase` true: g[j] +=
 /// A[i, owned + j] y[i] over the boundary rows (what goes back to the ghosts' owners: run it
-/// first); false: x += the owned columns' part of Aᵀ y over all rows. Aᴴ when `conjugate`.
-inline void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& y,
-                                at::Tensor& x, at::Tensor& g, bool ghost_phase, bool conjugate = false) {
+/// first; g is zeroed here); false: x = the owned columns' part of Aᵀ y over all rows (x is
+/// zeroed here). Aᴴ when `conjugate`. `starts` as spmv_halo's; `mixed`: the positions in
+/// `boundary` of the rows that also store owned columns (mixed_rows), the only boundary rows the
+/// owned half visits: where most rows are all ghosts (a rectangular matrix whose row and column
+/// partitions do not line up), walking the others would cost as much as the product (PETSc skips
+/// them by its compressed rows).
+inline void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
+                                const at::Tensor& mixed, std::int64_t owned, const at::Tensor& y, at::Tensor& x,
+                                at::Tensor& g, bool ghost_phase, bool conjugate = false) {
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
-    const auto* yv = y.data_ptr<V>();
+    const auto* __restrict yv = y.data_ptr<V>();
     const auto* b = boundary.data_ptr<std::int64_t>();
+    const auto* st = starts.data_ptr<std::int64_t>();
     const auto nb = boundary.numel();
     const auto entry = [&](std::int64_t e) { return conjugate ? conj_if_complex(m.av[e]) : m.av[e]; };
     if (ghost_phase) {
-      auto* gv = nb > 0 ? g.data_ptr<V>() : nullptr;
-      for (std::int64_t k = 0; k < nb; ++k) {
-        const auto i = b[k];
-        for (auto e = first_ghost(m, i, owned); e < m.rp[i + 1]; ++e) gv[static_cast<std::int64_t>(m.ci[e]) - owned] += entry(e) * yv[i];
-      }
+      if (nb == 0) return;
+      auto* __restrict gv = g.data_ptr<V>();
+      std::fill(gv, gv + g.numel(), V{});
+      consecutive_runs(b, nb, [&](std::int64_t k, std::int64_t begin, std::int64_t end) {
+        const auto* s = st + k - begin;
+        for (std::int64_t i = begin; i < end; ++i) {
+          const V yi = yv[i];
+          for (auto e = s[i]; e < m.rp[i + 1]; ++e) gv[static_cast<std::int64_t>(m.ci[e]) - owned] += entry(e) * yi;
+        }
+      });
       return;
     }
-    auto* xv = x.data_ptr<V>();
+    auto* __restrict xv = x.data_ptr<V>();
+    std::fill(xv, xv + x.numel(), V{});
     interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i)
-        for (std::int64_t e = m.rp[i]; e < m.rp[i + 1]; ++e) xv[m.ci[e]] += entry(e) * yv[i];
+      for (std::int64_t i = begin; i < end; ++i) {
+        const V yi = yv[i];
+        for (std::int64_t e = m.rp[i]; e < m.rp[i + 1]; ++e) xv[m.ci[e]] += entry(e) * yi;
+      }
     });
-    for (std::int64_t k = 0; k < nb; ++k) {
-      const auto i = b[k];
-      const auto split = first_ghost(m, i, owned);
-      for (std::int64_t e = m.rp[i]; e < split; ++e) xv[m.ci[e]] += entry(e) * yv[i];
+    const auto* mk = mixed.data_ptr<std::int64_t>();
+    for (std::int64_t j = 0; j < mixed.numel(); ++j) {
+      const auto k = mk[j], i = b[k];
+      const V yi = yv[i];
+      for (std::int64_t e = m.rp[i]; e < st[k]; ++e) xv[m.ci[e]] += entry(e) * yi;
     }
   });
 }

@@ -280,6 +280,8 @@ class DSparseTensor final : public detail::Operator {
 
   /// y = A x on owned slices, returning the local partial <w, y>: the hot path of the solvers.
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override;
+  /// y = A x + beta y with the local ‖y‖², in the product's own pass (`scratch` unused).
+  double apply_update(const at::Tensor& x, at::Tensor& y, double beta, at::Tensor& scratch) const override;
 
   // ---- solvers -------------------------------------------------------------------------------
   /// Solves A x = b (see `SolveOptions` for the stop test and defaults). Collective.
@@ -392,6 +394,8 @@ class DSparseTensor final : public detail::Operator {
   /// x = Aᵀ y or Aᴴ y on owned slices: the off-diagonal block's ghost contributions travel back
   /// while the diagonal block runs.
   void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const;
+  /// apply and apply_update: y = A x (+ *update y), interior rows while the halo travels.
+  std::complex<double> halo_product(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const double* update) const;
 
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
   /// One pass in stored order, no sort: the diagonal block is each row's entries with a column
@@ -500,6 +504,8 @@ class DSparseTensor final : public detail::Operator {
   Csr local_;     // owned rows x (owned + ghost) columns, the differentiable values
   Csr hot_;       // local_ as the products read it (shared storage; values detached, contiguous)
   at::Tensor boundary_;  // local rows with ghost columns, ascending
+  at::Tensor ghost_starts_;  // each boundary row's first ghost entry (ghost_starts)
+  at::Tensor mixed_;         // positions in boundary_ of the rows with owned columns too (mixed_rows)
   mutable detail::HaloScratch scratch_;
   /// The last solve's preconditioner (empty in a copy: `with_values` copies).
   mutable detail::PreconditionerCache preconditioner_cache_;
@@ -634,21 +640,34 @@ EINSHARD_INLINE std::vector<double> DSparseTensor::apply_block(const at::Tensor&
   const auto owned = domain_->local_size();
   scratch_.exchange()->start(x, ghosts);
   detail::spmm_halo(hot_, boundary_, owned, x, ghosts, y, /*boundary_phase=*/false, w, dots.data());
-  scratch_.exchange()->finish();
+  scratch_.exchange()->finish_receives();
   if (boundary_.numel() > 0)
     detail::spmm_halo(hot_, boundary_, owned, x, ghosts, y, /*boundary_phase=*/true, w, dots.data());
+  scratch_.exchange()->finish();
   return dots;
 }
 
 EINSHARD_INLINE void DSparseTensor::apply_adjoint(const at::Tensor& y, at::Tensor& x) const { transpose_apply(y, x, /*conjugate=*/true); }
 
 EINSHARD_INLINE std::complex<double> DSparseTensor::apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const {
+  return halo_product(x, y, w, nullptr);
+}
+
+EINSHARD_INLINE double DSparseTensor::apply_update(const at::Tensor& x, at::Tensor& y, double beta,
+                                                   at::Tensor& /*scratch*/) const {
+  return halo_product(x, y, {}, &beta).real();
+}
+
+EINSHARD_INLINE std::complex<double> DSparseTensor::halo_product(const at::Tensor& x, at::Tensor& y, const at::Tensor& w,
+                                                                const double* update) const {
   auto& ghosts = scratch_.ghosts(x);
   const auto owned = domain_->local_size();
   scratch_.exchange()->start(x, ghosts);
-  auto dot = detail::spmv_halo(hot_, boundary_, owned, x, ghosts, y, w, /*boundary_phase=*/false);
+  auto dot = detail::spmv_halo(hot_, boundary_, ghost_starts_, owned, x, ghosts, y, w, /*boundary_phase=*/false, update);
+  scratch_.exchange()->finish_receives();
+  if (boundary_.numel() > 0)
+    dot += detail::spmv_halo(hot_, boundary_, ghost_starts_, owned, x, ghosts, y, w, /*boundary_phase=*/true, update);
   scratch_.exchange()->finish();
-  if (boundary_.numel() > 0) dot += detail::spmv_halo(hot_, boundary_, owned, x, ghosts, y, w, /*boundary_phase=*/true);
   return dot;
 }
 
@@ -740,11 +759,12 @@ EINSHARD_INLINE double DSparseTensor::norm(std::string_view ord) const {
 }
 
 EINSHARD_INLINE at::Tensor DSparseTensor::apply_block(const at::Tensor& x) const {
-  if (x.dim() != 2 || x.size(0) != layout_->local_size())
-    throw Error("DSparseTensor::apply_block: expected an owned block (" + std::to_string(layout_->local_size()) +
+  // x is partitioned like the domain (the columns), Y like the range: they differ when rectangular.
+  if (x.dim() != 2 || x.size(0) != domain_->local_size())
+    throw Error("DSparseTensor::apply_block: expected an owned block (" + std::to_string(domain_->local_size()) +
                 ", m), got shape " + std::string(c10::str(x.sizes())));
   const auto xc = x.detach().to(dtype()).contiguous();
-  auto y = at::empty_like(xc);
+  auto y = at::empty({layout_->local_size(), xc.size(1)}, xc.options());
   apply_block(xc, y, {});
   return y;
 }
@@ -812,16 +832,17 @@ EINSHARD_INLINE at::Tensor DSparseTensor::record_least_squares(const at::Tensor&
 
 EINSHARD_INLINE void DSparseTensor::transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
   const auto owned = domain_->local_size();
-  auto& ghosts = scratch_.ghosts(y).zero_();  // the kernel adds each row's ghost contributions
-  detail::spmv_transpose_halo(hot_, boundary_, owned, y, x, ghosts, /*ghost_phase=*/true, conjugate);
+  auto& ghosts = scratch_.ghosts(y);
+  detail::spmv_transpose_halo(hot_, boundary_, ghost_starts_, mixed_, owned, y, x, ghosts, /*ghost_phase=*/true, conjugate);
   scratch_.exchange()->start_reverse(ghosts);
-  x.zero_();
-  detail::spmv_transpose_halo(hot_, boundary_, owned, y, x, ghosts, /*ghost_phase=*/false, conjugate);
+  detail::spmv_transpose_halo(hot_, boundary_, ghost_starts_, mixed_, owned, y, x, ghosts, /*ghost_phase=*/false, conjugate);
   scratch_.exchange()->finish_reverse(x);
 }
 
 EINSHARD_INLINE void DSparseTensor::split_blocks() {
   boundary_ = detail::boundary_rows(local_, domain_->local_size());
+  ghost_starts_ = detail::ghost_starts(local_, boundary_, domain_->local_size());
+  mixed_ = detail::mixed_rows(local_, boundary_, ghost_starts_);
   hot_ = Csr{local_.rows, local_.cols, local_.rowptr, local_.col, {}};
   refresh_blocks();  // first: compact_rowptr counts the entries by their values
   hot_ = detail::compact_rowptr(std::move(hot_));

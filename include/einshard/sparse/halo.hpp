@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -85,34 +86,75 @@ struct HaloPlan {
 /// Owned values and ghosts live in separate contiguous tensors (as PETSc's local vector), so a
 /// product reads x in place and no owned data is copied. Keeps its send/receive buffer between
 /// calls; one exchange in flight at a time.
+///
+/// A neighbour whose rows are one consecutive run of owned rows (every contiguous partition of a
+/// mesh or stencil matrix) is sent straight from the owned tensor and, in reverse, added into it
+/// as a run: no packing copy, no index gather (PETSc's scatter does the same). The receives
+/// complete before the sends (`finish_receives`), so a product goes on with the rows that need
+/// the ghosts while its neighbours read its data: with more ranks than cores, waiting for the
+/// sends' acknowledgement first costs a time slice of the receiver's.
 class HaloExchange {
  public:
-  explicit HaloExchange(std::shared_ptr<const HaloPlan> plan) : plan_(std::move(plan)) {}
+  explicit HaloExchange(std::shared_ptr<const HaloPlan> plan) : plan_(std::move(plan)) {
+    const auto& p = *plan_;
+    const auto rows = p.send_rows.to(at::kLong).contiguous();
+    const auto* r = rows.data_ptr<std::int64_t>();
+    for (std::size_t i = 0; i < p.send_ranks.size(); ++i) {
+      const auto lo = p.send_offsets[i], hi = p.send_offsets[i + 1];
+      bool run = hi > lo;
+      for (auto k = lo + 1; run && k < hi; ++k) run = r[k] == r[k - 1] + 1;
+      run_start_.push_back(run ? r[lo] : -1);
+      packed_ = packed_ || !run;
+    }
+  }
 
   [[nodiscard]] const HaloPlan& plan() const { return *plan_; }
 
   /// Posts the receives into `ghosts` (length ghost_count()) and sends the owned values of `owned`
-  /// (length owned()) that the neighbours need. Both must stay alive until finish(). Both may be
-  /// contiguous blocks (rows, m): then whole rows travel.
+  /// (length owned()) that the neighbours need. Both must stay alive, and `owned` unchanged, until
+  /// finish(). Both may be contiguous blocks (rows, m): then whole rows travel.
   void start(const at::Tensor& owned, const at::Tensor& ghosts) {
     const auto& p = *plan_;
     const auto elem = comm::datatype(owned.scalar_type());
     const auto width = row_width(owned);
     const auto size = owned.element_size() * width;
-    requests_.clear();
+    clear();
     auto* recv = static_cast<char*>(ghosts.data_ptr());
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
       post(MPI_Irecv(recv + p.recv_offsets[i] * size, comm::count((p.recv_offsets[i + 1] - p.recv_offsets[i]) * width),
                      elem, p.recv_ranks[i], tag, p.layout->comm(), &next()));
+    receives_ = requests_.size();
     if (p.send_ranks.empty()) return;
-    auto& buffer = buffer_for(owned, p.send_count());
-    at::index_select_out(buffer, owned, 0, p.send_rows);
-    auto* send = static_cast<char*>(buffer.data_ptr());
-    for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
-      post(MPI_Isend(send + p.send_offsets[i] * size, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * width),
-                     elem, p.send_ranks[i], tag, p.layout->comm(), &next()));
+    held_ = owned.contiguous();  // what the sends read until finish()
+    const auto* from = static_cast<const char*>(held_.data_ptr());
+    char* packed = nullptr;
+    if (packed_) {
+      packed = static_cast<char*>(buffer_for(owned, p.send_count()).data_ptr());
+      const auto* rows = send_rows().data_ptr<std::int64_t>();
+      for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
+        if (run_start_[i] < 0)
+          for (auto k = p.send_offsets[i]; k < p.send_offsets[i + 1]; ++k)
+            std::memcpy(packed + k * size, from + rows[k] * size, static_cast<std::size_t>(size));
+    }
+    for (std::size_t i = 0; i < p.send_ranks.size(); ++i) {
+      const auto* send = run_start_[i] >= 0 ? from + run_start_[i] * size : packed + p.send_offsets[i] * size;
+      post(MPI_Isend(send, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * width), elem, p.send_ranks[i],
+                     tag, p.layout->comm(), &next()));
+    }
   }
-  void finish() { wait(); }
+  /// The ghosts have arrived (the sends may still be in flight: finish() completes them).
+  void finish_receives() {
+    if (receives_ > 0)
+      comm::check(MPI_Waitall(static_cast<int>(receives_), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    receives_ = 0;
+  }
+  void finish() {
+    finish_receives();
+    if (!requests_.empty())
+      comm::check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+                  "MPI_Waitall");
+    clear();
+  }
 
   /// The ghosts of `owned`, exchanged (blocking).
   [[nodiscard]] at::Tensor ghosts_of(const at::Tensor& owned) {
@@ -124,25 +166,31 @@ class HaloExchange {
 
   /// Reverse: sends `ghosts` (contributions to rows other ranks own) back to their owners;
   /// finish_reverse adds what arrives into `owned`. Used by A^T x and by the forward's backward.
+  /// `ghosts` must stay unchanged until finish_reverse().
   void start_reverse(const at::Tensor& ghosts) {
     const auto& p = *plan_;
     const auto elem = comm::datatype(ghosts.scalar_type());
     const auto width = row_width(ghosts);
     const auto size = ghosts.element_size() * width;
-    requests_.clear();
+    clear();
     auto& buffer = buffer_for(ghosts, p.send_count());
     auto* recv = static_cast<char*>(buffer.data_ptr());
     for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
       post(MPI_Irecv(recv + p.send_offsets[i] * size, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * width),
                      elem, p.send_ranks[i], tag, p.layout->comm(), &next()));
-    const auto* send = static_cast<const char*>(ghosts.data_ptr());
+    receives_ = requests_.size();
+    held_ = ghosts.contiguous();  // what the sends read until finish_reverse()
+    const auto* send = static_cast<const char*>(held_.data_ptr());
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
       post(MPI_Isend(send + p.recv_offsets[i] * size, comm::count((p.recv_offsets[i + 1] - p.recv_offsets[i]) * width),
                      elem, p.recv_ranks[i], tag, p.layout->comm(), &next()));
   }
+  /// Adds what arrived into `owned` (the rows each neighbour's slice belongs to), then completes
+  /// the sends.
   void finish_reverse(at::Tensor& owned) {
-    wait();
-    if (plan_->send_count() > 0) owned.index_add_(0, plan_->send_rows, buffer_);
+    finish_receives();
+    if (plan_->send_count() > 0) add_received(owned);
+    finish();
   }
 
  private:
@@ -150,11 +198,43 @@ class HaloExchange {
 
   MPI_Request& next() { return requests_.emplace_back(MPI_REQUEST_NULL); }
   static void post(int code) { comm::check(code, "halo exchange (MPI_Isend/MPI_Irecv)"); }
-  void wait() {
-    if (!requests_.empty())
-      comm::check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
-                  "MPI_Waitall");
+  void clear() {
     requests_.clear();
+    receives_ = 0;
+    held_ = at::Tensor();
+  }
+  const at::Tensor& send_rows() {
+    if (!rows_.defined()) rows_ = plan_->send_rows.to(at::kLong).contiguous();
+    return rows_;
+  }
+  /// owned[rows of neighbour i] += its slice of buffer_, in the order the neighbours are listed (a
+  /// row sent to several neighbours gets their contributions one after another).
+  void add_received(at::Tensor& owned) {
+    const auto& p = *plan_;
+    const auto t = owned.scalar_type();
+    const bool plain = t == at::kDouble || t == at::kFloat || t == at::kComplexDouble || t == at::kComplexFloat ||
+                       t == at::kLong || t == at::kInt;
+    if (!plain || !owned.is_contiguous() || t != buffer_.scalar_type()) {
+      owned.index_add_(0, plan_->send_rows, buffer_);
+      return;
+    }
+    const auto width = row_width(owned);
+    AT_DISPATCH_ALL_TYPES_AND_COMPLEX(owned.scalar_type(), "einshard::sparse::HaloExchange", [&] {
+      auto* __restrict to = owned.data_ptr<scalar_t>();
+      const auto* __restrict from = buffer_.data_ptr<scalar_t>();
+      for (std::size_t i = 0; i < p.send_ranks.size(); ++i) {
+        const auto lo = p.send_offsets[i], hi = p.send_offsets[i + 1];
+        if (run_start_[i] >= 0) {
+          auto* __restrict t = to + run_start_[i] * width;
+          const auto* __restrict f = from + lo * width;
+          for (std::int64_t k = 0; k < (hi - lo) * width; ++k) t[k] += f[k];
+          continue;
+        }
+        const auto* rows = send_rows().data_ptr<std::int64_t>();
+        for (auto k = lo; k < hi; ++k)
+          for (std::int64_t j = 0; j < width; ++j) to[rows[k] * width + j] += from[k * width + j];
+      }
+    });
   }
   /// n rows shaped like `like`'s (1-D, or rows of like.size(1) values).
   at::Tensor& buffer_for(const at::Tensor& like, std::int64_t n) {
@@ -177,8 +257,13 @@ class HaloExchange {
   }
 
   std::shared_ptr<const HaloPlan> plan_;
-  std::vector<MPI_Request> requests_;
+  std::vector<std::int64_t> run_start_;  ///< per send neighbour: its first row when its rows are a run, else -1
+  bool packed_ = false;                  ///< some neighbour's rows are not a run: start() packs them
+  std::vector<MPI_Request> requests_;    ///< the receives first (receives_ of them), then the sends
+  std::size_t receives_ = 0;
   at::Tensor buffer_;
+  at::Tensor rows_;  ///< send_rows as int64, for packing and adding
+  at::Tensor held_;  ///< what the sends read (a contiguous copy if need be), kept alive until they finish
 };
 
 }  // namespace einshard::sparse

@@ -40,6 +40,15 @@ class Operator {
     }
     return dots;
   }
+  /// y = A x + beta y (y read, then overwritten), returning this rank's partial ‖y‖²: the update
+  /// LSQR and LSMR make of u each step. DSparseTensor fuses it into its product (y read and
+  /// written once, no product vector); by default a product into `scratch` (owned, like y), then
+  /// one pass. Collective.
+  virtual double apply_update(const at::Tensor& x, at::Tensor& y, double beta, at::Tensor& scratch) const {
+    apply(x, scratch, {});
+    y.mul_(beta).add_(scratch);
+    return at::real(at::vdot(y, y)).item<double>();
+  }
   /// The partition of x (the columns); the row partition unless the operator is rectangular.
   [[nodiscard]] virtual const std::shared_ptr<const RowLayout>& domain_layout() const { return layout(); }
   /// x = Aᴴ y (y: owned slice of the range, x: of the domain). Collective.

@@ -67,13 +67,16 @@ class GolubKahan {
     vs_ = alpha > 0.0 ? us_ / alpha : 1.0;
   }
 
-  /// u <- (A v − α u) / β; returns the reduced {β², extra...}.
+  /// u <- (A v − α u) / β; returns the reduced {β², extra...}. The product writes the new u
+  /// itself (apply_update): u is stored as A v − (α us / vs) u, the true one being vs times that
+  /// over β, so neither the product's vector nor a pass over it is needed.
   template <std::size_t N>
   std::array<double, N + 1> next_u(const std::array<std::complex<double>, N>& extra) {
-    A_.apply(v, av_, {});
-    auto s = reduce<N>(axpby_norm(vs_, av_, -alpha * us_, u), extra);
-    beta = std::sqrt(s[0]);
-    us_ = beta > 0.0 ? 1.0 / beta : 1.0;
+    auto s = reduce<N>(A_.apply_update(v, u, -alpha * us_ / vs_, av_), extra);
+    const double stored = std::sqrt(s[0]);
+    beta = vs_ * stored;
+    s[0] = beta * beta;
+    us_ = stored > 0.0 ? 1.0 / stored : 1.0;
     return s;
   }
 
