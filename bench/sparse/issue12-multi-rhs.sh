@@ -6,14 +6,11 @@
 # 27-point at 5.1·10⁵. JSON lines "sparse_multi_rhs", field "throughput_ratio" (singles / block),
 # with "stencil", "n", "ranks", "isa" (the block product's instruction set: avx2, and portable,
 # what a CPU without AVX2 runs, at 1 rank for the 10⁶ 5-point and the 27-point problems).
-# Uses build/release (configured with the benchmarks on, PETSc found); EINSHARD_BUILD overrides.
+# Builds through bench/sparse/run.sh (its own Release tree, build/bench-sparse: PETSc is needed).
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-# shellcheck source=scripts/env.sh
-source "${repo}/scripts/env.sh"
-build="${EINSHARD_BUILD:-${repo}/build/release}"
-cmake --build "${build}" --parallel "${EINSHARD_JOBS:-2}" --target einshard_bench_sparse_lsqr >&2
-exe="${build}/bench/sparse/einshard_bench_sparse_lsqr"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+EINSHARD_BENCH_RANKS='' EINSHARD_BENCH_SPARSE_TARGET=einshard_bench_sparse_lsqr "${here}/run.sh"
+exe="${EINSHARD_BENCH_SPARSE_BUILD:-${here}/../../build/bench-sparse}/cmake/bench-sparse/einshard_bench_sparse_lsqr"
 export OMP_NUM_THREADS=1 EINSHARD_NUM_THREADS=1
 run() {  # ranks, then the benchmark's arguments
   local p="$1"
