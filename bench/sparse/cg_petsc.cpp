@@ -158,6 +158,19 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/// Runs both in an order that alternates with the rep, so neither side always runs on a cache or
+/// a time slice the other left behind.
+template <class A, class B>
+void in_turn(int rep, A&& a, B&& b) {
+  if (rep % 2 == 0) {
+    a();
+    b();
+  } else {
+    b();
+    a();
+  }
+}
+
 double sum_over_ranks(double t) {
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return t;
@@ -372,13 +385,7 @@ int run(const Config& cfg) {
           throw std::runtime_error("PETSc " + cfg.method + " (" + name + ") ran " + std::to_string(its) + " iterations, expected " +
                                    std::to_string(cfg.iters));
       };
-      if (rep % 2 == 0) {
-        einshard();
-        reference();
-      } else {
-        reference();
-        einshard();
-      }
+      in_turn(rep, einshard, reference);
       if (rep == 0) diff = relative_difference(x_es, petsc.x);
     }
     const double es_it = median(t_es) / cfg.iters, pe_it = median(t_petsc) / cfg.iters;
@@ -419,13 +426,7 @@ int run(const Config& cfg) {
     for (int rep = 0; rep < cfg.reps; ++rep) {
       auto einshard = [&] { t_es.push_back(timed([&] { r = D.solve(b, opts); })); };
       auto reference = [&] { t_petsc.push_back(timed([&] { petsc_its = petsc.solve(); })); };
-      if (rep % 2 == 0) {
-        einshard();
-        reference();
-      } else {
-        reference();
-        einshard();
-      }
+      in_turn(rep, einshard, reference);
     }
     const PetscReal* ph = nullptr;
     PetscInt hn = 0;

@@ -416,27 +416,33 @@ std::vector<std::int64_t> growing(std::int64_t n, MPI_Comm comm) {
   return sizes;
 }
 
+/// f(a, blk, r) for both test matrices (unsymmetric and scaled; Hermitian) over even, first-empty
+/// and growing splits of their rows, r one right-hand side shared by every rank.
+template <class F>
+void for_each_split(F&& f) {
+  const auto comm = es::testing::world().comm;
+  for (const auto& a : {unsymmetric_scaled(7, 5), hermitian_poisson(6, 5)}) {
+    const auto r = shared_vector(a.size(0), a.scalar_type(), comm);
+    for (const auto& sizes : {even(a.size(0), comm), first_empty(a.size(0), comm), growing(a.size(0), comm)})
+      f(a, distribute(a, sizes, comm), r);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ssor: each rank's z equals the dense SSOR of its owned block", "[sparse][preconditioner][ssor]") {
-  const auto comm = es::testing::world().comm;
-  for (const auto& a : {unsymmetric_scaled(7, 5), hermitian_poisson(6, 5)}) {
-    const auto n = a.size(0);
-    const auto r = shared_vector(n, a.scalar_type(), comm);
-    for (const auto& sizes : {even(n, comm), first_empty(n, comm), growing(n, comm)}) {
-      const auto blk = distribute(a, sizes, comm);
-      for (const double omega : {1.0, 1.4, 0.6}) {
-        CAPTURE(a.scalar_type(), omega);
-        const auto m = blk.make(Preconditioner::ssor, {.ssor_omega = omega});
-        CHECK(m->name().rfind("ssor(", 0) == 0);
-        CHECK(at::allclose(apply(*m, blk.owned(r)), dense_ssor(blk, blk.owned(r), omega), 1e-12, 1e-13));
-        // In place (z the same tensor as r), as a Krylov method may call it.
-        auto in_place = blk.owned(r).clone();
-        m->apply(in_place, in_place);
-        CHECK(at::allclose(in_place, apply(*m, blk.owned(r)), 0, 0));
-      }
+  for_each_split([](const at::Tensor& a, const Block& blk, const at::Tensor& r) {
+    for (const double omega : {1.0, 1.4, 0.6}) {
+      CAPTURE(a.scalar_type(), omega);
+      const auto m = blk.make(Preconditioner::ssor, {.ssor_omega = omega});
+      CHECK(m->name().rfind("ssor(", 0) == 0);
+      CHECK(at::allclose(apply(*m, blk.owned(r)), dense_ssor(blk, blk.owned(r), omega), 1e-12, 1e-13));
+      // In place (z the same tensor as r), as a Krylov method may call it.
+      auto in_place = blk.owned(r).clone();
+      m->apply(in_place, in_place);
+      CHECK(at::allclose(in_place, apply(*m, blk.owned(r)), 0, 0));
     }
-  }
+  });
   // On one process the whole matrix is one block: symmetric (Hermitian) and positive for HPD A.
   const auto h = hermitian_poisson(6, 5);
   const auto whole = distribute(h, {h.size(0)}, MPI_COMM_SELF);
@@ -449,27 +455,21 @@ TEST_CASE("ssor: each rank's z equals the dense SSOR of its owned block", "[spar
 }
 
 TEST_CASE("neumann: z equals the dense truncated series, at every world size", "[sparse][preconditioner][neumann]") {
-  const auto comm = es::testing::world().comm;
-  for (const auto& a : {unsymmetric_scaled(7, 5), hermitian_poisson(6, 5)}) {
-    const auto n = a.size(0);
-    const auto r = shared_vector(n, a.scalar_type(), comm);
-    for (const auto& sizes : {even(n, comm), first_empty(n, comm), growing(n, comm)}) {
-      const auto blk = distribute(a, sizes, comm);
-      for (const int degree : {1, 2, 4})
-        for (const bool jacobi : {true, false}) {
-          CAPTURE(a.scalar_type(), degree, jacobi);
-          const auto m = blk.make(Preconditioner::neumann, {.neumann_degree = degree, .neumann_jacobi = jacobi});
-          CHECK(m->name() == "neumann(" + std::to_string(degree) + (jacobi ? ", jacobi)" : ")"));
-          const auto expected = blk.owned(dense_neumann(a, r, degree, jacobi));
-          CHECK(at::allclose(apply(*m, blk.owned(r)), expected, 1e-12, 1e-14));
-          auto in_place = blk.owned(r).clone();
-          m->apply(in_place, in_place);
-          CHECK(at::allclose(in_place, expected, 1e-12, 1e-14));
-          // One term is a diagonal, which the Krylov methods fuse.
-          CHECK(m->diagonal().defined() == (degree == 1));
-        }
-    }
-  }
+  for_each_split([](const at::Tensor& a, const Block& blk, const at::Tensor& r) {
+    for (const int degree : {1, 2, 4})
+      for (const bool jacobi : {true, false}) {
+        CAPTURE(a.scalar_type(), degree, jacobi);
+        const auto m = blk.make(Preconditioner::neumann, {.neumann_degree = degree, .neumann_jacobi = jacobi});
+        CHECK(m->name() == "neumann(" + std::to_string(degree) + (jacobi ? ", jacobi)" : ")"));
+        const auto expected = blk.owned(dense_neumann(a, r, degree, jacobi));
+        CHECK(at::allclose(apply(*m, blk.owned(r)), expected, 1e-12, 1e-14));
+        auto in_place = blk.owned(r).clone();
+        m->apply(in_place, in_place);
+        CHECK(at::allclose(in_place, expected, 1e-12, 1e-14));
+        // One term is a diagonal, which the Krylov methods fuse.
+        CHECK(m->diagonal().defined() == (degree == 1));
+      }
+  });
 }
 
 TEST_CASE("ssor and neumann: bad options and matrices raise the same error on every rank",
