@@ -15,6 +15,7 @@
 #include "einshard/error.hpp"
 
 #include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/krylov/kernels.hpp"
 #include "einshard/sparse/layout.hpp"
 
 namespace einshard::sparse::detail {
@@ -46,8 +47,7 @@ class Operator {
   /// one pass. Collective.
   virtual double apply_update(const at::Tensor& x, at::Tensor& y, double beta, at::Tensor& scratch) const {
     apply(x, scratch, {});
-    y.mul_(beta).add_(scratch);
-    return at::real(at::vdot(y, y)).item<double>();
+    return detail::axpby_norm(1.0, scratch, beta, y);
   }
   /// The partition of x (the columns); the row partition unless the operator is rectangular.
   [[nodiscard]] virtual const std::shared_ptr<const RowLayout>& domain_layout() const { return layout(); }
