@@ -56,8 +56,13 @@
 //
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
 //        [--reps 3] [--warmup 1] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
-//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1] [--amg-alt ...]
-//        [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"]
+//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1,theta=0.5,levels=25]
+//        [--amg-alt ...] [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"] [--partition slabs|boxes]
+//
+// `--partition boxes` gives einshard's solvers a box of the grid per rank (MPI_Dims_create's
+// factors of P), the partition a geometric partitioner would give, instead of PETSc's contiguous
+// slabs: for the iteration count against ranks on einshard's side alone (PETSc keeps the slabs,
+// so its rows then differ from einshard's).
 //        [--cases amg,pipecg] [--iters 200]
 //
 // `--amg` changes es_amg's settings and petsc_hypre_x's alike (so the pair stays the same hierarchy):
@@ -94,6 +99,7 @@ using einshard_bench::as_tensor;
 using einshard_bench::assemble_aij;
 using einshard_bench::max_over_ranks;
 using einshard_bench::median;
+using einshard_bench::poisson_rows_at;
 using einshard_bench::poisson_rows;
 using einshard_bench::Rows;
 using einshard_bench::split;
@@ -114,6 +120,7 @@ struct Config {
   std::vector<std::string> solvers{"es_amg", "es_amg_f", "es_jacobi", "petsc_hypre", "petsc_hypre_x", "petsc_gamg",
                                     "petsc_gamg_t"};
   bool amg = true, pipecg = false;
+  std::string partition = "slabs";  // einshard's rows: slabs (PETSc's) or boxes
 };
 
 Config parse(int argc, char** argv) {
@@ -136,6 +143,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--amg-alt") c.amg_alt_spec = value();
     else if (a == "--petsc-options") c.petsc_options = value();
     else if (a == "--solvers") c.solvers = split(value());
+    else if (a == "--partition") c.partition = value();
     else if (a == "--cases") {
       const auto cases = split(value());
       c.amg = std::find(cases.begin(), cases.end(), "amg") != cases.end();
@@ -143,6 +151,8 @@ Config parse(int argc, char** argv) {
     } else
       throw std::runtime_error("unknown argument " + a);
   }
+  if (c.partition != "slabs" && c.partition != "boxes")
+    throw std::runtime_error("--partition: expected slabs or boxes, got " + c.partition);
   if (c.problem != "poisson2d" && c.problem != "poisson3d")
     throw std::runtime_error("--problem: expected poisson2d or poisson3d, got " + c.problem);
   return c;
@@ -176,6 +186,8 @@ sp::AmgOptions amg_settings(const Config& c, sp::AmgOptions o = {}, const std::s
     else if (key == "pmax") o.max_elements = std::stoi(v);
     else if (key == "agg") o.aggressive_levels = std::stoi(v);
     else if (key == "sweeps") o.sweeps = std::stoi(v);
+    else if (key == "levels") o.max_levels = std::stoi(v);
+    else if (key == "theta") o.strong_threshold = std::stod(v);
     else throw std::runtime_error("--amg: unknown key " + key);
   }
   return o;
@@ -252,6 +264,7 @@ void set_petsc_options(const sp::AmgOptions& o, const std::string& extra) {
   set_option(x + "boomeramg_P_max", std::to_string(*o.max_elements));
   set_option(x + "boomeramg_strong_threshold", std::to_string(*o.strong_threshold));
   set_option(x + "boomeramg_agg_nl", std::to_string(*o.aggressive_levels));
+  set_option(x + "boomeramg_max_levels", std::to_string(o.max_levels));
   set_option(x + "boomeramg_grid_sweeps_down", std::to_string(o.sweeps));
   set_option(x + "boomeramg_grid_sweeps_up", std::to_string(o.sweeps));
   const std::map<sp::AmgSmoother, std::pair<std::string, std::string>> relax{
@@ -295,19 +308,46 @@ std::array<double, 2> usage() {
   return {static_cast<double>(u.ru_minflt), seconds(u.ru_utime) + seconds(u.ru_stime)};
 }
 
+/// The rows of rank `rank`'s box of the g × g (× g) grid cut into MPI_Dims_create's factors of
+/// P, ascending.
+std::vector<std::int64_t> box_rows(std::int64_t g, int rank, int p, bool three) {
+  std::array<int, 3> dims{0, 0, 1};
+  MPI_Dims_create(p, three ? 3 : 2, dims.data());
+  const std::array<int, 3> at{rank % dims[0], (rank / dims[0]) % dims[1], rank / (dims[0] * dims[1])};
+  const auto span = [&](int d) {
+    const std::int64_t extent = d == 2 && !three ? 1 : g;
+    return std::pair{extent * at[d] / dims[d], extent * (at[d] + 1) / dims[d]};
+  };
+  const auto [x0, x1] = span(0);
+  const auto [y0, y1] = span(1);
+  const auto [z0, z1] = span(2);
+  std::vector<std::int64_t> ids;
+  for (auto z = z0; z < z1; ++z)
+    for (auto y = y0; y < y1; ++y)
+      for (auto x = x0; x < x1; ++x) ids.push_back((z * g + y) * g + x);
+  return ids;
+}
+
 int run(const Config& cfg) {
   int rank = 0, p = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
-  const std::int64_t g = cfg.grid, n = cfg.problem == "poisson3d" ? g * g * g : g * g;
+  const bool three = cfg.problem == "poisson3d";
+  const std::int64_t g = cfg.grid, n = three ? g * g * g : g * g;
   const std::int64_t block = (n + p - 1) / p;
   const std::int64_t lo = std::min<std::int64_t>(rank * block, n), hi = std::min<std::int64_t>(lo + block, n);
-  const Rows rows = poisson_rows(g, lo, hi, cfg.problem == "poisson3d");
+  const Rows rows = poisson_rows(g, lo, hi, three);
   es::Mesh mesh(MPI_COMM_WORLD, {p}, {"rows"});
-  const auto values = at::from_blob(const_cast<double*>(rows.val.data()), {static_cast<std::int64_t>(rows.val.size())},
-                                    at::kDouble).clone();
-  const auto D = sp::DSparseTensor::from_local(values, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh,
-                                               {.owned_rows = at::arange(lo, hi, at::kLong)});
+  // einshard's rows: the same slabs as PETSc's, or (--partition boxes) a box of the grid per rank,
+  // as a geometric partitioner would give (PETSc keeps the slabs: it needs contiguous rows).
+  const bool boxes = cfg.partition == "boxes";
+  const auto box = boxes ? box_rows(g, rank, p, three) : std::vector<std::int64_t>{};
+  const Rows boxed = boxes ? poisson_rows_at(g, box, three) : Rows{};
+  const Rows& es_rows = boxes ? boxed : rows;
+  const auto values = at::from_blob(const_cast<double*>(es_rows.val.data()),
+                                    {static_cast<std::int64_t>(es_rows.val.size())}, at::kDouble).clone();
+  const auto D = sp::DSparseTensor::from_local(values, as_tensor(es_rows.row), as_tensor(es_rows.col), {n, n}, mesh,
+                                               {.owned_rows = boxes ? as_tensor(box) : at::arange(lo, hi, at::kLong)});
   Petsc petsc(rows, n);
   // petsc_hypre_x gets what einshard chooses for es_amg's request on this matrix.
   const auto es_request = amg_settings(cfg);

@@ -79,11 +79,10 @@ void poisson_row(std::int64_t g, std::int64_t i, Add&& add, bool three = false) 
   if (three && z + 1 < g) add(i + plane, -1.0);
 }
 
-inline Rows poisson_rows(std::int64_t g, std::int64_t lo, std::int64_t hi, bool three = false) {
+/// The rows `ids` of the same matrix, in that order (any set of rows: a partition's).
+inline Rows poisson_rows_at(std::int64_t g, const std::vector<std::int64_t>& ids, bool three = false) {
   Rows r;
-  r.lo = lo;
-  r.hi = hi;
-  for (std::int64_t i = lo; i < hi; ++i) {
+  for (const std::int64_t i : ids) {
     poisson_row(
         g, i,
         [&](std::int64_t j, double v) {
@@ -94,6 +93,15 @@ inline Rows poisson_rows(std::int64_t g, std::int64_t lo, std::int64_t hi, bool 
         three);
     r.rowptr.push_back(static_cast<std::int64_t>(r.val.size()));
   }
+  return r;
+}
+
+inline Rows poisson_rows(std::int64_t g, std::int64_t lo, std::int64_t hi, bool three = false) {
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = lo; i < hi; ++i) ids.push_back(i);
+  Rows r = poisson_rows_at(g, ids, three);
+  r.lo = lo;
+  r.hi = hi;
   return r;
 }
 
