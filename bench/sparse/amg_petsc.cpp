@@ -56,7 +56,9 @@
 //
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
 //        [--reps 3] [--warmup 1] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
-//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1,theta=0.5,levels=25]
+//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1,theta=0.5,levels=25,
+//        agg_interp=multipass|2s-ext+i|2s-std|2s-ext] (PETSc 3.18's PCHYPRE has no option for
+//        agg_interp: petsc_hypre_x keeps multipass)
 //        [--amg-alt ...] [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"] [--partition slabs|boxes]
 //
 // `--partition boxes` gives einshard's solvers a box of the grid per rank (MPI_Dims_create's
@@ -183,6 +185,11 @@ sp::AmgOptions amg_settings(const Config& c, sp::AmgOptions o = {}, const std::s
     else if (key == "smoother")
       pick(o.smoother, {{"l1gs", sp::AmgSmoother::l1_gauss_seidel}, {"hgs", sp::AmgSmoother::hybrid_gauss_seidel},
                         {"l1jacobi", sp::AmgSmoother::l1_jacobi}, {"cheby", sp::AmgSmoother::chebyshev}});
+    else if (key == "agg_interp")
+      pick(o.aggressive_interpolation, {{"multipass", sp::AmgAggressiveInterpolation::multipass},
+                                        {"2s-ext+i", sp::AmgAggressiveInterpolation::two_stage_extended_i},
+                                        {"2s-std", sp::AmgAggressiveInterpolation::two_stage_standard},
+                                        {"2s-ext", sp::AmgAggressiveInterpolation::two_stage_extended}});
     else if (key == "pmax") o.max_elements = std::stoi(v);
     else if (key == "agg") o.aggressive_levels = std::stoi(v);
     else if (key == "sweeps") o.sweeps = std::stoi(v);

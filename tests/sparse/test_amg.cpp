@@ -1,7 +1,7 @@
-// The amg preconditioner (hypre BoomerAMG over the whole distributed matrix): CG, GMRES, BiCGStab
-// and MINRES on 2-D/3-D Poisson and anisotropic diffusion with every partition method, against a
-// dense one-process solve and against the iteration count of the same AMG on one process; setup
-// reuse; options; the faults, the same error on every rank.
+// The amg preconditioner (hypre BoomerAMG over the whole distributed matrix): CG, GMRES, FGMRES,
+// BiCGStab and MINRES on 2-D/3-D Poisson and anisotropic diffusion with every partition method,
+// against a dense one-process solve and against the iteration count of the same AMG on one process;
+// setup reuse; options; the faults, the same error on every rank.
 
 #include <catch2/catch.hpp>
 
@@ -124,7 +124,7 @@ TEST_CASE("AMG's defaults follow the matrix, and the options a caller sets win",
   }
 }
 
-TEST_CASE("AMG preconditions BiCGStab, MINRES and the CG variants too", "[sparse][amg]") {
+TEST_CASE("AMG preconditions BiCGStab, MINRES, FGMRES and the CG variants too", "[sparse][amg]") {
   const auto mesh = world_mesh();
   const auto p = problems()[0];
   const auto b = es::testing::random_vector(p.coo.n, 8);
@@ -138,7 +138,7 @@ TEST_CASE("AMG preconditions BiCGStab, MINRES and the CG variants too", "[sparse
     return s.info.iterations;
   };
   const sp::SolveOptions base{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10};
-  for (auto method : {sp::Method::bicgstab, sp::Method::minres}) {
+  for (auto method : {sp::Method::bicgstab, sp::Method::minres, sp::Method::fgmres}) {
     CAPTURE(sp::to_string(method));
     auto o = base;
     o.method = method;
@@ -162,6 +162,7 @@ TEST_CASE("AMG options: every smoother, coarsening and cycle converges to the sa
   using C = sp::AmgCoarsening;
   using I = sp::AmgInterpolation;
   using S = sp::AmgSmoother;
+  using A = sp::AmgAggressiveInterpolation;
   const std::vector<sp::AmgOptions> variants = {
       {},
       {.coarsening = C::pmis},
@@ -170,6 +171,9 @@ TEST_CASE("AMG options: every smoother, coarsening and cycle converges to the sa
       {.interpolation = I::standard, .max_elements = 0},
       {.coarsening = C::falgout, .interpolation = I::direct},
       {.interpolation = I::multipass, .aggressive_levels = 1},
+      {.aggressive_levels = 1, .aggressive_interpolation = A::two_stage_extended_i},
+      {.coarsening = C::pmis, .aggressive_levels = 1, .aggressive_interpolation = A::two_stage_standard},
+      {.max_elements = 0, .aggressive_levels = 1, .aggressive_interpolation = A::two_stage_extended},
       {.smoother = S::hybrid_gauss_seidel},
       {.smoother = S::l1_jacobi, .sweeps = 2},
       {.smoother = S::chebyshev},

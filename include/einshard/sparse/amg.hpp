@@ -83,6 +83,16 @@ inline constexpr int hypre_interp_type(AmgInterpolation i) {
   return 6;
 }
 
+inline constexpr int hypre_agg_interp_type(AmgAggressiveInterpolation i) {
+  switch (i) {
+    case AmgAggressiveInterpolation::multipass: return 4;
+    case AmgAggressiveInterpolation::two_stage_extended_i: return 1;
+    case AmgAggressiveInterpolation::two_stage_standard: return 2;
+    case AmgAggressiveInterpolation::two_stage_extended: return 3;
+  }
+  return 4;
+}
+
 inline std::string to_string(AmgCoarsening c) {
   switch (c) {
     case AmgCoarsening::hmis: return "hmis";
@@ -346,6 +356,12 @@ class AmgOp final : public PreconditionerOp {
     HYPRE_BoomerAMGSetPMaxElmts(solver_, *o.max_elements);
     HYPRE_BoomerAMGSetStrongThreshold(solver_, *o.strong_threshold);
     HYPRE_BoomerAMGSetAggNumLevels(solver_, *o.aggressive_levels);
+    HYPRE_BoomerAMGSetAggInterpType(solver_, hypre_agg_interp_type(o.aggressive_interpolation));
+    if (o.aggressive_interpolation != AmgAggressiveInterpolation::multipass) {
+      // Untruncated, the two stages' product is denser than the interpolation it replaces.
+      HYPRE_BoomerAMGSetAggP12MaxElmts(solver_, *o.max_elements);
+      HYPRE_BoomerAMGSetAggPMaxElmts(solver_, *o.max_elements);
+    }
     const auto [down, up] = hypre_relax_types(o.smoother);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, down, 1);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, up, 2);
