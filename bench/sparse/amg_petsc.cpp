@@ -56,20 +56,21 @@
 //
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
 //        [--reps 3] [--warmup 1] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
-//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1,theta=0.5,levels=25,
-//        agg_interp=multipass|2s-ext+i|2s-std|2s-ext] (PETSc 3.18's PCHYPRE has no option for
-//        agg_interp: petsc_hypre_x keeps multipass)
-//        [--amg-alt ...] [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"] [--partition slabs|boxes]
+//        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1] [--amg-alt ...]
+//        [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"] [--partition slabs|boxes]
+//        [--cases amg,pipecg] [--iters 200]
+//
+// `--amg` changes es_amg's settings and petsc_hypre_x's alike (so the pair stays the same hierarchy):
+// coarsen hmis|pmis|falgout, interp ext+i|classical|direct|multipass|standard, pmax (entries per
+// row), agg (levels of aggressive coarsening), smoother l1gs|hgs|l1jacobi|cheby, sweeps, theta
+// (as --theta, but also for --amg-alt), levels (max levels), and agg_interp
+// multipass|2s-ext+i|2s-std|2s-ext, es_amg's alone: PETSc 3.18's PCHYPRE has no option for it, so
+// petsc_hypre_x keeps multipass.
 //
 // `--partition boxes` gives einshard's solvers a box of the grid per rank (MPI_Dims_create's
 // factors of P), the partition a geometric partitioner would give, instead of PETSc's contiguous
 // slabs: for the iteration count against ranks on einshard's side alone (PETSc keeps the slabs,
 // so its rows then differ from einshard's).
-//        [--cases amg,pipecg] [--iters 200]
-//
-// `--amg` changes es_amg's settings and petsc_hypre_x's alike (so the pair stays the same hierarchy):
-// coarsen hmis|pmis|falgout, interp ext+i|classical|direct|multipass|standard, pmax (entries per
-// row), agg (levels of aggressive coarsening), smoother l1gs|hgs|l1jacobi|cheby, sweeps.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
