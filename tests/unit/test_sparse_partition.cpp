@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "einshard/sparse/partition.hpp"
+#include "einshard/sparse/matrix/partition.hpp"
 
 namespace es = einshard;
 namespace sp = einshard::sparse;

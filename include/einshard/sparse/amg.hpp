@@ -33,7 +33,7 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/amg_options.hpp"
-#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 
 #if defined(EINSHARD_HAS_HYPRE)

@@ -12,8 +12,8 @@
 
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 

@@ -33,9 +33,9 @@
 #include "einshard/comm/mpi.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/dsparse_tensor.hpp"
-#include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/random.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/matrix/random.hpp"
 
 namespace einshard::sparse {
 

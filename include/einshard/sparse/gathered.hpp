@@ -21,8 +21,8 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/config.hpp"
-#include "einshard/sparse/dsparse_tensor.hpp"
-#include "einshard/sparse/queries.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/transpose.hpp"
 
 namespace einshard::sparse {
 

@@ -22,11 +22,11 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/dsparse_tensor.hpp"
-#include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/halo.hpp"
-#include "einshard/sparse/layout.hpp"
-#include "einshard/sparse/queries.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/matrix/halo.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
+#include "einshard/sparse/matrix/transpose.hpp"
 
 namespace einshard::sparse {
 

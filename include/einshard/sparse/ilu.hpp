@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
-#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
 
 namespace einshard::sparse::detail {
 

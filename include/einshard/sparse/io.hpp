@@ -30,13 +30,13 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/csr.hpp"
-#include "einshard/sparse/dsparse_tensor.hpp"
-#include "einshard/sparse/halo.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/halo.hpp"
 #include "einshard/sparse/io_format.hpp"
-#include "einshard/sparse/layout.hpp"
-#include "einshard/sparse/partition.hpp"
-#include "einshard/sparse/sparse_tensor.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
+#include "einshard/sparse/matrix/partition.hpp"
+#include "einshard/sparse/matrix/sparse_tensor.hpp"
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
 #include <fcntl.h>
 #include <sys/file.h>

@@ -9,7 +9,7 @@
 
 #include "einshard/error.hpp"
 
-#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse {

@@ -23,10 +23,10 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/config.hpp"
-#include "einshard/sparse/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/eigsh.hpp"
-#include "einshard/sparse/queries.hpp"
-#include "einshard/sparse/random.hpp"
+#include "einshard/sparse/matrix/transpose.hpp"
+#include "einshard/sparse/matrix/random.hpp"
 
 namespace einshard::sparse {
 

@@ -35,11 +35,11 @@
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
-#include "einshard/sparse/dsparse_tensor.hpp"
-#include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/matrix_market_reader.hpp"
-#include "einshard/sparse/partition.hpp"
-#include "einshard/sparse/sparse_tensor.hpp"
+#include "einshard/sparse/matrix/partition.hpp"
+#include "einshard/sparse/matrix/sparse_tensor.hpp"
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
 #include <fstream>
 #include <sstream>

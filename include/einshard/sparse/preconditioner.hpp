@@ -38,7 +38,7 @@
 #include "einshard/comm/collectives.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/ilu.hpp"
 #include "einshard/sparse/preconditioner_options.hpp"
 

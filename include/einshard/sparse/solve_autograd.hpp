@@ -12,8 +12,8 @@
 #include <vector>
 #include <utility>
 
-#include "einshard/sparse/csr.hpp"
-#include "einshard/sparse/csr_autograd.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/csr_autograd.hpp"
 
 namespace einshard::sparse::detail {
 

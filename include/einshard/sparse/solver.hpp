@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/preconditioner_options.hpp"
 
 namespace einshard::sparse {

@@ -12,7 +12,7 @@
 #include <complex>
 
 #include "einshard/sparse/krylov/common.hpp"
-#include "einshard/sparse/krylov/kernels.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
-#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/krylov/common.hpp"
-#include "einshard/sparse/krylov/kernels.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
 #include "einshard/sparse/least_squares.hpp"
-#include "einshard/sparse/operator.hpp"
+#include "einshard/sparse/matrix/operator.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
-#include "einshard/sparse/block_kernels.hpp"
-#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/matrix/block_kernels.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/krylov/block.hpp"
 #include "einshard/sparse/krylov/common.hpp"
-#include "einshard/sparse/operator.hpp"
+#include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 

@@ -25,7 +25,7 @@
 
 #include "einshard/error.hpp"
 #include "einshard/sparse/krylov/common.hpp"
-#include "einshard/sparse/krylov/kernels.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
 
 namespace einshard::sparse::detail {
 

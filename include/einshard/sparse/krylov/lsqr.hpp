@@ -16,7 +16,7 @@
 
 #include "einshard/sparse/krylov/bidiag.hpp"
 #include "einshard/sparse/least_squares.hpp"
-#include "einshard/sparse/operator.hpp"
+#include "einshard/sparse/matrix/operator.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -22,7 +22,7 @@
 #include "einshard/sparse/krylov/lsmr.hpp"
 #include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/minres.hpp"
-#include "einshard/sparse/operator.hpp"
+#include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 

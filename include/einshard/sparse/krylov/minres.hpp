@@ -17,7 +17,7 @@
 #include <limits>
 
 #include "einshard/sparse/krylov/common.hpp"
-#include "einshard/sparse/krylov/kernels.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -24,10 +24,10 @@
 #include <complex>
 
 #include "einshard/comm/check.hpp"
-#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/krylov/common.hpp"
-#include "einshard/sparse/krylov/kernels.hpp"
-#include "einshard/sparse/operator.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
+#include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 

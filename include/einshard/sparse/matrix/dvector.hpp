@@ -13,7 +13,7 @@
 #include "einshard/error.hpp"
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/ops.hpp"
-#include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
 
 namespace einshard::sparse {
 

@@ -15,8 +15,8 @@
 #include <utility>
 
 #include "einshard/error.hpp"
-#include "einshard/sparse/csr.hpp"
-#include "einshard/sparse/csr_autograd.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/csr_autograd.hpp"
 
 namespace einshard::sparse {
 

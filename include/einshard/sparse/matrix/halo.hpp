@@ -20,7 +20,7 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
-#include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
 
 namespace einshard::sparse {
 

@@ -32,15 +32,15 @@
 
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/dvector.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/krylov/block_cg.hpp"
-#include "einshard/sparse/krylov/kernels.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
 #include "einshard/sparse/krylov/lsmr.hpp"
 #include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
-#include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/least_squares.hpp"
-#include "einshard/sparse/operator.hpp"
+#include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse {

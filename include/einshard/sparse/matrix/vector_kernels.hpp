@@ -11,7 +11,7 @@
 #include <complex>
 #include <cstdint>
 
-#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -12,7 +12,7 @@
 
 #include "einshard/comm/check.hpp"
 #include "einshard/config.hpp"
-#include "einshard/sparse/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
 
 namespace einshard::sparse {
 

@@ -14,9 +14,9 @@
 
 #include "einshard/error.hpp"
 
-#include "einshard/sparse/dvector.hpp"
-#include "einshard/sparse/krylov/kernels.hpp"
-#include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
 
 namespace einshard::sparse::detail {
 

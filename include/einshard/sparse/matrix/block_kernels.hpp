@@ -15,7 +15,7 @@
 
 #include <c10/util/complex.h>
 
-#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "einshard/sparse/layout.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -12,7 +12,7 @@
 
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/csr.hpp"
+#include "einshard/sparse/matrix/csr.hpp"
 
 // Compiled (config.hpp), the autograd node and <torch/csrc/autograd/custom_function.h> stay
 // inside einshard_compiled.
