@@ -18,7 +18,7 @@
 #include "einshard/sparse/matrix_market.hpp"
 #include "einshard/sparse/nonlinear.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/solver.hpp"
 #include "einshard/sparse/solver_config.hpp"

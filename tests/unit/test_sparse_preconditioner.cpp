@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "einshard/sparse/ilu.hpp"
+#include "einshard/sparse/preconditioner/ilu.hpp"
 
 namespace sp = einshard::sparse;
 

@@ -34,7 +34,7 @@
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
 #include "einshard/sparse/matrix/block_kernels.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 #include "einshard/sparse/solve_autograd.hpp"
 #endif
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "einshard/sparse/matrix/dvector.hpp"
-#include "einshard/sparse/preconditioner_options.hpp"
+#include "einshard/sparse/preconditioner/options.hpp"
 
 namespace einshard::sparse {
 

@@ -21,7 +21,7 @@
 #include "einshard/sparse/krylov/block.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse::detail {

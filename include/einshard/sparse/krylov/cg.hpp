@@ -20,7 +20,7 @@
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 #include "einshard/sparse/krylov/pipecg.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse::detail {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
-#include "einshard/sparse/custom_preconditioner.hpp"
+#include "einshard/sparse/preconditioner/custom.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/least_squares.hpp"
 #include "einshard/sparse/krylov/bicgstab.hpp"
@@ -23,7 +23,7 @@
 #include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/minres.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse::detail {

@@ -31,7 +31,7 @@
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/mesh.hpp"
-#include "einshard/sparse/amg.hpp"
+#include "einshard/sparse/preconditioner/amg.hpp"
 #include "einshard/sparse/matrix/block_kernels.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/matrix/csr_autograd.hpp"
@@ -45,7 +45,7 @@
 #include "einshard/sparse/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 #if EINSHARD_DEFINE_SPARSE  // the autograd record of a solve, used by the members defined below
 #include "einshard/sparse/solve_autograd.hpp"
 #endif

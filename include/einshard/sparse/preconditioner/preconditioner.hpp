@@ -39,8 +39,8 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
-#include "einshard/sparse/ilu.hpp"
-#include "einshard/sparse/preconditioner_options.hpp"
+#include "einshard/sparse/preconditioner/ilu.hpp"
+#include "einshard/sparse/preconditioner/options.hpp"
 
 namespace einshard::sparse {
 

@@ -14,7 +14,7 @@
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 #include "einshard/sparse/solver.hpp"
 
 namespace einshard::sparse::detail {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "einshard/error.hpp"
-#include "einshard/sparse/amg_options.hpp"
+#include "einshard/sparse/preconditioner/amg_options.hpp"
 
 namespace einshard::sparse {
 

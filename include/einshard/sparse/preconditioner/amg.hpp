@@ -32,9 +32,9 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/amg_options.hpp"
+#include "einshard/sparse/preconditioner/amg_options.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
-#include "einshard/sparse/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
 
 #if defined(EINSHARD_HAS_HYPRE)
 // hypre's internal headers (for the hierarchy's levels and matrices, and the vectors' local data:
