@@ -29,13 +29,13 @@
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 #include "einshard/sparse/matrix/sparse_tensor.hpp"
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
 #include "einshard/sparse/matrix/block_kernels.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
-#include "einshard/sparse/solve_autograd.hpp"
+#include "einshard/sparse/krylov/solve_autograd.hpp"
 #endif
 
 namespace einshard::sparse {

@@ -31,7 +31,7 @@
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need it
 #include "einshard/sparse/krylov/gmres.hpp"
 #endif

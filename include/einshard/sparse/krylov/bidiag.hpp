@@ -17,7 +17,7 @@
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/vector_kernels.hpp"
-#include "einshard/sparse/least_squares.hpp"
+#include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 
 namespace einshard::sparse::detail {

@@ -22,7 +22,7 @@
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse::detail {
 

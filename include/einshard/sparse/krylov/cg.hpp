@@ -21,7 +21,7 @@
 #include "einshard/sparse/krylov/pipecg.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse::detail {
 

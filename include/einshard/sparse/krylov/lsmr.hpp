@@ -19,7 +19,7 @@
 #include <complex>
 
 #include "einshard/sparse/krylov/bidiag.hpp"
-#include "einshard/sparse/least_squares.hpp"
+#include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 
 namespace einshard::sparse::detail {

@@ -11,7 +11,7 @@
 #include "einshard/error.hpp"
 #include "einshard/sparse/preconditioner/custom.hpp"
 #include "einshard/sparse/krylov/common.hpp"
-#include "einshard/sparse/least_squares.hpp"
+#include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/krylov/bicgstab.hpp"
 #include "einshard/sparse/krylov/block_bicgstab.hpp"
 #include "einshard/sparse/krylov/block_cg.hpp"
@@ -24,7 +24,7 @@
 #include "einshard/sparse/krylov/minres.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -29,7 +29,7 @@
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse::detail {
 

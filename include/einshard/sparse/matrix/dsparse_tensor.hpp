@@ -42,14 +42,14 @@
 #include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
-#include "einshard/sparse/least_squares.hpp"
+#include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
 #if EINSHARD_DEFINE_SPARSE  // the autograd record of a solve, used by the members defined below
-#include "einshard/sparse/solve_autograd.hpp"
+#include "einshard/sparse/krylov/solve_autograd.hpp"
 #endif
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 #include "einshard/sparse/matrix/sparse_tensor.hpp"
 
 namespace einshard::sparse {

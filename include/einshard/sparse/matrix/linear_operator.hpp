@@ -39,9 +39,9 @@
 #include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
-#include "einshard/sparse/least_squares.hpp"
+#include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse {
 

@@ -15,7 +15,7 @@
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse::detail {
 

@@ -7,7 +7,7 @@
 /// Scopes nest (an inner one starts from the outer one's values for the fields it leaves out) and
 /// are per thread; every rank must open the same scopes, as it makes the same solve calls.
 
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse {
 

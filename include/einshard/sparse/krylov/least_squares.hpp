@@ -10,7 +10,7 @@
 #include "einshard/error.hpp"
 
 #include "einshard/sparse/matrix/dvector.hpp"
-#include "einshard/sparse/solver.hpp"
+#include "einshard/sparse/krylov/options.hpp"
 
 namespace einshard::sparse {
 
