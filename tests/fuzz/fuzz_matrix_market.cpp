@@ -12,7 +12,7 @@
 #include <string>
 
 #include "einshard/error.hpp"
-#include "einshard/sparse/matrix_market_reader.hpp"
+#include "einshard/sparse/io/matrix_market_reader.hpp"
 
 namespace sp = einshard::sparse;
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
-#include "einshard/sparse/io_format.hpp"
+#include "einshard/sparse/io/format.hpp"
 
 namespace d = einshard::sparse::detail;
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "einshard/sparse.hpp"
-#include "einshard/sparse/matrix_market.hpp"
+#include "einshard/sparse/io/matrix_market.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 

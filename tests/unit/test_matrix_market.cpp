@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "einshard/sparse/matrix_market.hpp"
+#include "einshard/sparse/io/matrix_market.hpp"
 
 namespace sp = einshard::sparse;
 using sp::MatrixMarketField;

@@ -33,7 +33,7 @@
 #include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/halo.hpp"
-#include "einshard/sparse/io_format.hpp"
+#include "einshard/sparse/io/format.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
 #include "einshard/sparse/matrix/sparse_tensor.hpp"

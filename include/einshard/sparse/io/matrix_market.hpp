@@ -37,7 +37,7 @@
 #include "einshard/mesh.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
-#include "einshard/sparse/matrix_market_reader.hpp"
+#include "einshard/sparse/io/matrix_market_reader.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
 #include "einshard/sparse/matrix/sparse_tensor.hpp"
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
