@@ -24,7 +24,7 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/config.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
-#include "einshard/sparse/eigsh.hpp"
+#include "einshard/sparse/analysis/eigsh.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/matrix/random.hpp"
 
