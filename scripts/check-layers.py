@@ -13,7 +13,12 @@ The layers (docs/design.md, "Layers"), each allowed to include itself and the la
   exec      exec/                                       ... options
   model     model/                                      ... exec
   ops       ops/                                        ... model
-  sparse    sparse/                                     core ... mesh       (never options, exec, ops)
+  sparse    sparse/, in rooms, each above the ones before it (never options, exec, ops):
+    sparse.matrix          sparse/matrix/           core ... mesh
+    sparse.preconditioner  sparse/preconditioner/   ... sparse.matrix
+    sparse.io              sparse/io/               ... sparse.matrix
+    sparse.krylov          sparse/krylov/           ... sparse.preconditioner
+    sparse.analysis        sparse/analysis/         ... sparse.krylov, sparse.io
   umbrella  einshard.hpp, sparse.hpp, model.hpp      everything
 
 The layers core, notation, shape and plan include neither <mpi.h> nor LibTorch. Plus the rules
@@ -31,15 +36,25 @@ import sys
 
 LINEAR = ["core", "notation", "shape", "plan", "comm", "mesh", "options", "exec", "model", "ops"]
 ALLOWED = {layer: set(LINEAR[: i + 1]) for i, layer in enumerate(LINEAR)}
-ALLOWED["sparse"] = set(LINEAR[: LINEAR.index("mesh") + 1]) | {"sparse"}
-ALLOWED["umbrella"] = set(LINEAR) | {"sparse", "umbrella"}
+# The sparse part stands on the communication layer and the mesh, never on the notation's
+# executor or operations; inside it the rooms are ordered as a PETSc user would expect them
+# (Mat < PC < KSP), with files above the matrix and the analyses on top.
+SPARSE_BASE = set(LINEAR[: LINEAR.index("mesh") + 1])
+SPARSE_ROOMS = {
+    "sparse.matrix": set(),
+    "sparse.preconditioner": {"sparse.matrix"},
+    "sparse.io": {"sparse.matrix"},
+    "sparse.krylov": {"sparse.matrix", "sparse.preconditioner"},
+    "sparse.analysis": {"sparse.matrix", "sparse.preconditioner", "sparse.krylov", "sparse.io"},
+}
+for room, below in SPARSE_ROOMS.items():
+    ALLOWED[room] = SPARSE_BASE | below | {room}
+ALLOWED["umbrella"] = set(LINEAR) | set(SPARSE_ROOMS) | {"umbrella"}
 
 # (includer, included) pairs that are wrong although their layers allow them.
 FORBIDDEN = {
     # The solve vocabulary (options, results) must not bring every preconditioner implementation.
-    ("sparse/solver.hpp", "sparse/preconditioner.hpp"),
-    # DSparseTensor forwards partition_batch without the batch type.
-    ("sparse/dsparse_tensor.hpp", "sparse/batch.hpp"),
+    ("sparse/krylov/options.hpp", "sparse/preconditioner/factory.hpp"),
 }
 
 FILES = {
@@ -56,8 +71,7 @@ FILES = {
     "sparse.hpp": "umbrella",
     "model.hpp": "umbrella",
 }
-DIRECTORIES = {"notation": "notation", "plan": "plan", "comm": "comm", "exec": "exec", "model": "model", "ops": "ops",
-               "sparse": "sparse"}
+DIRECTORIES = {"notation": "notation", "plan": "plan", "comm": "comm", "exec": "exec", "model": "model", "ops": "ops"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"einshard/([^"]+)"')
 SYSTEM = re.compile(r'^\s*#\s*include\s+<((?:mpi\.h|ATen/|torch/|c10/)[^>]*)>')
@@ -68,8 +82,11 @@ PURE = {"core", "notation", "shape", "plan"}
 def layer_of(relative: str) -> str:
     if relative in FILES:
         return FILES[relative]
-    top = relative.split("/", 1)[0]
-    if top in DIRECTORIES and "/" in relative:
+    parts = relative.split("/")
+    if parts[0] == "sparse" and len(parts) == 3 and f"sparse.{parts[1]}" in SPARSE_ROOMS:
+        return f"sparse.{parts[1]}"
+    top = parts[0]
+    if top in DIRECTORIES and len(parts) == 2:
         return DIRECTORIES[top]
     raise KeyError(relative)
 

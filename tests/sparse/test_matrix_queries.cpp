@@ -134,7 +134,7 @@ TEST_CASE("logdet: stochastic Lanczos quadrature, rank-invariant, near the exact
     // close in direction to the exact A^{-T} on the pattern.
     const auto mine = sp::detail::global_entries(D);
     const auto theirs = sp::detail::global_entries(one);
-    const auto key = [&](const sp::detail::Triples& t) { return t.rows * coo.n + t.cols; };
+    const auto key = [&](const sp::detail::CooEntries& t) { return t.rows * coo.n + t.cols; };
     const auto pos = at::searchsorted(key(theirs), key(mine));  // one-process entries are sorted
     CHECK(max_abs(values.grad() - one_values.grad().index_select(0, pos)) < 1e-6);
     const auto inv = at::linalg_inv(A).transpose(0, 1);

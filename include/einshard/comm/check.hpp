@@ -31,4 +31,12 @@ inline int size_of(MPI_Comm comm) {
   return n;
 }
 
+/// Whether MPI_Finalize has run: objects that hold MPI resources (communicators, requests, hypre
+/// matrices) and outlive it leave them to the process's exit instead of calling MPI (as Boost.MPI).
+[[nodiscard]] inline bool finalized() {
+  int done = 0;
+  MPI_Finalized(&done);
+  return done != 0;
+}
+
 }  // namespace einshard::comm

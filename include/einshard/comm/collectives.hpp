@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <numeric>
 #include <span>
@@ -22,6 +23,7 @@
 #include "einshard/comm/backend.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/pool.hpp"
+#include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
 #include "einshard/plan/redistribute.hpp"
 
@@ -173,6 +175,22 @@ inline at::Tensor broadcast(const at::Tensor& x, int root, MPI_Comm comm) {
   return out;
 }
 
+/// Every rank's 1-D `x` (of any length) concatenated in rank order on rank `root`, and an empty
+/// tensor elsewhere. For the fallbacks that gather a whole object to one process; host memory.
+inline at::Tensor gather_to_root(const at::Tensor& x, int root, MPI_Comm comm) {
+  const auto in = x.cpu().contiguous();
+  const auto counts = all_gather_values(std::array<int, 1>{count(in.numel())}, comm);
+  std::vector<int> displs(counts.size(), 0);
+  for (std::size_t r = 1; r < counts.size(); ++r) displs[r] = displs[r - 1] + counts[r - 1];
+  const bool here = rank_of(comm) == root;
+  auto out = at::empty({here ? static_cast<std::int64_t>(displs.back()) + counts.back() : 0}, in.options());
+  const auto type = datatype(in.scalar_type());
+  check(MPI_Gatherv(in.const_data_ptr(), count(in.numel()), type, out.data_ptr(), counts.data(), displs.data(), type,
+                    root, comm),
+        "MPI_Gatherv");
+  return out;
+}
+
 using plan::Box;
 using plan::Transfer;
 
@@ -278,15 +296,6 @@ inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
   backend_for(x, comm).exchange(outgoing, incoming, x, tag, comm,
                                 [](void* f) { (*static_cast<decltype(local)*>(f))(); }, &local);
   for (const auto& [piece, i] : unpack) detail::view_box(out, recvs[i].box).copy_(piece);
-  return out;
-}
-
-/// Every rank's `values` (all of the same length), rank-major. Small metadata only.
-inline std::vector<std::int64_t> all_gather_values(std::span<const std::int64_t> values, MPI_Comm comm) {
-  std::vector<std::int64_t> out(values.size() * static_cast<std::size_t>(size_of(comm)));
-  check(MPI_Allgather(values.data(), count(static_cast<std::int64_t>(values.size())), MPI_INT64_T,
-                      out.data(), count(static_cast<std::int64_t>(values.size())), MPI_INT64_T, comm),
-        "MPI_Allgather");
   return out;
 }
 

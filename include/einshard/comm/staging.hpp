@@ -20,6 +20,7 @@
 
 #include "einshard/comm/backend.hpp"
 #include "einshard/comm/check.hpp"
+#include "einshard/comm/messages.hpp"
 #include "einshard/comm/mpi.hpp"
 
 namespace einshard::comm {
@@ -168,20 +169,11 @@ class MpiBackend final : public Backend {
   static void direct_exchange(std::span<const Message> sends, std::span<const Message> recvs, at::ScalarType dtype,
                               int tag, MPI_Comm comm, void (*overlap)(void*), void* overlap_state) {
     const auto elem = datatype(dtype);
-    std::vector<MPI_Request> requests;
-    requests.reserve(sends.size() + recvs.size());
-    for (const auto& m : recvs) {
-      if (m.count == 0) continue;
-      requests.emplace_back();
-      check(MPI_Irecv(m.data, count(m.count), elem, m.peer, tag, comm, &requests.back()), "MPI_Irecv");
-    }
-    for (const auto& m : sends) {
-      if (m.count == 0) continue;
-      requests.emplace_back();
-      check(MPI_Isend(m.data, count(m.count), elem, m.peer, tag, comm, &requests.back()), "MPI_Isend");
-    }
+    Messages messages;
+    for (const auto& m : recvs) messages.receive(m.data, m.count, elem, m.peer, tag, comm);
+    for (const auto& m : sends) messages.send(m.data, m.count, elem, m.peer, tag, comm);
     if (overlap != nullptr) overlap(overlap_state);
-    check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    messages.wait();
   }
 
   bool staged_;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "einshard/comm/collectives.hpp"
+#include "einshard/comm/messages.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/exec/agreement.hpp"
 #include "einshard/exec/autograd.hpp"
@@ -85,7 +86,7 @@ struct AxisExchangeOp final : CommOp {
   /// An exchange in flight: the result with its local rows in place, the messages posted.
   struct InFlight {
     at::Tensor in, out;
-    std::vector<MPI_Request> requests;
+    comm::Messages messages;
     std::unique_ptr<char[]> recv_buffer, send_buffer;
     at::Device device = at::kCPU;  ///< of the input: rows of a device tensor travel through host memory
   };
@@ -130,16 +131,14 @@ struct AxisExchangeOp final : CommOp {
       send_buffer = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(send_bytes));
     }
     char* send_at = send_buffer.get();
-    auto& requests = flight.requests;
+    auto& messages = flight.messages;
     std::int64_t received = 0;
     for (const auto& p : f.pieces) {
       const auto n = slabs.elements(p.length);
       if (p.owner == me || n == 0) continue;
       void* where = flat ? out_at(0, p.target) : recv_buffer.get() + received;
       if (!flat) received += slabs.outer * p.length * row_bytes;
-      requests.emplace_back();
-      comm::check(MPI_Irecv(where, comm::count(n), elem, p.owner, detail::fetch_tag, comm, &requests.back()),
-                  "MPI_Irecv");
+      messages.receive(where, n, elem, p.owner, detail::fetch_tag, comm);
     }
     for (const auto& [peer, pieces] : ex.sends)
       for (const auto& p : pieces) {
@@ -152,9 +151,7 @@ struct AxisExchangeOp final : CommOp {
                             p.length * row_bytes);
           send_at += slabs.outer * p.length * row_bytes;
         }
-        requests.emplace_back();
-        comm::check(MPI_Isend(from, comm::count(n), elem, peer, detail::fetch_tag, comm, &requests.back()),
-                    "MPI_Isend");
+        messages.send(from, n, elem, peer, detail::fetch_tag, comm);
       }
     // The local rows (most of the result, usually) move while the messages are in flight. Many
     // runs of a large piece go as one tensor copy (torch's vectorized strided copy beat a memcpy
@@ -177,7 +174,6 @@ struct AxisExchangeOp final : CommOp {
 
   [[nodiscard]] at::Tensor finish(InFlight flight) const {
     auto& out = flight.out;
-    auto& requests = flight.requests;
     const auto& f = ex.fetch;
     const detail::Slabs slabs(out.sizes(), dim);
     const bool flat = slabs.outer == 1;
@@ -187,9 +183,7 @@ struct AxisExchangeOp final : CommOp {
     auto out_at = [&](std::int64_t o, std::int64_t row) {
       return out_bytes + (o * out_rows + f.pad_left + row) * row_bytes;
     };
-    if (!requests.empty())
-      comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                  "MPI_Waitall");
+    flight.messages.wait();
     const char* recv_at = flight.recv_buffer.get();
     for (const auto& p : f.pieces)
       if (!flat && p.owner != me) {
@@ -222,7 +216,7 @@ struct AxisExchangeOp final : CommOp {
     auto out = at::zeros(shape, g.options());
     const detail::Slabs slabs(shape, dim);
     const auto elem = comm::datatype(g.scalar_type());
-    std::vector<MPI_Request> requests;
+    comm::Messages messages;
     std::vector<std::pair<at::Tensor, const plan::Piece*>> accumulate;
     std::vector<at::Tensor> keep;
     for (const auto& [peer, pieces] : ex.sends)
@@ -230,27 +224,19 @@ struct AxisExchangeOp final : CommOp {
         const auto n = slabs.elements(p.length);
         if (n == 0) continue;
         auto& buffer = accumulate.emplace_back(at::empty(out.narrow(dim, p.source, p.length).sizes(), g.options()), &p).first;
-        requests.emplace_back();
-        comm::check(MPI_Irecv(buffer.data_ptr(), comm::count(n), elem, peer, detail::return_tag, comm,
-                              &requests.back()),
-                    "MPI_Irecv");
+        messages.receive(buffer.data_ptr(), n, elem, peer, detail::return_tag, comm);
       }
     for (const auto& p : f.pieces) {
       const auto n = slabs.elements(p.length);
       if (p.owner == me || n == 0) continue;
       auto source = fetched.narrow(dim, p.target, p.length);
       if (!source.is_contiguous()) source = keep.emplace_back(source.contiguous());
-      requests.emplace_back();
-      comm::check(MPI_Isend(source.data_ptr(), comm::count(n), elem, p.owner, detail::return_tag, comm,
-                            &requests.back()),
-                  "MPI_Isend");
+      messages.send(source.data_ptr(), n, elem, p.owner, detail::return_tag, comm);
     }
     for (const auto& p : f.pieces)
       if (p.owner == me)
         out.narrow(dim, p.source, p.length).add_(fetched.narrow(dim, p.target, p.length));
-    if (!requests.empty())
-      comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                  "MPI_Waitall");
+    messages.wait();
     for (const auto& [buffer, p] : accumulate) out.narrow(dim, p->source, p->length).add_(buffer);
     return out;
   }

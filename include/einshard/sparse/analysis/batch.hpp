@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/config.hpp"
@@ -34,7 +35,7 @@
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need these
 #include "einshard/sparse/matrix/block_kernels.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
-#include "einshard/sparse/preconditioner/preconditioner.hpp"
+#include "einshard/sparse/preconditioner/factory.hpp"
 #include "einshard/sparse/krylov/solve_autograd.hpp"
 #endif
 
@@ -389,18 +390,17 @@ EINSHARD_INLINE SolveResult BatchSparseTensor::solve_item(const Csr& pattern, co
                                             const std::string& what) {
   const auto layout = RowLayout::simple(pattern.rows, MPI_COMM_SELF);
   const detail::LocalOperator A(layout, detail::with_values(pattern, values_i));
-  const auto start = MPI_Wtime();
+  const auto start = comm::wall_time();
   auto precond = detail::custom_preconditioner(options, layout, what);
   if (!precond && options.preconditioner != Preconditioner::none)
     precond = detail::make_preconditioner(
         options.preconditioner, detail::LocalRows{A.csr(), pattern.rows, MPI_COMM_SELF},
         [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); }, options.preconditioner_options);
-  const auto setup = MPI_Wtime() - start;
+  const auto setup = comm::wall_time() - start;
   auto item_options = options;
   if (x0_i.defined()) item_options.x0 = DVector(layout, x0_i.contiguous());
   const DVector bi(layout, b_i.contiguous());
-  auto r = b_i.dim() == 2 ? detail::krylov_solve_block(A, bi, precond.get(), item_options)
-                          : detail::krylov_solve(A, bi, precond.get(), item_options);
+  auto r = detail::run_method(A, bi, precond.get(), item_options);
   r.info.setup_seconds = setup;
   return r;
 }
@@ -496,8 +496,7 @@ EINSHARD_INLINE DBatchSparseTensor partition_batch(const BatchSparseTensor& A, c
     range[i] = facts[i];
     range[i + facts.size()] = -facts[i];
   }
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, range.data(), static_cast<int>(range.size()), MPI_INT64_T, MPI_MAX, comm),
-              "MPI_Allreduce");
+  comm::all_reduce_values(std::span<std::int64_t>(range), comm::Reduction::max, comm);
   const auto differs = [&](std::size_t i) { return range[i] != -range[i + facts.size()]; };
   // Decided from the reduced facts, so every rank throws the same message.
   if (differs(0))

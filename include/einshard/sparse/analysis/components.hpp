@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/config.hpp"
@@ -192,10 +193,9 @@ inline int fastsv(const BlockGraph& g, std::vector<std::int64_t>& f) {
       slot = std::min(slot, value);
       return std::int64_t{0};
     });
-    int changed = next != f ? 1 : 0;
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, &changed, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+    const bool changed = comm::any_rank(next != f, comm);
     f.swap(next);
-    if (changed == 0) return round;
+    if (!changed) return round;
     if (round > cap)
       throw Error("DSparseTensor::connected_components: expected FastSV to converge in " + std::to_string(cap) +
                   " rounds, found parents still changing (an internal invariant is broken)");
@@ -213,10 +213,8 @@ EINSHARD_INLINE Components DSparseTensor::connected_components() const {
   // Canonical labels: roots (f[v] == v) numbered in id order, which is block order.
   std::int64_t roots = 0;
   for (std::size_t i = 0; i < f.size(); ++i) roots += f[i] == first + static_cast<std::int64_t>(i) ? 1 : 0;
-  std::int64_t offset = 0, count = roots;
-  comm::check(MPI_Exscan(&roots, &offset, 1, MPI_INT64_T, MPI_SUM, comm), "MPI_Exscan");
-  if (layout_->rank() == 0) offset = 0;  // MPI_Exscan leaves rank 0's result undefined
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, &count, 1, MPI_INT64_T, MPI_SUM, comm), "MPI_Allreduce");
+  std::int64_t offset = comm::exclusive_sum(roots, comm);
+  const auto count = comm::all_reduce_value(roots, comm::Reduction::sum, comm);
   std::vector<std::int64_t> root_label(f.size(), -1);
   for (std::size_t i = 0; i < f.size(); ++i)
     if (f[i] == first + static_cast<std::int64_t>(i)) root_label[i] = offset++;

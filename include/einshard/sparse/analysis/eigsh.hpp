@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/comm/collectives.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/config.hpp"
@@ -90,17 +91,10 @@ LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& op, at::
 #if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
-/// Sums `t` (contiguous, any shape) over the ranks, in place.
-inline void allreduce_sum(at::Tensor& t, MPI_Comm comm) {
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), comm::count(t.numel()), comm::datatype(t.scalar_type()),
-                            MPI_SUM, comm),
-              "MPI_Allreduce");
-}
-
 /// Z^H [Z, A Z] summed over the ranks: the Gram block and the projected matrix in one reduction.
 inline std::pair<at::Tensor, at::Tensor> reduced_gram(const at::Tensor& z, const at::Tensor& az, MPI_Comm comm) {
   auto g = at::matmul(z.conj().transpose(0, 1), at::cat({z, az}, 1)).contiguous();
-  allreduce_sum(g, comm);
+  g = comm::all_reduce(g, comm);
   const auto p = z.size(1);
   return {g.narrow(1, 0, p), g.narrow(1, p, p)};
 }
@@ -142,7 +136,7 @@ inline std::pair<at::Tensor, int> block_cg(const std::function<at::Tensor(const 
   const auto col_dots = [comm](const at::Tensor& u, const at::Tensor& v) {
     auto d = (u.conj() * v).sum(0);
     d = (d.is_complex() ? at::real(d) : d).to(at::kDouble).contiguous();
-    allreduce_sum(d, comm);
+    d = comm::all_reduce(d, comm);
     return d;
   };
   auto x = at::zeros_like(b);
@@ -186,7 +180,7 @@ EINSHARD_INLINE LobpcgResult lobpcg(const std::function<at::Tensor(const at::Ten
     const auto mm = x.size(1);
     const auto r = ax - x * out.theta.to(x.scalar_type()).unsqueeze(0);
     auto norms = (r.is_complex() ? at::real(r.conj() * r) : r * r).sum(0).to(at::kDouble).contiguous();
-    allreduce_sum(norms, comm);
+    norms = comm::all_reduce(norms, comm);
     out.residual_norms = norms.sqrt();
     const auto scale = out.theta.abs().to(at::kDouble);
     const auto floor = std::max(scale.max().item<double>(), 1e-300) * 1e-10;
@@ -296,7 +290,7 @@ EINSHARD_INLINE EigshResult DSparseTensor::eigsh(const EigshOptions& options) co
     theta = rr.theta.index_select(0, order);
     auto r = ax - x * theta.to(x.scalar_type()).unsqueeze(0);
     auto norms = (r.is_complex() ? at::real(r.conj() * r) : r * r).sum(0).to(at::kDouble).contiguous();
-    detail::allreduce_sum(norms, comm);
+    norms = comm::all_reduce(norms, comm);
     residuals = norms.sqrt();
   }
   const auto kk = std::min<std::int64_t>(k, x.size(1));

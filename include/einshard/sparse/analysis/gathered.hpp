@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/comm/collectives.hpp"
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/config.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
@@ -48,25 +50,16 @@ inline at::Tensor gather_dense(const DSparseTensor& a, int root) {
   const auto t = global_entries(a);
   const auto& layout = *a.layout();
   const MPI_Comm comm = layout.comm();
-  const int p = layout.size();
   const auto values = t.values.detach().contiguous();
   const auto index = (t.rows * a.cols() + t.cols).contiguous();  // row-major position
-  int mine = comm::count(values.numel());
-  std::vector<int> counts(static_cast<std::size_t>(p)), displs(static_cast<std::size_t>(p), 0);
-  comm::check(MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
-  for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-  const auto total = static_cast<std::int64_t>(displs[p - 1]) + counts[p - 1];
   const bool here = root < 0 || layout.rank() == root;
-  auto all_values = at::empty({here ? total : 0}, values.options());
-  auto all_index = at::empty({here ? total : 0}, at::kLong);
-  const auto type = comm::datatype(values.scalar_type());
-  if (root < 0) {
-    comm::check(MPI_Allgatherv(values.data_ptr(), mine, type, all_values.data_ptr(), counts.data(), displs.data(), type, comm), "MPI_Allgatherv");
-    comm::check(MPI_Allgatherv(index.data_ptr(), mine, MPI_INT64_T, all_index.data_ptr(), counts.data(), displs.data(), MPI_INT64_T, comm), "MPI_Allgatherv");
-  } else {
-    comm::check(MPI_Gatherv(values.data_ptr(), mine, type, all_values.data_ptr(), counts.data(), displs.data(), type, root, comm), "MPI_Gatherv");
-    comm::check(MPI_Gatherv(index.data_ptr(), mine, MPI_INT64_T, all_index.data_ptr(), counts.data(), displs.data(), MPI_INT64_T, root, comm), "MPI_Gatherv");
-  }
+  std::vector<std::int64_t> counts;
+  if (root < 0) counts = comm::all_gather_values(std::array<std::int64_t, 1>{values.numel()}, comm);
+  const auto gather = [&](const at::Tensor& x) {
+    return root < 0 ? comm::all_gather(x, 0, counts, comm) : comm::gather_to_root(x, root, comm);
+  };
+  const auto all_values = gather(values);
+  const auto all_index = gather(index);
   if (!here) return {};
   return at::zeros({a.rows() * a.cols()}, values.options()).index_put_({all_index}, all_values, true).view({a.rows(), a.cols()});
 }
@@ -87,7 +80,7 @@ std::vector<double> on_root(const DSparseTensor& a, const char* op, std::size_t 
     }
   }
   comm::raise_if_any(comm, fault);
-  comm::check(MPI_Bcast(out.data(), comm::count(static_cast<std::int64_t>(count)), MPI_DOUBLE, 0, comm), "MPI_Bcast");
+  comm::broadcast_values(std::span<double>(out), 0, comm);
   return out;
 }
 

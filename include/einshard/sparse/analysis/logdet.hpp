@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/comm/collectives.hpp"
 #include "einshard/config.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/analysis/eigsh.hpp"
@@ -50,7 +51,7 @@ inline double slq_trace_log(const std::function<at::Tensor(const at::Tensor&)>& 
                             MPI_Comm comm) {
   const auto p = z.size(1);
   auto norms = (z.is_complex() ? at::real(z.conj() * z) : z * z).sum(0).to(at::kDouble).contiguous();
-  allreduce_sum(norms, comm);
+  norms = comm::all_reduce(norms, comm);
   const auto znorm2 = norms.clone();
   auto q = z / norms.sqrt().to(z.scalar_type()).unsqueeze(0);
   at::Tensor q_prev = at::zeros_like(q);
@@ -61,10 +62,10 @@ inline double slq_trace_log(const std::function<at::Tensor(const at::Tensor&)>& 
     auto w = op(q);
     auto a = (q.conj() * w).sum(0);
     a = (a.is_complex() ? at::real(a) : a).to(at::kDouble).contiguous();
-    allreduce_sum(a, comm);
+    a = comm::all_reduce(a, comm);
     w = w - q * a.to(q.scalar_type()).unsqueeze(0) - q_prev * beta_prev.to(q.scalar_type()).unsqueeze(0);
     auto b = (w.is_complex() ? at::real(w.conj() * w) : w * w).sum(0).to(at::kDouble).contiguous();
-    allreduce_sum(b, comm);
+    b = comm::all_reduce(b, comm);
     b = b.sqrt();
     const auto* av = a.data_ptr<double>();
     const auto* bv = b.data_ptr<double>();

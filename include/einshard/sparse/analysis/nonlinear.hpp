@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/config.hpp"
@@ -32,6 +33,7 @@
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/krylov/options.hpp"
+#include "einshard/sparse/krylov/solve.hpp"
 #if EINSHARD_DEFINE_SPARSE  // only the definitions below need it
 #include "einshard/sparse/krylov/gmres.hpp"
 #endif
@@ -198,13 +200,12 @@ EINSHARD_INLINE NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunct
   const auto coo = detail::csr_to_coo(local_);  // no structured binding: the lambda below captures r
   const auto r = std::get<1>(coo);
   const auto diag_pos = (std::get<2>(coo).to(at::kLong) == r).nonzero().flatten();
-  int whole = diag_pos.numel() == layout_->local_size() ? 1 : 0;
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, &whole, 1, MPI_INT, MPI_LAND, layout_->comm()), "MPI_Allreduce");
+  const bool whole = comm::every_rank(diag_pos.numel() == layout_->local_size(), layout_->comm());
   const auto base = values().detach();
   const auto owned = layout_->owned();
   const auto jacobian = [=, this](const DVector& u) {
     const auto d = dg(u.local()).to(dtype());
-    if (whole != 0) return with_values(base.index_add(0, diag_pos, d.index_select(0, r.index_select(0, diag_pos))));
+    if (whole) return with_values(base.index_add(0, diag_pos, d.index_select(0, r.index_select(0, diag_pos))));
     const auto t = detail::global_entries(*this);
     return from_local(at::cat({base, d}), at::cat({t.rows, owned}), at::cat({t.cols, owned}), shape(), mesh_,
                       {.owned_rows = owned});
@@ -233,10 +234,9 @@ EINSHARD_INLINE NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunct
     at::AutoGradMode enable(true);
     const auto x = result.u.local().detach();
     const auto b = -g(x).to(dtype());
-    int record = b.requires_grad() || values().requires_grad() ? 1 : 0;
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, &record, 1, MPI_INT, MPI_MAX, layout_->comm()), "MPI_Allreduce");
-    if (record != 0 && result.info.converged)
-      result.u = DVector(layout_, record_solution(b, x, [jacobian, linear, u = result.u](const at::Tensor& dL_du) {
+    const bool record = comm::any_rank(b.requires_grad() || values().requires_grad(), layout_->comm());
+    if (record && result.info.converged)
+      result.u = DVector(layout_, detail::SolvePipeline::record_solution(*this, b, x, [jacobian, linear, u = result.u](const at::Tensor& dL_du) {
                            at::NoGradGuard guard;
                            const auto r = jacobian(u).H().solve(DVector(u.layout(), dL_du), linear);
                            if (!r.info.converged)
@@ -263,7 +263,7 @@ EINSHARD_INLINE NewtonResult DSparseTensor::nonlinear_solve(const NonlinearResid
     const detail::FunctionOperator op(layout, std::move(product));
     auto o = linear;
     o.rtol = rtol;
-    return detail::gmres(op, rhs, Preconditioner::none, nullptr, o);
+    return detail::gmres(op, rhs, nullptr, o);
   };
   auto result = detail::newton(
       residual.residual,

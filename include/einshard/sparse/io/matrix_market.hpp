@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
@@ -111,7 +112,7 @@ inline at::ScalarType matrix_market_dtype(const MatrixMarketHeader& h, const Mat
   return dtype;
 }
 
-inline Triples to_triples(MatrixMarketEntries&& e, at::ScalarType dtype) {
+inline CooEntries to_triples(MatrixMarketEntries&& e, at::ScalarType dtype) {
   const auto n = static_cast<std::int64_t>(e.rows.size());
   auto rows = at::empty({n}, at::kLong), cols = at::empty({n}, at::kLong);
   if (n > 0) {
@@ -169,7 +170,7 @@ EINSHARD_INLINE DSparseTensor read_matrix_market(const std::string& path, const 
   std::string fault;
   MatrixMarketHeader h;
   at::Tensor ids;  // partition ids, for methods other than simple
-  detail::Triples t;
+  detail::CooEntries t;
   // Step 1 (not simple): rank 0 partitions the pattern.
   if (partition.method != PartitionMethod::simple) {
     if (me == 0) {
@@ -188,9 +189,9 @@ EINSHARD_INLINE DSparseTensor read_matrix_market(const std::string& path, const 
     }
     comm::raise_if_any(comm, fault);
     std::int64_t n = me == 0 ? h.rows : 0;
-    comm::check(MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm), "MPI_Bcast");
+    comm::broadcast_values(std::span<std::int64_t>(&n, 1), 0, comm);
     if (me != 0) ids = at::empty({n}, at::kLong);
-    comm::check(MPI_Bcast(ids.data_ptr(), comm::count(n), MPI_INT64_T, 0, comm), "MPI_Bcast");
+    comm::broadcast_values(std::span<std::int64_t>(ids.data_ptr<std::int64_t>(), static_cast<std::size_t>(n)), 0, comm);
   }
   // Step 2: every rank keeps its rows.
   try {

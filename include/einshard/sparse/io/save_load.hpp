@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/config.hpp"
@@ -286,7 +287,7 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
 }
 
 /// A loaded partition's entries in global indices (the repartitioning load's input).
-inline Triples global_triples(const LoadedPartition& d, const Metadata& meta, at::ScalarType dtype) {
+inline CooEntries global_triples(const LoadedPartition& d, const Metadata& meta, at::ScalarType dtype) {
   const auto& s = d.sections;
   const auto values = d.view(s.values, dtype);
   if (meta.version == 1) return {values, d.view(s.rowptr, at::kLong), d.view(s.col, at::kLong)};
@@ -323,7 +324,7 @@ inline Metadata read_metadata(const std::filesystem::path& dir, MPI_Comm comm) {
   std::vector<char> head(page);
   std::memcpy(head.data(), &length, sizeof length);
   std::memcpy(head.data() + sizeof length, text.data(), std::min(text.size(), page - sizeof length));
-  comm::check(MPI_Bcast(head.data(), static_cast<int>(page), MPI_CHAR, 0, comm), "MPI_Bcast");
+  comm::broadcast_values(std::span<char>(head), 0, comm);
   std::memcpy(&length, head.data(), sizeof length);
   const auto size = static_cast<std::size_t>(length < 0 ? -length - 1 : length);
   if (size > static_cast<std::size_t>(std::numeric_limits<int>::max()))
@@ -332,9 +333,7 @@ inline Metadata read_metadata(const std::filesystem::path& dir, MPI_Comm comm) {
   text.resize(size);
   std::memcpy(text.data(), head.data() + sizeof length, std::min(size, page - sizeof length));
   if (size > page - sizeof length)
-    comm::check(MPI_Bcast(text.data() + (page - sizeof length), static_cast<int>(size - (page - sizeof length)),
-                          MPI_CHAR, 0, comm),
-                "MPI_Bcast");
+    comm::broadcast_values(std::span<char>(text).subspan(page - sizeof length), 0, comm);
   if (length < 0) throw Error(text);
   auto meta = parse_metadata(text, path);  // the same text everywhere: the same result or Error
   if (!dtype_of_name(meta.dtype))
@@ -378,7 +377,7 @@ inline void agree_saved(const LoadedPartition* read, const std::string& fault, c
                         const std::filesystem::path& dir, MPI_Comm comm) {
   const int p = comm::size_of(comm);
   const auto q = static_cast<std::size_t>(p);
-  std::vector<std::int64_t> out(3 * q, 0), in(3 * q, 0), sends(q, 0);
+  std::vector<std::int64_t> out(3 * q, 0), sends(q, 0);
   for (std::size_t r = 0; r < q; ++r) {
     out[3 * r + 1] = read ? 0 : 1;
     out[3 * r + 2] = read && read->header.C >= 0 ? 1 : 0;
@@ -391,7 +390,7 @@ inline void agree_saved(const LoadedPartition* read, const std::string& fault, c
     for (std::int64_t i = 0; i < h.NR; ++i) out[3 * static_cast<std::size_t>(rp[2 * i])] = rp[2 * i + 1];
     for (std::int64_t i = 0; i < h.NS; ++i) sends[static_cast<std::size_t>(sp[2 * i])] = sp[2 * i + 1];
   }
-  comm::check(MPI_Alltoall(out.data(), 3, MPI_INT64_T, in.data(), 3, MPI_INT64_T, comm), "MPI_Alltoall");
+  const auto in = comm::all_to_all_values(std::span<const std::int64_t>(out), 3, comm);
   for (int r = 0; r < p; ++r)
     if (in[3 * static_cast<std::size_t>(r) + 1] != 0) comm::raise_from(comm, r, fault);
   bool same = in[2] != 0 || meta.m == meta.n;  // a rectangular matrix always has its own
@@ -403,7 +402,7 @@ inline void agree_saved(const LoadedPartition* read, const std::string& fault, c
   int first = p;
   for (std::size_t r = 0; r < q && first == p; ++r)
     if (in[3 * r] != sends[r]) first = comm::rank_of(comm);
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  first = comm::all_reduce_value(first, comm::Reduction::min, comm);
   if (first < p)
     throw Error("DSparseTensor::load: " + (dir / meta.parts[static_cast<std::size_t>(first)].file).string() +
                 ": expected the halo plan the other partitions' files expect, found another "

@@ -11,12 +11,13 @@
 #include <cmath>
 #include <complex>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 
 namespace einshard::sparse::detail {
 
-inline SolveResult bicgstab(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
+inline SolveResult bicgstab(const Operator& A, const DVector& b, const PreconditionerOp* m,
                             const SolveOptions& o) {
   using C = std::complex<double>;
   const MPI_Comm comm = A.layout()->comm();
@@ -25,7 +26,7 @@ inline SolveResult bicgstab(const Operator& A, const DVector& b, Preconditioner 
     auto& x = st.x;
     auto& r = st.r;
     const double rnorm = st.rnorm;
-    const PreconditionerUse M(kind, m, bl);
+    const PreconditionerUse M(m, bl);
     const auto rhat = r.clone();  // the shadow residual r̂ = r₀
     C rho = rnorm * rnorm;
     auto p = r.clone(), v = at::zeros_like(bl), s = at::empty_like(bl), t = at::empty_like(bl);
@@ -34,7 +35,7 @@ inline SolveResult bicgstab(const Operator& A, const DVector& b, Preconditioner 
     C alpha = 1, omega = 1;
     for (int k = 1;; ++k) {
       if (!M.identity) M.apply(p, phat);
-      const C rv = sum_complex({A.apply(phat, v, rhat)}, comm)[0];
+      const C rv = comm::summed({A.apply(phat, v, rhat)}, comm)[0];
       if (rv == 0.0 || !std::isfinite(std::abs(rv))) {
         progress.stop(std::isfinite(std::abs(rv)) ? StopReason::breakdown : StopReason::nan);
         break;
@@ -42,11 +43,11 @@ inline SolveResult bicgstab(const Operator& A, const DVector& b, Preconditioner 
       alpha = rho / rv;
       at::sub_out(s, r, v, scalar(alpha, bl));  // s = r − α v
       if (!M.identity) M.apply(s, shat);
-      const auto ts = sum_complex({A.apply(shat, t, s), local_dot(t, t)}, comm);  // (<s, t>, <t, t>)
+      const auto ts = comm::summed({A.apply(shat, t, s), local_dot(t, t)}, comm);  // (<s, t>, <t, t>)
       omega = ts[1].real() == 0.0 ? C(0) : std::conj(ts[0]) / ts[1].real();
       x.add_(phat, scalar(alpha, bl)).add_(shat, scalar(omega, bl));
       at::sub_out(r, s, t, scalar(omega, bl));  // r = s − ω t
-      const auto next = sum_complex({local_dot(rhat, r), local_dot(r, r)}, comm);
+      const auto next = comm::summed({local_dot(rhat, r), local_dot(r, r)}, comm);
       if (progress.record(k, std::sqrt(next[1].real()))) break;
       if (omega == 0.0 || next[0] == 0.0) {  // the next direction is undefined
         progress.stop(StopReason::breakdown);

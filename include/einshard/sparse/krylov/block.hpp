@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/matrix/block_kernels.hpp"
 #include "einshard/sparse/krylov/common.hpp"
@@ -27,12 +28,6 @@
 
 namespace einshard::sparse::detail {
 
-/// Sums `v` over the ranks (one all-reduce of all k columns' values).
-inline std::vector<double> sum_over(std::vector<double> v, MPI_Comm comm) {
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, comm),
-              "MPI_Allreduce");
-  return v;
-}
 
 /// Per-column coefficients as values of type V (real parts for a real V).
 template <class V>
@@ -190,7 +185,7 @@ inline BlockStarted block_start(const Operator& A, const DVector& B, const Solve
   auto sums = block_dots(s.r, s.r);
   const auto bb = block_dots(s.b, s.b);
   sums.insert(sums.end(), bb.begin(), bb.end());
-  sums = sum_over(std::move(sums), A.layout()->comm());
+  sums = comm::summed(std::move(sums), A.layout()->comm());
   const auto k = s.b.size(1);
   const std::vector<double> rr(sums.begin(), sums.begin() + k), bsq(sums.begin() + k, sums.end());
   progress.start(s.x, bsq, rr);
@@ -205,11 +200,11 @@ template <class Iterate>
 SolveResult run_block(const Operator& A, const DVector& B, const SolveOptions& o, Iterate&& iterate) {
   SolveResult result;
   BlockProgress progress(o, result.info, B.local().size(1));
-  const auto t0 = MPI_Wtime();
+  const auto t0 = comm::wall_time();
   auto s = block_start(A, B, o, progress);
   if (progress.any()) iterate(s, progress);
   summarize_columns(result.info);
-  result.info.seconds = MPI_Wtime() - t0;
+  result.info.seconds = comm::wall_time() - t0;
   result.x = DVector(A.layout(), s.x);
   return result;
 }

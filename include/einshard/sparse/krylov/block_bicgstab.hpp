@@ -12,11 +12,12 @@
 #include <complex>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/sparse/krylov/block.hpp"
 
 namespace einshard::sparse::detail {
 
-inline SolveResult block_bicgstab(const Operator& A, const DVector& B, Preconditioner kind, const PreconditionerOp* m,
+inline SolveResult block_bicgstab(const Operator& A, const DVector& B, const PreconditionerOp* m,
                                   const SolveOptions& o) {
   using C = std::complex<double>;
   const MPI_Comm comm = A.layout()->comm();
@@ -25,7 +26,7 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, Precondit
     auto& r = st.r;
     const auto k = r.size(1);
     const auto kk = static_cast<std::size_t>(k);
-    const PreconditionerUse M(kind, m, r);
+    const PreconditionerUse M(m, r);
     const bool separate = M.general();  // a general M runs in its own pass; a diagonal is fused
     const auto rhat = r.clone();
     std::vector<C> rho(kk), alpha(kk, 0.0), omega(kk, 0.0), beta(kk, 0.0);
@@ -35,7 +36,7 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, Precondit
     auto shat = M.identity ? s : at::empty_like(r);
     if (!M.identity) apply_block_preconditioner(M, p, phat);
     for (int it = 1; progress.any(); ++it) {
-      auto rv = sum_complex(product_dots(A, phat, v, rhat), comm);
+      auto rv = comm::summed(product_dots(A, phat, v, rhat), comm);
       for (std::int64_t j = 0; j < k; ++j) {
         const auto c = static_cast<std::size_t>(j);
         alpha[c] = 0.0;
@@ -67,7 +68,7 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, Precondit
       auto st_dots = product_dots(A, shat, t, s);
       const auto tt = block_cdots(t, t);
       st_dots.insert(st_dots.end(), tt.begin(), tt.end());
-      st_dots = sum_complex(std::move(st_dots), comm);
+      st_dots = comm::summed(std::move(st_dots), comm);
       for (std::size_t c = 0; c < kk; ++c) {
         const double ttc = st_dots[kk + c].real();
         omega[c] = !progress.active(static_cast<std::int64_t>(c)) || ttc == 0.0 ? C(0) : std::conj(st_dots[c]) / ttc;
@@ -93,7 +94,7 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, Precondit
           acc[1] += conj_if_complex(ri) * ri;
         };
       });
-      next = sum_complex(std::move(next), comm);
+      next = comm::summed(std::move(next), comm);
       for (std::int64_t j = 0; j < k; ++j) {
         const auto c = static_cast<std::size_t>(j);
         beta[c] = 0.0;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/matrix/block_kernels.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
@@ -90,7 +91,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
   std::vector<Progress> progress;
   progress.reserve(static_cast<std::size_t>(k));
   for (auto& c : info.columns) progress.emplace_back(o, c);
-  const auto t0 = MPI_Wtime();
+  const auto t0 = comm::wall_time();
   apply_m();
   // One all-reduce: <r, z>, <r, r> and <b, b> of every column (and <u, A u> with one reduction).
   auto w = one_reduction ? at::empty_like(b) : at::Tensor();
@@ -103,7 +104,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
     const auto uw = A.apply_block(z, w, z);
     init.insert(init.end(), uw.begin(), uw.end());
   }
-  init = sum_over(std::move(init), comm);
+  init = comm::summed(std::move(init), comm);
   const auto* sv = init.data();
   std::vector<double> rz(sv, sv + k);
   auto active = start_columns(progress, info, x, sv + 2 * k, sv + k, sv, o);
@@ -137,7 +138,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
       }
       const auto uw = A.apply_block(z, w, z);
       sums.insert(sums.end(), uw.begin(), uw.end());
-      sums = sum_over(std::move(sums), comm);
+      sums = comm::summed(std::move(sums), comm);
       for (std::int64_t j = 0; j < k; ++j) {
         const auto c = static_cast<std::size_t>(j);
         if (!active[c]) continue;
@@ -155,7 +156,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
   } else {
     auto p = d.defined() ? (r * d.unsqueeze(1)).contiguous() : z.clone();
     for (int it = 1; count_active() > 0; ++it) {
-      const auto pq = sum_over(A.apply_block(p, q, p), comm);
+      const auto pq = comm::summed(A.apply_block(p, q, p), comm);
       for (std::int64_t j = 0; j < k; ++j) {
         const auto c = static_cast<std::size_t>(j);
         alpha[c] = 0.0;
@@ -172,7 +173,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
         const auto rz_local = block_dots(r, z);
         std::copy(rz_local.begin(), rz_local.end(), s2.begin());
       }
-      s2 = sum_over(std::move(s2), comm);
+      s2 = comm::summed(std::move(s2), comm);
       for (std::int64_t j = 0; j < k; ++j) {
         const auto c = static_cast<std::size_t>(j);
         beta[c] = 0.0;
@@ -189,7 +190,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
     }
   }
   summarize_columns(info);
-  info.seconds = MPI_Wtime() - t0;
+  info.seconds = comm::wall_time() - t0;
   result.x = DVector(layout, x);
   return result;
 }

@@ -20,12 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/krylov/block.hpp"
 
 namespace einshard::sparse::detail {
 
-inline SolveResult block_gmres(const Operator& A, const DVector& B, Preconditioner kind, const PreconditionerOp* m,
+inline SolveResult block_gmres(const Operator& A, const DVector& B, const PreconditionerOp* m,
                                const SolveOptions& o, bool flexible = false) {
   using C = std::complex<double>;
   if (o.restart < 1)
@@ -39,7 +40,7 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
     auto beta = st.rnorm;
     const auto n = bl.size(0), k = bl.size(1);
     const auto kk = static_cast<std::size_t>(k);
-    const PreconditionerUse M(kind, m, bl);
+    const PreconditionerUse M(m, bl);
     const int mm = o.restart;
     // The basis column by column, (k, m + 1, n): each column's Gram–Schmidt is then BLAS
     // matrix-vector products, as a single solve's (a pass over rows with the basis index and the
@@ -91,7 +92,7 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
             at::mv_out(hc, basis[c].conj(), wc);
             local[c][j + 1] = at::vdot(wc, wc);
           }
-          auto dots = sum_complex(host_complex(local.flatten()), comm);
+          auto dots = comm::summed(host_complex(local.flatten()), comm);
           const auto at_ = [&](int i, std::size_t c) { return dots[c * static_cast<std::size_t>(j + 2) + i]; };
           std::vector<C> coef(static_cast<std::size_t>((j + 1) * k), C(0));
           bool again = false;
@@ -180,7 +181,7 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, Precondition
       // Restart every column still going from its true residual.
       (void)A.apply_block(x, w, {});
       at::sub_out(r, bl, w);
-      const auto rr = sum_over(block_dots(r, r), comm);
+      const auto rr = comm::summed(block_dots(r, r), comm);
       for (std::size_t c = 0; c < kk; ++c) {
         const auto col = static_cast<std::int64_t>(c);
         beta[c] = std::sqrt(rr[c]);

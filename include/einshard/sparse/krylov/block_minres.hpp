@@ -13,11 +13,12 @@
 #include <limits>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/sparse/krylov/block.hpp"
 
 namespace einshard::sparse::detail {
 
-inline SolveResult block_minres(const Operator& A, const DVector& B, Preconditioner kind, const PreconditionerOp* m,
+inline SolveResult block_minres(const Operator& A, const DVector& B, const PreconditionerOp* m,
                                 const SolveOptions& o) {
   using C = std::complex<double>;
   const auto& layout = A.layout();
@@ -35,8 +36,8 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, Preconditio
     (void)A.apply_block(x, q, {});
     r1.sub_(q);
   }
-  const PreconditionerUse M(kind, m, bl);
-  const auto t0 = MPI_Wtime();
+  const PreconditionerUse M(m, bl);
+  const auto t0 = comm::wall_time();
   auto y = at::empty_like(bl);
   apply_block_preconditioner(M, r1, y);
   auto mb = y;
@@ -47,7 +48,7 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, Preconditio
   auto init = block_dots(r1, y);
   const auto bmb = block_dots(bl, mb);
   init.insert(init.end(), bmb.begin(), bmb.end());
-  init = sum_over(std::move(init), comm);
+  init = comm::summed(std::move(init), comm);
   std::vector<double> beta(kk), oldb(kk, 0.0), dbar(kk, 0.0), epsln(kk, 0.0), phibar(kk), cs(kk, -1.0), sn(kk, 0.0);
   // The columns' starts: b = 0, an indefinite M, or the iteration-0 record.
   for (std::int64_t j = 0; j < k; ++j) {
@@ -90,7 +91,7 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, Preconditio
         acc[0] += conj_if_complex(vp[e]) * yi;
       };
     });
-    alfa = sum_complex(std::move(alfa), comm);
+    alfa = comm::summed(std::move(alfa), comm);
     // y −= (α / β) r2; r1 = r2; r2 = y; y = M r2; with β² = <r2, M r2> (a diagonal M fused).
     for (std::size_t c = 0; c < kk; ++c)
       c2[c] = progress.active(static_cast<std::int64_t>(c)) ? alfa[c].real() / beta[c] : 0.0;
@@ -116,7 +117,7 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, Preconditio
       apply_block_preconditioner(M, r2, y);
       b2 = block_cdots(r2, y);
     }
-    b2 = sum_complex(std::move(b2), comm);
+    b2 = comm::summed(std::move(b2), comm);
     for (std::int64_t j = 0; j < k; ++j) {
       const auto c = static_cast<std::size_t>(j);
       c3[c] = c4[c] = c5[c] = 0.0;  // the update of w and x (zero: frozen)
@@ -171,7 +172,7 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, Preconditio
     }
   }
   summarize_columns(info);
-  info.seconds = MPI_Wtime() - t0;
+  info.seconds = comm::wall_time() - t0;
   result.x = DVector(layout, x);
   return result;
 }

@@ -13,6 +13,7 @@
 #include <complex>
 #include <string>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
@@ -25,9 +26,9 @@
 
 namespace einshard::sparse::detail {
 
-inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
+inline SolveResult cg(const Operator& A, const DVector& b, const PreconditionerOp* m,
                       const SolveOptions& o) {
-  if (o.cg_variant == CgVariant::pipelined) return pipecg(A, b, kind, m, o);
+  if (o.cg_variant == CgVariant::pipelined) return pipecg(A, b, m, o);
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();
   SolveResult result;
@@ -42,10 +43,10 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
     A.apply(x, q, {});
     r.sub_(q);
   }
-  const PreconditionerUse M(kind, m, bl);
+  const PreconditionerUse M(m, bl);
   auto z = M.identity ? r : at::empty_like(bl);
   if (!M.identity) M.apply(r, z);
-  const auto t0 = MPI_Wtime();
+  const auto t0 = comm::wall_time();
   const auto init = sum_real<3>({local_dot(r, z), local_dot(r, r), local_dot(bl, bl)}, comm);
   progress.start(std::sqrt(init[2]));
   result.x = DVector(layout, x);
@@ -55,7 +56,7 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
   }
   double rz = init[0];
   if (progress.record(0, std::sqrt(init[1])) || progress.check_nonzero(rz)) {
-    info.seconds = MPI_Wtime() - t0;
+    info.seconds = comm::wall_time() - t0;
     return result;
   }
 
@@ -115,7 +116,7 @@ inline SolveResult cg(const Operator& A, const DVector& b, Preconditioner kind, 
       alpha_old = alpha;
     }
   }
-  info.seconds = MPI_Wtime() - t0;
+  info.seconds = comm::wall_time() - t0;
   return result;
 }
 

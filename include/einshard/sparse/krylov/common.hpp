@@ -13,6 +13,7 @@
 #include <complex>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/vector_kernels.hpp"
@@ -27,8 +28,7 @@ template <std::size_t N>
 std::array<double, N> sum_real(const std::array<std::complex<double>, N>& v, MPI_Comm comm) {
   std::array<double, N> out{};
   for (std::size_t i = 0; i < N; ++i) out[i] = v[i].real();
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, out.data(), static_cast<int>(N), MPI_DOUBLE, MPI_SUM, comm),
-              "MPI_Allreduce");
+  comm::all_reduce_values(std::span<double>(out), comm::Reduction::sum, comm);
   return out;
 }
 
@@ -87,7 +87,7 @@ struct PreconditionerUse {
   bool identity = true;
 
   /// `m` null: the identity (a solve passes null for `Preconditioner::none`).
-  PreconditionerUse(Preconditioner /*kind*/, const PreconditionerOp* m, const at::Tensor& like) : op(m) {
+  PreconditionerUse(const PreconditionerOp* m, const at::Tensor& like) : op(m) {
     if (m == nullptr) return;
     identity = false;
     if (const auto d = m->diagonal(); d.defined()) diagonal = d.to(like.scalar_type()).contiguous();
@@ -103,13 +103,6 @@ struct PreconditionerUse {
   }
 };
 
-/// Sums complex values over the ranks (one all-reduce of 2·N doubles).
-inline std::vector<std::complex<double>> sum_complex(std::vector<std::complex<double>> v, MPI_Comm comm) {
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, reinterpret_cast<double*>(v.data()), static_cast<int>(2 * v.size()),
-                            MPI_DOUBLE, MPI_SUM, comm),
-              "MPI_Allreduce");
-  return v;
-}
 
 /// `v` as a scalar for tensors of `like`'s dtype (its real part for a real one).
 inline at::Scalar scalar(std::complex<double> v, const at::Tensor& like) {
@@ -188,7 +181,7 @@ inline Started start(const Operator& A, const DVector& b, const SolveOptions& o,
                      SolveResult& result) {
   auto [bl, x, r] = initial(A, b, o);
   result.x = DVector(A.layout(), x);
-  const auto init = sum_complex({local_dot(r, r), local_dot(bl, bl)}, A.layout()->comm());
+  const auto init = comm::summed({local_dot(r, r), local_dot(bl, bl)}, A.layout()->comm());
   progress.start(std::sqrt(init[1].real()));
   Started s{bl, x, r, std::sqrt(init[0].real())};
   if (init[1].real() == 0.0) {
@@ -207,10 +200,10 @@ template <class Iterate>
 SolveResult run_from_start(const Operator& A, const DVector& b, const SolveOptions& o, Iterate&& iterate) {
   SolveResult result;
   Progress progress(o, result.info);
-  const auto t0 = MPI_Wtime();
+  const auto t0 = comm::wall_time();
   auto s = start(A, b, o, progress, result);
   if (!s.done) iterate(s, progress, result);
-  result.info.seconds = MPI_Wtime() - t0;
+  result.info.seconds = comm::wall_time() - t0;
   return result;
 }
 

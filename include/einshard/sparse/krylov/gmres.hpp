@@ -23,13 +23,14 @@
 #include <complex>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 
 namespace einshard::sparse::detail {
 
-inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
+inline SolveResult gmres(const Operator& A, const DVector& b, const PreconditionerOp* m,
                          const SolveOptions& o, bool flexible = false) {
   using C = std::complex<double>;
   if (o.restart < 1)
@@ -41,7 +42,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
     auto& x = st.x;
     auto& r = st.r;
     double& beta = st.rnorm;
-    const PreconditionerUse M(kind, m, bl);
+    const PreconditionerUse M(m, bl);
     const auto n = bl.numel();
     const int mm = o.restart;
     auto V = at::empty({mm + 1, n}, bl.options());  // the Krylov basis, one row per vector
@@ -71,7 +72,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
         for (int pass = 0; pass < 2; ++pass) {
           auto dots = host_complex(at::mv(basis.conj(), w));
           dots.push_back(local_dot(w, w));
-          dots = sum_complex(std::move(dots), comm);
+          dots = comm::summed(std::move(dots), comm);
           const double ww = dots.back().real();
           dots.pop_back();
           w.addmv_(basis.t(), tensor_like(dots, bl), 1, -1);
@@ -137,7 +138,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, Preconditioner kin
       auto ax = V[0];
       A.apply(x, ax, {});
       at::sub_out(r, bl, ax);
-      beta = std::sqrt(sum_complex({local_dot(r, r)}, comm)[0].real());
+      beta = std::sqrt(comm::summed({local_dot(r, r)}, comm)[0].real());
       if (beta == 0.0 || !std::isfinite(beta)) {  // exact, or lost: the recorded estimate was not
         progress.stop(beta == 0.0 ? StopReason::converged_rtol : StopReason::nan);
         break;

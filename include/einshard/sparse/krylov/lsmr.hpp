@@ -18,6 +18,7 @@
 #include <cmath>
 #include <complex>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/sparse/krylov/bidiag.hpp"
 #include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
@@ -28,7 +29,7 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
   const auto m = A.layout()->global_size(), n = A.domain_layout()->global_size();
   const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::max<std::int64_t>(std::min(m, n), 1));
   LeastSquaresResult res;
-  const auto t0 = MPI_Wtime();
+  const auto t0 = comm::wall_time();
   // Named references, not a structured binding: the fused passes' lambdas capture them (clang 14
   // cannot capture a structured binding).
   auto start = least_squares_start(A, b, o, res);
@@ -135,7 +136,7 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
     if (least_squares_iteration(res, o, itn, maxiter, normb, {normr, normr, std::abs(zetabar), normA, condA, normx}))
       break;
   }
-  res.info.seconds = MPI_Wtime() - t0;
+  res.info.seconds = comm::wall_time() - t0;
   least_squares_finish(res, false);
   return res;
 }

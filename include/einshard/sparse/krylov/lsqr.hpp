@@ -14,6 +14,7 @@
 #include <cmath>
 #include <complex>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/sparse/krylov/bidiag.hpp"
 #include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
@@ -24,7 +25,7 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
   const auto n = A.domain_layout()->global_size();
   const int maxiter = o.maxiter > 0 ? o.maxiter : static_cast<int>(std::min<std::int64_t>(2 * n, 1 << 30));
   LeastSquaresResult res;
-  const auto t0 = MPI_Wtime();
+  const auto t0 = comm::wall_time();
   // Named references, not a structured binding: the fused passes' lambdas capture them (clang 14
   // cannot capture a structured binding).
   auto start = least_squares_start(A, b, o, res);
@@ -111,7 +112,7 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
                                 {std::sqrt(std::abs(r1sq)), rnorm, arnorm, anorm, acond, xnorm}))
       break;
   }
-  res.info.seconds = MPI_Wtime() - t0;
+  res.info.seconds = comm::wall_time() - t0;
   least_squares_finish(res, false);
   return res;
 }

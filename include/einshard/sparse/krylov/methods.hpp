@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// One entry to every Krylov method for A x = b on a square operator (`krylov_solve`), so the
-/// distributed matrix, the batch and a matrix-free operator dispatch the same way; and the
-/// preconditioner a solve's options ask for (`solve_preconditioner`).
+/// One entry to every Krylov method (`run_method`: by method, vector or block), so the distributed
+/// matrix, the batch and a matrix-free operator dispatch the same way; the least-squares methods
+/// behind `solve` and the normal-equations adjoint of a least-squares solve; and the custom
+/// preconditioner a solve's options carry.
 
 #include <memory>
 #include <string>
@@ -31,9 +32,9 @@ namespace einshard::sparse::detail {
 /// Whether `method` minimizes ‖A x − b‖ (any shape) rather than solving a square system.
 inline bool is_least_squares(Method method) { return method == Method::lsqr || method == Method::lsmr; }
 
-/// LSQR or LSMR asked for through `solve`, as the seed's dispatcher maps it: atol := atol, btol :=
-/// rtol (1e-8 when rtol is 0), no damping, conlim 1e8, the solve's maxiter, x0 (of the domain) and
-/// monitor. A preconditioner is refused: neither method takes one.
+/// LSQR or LSMR asked for through `solve`: atol := atol, btol := rtol (1e-8 when rtol is 0), no
+/// damping, conlim 1e8, the solve's maxiter, x0 (of the domain) and monitor (torch-sla's mapping).
+/// A preconditioner is refused: neither method takes one.
 inline SolveResult least_squares_solve(const Operator& A, const DVector& b, const PreconditionerOp* m,
                                        const SolveOptions& o) {
   if (m != nullptr || o.preconditioner != Preconditioner::none || o.custom_preconditioner)
@@ -75,13 +76,12 @@ inline SolveResult least_squares_solve_block(const Operator& A, const DVector& b
 
 /// `m` null: no preconditioner.
 inline SolveResult krylov_solve(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o) {
-  const auto kind = o.preconditioner;
   switch (o.method) {
-    case Method::cg: return cg(A, b, kind, m, o);
-    case Method::bicgstab: return bicgstab(A, b, kind, m, o);
-    case Method::gmres: return gmres(A, b, kind, m, o);
-    case Method::minres: return minres(A, b, kind, m, o);
-    case Method::fgmres: return gmres(A, b, kind, m, o, /*flexible=*/true);
+    case Method::cg: return cg(A, b, m, o);
+    case Method::bicgstab: return bicgstab(A, b, m, o);
+    case Method::gmres: return gmres(A, b, m, o);
+    case Method::minres: return minres(A, b, m, o);
+    case Method::fgmres: return gmres(A, b, m, o, /*flexible=*/true);
     case Method::lsqr:
     case Method::lsmr: return least_squares_solve(A, b, m, o);
   }
@@ -93,17 +93,22 @@ inline SolveResult krylov_solve(const Operator& A, const DVector& b, const Preco
 /// (`SolveInfo::columns`).
 inline SolveResult krylov_solve_block(const Operator& A, const DVector& b, const PreconditionerOp* m,
                                       const SolveOptions& o) {
-  const auto kind = o.preconditioner;
   switch (o.method) {
     case Method::cg: return block_cg(A, b, m, o);
-    case Method::bicgstab: return block_bicgstab(A, b, kind, m, o);
-    case Method::gmres: return block_gmres(A, b, kind, m, o);
-    case Method::minres: return block_minres(A, b, kind, m, o);
-    case Method::fgmres: return block_gmres(A, b, kind, m, o, /*flexible=*/true);
+    case Method::bicgstab: return block_bicgstab(A, b, m, o);
+    case Method::gmres: return block_gmres(A, b, m, o);
+    case Method::minres: return block_minres(A, b, m, o);
+    case Method::fgmres: return block_gmres(A, b, m, o, /*flexible=*/true);
     case Method::lsqr:
     case Method::lsmr: return least_squares_solve_block(A, b, m, o);
   }
   throw Error("solve: unknown method");
+}
+
+/// An (n_local, k) b runs the block form of the method (k coupled recurrences, one product and
+/// one reduction per step for all columns); a vector, the method itself.
+inline SolveResult run_method(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o) {
+  return b.local().dim() == 2 ? krylov_solve_block(A, b, m, o) : krylov_solve(A, b, m, o);
 }
 
 /// AᴴA + damp² I as an operator on A's domain: two products per application.
@@ -136,7 +141,7 @@ inline std::pair<at::Tensor, at::Tensor> least_squares_adjoint(const Operator& A
   const DVector rhs(A.domain_layout(), g.contiguous());
   const SolveOptions o{.method = Method::cg, .preconditioner = Preconditioner::none, .rtol = rtol, .atol = 0.0,
                        .maxiter = 10000, .residual_history = false};
-  const auto r = g.dim() == 2 ? krylov_solve_block(N, rhs, nullptr, o) : krylov_solve(N, rhs, nullptr, o);
+  const auto r = run_method(N, rhs, nullptr, o);
   if (!r.info.converged)
     throw Error(what + " (backward): CG on the normal equations did not converge (" + to_string(r.info.reason) +
                 " after " + std::to_string(r.info.iterations) +

@@ -16,12 +16,13 @@
 #include <complex>
 #include <limits>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 
 namespace einshard::sparse::detail {
 
-inline SolveResult minres(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m,
+inline SolveResult minres(const Operator& A, const DVector& b, const PreconditionerOp* m,
                           const SolveOptions& o) {
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();
@@ -30,8 +31,8 @@ inline SolveResult minres(const Operator& A, const DVector& b, Preconditioner ki
   Progress progress(o, info);
   auto [bl, x, r1] = initial(A, b, o);
   result.x = DVector(layout, x);
-  const PreconditionerUse M(kind, m, bl);
-  const auto t0 = MPI_Wtime();
+  const PreconditionerUse M(m, bl);
+  const auto t0 = comm::wall_time();
   auto y = at::empty_like(bl);
   M.apply(r1, y);
   // ‖b‖ in the same norm as the residual: <b, M b> (M b is y when there is no x0: r = b).
@@ -53,7 +54,7 @@ inline SolveResult minres(const Operator& A, const DVector& b, Preconditioner ki
   progress.start(std::sqrt(init[1]));
   double beta = std::sqrt(init[0]), oldb = 0.0;
   if (progress.record(0, beta)) {
-    info.seconds = MPI_Wtime() - t0;
+    info.seconds = comm::wall_time() - t0;
     return result;
   }
   auto r2 = r1.clone(), v = at::empty_like(bl);
@@ -97,7 +98,7 @@ inline SolveResult minres(const Operator& A, const DVector& b, Preconditioner ki
       break;
     }
   }
-  info.seconds = MPI_Wtime() - t0;
+  info.seconds = comm::wall_time() - t0;
   return result;
 }
 

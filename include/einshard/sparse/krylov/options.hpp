@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/preconditioner/custom.hpp"
 #include "einshard/sparse/preconditioner/options.hpp"
 
 namespace einshard::sparse {
@@ -82,11 +83,6 @@ inline const char* to_string(StopReason r) {
 /// Called on every rank after every iteration (and once for the initial residual, iteration 0):
 /// the iteration number and the residual norm the stop test uses.
 using Monitor = std::function<void(int iteration, double residual_norm)>;
-
-/// A preconditioner you bring: z = M⁻¹ r, r and z in the matrix's partition. Called collectively
-/// (every rank, same step), so it may itself communicate or run an inner solve; with
-/// `Method::fgmres` it may differ from call to call.
-using PreconditionerFn = std::function<DVector(const DVector& r)>;
 
 namespace detail {
 /// The defaults `SolveOptions` takes its fields from: the library's, or those of the innermost

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <complex>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/krylov/common.hpp"
@@ -33,7 +34,7 @@
 
 namespace einshard::sparse::detail {
 
-inline SolveResult pipecg(const Operator& A, const DVector& b, Preconditioner kind, const PreconditionerOp* m_op,
+inline SolveResult pipecg(const Operator& A, const DVector& b, const PreconditionerOp* m_op,
                           const SolveOptions& o) {
   const MPI_Comm comm = A.layout()->comm();
   SolveResult result;
@@ -43,10 +44,10 @@ inline SolveResult pipecg(const Operator& A, const DVector& b, Preconditioner ki
   auto start = initial(A, b, o);
   auto bl = start.b, x = start.x, r = start.r;
   result.x = DVector(A.layout(), x);
-  const PreconditionerUse M(kind, m_op, bl);
+  const PreconditionerUse M(m_op, bl);
   auto u = at::empty_like(bl), w = at::empty_like(bl), m = at::empty_like(bl), n = at::empty_like(bl);
   auto z = at::zeros_like(bl), q = at::zeros_like(bl), s = at::zeros_like(bl), p = at::zeros_like(bl);
-  const auto t0 = MPI_Wtime();
+  const auto t0 = comm::wall_time();
 
   // u = M r, w = A u from r; with `directions`, also s = A p, q = M s, z = A q. Returns the
   // local dots of the next reduction and leaves m = M w to the loop.
@@ -74,11 +75,10 @@ inline SolveResult pipecg(const Operator& A, const DVector& b, Preconditioner ki
     }
     std::array<double, 4> local{dots[0], dots[1], dots[2], k == 0 ? local_dot(bl, bl).real() : 0.0};
     std::array<double, 4> red{};
-    MPI_Request request = MPI_REQUEST_NULL;
-    comm::check(MPI_Iallreduce(local.data(), red.data(), 4, MPI_DOUBLE, MPI_SUM, comm, &request), "MPI_Iallreduce");
+    comm::SumInFlight sum(local, red, comm);
     if (!m_ready) M.apply(w, m);
     A.apply(m, n, {});
-    comm::check(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
+    sum.wait();
     if (k == 0 && !recorded) {
       progress.start(std::sqrt(red[3]));
       tol = std::max(o.atol, o.rtol * info.rhs_norm);
@@ -121,7 +121,7 @@ inline SolveResult pipecg(const Operator& A, const DVector& b, Preconditioner ki
     alpha_old = alpha;
     ++k;
   }
-  info.seconds = MPI_Wtime() - t0;
+  info.seconds = comm::wall_time() - t0;
   return result;
 }
 

@@ -17,8 +17,10 @@
 #include <numeric>
 #include <vector>
 
+#include "einshard/comm/autograd.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
+#include "einshard/comm/messages.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 
@@ -118,12 +120,11 @@ class HaloExchange {
     const auto elem = comm::datatype(owned.scalar_type());
     const auto width = row_width(owned);
     const auto size = owned.element_size() * width;
-    clear();
+    messages_.wait();
     auto* recv = static_cast<char*>(ghosts.data_ptr());
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
-      post(MPI_Irecv(recv + p.recv_offsets[i] * size, comm::count((p.recv_offsets[i + 1] - p.recv_offsets[i]) * width),
-                     elem, p.recv_ranks[i], tag, p.layout->comm(), &next()));
-    receives_ = requests_.size();
+      messages_.receive(recv + p.recv_offsets[i] * size, (p.recv_offsets[i + 1] - p.recv_offsets[i]) * width, elem,
+                        p.recv_ranks[i], tag, p.layout->comm());
     if (p.send_ranks.empty()) return;
     held_ = owned.contiguous();  // what the sends read until finish()
     const auto* from = static_cast<const char*>(held_.data_ptr());
@@ -138,22 +139,15 @@ class HaloExchange {
     }
     for (std::size_t i = 0; i < p.send_ranks.size(); ++i) {
       const auto* send = run_start_[i] >= 0 ? from + run_start_[i] * size : packed + p.send_offsets[i] * size;
-      post(MPI_Isend(send, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * width), elem, p.send_ranks[i],
-                     tag, p.layout->comm(), &next()));
+      messages_.send(send, (p.send_offsets[i + 1] - p.send_offsets[i]) * width, elem, p.send_ranks[i], tag,
+                     p.layout->comm());
     }
   }
   /// The ghosts have arrived (the sends may still be in flight: finish() completes them).
-  void finish_receives() {
-    if (receives_ > 0)
-      comm::check(MPI_Waitall(static_cast<int>(receives_), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    receives_ = 0;
-  }
+  void finish_receives() { messages_.wait_receives(); }
   void finish() {
-    finish_receives();
-    if (!requests_.empty())
-      comm::check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
-                  "MPI_Waitall");
-    clear();
+    messages_.wait();
+    held_ = at::Tensor();
   }
 
   /// The ghosts of `owned`, exchanged (blocking).
@@ -172,18 +166,17 @@ class HaloExchange {
     const auto elem = comm::datatype(ghosts.scalar_type());
     const auto width = row_width(ghosts);
     const auto size = ghosts.element_size() * width;
-    clear();
+    messages_.wait();
     auto& buffer = buffer_for(ghosts, p.send_count());
     auto* recv = static_cast<char*>(buffer.data_ptr());
     for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
-      post(MPI_Irecv(recv + p.send_offsets[i] * size, comm::count((p.send_offsets[i + 1] - p.send_offsets[i]) * width),
-                     elem, p.send_ranks[i], tag, p.layout->comm(), &next()));
-    receives_ = requests_.size();
+      messages_.receive(recv + p.send_offsets[i] * size, (p.send_offsets[i + 1] - p.send_offsets[i]) * width, elem,
+                        p.send_ranks[i], tag, p.layout->comm());
     held_ = ghosts.contiguous();  // what the sends read until finish_reverse()
     const auto* send = static_cast<const char*>(held_.data_ptr());
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
-      post(MPI_Isend(send + p.recv_offsets[i] * size, comm::count((p.recv_offsets[i + 1] - p.recv_offsets[i]) * width),
-                     elem, p.recv_ranks[i], tag, p.layout->comm(), &next()));
+      messages_.send(send + p.recv_offsets[i] * size, (p.recv_offsets[i + 1] - p.recv_offsets[i]) * width, elem,
+                     p.recv_ranks[i], tag, p.layout->comm());
   }
   /// Adds what arrived into `owned` (the rows each neighbour's slice belongs to), then completes
   /// the sends.
@@ -196,13 +189,6 @@ class HaloExchange {
  private:
   static constexpr int tag = 0x5a10;
 
-  MPI_Request& next() { return requests_.emplace_back(MPI_REQUEST_NULL); }
-  static void post(int code) { comm::check(code, "halo exchange (MPI_Isend/MPI_Irecv)"); }
-  void clear() {
-    requests_.clear();
-    receives_ = 0;
-    held_ = at::Tensor();
-  }
   const at::Tensor& send_rows() {
     if (!rows_.defined()) rows_ = plan_->send_rows.to(at::kLong).contiguous();
     return rows_;
@@ -259,11 +245,79 @@ class HaloExchange {
   std::shared_ptr<const HaloPlan> plan_;
   std::vector<std::int64_t> run_start_;  ///< per send neighbour: its first row when its rows are a run, else -1
   bool packed_ = false;                  ///< some neighbour's rows are not a run: start() packs them
-  std::vector<MPI_Request> requests_;    ///< the receives first (receives_ of them), then the sends
-  std::size_t receives_ = 0;
+  comm::Messages messages_;
   at::Tensor buffer_;
   at::Tensor rows_;  ///< send_rows as int64, for packing and adding
   at::Tensor held_;  ///< what the sends read (a contiguous copy if need be), kept alive until they finish
 };
+
+namespace detail {
+
+/// The halo pair. Forward: x (owned) -> x with ghosts appended; backward: the ghosts' gradients go
+/// back to their owners and are added (the reverse exchange), so d/dx of a distributed product is
+/// exact. `reverse` swaps the two (A^T's product: ghost contributions, the tail of a local-length
+/// vector, to their owners).
+struct HaloOp final : comm::CommOp {
+  std::shared_ptr<HaloExchange> exchange;
+  bool reverse;
+  explicit HaloOp(std::shared_ptr<HaloExchange> e, bool reverse_pair = false)
+      : exchange(std::move(e)), reverse(reverse_pair) {}
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
+    return reverse ? accumulate(x) : with_ghosts(x);
+  }
+  [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
+    return reverse ? with_ghosts(g) : accumulate(g);
+  }
+
+ private:
+  [[nodiscard]] at::Tensor with_ghosts(const at::Tensor& x) const {
+    const auto owned = x.contiguous();
+    return at::cat({owned, exchange->ghosts_of(owned)});
+  }
+  [[nodiscard]] at::Tensor accumulate(const at::Tensor& full) const {
+    const auto n = exchange->plan().owned();
+    auto owned = full.narrow(0, 0, n).clone();
+    exchange->start_reverse(full.narrow(0, n, full.numel() - n).contiguous());
+    exchange->finish_reverse(owned);
+    return owned;
+  }
+};
+
+/// The halo exchange of one DSparseTensor object and its ghost buffer: the scratch its `const`
+/// products write into. A copy gets its own (same plan, fresh buffers), so copies (`A + 1`,
+/// `with_values`) never share buffers; one object is not to be used from two threads at once.
+class HaloScratch {
+ public:
+  HaloScratch() = default;
+  explicit HaloScratch(std::shared_ptr<const HaloPlan> plan)
+      : plan_(std::move(plan)), exchange_(plan_ ? std::make_shared<HaloExchange>(plan_) : nullptr) {}
+  HaloScratch(const HaloScratch& o) : HaloScratch(o.plan_) {}
+  HaloScratch& operator=(const HaloScratch& o) {
+    if (this != &o) *this = HaloScratch(o.plan_);
+    return *this;
+  }
+  HaloScratch(HaloScratch&&) noexcept = default;
+  HaloScratch& operator=(HaloScratch&&) noexcept = default;
+  ~HaloScratch() = default;
+
+  [[nodiscard]] const std::shared_ptr<HaloExchange>& exchange() const { return exchange_; }
+  /// The ghost buffer, (re)made for `like`'s dtype and columns: (ghosts) for a vector, (ghosts, k)
+  /// for an (owned, k) block.
+  at::Tensor& ghosts(const at::Tensor& like) {
+    const auto k = like.dim() == 2 ? like.size(1) : std::int64_t{-1};
+    const auto held = ghosts_.defined() && ghosts_.dim() == 2 ? ghosts_.size(1) : std::int64_t{-1};
+    if (!ghosts_.defined() || ghosts_.scalar_type() != like.scalar_type() || held != k)
+      ghosts_ = k < 0 ? at::empty({plan_->ghost_count()}, like.options().requires_grad(false))
+                      : at::empty({plan_->ghost_count(), k}, like.options().requires_grad(false));
+    return ghosts_;
+  }
+
+ private:
+  std::shared_ptr<const HaloPlan> plan_;
+  std::shared_ptr<HaloExchange> exchange_;
+  at::Tensor ghosts_;
+};
+
+}  // namespace detail
 
 }  // namespace einshard::sparse

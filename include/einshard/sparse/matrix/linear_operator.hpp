@@ -33,17 +33,19 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
-#include "einshard/sparse/krylov/block_cg.hpp"
-#include "einshard/sparse/matrix/vector_kernels.hpp"
-#include "einshard/sparse/krylov/lsmr.hpp"
-#include "einshard/sparse/krylov/lsqr.hpp"
-#include "einshard/sparse/krylov/methods.hpp"
-#include "einshard/sparse/matrix/row_layout.hpp"
-#include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
-#include "einshard/sparse/krylov/options.hpp"
+#include "einshard/sparse/matrix/row_layout.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
 
 namespace einshard::sparse {
+
+struct SolveOptions;         // krylov/options.hpp
+struct SolveResult;          // krylov/options.hpp
+struct LeastSquaresOptions;  // krylov/least_squares.hpp
+struct LeastSquaresResult;   // krylov/least_squares.hpp
+namespace detail {
+struct SolvePipeline;  // krylov/solve.hpp, which defines the solves below
+}  // namespace detail
 
 /// A product on DVectors: y = A x (`matvec`, x in the domain, y in the range) or x = Aᴴ y
 /// (`rmatvec`, the adjoint, conjugate transpose for complex values, as SciPy's rmatvec; note that
@@ -94,38 +96,15 @@ class LinearOperator final : public detail::Operator {
   /// range partition, or an (n_local, k) block (every method as k coupled recurrences, one product
   /// and one all-reduce per reduction step for all k columns). `preconditioner` must stay `none`: pass
   /// `custom_preconditioner`. The result is not recorded for autograd. Collective.
-  [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options = {}) const {
-    const auto what = std::string("LinearOperator::solve");
-    const bool least_squares = detail::is_least_squares(options.method);
-    if (least_squares) require_adjoint(what);
-    if (!is_square() && !least_squares)
-      throw Error(what + ": " + to_string(options.method) + " needs a square operator, got shape (" +
-                  std::to_string(shape()[0]) + ", " + std::to_string(shape()[1]) +
-                  "); use lsqr or lsmr for least squares");
-    if (!least_squares && domain_ != range_ && !domain_->same_as(*range_))
-      throw Error(what + ": " + to_string(options.method) + " needs the domain partitioned as the range");
-    if (options.preconditioner != Preconditioner::none)
-      throw Error(what + ": the preconditioner " + std::string(to_string(options.preconditioner)) +
-                  " needs a matrix's entries, which an operator does not have; pass custom_preconditioner");
-    check(b, *range_, what, "");
-    if (options.x0) check(*options.x0, *domain_, what + " (x0)", "");
-    const auto bl = b.like(b.local().detach().contiguous());
-    const auto m = detail::custom_preconditioner(options, range_, what);
-    if (bl.local().dim() == 2) {
-      detail::check_block_x0(bl, options, what);
-      return detail::krylov_solve_block(*this, bl, m.get(), options);
-    }
-    return detail::krylov_solve(*this, bl, m.get(), options);
-  }
+  [[nodiscard]] SolveResult solve(const DVector& b) const;
+  [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options) const;
 
   /// min ‖A x − b‖² + damp² ‖x‖² by LSQR (SciPy's `lsqr`, as `DSparseTensor::lsqr`). Needs rmatvec.
-  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LeastSquaresOptions& options = {}) const {
-    return least_squares(b, options, "lsqr", detail::lsqr);
-  }
+  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b) const;
+  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LeastSquaresOptions& options) const;
   /// The same problem by LSMR (SciPy's `lsmr`). Needs rmatvec.
-  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LeastSquaresOptions& options = {}) const {
-    return least_squares(b, options, "lsmr", detail::lsmr);
-  }
+  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b) const;
+  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LeastSquaresOptions& options) const;
 
   // ---- what the Krylov code calls (owned slices, detail::Operator) ------------------------------
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
@@ -138,6 +117,8 @@ class LinearOperator final : public detail::Operator {
   }
 
  private:
+  friend struct detail::SolvePipeline;
+
   void check(const DVector& x, const RowLayout& l, const std::string& what, const char* side) const {
     detail::check_partition(x, l, what, "operator's", is_square() && domain_ == range_ ? "" : side,
                             "make it with the operator's layout() or domain_layout()");
@@ -170,17 +151,6 @@ class LinearOperator final : public detail::Operator {
 
   [[nodiscard]] const std::shared_ptr<const RowLayout>& from_ptr(const RowLayout& l) const {
     return &l == domain_.get() ? domain_ : range_;
-  }
-
-  template <class Method>
-  [[nodiscard]] LeastSquaresResult least_squares(const DVector& b, const LeastSquaresOptions& options,
-                                                 const char* name, Method method) const {
-    const auto what = std::string("LinearOperator::") + name;
-    check(b, *range_, what, "range");
-    if (options.x0) check(*options.x0, *domain_, what + " (x0)", "domain");
-    detail::check_least_squares_options(options, what);
-    require_adjoint(what);
-    return method(*this, b.like(b.local().detach().contiguous()), options);
   }
 
   std::shared_ptr<const RowLayout> range_, domain_;

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "einshard/comm/check.hpp"
+#include "einshard/comm/collectives.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
+#include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
 
 namespace einshard::sparse {
@@ -32,19 +34,6 @@ inline std::int64_t block_first(std::int64_t n, int parts, int r) {
 }
 inline int block_owner(std::int64_t g, std::int64_t n, int parts) {
   return static_cast<int>(g / std::max<std::int64_t>(block_rows(n, parts), 1));
-}
-
-/// A communicator duplicated for the library's own traffic (so it never matches user messages),
-/// freed with the last object that uses it.
-inline std::shared_ptr<MPI_Comm> duplicate(MPI_Comm comm) {
-  auto* c = new MPI_Comm(MPI_COMM_NULL);
-  comm::check(MPI_Comm_dup(comm, c), "MPI_Comm_dup");
-  return {c, [](MPI_Comm* p) {
-            int finalized = 0;
-            MPI_Finalized(&finalized);
-            if (!finalized && *p != MPI_COMM_NULL) MPI_Comm_free(p);
-            delete p;
-          }};
 }
 
 /// Tag of the RowLayout constructor that keeps the rows' storage.
@@ -78,7 +67,7 @@ class RowLayout {
       : RowLayout(std::move(owned), n, comm, true) {}
 
  private:
-  RowLayout(const at::Tensor& owned, std::int64_t n, MPI_Comm comm, bool adopt) : n_(n), comm_(detail::duplicate(comm)) {
+  RowLayout(const at::Tensor& owned, std::int64_t n, MPI_Comm comm, bool adopt) : n_(n), comm_(comm) {
     owned_ = owned.to(at::kLong).flatten().contiguous();
     // Ascending already (a contiguous block, a loaded partition): a sort would cost more than the rest.
     const auto* first = owned_.data_ptr<std::int64_t>();
@@ -93,7 +82,7 @@ class RowLayout {
         else if (i > 0 && o[i] == o[i - 1])
           fault = "owned row " + std::to_string(o[i]) + " is listed twice";
       }
-      comm::raise_if_any(*comm_, fault);
+      comm::raise_if_any(comm_, fault);
     }
     contiguous_ = owned_.numel() == 0 ||
                   o[owned_.numel() - 1] - o[0] + 1 == owned_.numel();
@@ -110,9 +99,9 @@ class RowLayout {
   [[nodiscard]] std::int64_t global_size() const { return n_; }
   [[nodiscard]] std::int64_t local_size() const { return owned_.numel(); }
   [[nodiscard]] const at::Tensor& owned() const { return owned_; }
-  [[nodiscard]] MPI_Comm comm() const { return *comm_; }
-  [[nodiscard]] int rank() const { return comm::rank_of(*comm_); }
-  [[nodiscard]] int size() const { return comm::size_of(*comm_); }
+  [[nodiscard]] MPI_Comm comm() const { return comm_; }
+  [[nodiscard]] int rank() const { return comm::rank_of(comm_); }
+  [[nodiscard]] int size() const { return comm::size_of(comm_); }
   /// True when this rank's rows are one range (then `owned()[0] + i` is local row i's index).
   [[nodiscard]] bool contiguous() const { return contiguous_; }
 
@@ -140,13 +129,13 @@ class RowLayout {
     const int p = size();
     std::vector<std::vector<std::int64_t>> ask(static_cast<std::size_t>(p));
     for (auto g : ids) ask[static_cast<std::size_t>(detail::block_owner(g, n_, p))].push_back(g);
-    const auto asked = comm::alltoallv(ask, *comm_);
+    const auto asked = comm::alltoallv(ask, comm_);
     const auto first = detail::block_first(n_, p, rank());
     std::vector<std::vector<int>> answer(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r)
       for (auto g : asked[static_cast<std::size_t>(r)])
         answer[static_cast<std::size_t>(r)].push_back(directory_[static_cast<std::size_t>(g - first)]);
-    const auto answered = comm::alltoallv(answer, *comm_);
+    const auto answered = comm::alltoallv(answer, comm_);
     std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
     std::vector<int> out;
     out.reserve(ids.size());
@@ -160,9 +149,7 @@ class RowLayout {
   /// Same partition (same object, or the same rows on every rank: collective).
   [[nodiscard]] bool same_as(const RowLayout& other) const {
     if (this == &other) return true;
-    int same = n_ == other.n_ && at::equal(owned_, other.owned_) ? 1 : 0;
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_LAND, *comm_), "MPI_Allreduce");
-    return same != 0;
+    return comm::every_rank(n_ == other.n_ && at::equal(owned_, other.owned_), comm_);
   }
 
   /// How `other` differs from this partition, the same text on every rank (collective; for the
@@ -176,8 +163,7 @@ class RowLayout {
     };
     const std::array<std::int64_t, 5> mine{at::equal(owned_, other.owned_) ? 1 : 0, owned_.numel(), first(owned_),
                                            other.owned_.numel(), first(other.owned_)};
-    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size()));
-    comm::check(MPI_Allgather(mine.data(), 5, MPI_INT64_T, all.data(), 5, MPI_INT64_T, *comm_), "MPI_Allgather");
+    const auto all = comm::all_gather_values(mine, comm_);
     auto rows = [](std::int64_t count, std::int64_t from) {
       return std::to_string(count) + " rows" + (count > 0 ? " from row " + std::to_string(from) : std::string());
     };
@@ -199,27 +185,10 @@ class RowLayout {
   /// unless the partition is contiguous in rank order, of their row indices).
   /// A 2-D (n_local, k) slice gathers to (n, k).
   [[nodiscard]] at::Tensor gather(const at::Tensor& local) const {
-    const int p = size();
-    const auto x = local.contiguous();
-    // Rows of a multi-vector (n_local, k) travel whole: counts and offsets in values, k per row.
-    std::vector<std::int64_t> shape{n_};
-    std::int64_t width = 1;
-    for (std::int64_t d = 1; d < x.dim(); ++d) {
-      shape.push_back(x.size(d));
-      width *= x.size(d);
-    }
-    auto counts = gathered_counts();
-    for (auto& c : counts) c = comm::count(c * width);
-    std::vector<int> displs(static_cast<std::size_t>(p), 0);
-    for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    auto all = at::empty(shape, x.options());
-    comm::check(MPI_Allgatherv(x.data_ptr(), comm::count(x.numel()), comm::datatype(x.scalar_type()),
-                               all.data_ptr(), counts.data(), displs.data(),
-                               comm::datatype(x.scalar_type()), *comm_),
-                "MPI_Allgatherv");
+    const auto all = comm::all_gather(local, 0, gathered_counts(), comm_);
     const auto& order = gathered_rows();
     if (!order.defined()) return all;
-    auto out = at::empty(shape, x.options());
+    auto out = at::empty_like(all);
     out.index_copy_(0, order, all);
     return out;
   }
@@ -234,7 +203,7 @@ class RowLayout {
     const auto* o = owned_.data_ptr<std::int64_t>();
     for (std::int64_t i = 0; i < owned_.numel(); ++i)
       mine[static_cast<std::size_t>(detail::block_owner(o[i], n_, p))].push_back(o[i]);
-    const auto got = comm::alltoallv(mine, *comm_);
+    const auto got = comm::alltoallv(mine, comm_);
     directory_.assign(static_cast<std::size_t>(rows), -1);
     std::string fault;
     for (int r = 0; r < p && fault.empty(); ++r)
@@ -249,7 +218,7 @@ class RowLayout {
       }
     for (std::size_t i = 0; i < directory_.size() && fault.empty(); ++i)
       if (directory_[i] < 0) fault = "row " + std::to_string(first + static_cast<std::int64_t>(i)) + " is owned by no rank";
-    comm::raise_if_any(*comm_, fault);
+    comm::raise_if_any(comm_, fault);
   }
 
   /// When every rank owns one range of rows (a simple partition, a load at the saved world size),
@@ -262,8 +231,7 @@ class RowLayout {
     const std::array<std::int64_t, 3> mine{contiguous_ ? 1 : 0,
                                            owned_.numel() > 0 ? owned_.data_ptr<std::int64_t>()[0] : 0,
                                            owned_.numel()};
-    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(p));
-    comm::check(MPI_Allgather(mine.data(), 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, *comm_), "MPI_Allgather");
+    const auto all = comm::all_gather_values(mine, comm_);
     std::vector<int> order;
     for (int r = 0; r < p; ++r) {
       if (all[3 * static_cast<std::size_t>(r)] == 0) return false;
@@ -298,12 +266,9 @@ class RowLayout {
     return true;
   }
 
-  [[nodiscard]] const std::vector<int>& gathered_counts() const {
-    if (counts_.empty()) {
-      counts_.resize(static_cast<std::size_t>(size()));
-      const int mine = comm::count(owned_.numel());
-      comm::check(MPI_Allgather(&mine, 1, MPI_INT, counts_.data(), 1, MPI_INT, *comm_), "MPI_Allgather");
-    }
+  /// Every rank's row count, rank-major (one all-gather, the first time).
+  [[nodiscard]] const std::vector<std::int64_t>& gathered_counts() const {
+    if (counts_.empty()) counts_ = comm::all_gather_values(std::array<std::int64_t, 1>{owned_.numel()}, comm_);
     return counts_;
   }
 
@@ -311,14 +276,7 @@ class RowLayout {
   /// the identity (contiguous blocks in rank order), so gathers skip the permutation.
   [[nodiscard]] const at::Tensor& gathered_rows() const {
     if (!order_known_) {
-      const auto& counts = gathered_counts();
-      const int p = size();
-      std::vector<int> displs(static_cast<std::size_t>(p), 0);
-      for (int r = 1; r < p; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-      auto all = at::empty({n_}, at::kLong);
-      comm::check(MPI_Allgatherv(owned_.data_ptr(), comm::count(owned_.numel()), MPI_INT64_T,
-                                 all.data_ptr(), counts.data(), displs.data(), MPI_INT64_T, *comm_),
-                  "MPI_Allgatherv");
+      const auto all = comm::all_gather(owned_, 0, gathered_counts(), comm_);
       if (!at::equal(all, at::arange(n_, at::kLong))) order_ = all;
       order_known_ = true;
     }
@@ -326,11 +284,11 @@ class RowLayout {
   }
 
   std::int64_t n_;
-  std::shared_ptr<MPI_Comm> comm_;
+  comm::OwnedComm comm_;
   at::Tensor owned_;
   bool contiguous_ = true;
   std::vector<int> directory_;  // owners of the rows of this rank's simple block
-  mutable std::vector<int> counts_;
+  mutable std::vector<std::int64_t> counts_;
   mutable at::Tensor order_;
   mutable bool order_known_ = false;
 };

@@ -10,15 +10,17 @@
 #include <array>
 #include <string>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/config.hpp"
+#include "einshard/sparse/matrix/assembly.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 
 namespace einshard::sparse {
 
 namespace detail {
 /// This rank's stored entries in global indices (the values as stored, differentiable).
-Triples global_entries(const DSparseTensor& a);
+CooEntries global_entries(const DSparseTensor& a);
 }  // namespace detail
 
 // Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
@@ -27,7 +29,7 @@ Triples global_entries(const DSparseTensor& a);
 namespace detail {
 
 /// This rank's stored entries in global indices (the values as stored, differentiable).
-EINSHARD_INLINE Triples global_entries(const DSparseTensor& a) {
+EINSHARD_INLINE CooEntries global_entries(const DSparseTensor& a) {
   const auto [v, r, c] = csr_to_coo(a.local());
   const auto& owned = a.layout()->owned();
   // Local columns are the domain's owned entries, then the ghosts (the rows' partition only for a
@@ -46,7 +48,7 @@ inline bool equals_own_transpose(const DSparseTensor& a, double atol, double rto
                                                     a.shape(), a.mesh(), {.owned_rows = a.layout()->owned()});
   const auto d = difference.values().abs();
   std::array<double, 2> worst{d.numel() ? d.max().item<double>() : 0.0, v.numel() ? v.abs().max().item<double>() : 0.0};
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, worst.data(), 2, MPI_DOUBLE, MPI_MAX, a.layout()->comm()), "MPI_Allreduce");
+  comm::all_reduce_values(std::span<double>(worst), comm::Reduction::max, a.layout()->comm());
   return worst[0] <= atol + rtol * worst[1];
 }
 
@@ -70,6 +72,16 @@ EINSHARD_INLINE bool DSparseTensor::is_symmetric(double atol, double rtol) const
 }
 EINSHARD_INLINE bool DSparseTensor::is_hermitian(double atol, double rtol) const {
   return detail::equals_own_transpose(*this, atol, rtol, true);
+}
+
+EINSHARD_INLINE DSparseTensor DSparseTensor::adjoint() const {
+  const auto [v, r, c] = detail::csr_to_coo(local_);
+  const auto global_col = at::cat({domain_->owned(), plan_->ghosts}).index_select(0, c.to(at::kLong));
+  const auto global_row = layout_->owned().index_select(0, r.to(at::kLong));
+  FromLocalOptions o{.owned_rows = domain_->owned()};
+  if (domain_ != layout_) o.owned_cols = layout_->owned();
+  return from_local(local_.values.is_complex() ? local_.values.conj().resolve_conj() : local_.values, global_col,
+                    global_row, {n_, m_}, mesh_, o);
 }
 
 #endif  // EINSHARD_DEFINE_SPARSE

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
@@ -116,8 +117,7 @@ inline constexpr std::pair<int, int> hypre_relax_types(AmgSmoother s) {
 /// The stored entries per row of the whole matrix, nnz / rows (collective): what picks the
 /// defaults of `AmgOptions::resolved`.
 inline double mean_row_entries(const LocalRows& rows, std::int64_t global_rows) {
-  auto nnz = static_cast<std::int64_t>(rows.a.nnz());
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, &nnz, 1, MPI_INT64_T, MPI_SUM, rows.comm), "MPI_Allreduce");
+  const auto nnz = comm::all_reduce_value(static_cast<std::int64_t>(rows.a.nnz()), comm::Reduction::sum, rows.comm);
   return global_rows > 0 ? static_cast<double>(nnz) / static_cast<double>(global_rows) : 0.0;
 }
 
@@ -167,11 +167,9 @@ class AmgOp final : public PreconditionerOp {
       if (auto fault = amg_fault(rows, global_rows, global_cols, options_); !fault.empty()) throw Error(fault);
     });
     initialize_hypre();
-    comm::check(MPI_Comm_dup(rows.comm, &comm_), "MPI_Comm_dup");
+    comm_ = comm::OwnedComm(rows.comm);
     const std::int64_t n = rows.n_owned;
-    std::int64_t first = 0;
-    comm::check(MPI_Exscan(&n, &first, 1, MPI_INT64_T, MPI_SUM, comm_), "MPI_Exscan");
-    if (comm::rank_of(comm_) == 0) first = 0;
+    const std::int64_t first = comm::exclusive_sum(n, comm_);
     const auto numbers = ghosts_of(at::arange(first, first + n, at::kLong)).contiguous();
     HYPRE_ClearAllErrors();
     try {
@@ -209,12 +207,15 @@ class AmgOp final : public PreconditionerOp {
   [[nodiscard]] std::pair<int, double> hierarchy() const override { return {levels_, complexity_}; }
 
  private:
+  /// hypre's objects and the duplicated communicator. Not once MPI is finalized (an AMG kept in
+  /// a matrix that outlives MPI_Finalize): hypre would call MPI, so the process leaves them to exit.
   void release() {
+    if (comm::finalized()) return;
     if (solver_) HYPRE_BoomerAMGDestroy(solver_);
     if (x_) HYPRE_IJVectorDestroy(x_);
     if (b_) HYPRE_IJVectorDestroy(b_);
     if (par_a_) hypre_ParCSRMatrixDestroy(reinterpret_cast<hypre_ParCSRMatrix*>(par_a_));
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    comm_ = {};
     solver_ = nullptr, x_ = b_ = nullptr, par_a_ = nullptr;
   }
   static void initialize_hypre() {
@@ -388,14 +389,14 @@ class AmgOp final : public PreconditionerOp {
       nnz[static_cast<std::size_t>(l)] = static_cast<double>(hypre_CSRMatrixNumNonzeros(hypre_ParCSRMatrixDiag(m)) +
                                                              hypre_CSRMatrixNumNonzeros(hypre_ParCSRMatrixOffd(m)));
     }
-    comm::check(MPI_Allreduce(MPI_IN_PLACE, nnz.data(), levels_, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
+    comm::all_reduce_values(std::span<double>(nnz.data(), static_cast<std::size_t>(levels_)), comm::Reduction::sum, comm_);
     double total = 0;
     for (const double v : nnz) total += v;
     complexity_ = levels_ > 0 && nnz[0] > 0 ? total / nnz[0] : 0.0;
   }
 
   AmgOptions options_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  comm::OwnedComm comm_;
   std::int64_t n_ = 0;
   HYPRE_IJVector b_ = nullptr, x_ = nullptr;
   HYPRE_ParCSRMatrix par_a_ = nullptr;

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,9 +16,15 @@
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
-#include "einshard/sparse/krylov/options.hpp"
 
-namespace einshard::sparse::detail {
+namespace einshard::sparse {
+
+/// A preconditioner you bring: z = M⁻¹ r, r and z in the matrix's partition. Called collectively
+/// (every rank, same step), so it may itself communicate or run an inner solve; with
+/// `Method::fgmres` it may differ from call to call.
+using PreconditionerFn = std::function<DVector(const DVector& r)>;
+
+namespace detail {
 
 class CustomPreconditionerOp final : public PreconditionerOp {
  public:
@@ -46,4 +53,5 @@ class CustomPreconditionerOp final : public PreconditionerOp {
   std::shared_ptr<const RowLayout> layout_;
 };
 
-}  // namespace einshard::sparse::detail
+}  // namespace detail
+}  // namespace einshard::sparse

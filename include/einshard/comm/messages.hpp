@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// Point-to-point messages in flight: the one place that posts nonblocking receives and sends and
+/// completes them. Every neighbour exchange of einshard (the MPI backend's `exchange`, the sparse
+/// halo, einhalo's rows) posts through it, so that a new transport has one place to change.
+///
+/// Receives are posted before sends (no unexpected-message copies) and can be completed on their
+/// own: a caller goes on with the work that needs the received data while its own sends are still
+/// being read by the neighbours.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "einshard/comm/check.hpp"
+#include "einshard/comm/mpi.hpp"
+#include "einshard/error.hpp"
+
+namespace einshard::comm {
+
+class Messages {
+ public:
+  Messages() = default;
+  Messages(Messages&&) noexcept = default;
+  Messages& operator=(Messages&&) noexcept = default;
+  Messages(const Messages&) = delete;
+  Messages& operator=(const Messages&) = delete;
+  /// Messages an exception left in flight are released, not waited for: their peers may never
+  /// post the other half, and a destructor must not hang. Not once MPI is finalized.
+  ~Messages() {
+    if (finalized()) return;
+    for (auto& r : requests_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+
+  /// Posts a receive of `n` elements of `type` from `peer` into `data`. All receives come before
+  /// the first send. An empty message posts nothing (both sides skip it: they agree on sizes).
+  void receive(void* data, std::int64_t n, MPI_Datatype type, int peer, int tag, MPI_Comm comm) {
+    if (receives_ != requests_.size()) throw Error("comm::Messages: receives are posted before the sends");
+    if (n == 0) return;
+    check(MPI_Irecv(data, count(n), type, peer, tag, comm, &next()), "MPI_Irecv");
+    receives_ = requests_.size();
+  }
+  /// Posts a send of `n` elements of `type` at `data` to `peer`; `data` stays unchanged until wait().
+  void send(const void* data, std::int64_t n, MPI_Datatype type, int peer, int tag, MPI_Comm comm) {
+    if (n == 0) return;
+    check(MPI_Isend(data, count(n), type, peer, tag, comm, &next()), "MPI_Isend");
+  }
+
+  /// The receives have arrived (the sends may still be in flight).
+  void wait_receives() {
+    if (receives_ > 0) check(MPI_Waitall(static_cast<int>(receives_), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    receives_ = 0;
+  }
+  /// Everything posted has completed; the object is empty again.
+  void wait() {
+    if (!requests_.empty())
+      check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    requests_.clear();
+    receives_ = 0;
+  }
+
+ private:
+  MPI_Request& next() { return requests_.emplace_back(MPI_REQUEST_NULL); }
+
+  std::vector<MPI_Request> requests_;  // the receives first, then the sends
+  std::size_t receives_ = 0;           // how many of requests_ are receives not yet waited for
+};
+
+}  // namespace einshard::comm

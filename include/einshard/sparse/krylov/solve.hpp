@@ -1,0 +1,351 @@
+#pragma once
+/// @file
+/// The solve pipeline: everything between `A.solve(b, options)` and a Krylov method, written once
+/// for every operator (a `DSparseTensor`, a `LinearOperator`, the systems of a batch). In order:
+/// the checks of the options, the shapes and the partitions; the preconditioner (a custom one, or
+/// a built-in kind made for the matrix or reused from its last solve); the vector-or-block
+/// dispatch; and, for a matrix, the autograd record whose backward is one adjoint solve. PETSc's
+/// KSPSolve owns the same steps: the matrix knows no solver, and a method knows no matrix.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "einshard/comm/reduce.hpp"
+#include "einshard/config.hpp"
+#include "einshard/error.hpp"
+#include "einshard/sparse/krylov/least_squares.hpp"
+#include "einshard/sparse/krylov/methods.hpp"
+#include "einshard/sparse/krylov/options.hpp"
+#include "einshard/sparse/matrix/assembly.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/linear_operator.hpp"
+#include "einshard/sparse/matrix/transpose.hpp"
+#include "einshard/sparse/preconditioner/cache.hpp"
+#include "einshard/sparse/preconditioner/factory.hpp"
+#if EINSHARD_DEFINE_SPARSE  // the autograd record of a solve, used by the members defined below
+#include "einshard/sparse/krylov/solve_autograd.hpp"
+#endif
+
+namespace einshard::sparse {
+namespace detail {
+
+struct AdjointSolver;  // solve_autograd.hpp: the backward of a solve
+
+/// Methods for A x = b need a square operator whose domain is partitioned as its range. `noun`
+/// names the operator ("matrix"), `partitions` says how the partitions came to differ.
+inline void check_square_system(const Operator& A, Method method, const std::string& what, const char* noun,
+                                 const char* partitions) {
+  const auto m = A.layout()->global_size(), n = A.domain_layout()->global_size();
+  if (m != n)
+    throw Error(what + ": " + to_string(method) + " needs a square " + noun + ", got shape (" + std::to_string(m) +
+                ", " + std::to_string(n) + "); use lsqr or lsmr for least squares");
+  if (A.domain_layout() != A.layout() && !A.domain_layout()->same_as(*A.layout()))
+    throw Error(what + ": " + to_string(method) + " needs " + partitions);
+}
+
+/// The solve's preconditioner and what making it cost (the setup part of `SolveInfo`).
+struct PreparedPreconditioner {
+  std::shared_ptr<const PreconditionerOp> op;  ///< null: none
+  bool reused = false;
+  double seconds = 0.0;
+  void describe(SolveInfo& info) const {
+    info.setup_seconds = seconds;
+    info.preconditioner_reused = reused;
+    if (op) std::tie(info.levels, info.operator_complexity) = op->hierarchy();
+  }
+};
+
+/// The assembled Aᴴ of a matrix's last backward, rebuilt when the values change (the same key as
+/// the preconditioner cache: the values' storage and version). Collective: every rank reuses or
+/// every rank rebuilds.
+class AdjointCache {
+ public:
+  template <class Make>
+  const DSparseTensor& get(const at::Tensor& values, MPI_Comm comm, Make&& make) {
+    std::lock_guard lock(mutex_);
+    if (!comm::every_rank(matrix_ && impl_ == values.unsafeGetTensorImpl() && version_ == values._version(), comm)) {
+      matrix_ = std::make_shared<const DSparseTensor>(make());
+      impl_ = values.unsafeGetTensorImpl();
+      version_ = values._version();
+    }
+    return *matrix_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<const DSparseTensor> matrix_;
+  const void* impl_ = nullptr;
+  std::uint32_t version_ = 0;
+};
+
+/// The steps of a solve that reach into the operators (their friend).
+struct SolvePipeline {
+  static SolveResult solve(const LinearOperator& A, const DVector& b, const SolveOptions& options);
+  /// One least-squares entry for both operators: LSQR or LSMR (`method`) after the checks, and for
+  /// a matrix the autograd record.
+  template <class Op, class Method>
+  static LeastSquaresResult least_squares(const Op& A, const DVector& b, const LeastSquaresOptions& options,
+                                          const char* name, Method method);
+
+  static SolveResult solve(const DSparseTensor& A, const DVector& b, const SolveOptions& options);
+  /// The solve without autograd, and the preconditioner it used (null: none).
+  static std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> solve_detached(const DSparseTensor& A,
+                                                                                        const DVector& b,
+                                                                                        const SolveOptions& options);
+  /// `x` (solved already) recorded for autograd as the solution of A x = b, whatever produced it
+  /// (a Krylov solve, or Newton at its root with b = -g(x)): the backward solves λ by
+  /// `adjoint_solve` (λ = A⁻ᴴ ∂L/∂x, or the Jacobian's), then ∂L/∂b = λ and
+  /// ∂L/∂a_ij = −λ_i conj(x_j) on the stored pattern. Collective in the backward.
+  static at::Tensor record_solution(const DSparseTensor& A, const at::Tensor& b, const at::Tensor& x,
+                                    std::function<at::Tensor(const at::Tensor&)> adjoint_solve);
+
+ private:
+  /// The matrix's caches, made on its first solve.
+  static SolveCaches& caches(const DSparseTensor& A);
+  /// A built-in preconditioner of `options` for A. AMG's hierarchy spans the ranks, so it needs
+  /// the global numbering of the halo columns, which only the distributed matrix has.
+  static std::unique_ptr<PreconditionerOp> make_preconditioner(const DSparseTensor& A, const SolveOptions& options);
+  /// The custom preconditioner of `options`, or the built-in kind (reused from the previous solve
+  /// when its kind, options and the values are the same), or none.
+  static PreparedPreconditioner prepare(const DSparseTensor& A, const SolveOptions& options);
+  /// λ = A⁻ᴴ g for the backward of `solve`: CG and MINRES assume A = Aᴴ, so they reuse A and the
+  /// forward's preconditioner; the other methods solve with the assembled Aᴴ (kept while the
+  /// values are unchanged) and its own preconditioner of the same kind (a custom one is for A, so
+  /// it is dropped). A stop without convergence is an Error on every rank.
+  static at::Tensor adjoint_solve(const DSparseTensor& A, const at::Tensor& g,
+                                  const std::shared_ptr<const PreconditionerOp>& m, const SolveOptions& options);
+  /// `x` (in the domain) recorded as argmin ‖A x − b‖² + damp² ‖x‖²: the backward solves the normal
+  /// equations (AᴴA + damp² I) λ = ∂L/∂x to `rtol` (least_squares_adjoint).
+  static at::Tensor record_least_squares(const DSparseTensor& A, const at::Tensor& b, const at::Tensor& x, double damp,
+                                         double rtol, const std::string& what);
+  /// The part of a solve's autograd record both kinds share: the pattern and the halo of x.
+  static c10::intrusive_ptr<AdjointSolver> adjoint_record(const DSparseTensor& A);
+};
+
+// ---- any operator ----------------------------------------------------------------------------------
+
+inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& b, const SolveOptions& options) {
+  const auto what = std::string("LinearOperator::solve");
+  const bool least_squares = is_least_squares(options.method);
+  if (least_squares) A.require_adjoint(what);
+  if (!least_squares) check_square_system(A, options.method, what, "operator", "the domain partitioned as the range");
+  if (options.preconditioner != Preconditioner::none)
+    throw Error(what + ": the preconditioner " + std::string(to_string(options.preconditioner)) +
+                " needs a matrix's entries, which an operator does not have; pass custom_preconditioner");
+  A.check(b, *A.layout(), what, "");
+  if (options.x0) A.check(*options.x0, *A.domain_layout(), what + " (x0)", "");
+  const auto bl = b.like(b.local().detach().contiguous());
+  if (bl.local().dim() == 2) check_block_x0(bl, options, what);
+  const auto m = custom_preconditioner(options, A.layout(), what);
+  return run_method(A, bl, m.get(), options);
+}
+
+template <class Op, class Method>
+LeastSquaresResult SolvePipeline::least_squares(const Op& A, const DVector& b, const LeastSquaresOptions& options,
+                                                const char* name, Method method) {
+  constexpr bool matrix = std::is_same_v<Op, DSparseTensor>;
+  const auto what = std::string(matrix ? "DSparseTensor::" : "LinearOperator::") + name;
+  if constexpr (matrix) {
+    A.check_vector(b, name, *A.layout());
+    if (options.x0) A.check_vector(*options.x0, (std::string(name) + " (x0)").c_str(), *A.domain_layout());
+  } else {
+    A.check(b, *A.layout(), what, "range");
+    if (options.x0) A.check(*options.x0, *A.domain_layout(), what + " (x0)", "domain");
+  }
+  check_least_squares_options(options, what);
+  if constexpr (!matrix) {
+    A.require_adjoint(what);
+    return method(A, b.like(b.local().detach().contiguous()), options);
+  } else {
+    // Whether to record is decided together: the backward is collective.
+    const bool record = comm::any_rank(
+        at::GradMode::is_enabled() && (b.local().requires_grad() || A.values().requires_grad()), A.layout()->comm());
+    auto r = method(A, b.like(b.local().detach().to(A.dtype()).contiguous()), options);
+    if (record)
+      r.x = DVector(A.domain_layout(), record_least_squares(A, b.local().to(A.dtype()), r.x.local(), options.damp,
+                                                            std::max(std::min(options.atol, options.btol), 1e-12),
+                                                            what));
+    return r;
+  }
+}
+
+}  // namespace detail
+
+inline SolveResult LinearOperator::solve(const DVector& b) const { return solve(b, SolveOptions{}); }
+inline SolveResult LinearOperator::solve(const DVector& b, const SolveOptions& options) const {
+  return detail::SolvePipeline::solve(*this, b, options);
+}
+inline LeastSquaresResult LinearOperator::lsqr(const DVector& b) const { return lsqr(b, LeastSquaresOptions{}); }
+inline LeastSquaresResult LinearOperator::lsqr(const DVector& b, const LeastSquaresOptions& options) const {
+  return detail::SolvePipeline::least_squares(*this, b, options, "lsqr", detail::lsqr);
+}
+inline LeastSquaresResult LinearOperator::lsmr(const DVector& b) const { return lsmr(b, LeastSquaresOptions{}); }
+inline LeastSquaresResult LinearOperator::lsmr(const DVector& b, const LeastSquaresOptions& options) const {
+  return detail::SolvePipeline::least_squares(*this, b, options, "lsmr", detail::lsmr);
+}
+
+// ---- a distributed matrix ---------------------------------------------------------------------------
+// Header-only: defined here, inline. Compiled (the CMake target's default): defined once in the
+// library einshard_compiled (src/sparse.cpp), so a translation unit that calls them neither generates
+// the Krylov methods and preconditioners nor their autograd nodes. See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
+
+namespace detail {
+
+EINSHARD_INLINE SolveCaches& SolvePipeline::caches(const DSparseTensor& A) {
+  auto& c = A.solve_caches_;
+  if (!c.preconditioner) c.preconditioner = std::make_shared<PreconditionerCache>();
+  if (!c.adjoint) c.adjoint = std::make_shared<AdjointCache>();
+  return c;
+}
+
+EINSHARD_INLINE std::unique_ptr<PreconditionerOp> SolvePipeline::make_preconditioner(const DSparseTensor& A,
+                                                                                     const SolveOptions& options) {
+  const LocalRows rows{A.local_, A.layout_->local_size(), A.layout_->comm()};
+  if (options.preconditioner == Preconditioner::amg)
+    return make_amg(
+        rows, A.m_, A.n_,
+        [exchange = A.scratch_.exchange()](const at::Tensor& owned) { return exchange->ghosts_of(owned); },
+        options.preconditioner_options.amg);
+  return detail::make_preconditioner(
+      options.preconditioner, rows, [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); },
+      options.preconditioner_options);
+}
+
+EINSHARD_INLINE PreparedPreconditioner SolvePipeline::prepare(const DSparseTensor& A, const SolveOptions& options) {
+  const auto start = comm::wall_time();
+  PreparedPreconditioner m{custom_preconditioner(options, A.layout_, "DSparseTensor::solve")};
+  if (!m.op && options.preconditioner != Preconditioner::none)
+    std::tie(m.op, m.reused) =
+        caches(A).preconditioner->get(options.preconditioner, options.preconditioner_options, A.local_.values,
+                                    A.layout_->comm(), [&] { return make_preconditioner(A, options); });
+  m.seconds = comm::wall_time() - start;
+  return m;
+}
+
+EINSHARD_INLINE std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> SolvePipeline::solve_detached(
+    const DSparseTensor& A, const DVector& b, const SolveOptions& options) {
+  const auto m = prepare(A, options);
+  auto result = run_method(A, b, m.op.get(), options);
+  m.describe(result.info);
+  return {std::move(result), m.op};
+}
+
+EINSHARD_INLINE SolveResult SolvePipeline::solve(const DSparseTensor& A, const DVector& b,
+                                                 const SolveOptions& options) {
+  const bool least_squares = is_least_squares(options.method);
+  if (!least_squares)
+    check_square_system(A, options.method, "DSparseTensor::solve", "matrix",
+                        "the columns partitioned as the rows (from_local's owned_cols differs from owned_rows)");
+  A.check_vector(b, "solve", *A.layout_);
+  if (b.local().dim() == 2) check_block_x0(b, options, "DSparseTensor::solve");
+  // Whether to record is decided together: the backward is collective.
+  const bool record = comm::any_rank(
+      at::GradMode::is_enabled() && (b.local().requires_grad() || A.local_.values.requires_grad()), A.layout_->comm());
+  if (!record) return solve_detached(A, b.like(b.local().detach().to(A.dtype())), options).first;
+  const auto bl = b.local().to(A.dtype());
+  auto [result, precond] = solve_detached(A, b.like(bl.detach()), options);
+  // A rectangular (or differently partitioned) least-squares solve has no Aᴴ λ = g to solve.
+  if (least_squares && (A.m_ != A.n_ || (A.domain_ != A.layout_ && !A.domain_->same_as(*A.layout_)))) {
+    result.x = DVector(A.domain_, record_least_squares(A, bl, result.x.local(), 0.0,
+                                                       options.rtol > 0.0 ? options.rtol : 1e-8, "DSparseTensor::solve"));
+    return result;
+  }
+  // The adjoint's right-hand side is a gradient of any size: its stop test is relative only, to
+  // the forward's relative accuracy max(rtol, atol / ‖b‖), so ∂L/∂x → c ∂L/∂x scales the gradient
+  // by c however small c is (an absolute floor would return zero for a small enough gradient).
+  caches(A);  // made before the record copies A, so that the copy shares A's adjoint cache
+  auto adjoint_options = options;
+  const double bnorm = result.info.rhs_norm;
+  adjoint_options.rtol = std::max(options.rtol, bnorm > 0.0 ? options.atol / bnorm : 0.0);
+  adjoint_options.atol = 0.0;
+  result.x = DVector(A.layout_, record_solution(A, bl, result.x.local(),
+                                                [self = A, precond = precond, adjoint_options](const at::Tensor& g) {
+                                                  return adjoint_solve(self, g, precond, adjoint_options);
+                                                }));
+  return result;
+}
+
+EINSHARD_INLINE at::Tensor SolvePipeline::adjoint_solve(const DSparseTensor& A, const at::Tensor& g,
+                                                        const std::shared_ptr<const PreconditionerOp>& m,
+                                                        const SolveOptions& options) {
+  auto o = options;
+  o.x0.reset();
+  o.monitor = {};
+  o.residual_history = false;
+  const auto rhs = DVector(A.layout_, g.to(A.dtype()).contiguous());
+  SolveResult r;
+  if (o.method == Method::cg || o.method == Method::minres) {
+    r = run_method(A, rhs, m.get(), o);
+  } else {
+    o.custom_preconditioner = {};
+    const auto& H = caches(A).adjoint->get(A.local_.values, A.layout_->comm(), [&A] { return A.adjoint(); });
+    r = solve_detached(H, DVector(H.layout(), rhs.local()), o).first;
+  }
+  if (!r.info.converged)
+    throw Error(std::string("DSparseTensor::solve (backward): the adjoint solve by ") + to_string(o.method) +
+                " did not converge (" + to_string(r.info.reason) + " after " + std::to_string(r.info.iterations) +
+                " iterations); loosen rtol or raise maxiter");
+  return r.x.local();
+}
+
+EINSHARD_INLINE c10::intrusive_ptr<AdjointSolver> SolvePipeline::adjoint_record(const DSparseTensor& A) {
+  auto adjoint = c10::make_intrusive<AdjointSolver>();
+  adjoint->pattern = A.local_;
+  adjoint->with_ghosts = [exchange = A.scratch_.exchange()](const at::Tensor& v) {
+    const auto owned = v.contiguous();
+    return at::cat({owned, exchange->ghosts_of(owned)});
+  };
+  return adjoint;
+}
+
+EINSHARD_INLINE at::Tensor SolvePipeline::record_solution(const DSparseTensor& A, const at::Tensor& b,
+                                                          const at::Tensor& x,
+                                                          std::function<at::Tensor(const at::Tensor&)> adjoint_solve) {
+  auto adjoint = adjoint_record(A);
+  adjoint->solve = std::move(adjoint_solve);
+  return SolveFunction::apply(b, A.local_.values, x, adjoint);
+}
+
+EINSHARD_INLINE at::Tensor SolvePipeline::record_least_squares(const DSparseTensor& A, const at::Tensor& b,
+                                                               const at::Tensor& x, double damp, double rtol,
+                                                               const std::string& what) {
+  auto ax = at::empty_like(b, at::MemoryFormat::Contiguous).detach();
+  if (x.dim() == 2)
+    (void)A.apply_block(x.detach().contiguous(), ax, {});
+  else
+    (void)A.apply(x.detach().contiguous(), ax, {});
+  auto adjoint = adjoint_record(A);
+  adjoint->residual = b.detach() - ax;
+  adjoint->least_squares = [self = A, damp, rtol, what](const at::Tensor& g) {
+    return least_squares_adjoint(self, g, damp, rtol, what);
+  };
+  return SolveFunction::apply(b, A.local_.values, x, adjoint);
+}
+
+}  // namespace detail
+
+EINSHARD_INLINE SolveResult DSparseTensor::solve(const DVector& b) const { return solve(b, SolveOptions{}); }
+EINSHARD_INLINE SolveResult DSparseTensor::solve(const DVector& b, const SolveOptions& options) const {
+  return detail::SolvePipeline::solve(*this, b, options);
+}
+EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsqr(const DVector& b) const { return lsqr(b, LeastSquaresOptions{}); }
+EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsqr(const DVector& b, const LeastSquaresOptions& options) const {
+  return detail::SolvePipeline::least_squares(*this, b, options, "lsqr", detail::lsqr);
+}
+EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsmr(const DVector& b) const { return lsmr(b, LeastSquaresOptions{}); }
+EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsmr(const DVector& b, const LeastSquaresOptions& options) const {
+  return detail::SolvePipeline::least_squares(*this, b, options, "lsmr", detail::lsmr);
+}
+
+#endif  // EINSHARD_DEFINE_SPARSE
+
+}  // namespace einshard::sparse
