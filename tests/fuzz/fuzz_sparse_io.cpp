@@ -1,11 +1,10 @@
-// libFuzzer target: the readers of DSparseTensor::save's format (sparse/io_format.hpp): the
-// metadata text and the partition files of versions 1, 2 and 3, from bytes in memory, as
-// DSparseTensor::load checks them (whole here; the load feeds the same checker chunk by chunk) (the checksum is computed here from the bytes,
-// so damaged contents reach the structural checks rather than stopping at a checksum mismatch).
+// libFuzzer target: the readers of DSparseTensor::save's format (sparse/io/format.hpp): the
+// metadata text and the partition files, from bytes in memory, as DSparseTensor::load checks them
+// (whole here; the load feeds the same checker chunk by chunk) (the checksum is computed here from
+// the bytes, so damaged contents reach the structural checks rather than stopping at a checksum
+// mismatch).
 //
-// Input: one selector byte (bit 0: metadata or partition; bit 1: partition version 1, else bit 2:
-// version 3 or 2), then
-// for a partition the expected (id, parts, m, n, rows, nnz, value size) as small numbers, then the
+// Input: one selector byte (bit 0: metadata or partition), then for a partition the expected (id, parts, m, n, rows, nnz, value size) as small numbers, then the
 // file's bytes. Every accepted partition is walked as load walks it (every index it will trust
 // read back and bounded), so an unchecked count or offset shows as an ASan report.
 
@@ -36,7 +35,7 @@ std::int64_t index_at(const std::vector<unsigned char>& b, const d::PartitionSec
   return d::io_check::index(b.data(), s, size, i);
 }
 
-void walk_v2(const std::vector<unsigned char>& b, const d::PartitionHeader& h, const d::PartitionSections& s) {
+void walk(const std::vector<unsigned char>& b, const d::PartitionHeader& h, const d::PartitionSections& s) {
   const auto width = h.domain_owned() + h.G;
   for (std::int64_t r = 0; r < h.R; ++r) {
     const auto lo = index_at(b, s.rowptr, h.rowptr_size, r), hi = index_at(b, s.rowptr, h.rowptr_size, r + 1);
@@ -81,30 +80,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                 data[4] % 64,      data[5],              value_sizes[data[6] % 4]};
   const std::vector<unsigned char> file(data + 7, data + size);
   const auto bytes = static_cast<std::int64_t>(file.size());
-  const auto version = (selector & 2) != 0 ? 1 : (selector & 4) != 0 ? 3 : 2;
-  if (d::checksum_of(file.data(), bytes, version).size() != 16) broken("a checksum of another length");
+  if (d::checksum_of(file.data(), bytes).size() != 16) broken("a checksum of another length");
   d::PartitionSections s;
-  if (version == 1) {
-    auto w = want;
-    w.m = w.n;
-    if (d::check_partition_v1(file.data(), bytes, w, s).empty()) {
-      for (const auto* span : {&s.owned, &s.rowptr, &s.col})
-        for (std::int64_t i = 0; i < span->bytes / 8; ++i)
-          if (const auto v = index_at(file, *span, 8, i); v < 0 || v >= w.n) broken("v1 accepted an index out of range");
-      if (s.values.begin + s.values.bytes != bytes) broken("v1 values do not end the file");
-    }
-    return 0;
-  }
   d::PartitionHeader h;
-  if (d::check_partition(file.data(), bytes, want, h, s, version).empty()) walk_v2(file, h, s);
+  if (d::check_partition(file.data(), bytes, want, h, s).empty()) walk(file, h, s);
   // Fed in pieces (as the load's read loop does), the checker reaches the same verdict.
-  d::PartitionCheck pieces(want, version, bytes);
+  d::PartitionCheck pieces(want, bytes);
   std::string fault;
   for (std::int64_t done = 0; done < bytes && fault.empty();) {
     done = std::min(bytes, done + 1 + data[0] % 61);
     fault = pieces.feed(file.data(), done);
   }
   if (bytes == 0) fault = pieces.feed(file.data(), 0);
-  if (fault != d::check_partition(file.data(), bytes, want, h, s, version)) broken("chunked and whole checks disagree");
+  if (fault != d::check_partition(file.data(), bytes, want, h, s)) broken("chunked and whole checks disagree");
   return 0;
 }

@@ -1,25 +1,21 @@
 #pragma once
 /// @file
 /// The on-disk format of `DSparseTensor::save`, parsed and checked from bytes in memory, without
-/// LibTorch or MPI (so the libFuzzer targets link it alone). io.hpp does the files and the
-/// collectives around it.
+/// LibTorch or MPI (so the libFuzzer targets link it alone). save_load.hpp does the files and the
+/// collectives around it. One format version is written and read.
 ///
 /// Metadata `metadata.txt` (text):
 ///   `einshard-dsparse <version>` / `shape <m> <n>` / `dtype <name>` / `partitions <P>` /
 ///   one line per partition: `partition <id> <file> <rows> <nnz> <bytes> <checksum hex>`.
 ///
-/// Partition file, versions 2 and 3 (native byte order; 3 differs only in its checksum, see
-/// `FileChecksum`): the rank's local CSR and its halo plan exactly as
-/// the matrix holds them, so a load at the saved world size maps them back without assembly.
+/// Partition file (native byte order; its checksum is `Checksum`'s): the rank's local CSR and its
+/// halo plan exactly as the matrix holds them, so a load at the saved world size maps them back without assembly.
 ///   8 bytes "ESDSPART", int64 header[16] (see `PartitionHeader`), then sections, each starting at
 ///   a multiple of 16 bytes: owned rows[R] (global, ascending), owned columns[C] (only when the
 ///   domain is partitioned apart from the rows, C >= 0), ghosts[G] (global, in halo order), receive
 ///   neighbours[NR] and send neighbours[NS] as (rank, count) int64 pairs, send rows[S] (local),
 ///   rowptr[R + 1], col[K] (local: owned columns first, then ghost slots), values[K]. The index
 ///   sections keep the widths the matrix uses (4 or 8 bytes, named in the header).
-/// Version 1 (still read): 8 bytes magic, int64 version, id, parts, n, R, K, then int64 owned[R],
-/// rows[K], cols[K] (global COO), values[K]; its checksum is the one-lane form of `Checksum`.
-/// Writers write version 3; the readers take 1, 2 and 3.
 
 #include <algorithm>
 #include <array>
@@ -55,76 +51,13 @@ inline std::int64_t dtype_size(std::string_view name) {
   return 0;
 }
 
-/// The checksum of versions 1 and 2 (still read): a streaming 64-bit checksum over 8-byte words
-/// (xor-multiply-shift, the tail zero-padded). Version 2 mixes four interleaved lanes (word i into lane i mod 4) so the multiplies do not wait on each
-/// other: about 4x the one-lane speed, well above what a read() delivers from the page cache.
-/// Not cryptographic: it detects damage, not tampering.
+/// The checksum of a partition file: Fletcher sums mod 2^64 in eight interleaved lanes (word i of
+/// 8 bytes into lane i mod 8: a += w, b += a, so b weighs each word by its position), finished by
+/// a multiply-mix over the lanes and the length. Adds only, in 128-bit vectors, so it keeps up with
+/// a read() from the page cache and a load above one rank is not bound by it (a chain of
+/// multiplies does not). Any change of one word changes a; moved or swapped words change b. Not
+/// cryptographic: it detects damage.
 class Checksum {
- public:
-  explicit Checksum(int lanes = 4) : lanes_(lanes == 1 ? 1 : 4) { h_.fill(seed); }
-  void update(const void* data, std::size_t size) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    bytes_ += size;
-    while (size > 0 && fill_ > 0) {  // finish a word left over from the last call
-      pending_[fill_++] = *p++;
-      --size;
-      if (fill_ == 8) {
-        word(load(pending_.data()));
-        fill_ = 0;
-      }
-    }
-    for (; size >= 8 && next_ != 0; p += 8, size -= 8) word(load(p));
-    if (lanes_ == 4)
-      for (; size >= 32; p += 32, size -= 32) {
-        h_[0] = mix(h_[0], load(p));
-        h_[1] = mix(h_[1], load(p + 8));
-        h_[2] = mix(h_[2], load(p + 16));
-        h_[3] = mix(h_[3], load(p + 24));
-      }
-    for (; size >= 8; p += 8, size -= 8) word(load(p));
-    for (; size > 0; --size) pending_[fill_++] = *p++;
-  }
-  [[nodiscard]] std::uint64_t value() const {
-    auto c = *this;
-    if (c.fill_ > 0) {
-      std::fill(c.pending_.begin() + static_cast<std::ptrdiff_t>(c.fill_), c.pending_.end(), 0);
-      c.word(load(c.pending_.data()));
-    }
-    auto h = c.h_[0];
-    for (int i = 1; i < lanes_; ++i) h = mix(h, c.h_[static_cast<std::size_t>(i)]);
-    return mix(h, c.bytes_);
-  }
-
- private:
-  static constexpr std::uint64_t seed = 0xcbf29ce484222325ULL;
-  static std::uint64_t load(const unsigned char* p) {
-    std::uint64_t w;
-    std::memcpy(&w, p, 8);
-    return w;
-  }
-  static std::uint64_t mix(std::uint64_t h, std::uint64_t w) {
-    h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
-    return h ^ (h >> 29);
-  }
-  void word(std::uint64_t w) {
-    h_[next_] = mix(h_[next_], w);
-    next_ = (next_ + 1) % static_cast<std::size_t>(lanes_);
-  }
-  int lanes_;
-  std::array<std::uint64_t, 4> h_{};
-  std::size_t next_ = 0;
-  std::uint64_t bytes_ = 0;
-  std::array<unsigned char, 8> pending_{};
-  std::size_t fill_ = 0;
-};
-
-/// The checksum of version 3: Fletcher sums mod 2^64 in eight interleaved lanes (word i of 8 bytes
-/// into lane i mod 8: a += w, b += a, so b weighs each word by its position), finished by the
-/// multiply-mix of `Checksum` over the lanes and the length. Adds only, in 128-bit vectors: about
-/// 4 bytes per cycle more than the one-lane multiply chain of version 2 allowed, so it keeps up
-/// with a read() from the page cache and a load above one rank is not bound by it. Any change of
-/// one word changes a; moved or swapped words change b. Not cryptographic: it detects damage.
-class FletcherChecksum {
  public:
   void update(const void* data, std::size_t size) {
     if (size == 0) return;  // data may be null then, which memcpy must not see
@@ -186,21 +119,6 @@ class FletcherChecksum {
   std::size_t fill_ = 0;
 };
 
-/// The checksum a partition file of format `version` carries (1, 2 or 3).
-class FileChecksum {
- public:
-  explicit FileChecksum(std::int64_t version) : old_(version == 1 ? 1 : 4), fletcher_(version >= 3) {}
-  void update(const void* data, std::size_t size) {
-    if (fletcher_) new_.update(data, size); else old_.update(data, size);
-  }
-  [[nodiscard]] std::uint64_t value() const { return fletcher_ ? new_.value() : old_.value(); }
-
- private:
-  Checksum old_;
-  FletcherChecksum new_;
-  bool fletcher_;
-};
-
 inline std::string hex(std::uint64_t v) {
   char s[17];
   std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(v));
@@ -232,7 +150,7 @@ inline std::string metadata_text(std::int64_t m, std::int64_t n, const std::stri
   return s.str();
 }
 
-/// The metadata of `text` (read from `where`), or an Error naming `where`. Versions 1 and 2.
+/// The metadata of `text` (read from `where`), or an Error naming `where`.
 inline Metadata parse_metadata(const std::string& text, const std::string& where) {
   std::istringstream s(text);
   Metadata m;
@@ -241,11 +159,10 @@ inline Metadata parse_metadata(const std::string& text, const std::string& where
   const auto bad = [&](const std::string& what) { return Error("DSparseTensor::load: " + where + ": expected " + what); };
   if (!(s >> word >> m.version) || word != "einshard-dsparse")
     throw bad("a metadata file starting 'einshard-dsparse <version>'");
-  if (m.version < 1 || m.version > file_version)
-    throw Error("DSparseTensor::load: " + where + ": expected format version 1, 2 or " +
-                std::to_string(file_version) + ", found version " + std::to_string(m.version));
-  if (!(s >> word >> m.m >> m.n) || word != "shape" || m.m < 0 || m.n < 0 || (m.version == 1 && m.m != m.n))
-    throw bad(m.version == 1 ? "'shape <n> <n>' of a square matrix" : "'shape <m> <n>' with sizes >= 0");
+  if (m.version != file_version)
+    throw Error("DSparseTensor::load: " + where + ": expected format version " + std::to_string(file_version) +
+                ", found version " + std::to_string(m.version));
+  if (!(s >> word >> m.m >> m.n) || word != "shape" || m.m < 0 || m.n < 0) throw bad("'shape <m> <n>' with sizes >= 0");
   if (!(s >> word >> m.dtype) || word != "dtype") throw bad("'dtype <name>'");
   m.value_size = dtype_size(m.dtype);
   if (m.value_size == 0)
@@ -264,7 +181,7 @@ inline Metadata parse_metadata(const std::string& text, const std::string& where
   return m;
 }
 
-/// The fixed header of a version-2 partition file, the word order on disk.
+/// The fixed header of a partition file, the word order on disk.
 struct PartitionHeader {
   std::int64_t version = 0, id = 0, parts = 0, m = 0, n = 0;
   std::int64_t R = 0;   ///< owned rows
@@ -343,7 +260,7 @@ inline std::int64_t index(const unsigned char* data, const PartitionSections::Sp
 }
 }  // namespace io_check
 
-/// Checks a version-2 or 3 partition file against `want` as its bytes arrive: the read loop feeds
+/// Checks a partition file against `want` as its bytes arrive: the read loop feeds
 /// it each chunk while the chunk is still in cache, so the checks make no pass over memory of
 /// their own. Sections arrive in file order, and each is checked knowing the ones before it: the
 /// header and every count, ascending owned rows (and columns), the halo plan (neighbours distinct
@@ -353,8 +270,7 @@ inline std::int64_t index(const unsigned char* data, const PartitionSections::Sp
 /// in each row when every descent of the whole column array falls where a row begins.
 class PartitionCheck {
  public:
-  PartitionCheck(const PartitionExpect& want, std::int64_t version, std::int64_t size)
-      : want_(want), version_(version), size_(size) {}
+  PartitionCheck(const PartitionExpect& want, std::int64_t size) : want_(want), size_(size) {}
 
   /// Checks what the first `avail` bytes of `data` allow that earlier calls did not (each call
   /// passes a longer prefix of the same storage). The fault found so far, or "".
@@ -425,9 +341,9 @@ class PartitionCheck {
     std::array<std::int64_t, header_words> w{};
     std::memcpy(w.data(), data + 8, sizeof w);
     h_ = PartitionHeader::of(w.data());
-    if (h_.version != version_ || h_.id != want_.id || h_.parts != want_.parts || h_.m != want_.m ||
+    if (h_.version != file_version || h_.id != want_.id || h_.parts != want_.parts || h_.m != want_.m ||
         h_.n != want_.n || h_.R != want_.rows || h_.K != want_.nnz)
-      return "expected what the metadata lists (version " + std::to_string(version_) + ", partition " +
+      return "expected what the metadata lists (version " + std::to_string(file_version) + ", partition " +
              std::to_string(want_.id) + " of " + std::to_string(want_.parts) + ", shape (" +
              std::to_string(want_.m) + ", " + std::to_string(want_.n) + "), " + std::to_string(want_.rows) +
              " rows, " + std::to_string(want_.nnz) + " entries), found another header";
@@ -562,7 +478,7 @@ class PartitionCheck {
   }
 
   PartitionExpect want_;
-  std::int64_t version_, size_;
+  std::int64_t size_;
   PartitionHeader h_;
   PartitionSections s_;
   Stage stage_ = Stage::header;
@@ -571,50 +487,21 @@ class PartitionCheck {
   std::int64_t row_ = 0, last_start_ = 0, descents_ = 0, starts_descents_ = 0;
 };
 
-/// Checks the bytes of a whole version-2 or 3 partition file (the checksum already matched)
+/// Checks the bytes of a whole partition file (the checksum already matched)
 /// against `want` (see `PartitionCheck`). Fills `h` and `s` and returns "" when the file is
 /// sound, else what is wrong.
 inline std::string check_partition(const unsigned char* data, std::int64_t size, const PartitionExpect& want,
-                                   PartitionHeader& h, PartitionSections& s, std::int64_t version = file_version) {
-  PartitionCheck check(want, version, size);
+                                   PartitionHeader& h, PartitionSections& s) {
+  PartitionCheck check(want, size);
   auto fault = check.feed(data, size);
   h = check.header();
   s = check.sections();
   return fault;
 }
 
-/// Version 1: the checks of a global-COO partition file; `s.owned`, `s.rowptr` (the rows), `s.col`
-/// (the columns) and `s.values` are filled. "" when sound.
-inline std::string check_partition_v1(const unsigned char* data, std::int64_t size, const PartitionExpect& want,
-                                      PartitionSections& s) {
-  if (size < 56 || std::memcmp(data, partition_magic.data(), 8) != 0) return not_a_partition;
-  std::array<std::int64_t, 6> h{};
-  std::memcpy(h.data(), data + 8, sizeof h);
-  if (h[0] != 1 || h[1] != want.id || h[2] != want.parts || h[3] != want.n || h[4] != want.rows || h[5] != want.nnz)
-    return "expected what the metadata lists (version 1, partition " + std::to_string(want.id) + " of " +
-           std::to_string(want.parts) + ", n " + std::to_string(want.n) + "), found another header";
-  const auto R = h[4], K = h[5];
-  if (R > size / 8 || K > size / (16 + want.value_size) || size != 56 + (R + 2 * K) * 8 + K * want.value_size)
-    return "expected " +
-           (R <= size / 8 && K <= size / 24 ? std::to_string(56 + (R + 2 * K) * 8 + K * want.value_size) + " bytes"
-                                            : std::string("another size")) +
-           " for " + std::to_string(K) + " entries of this dtype, found " + std::to_string(size) + " (a dtype mismatch)";
-  s.owned = {56, R * 8};
-  s.rowptr = {56 + R * 8, K * 8};
-  s.col = {56 + (R + K) * 8, K * 8};
-  s.values = {56 + (R + 2 * K) * 8, K * want.value_size};
-  s.total = size;
-  for (const auto* span : {&s.owned, &s.rowptr, &s.col})
-    for (std::int64_t i = 0; i < span->bytes / 8; ++i) {
-      const auto v = io_check::at<std::int64_t>(data, span->begin, i);
-      if (v < 0 || v >= want.n) return "expected indices in [0, " + std::to_string(want.n) + "), found others";
-    }
-  return {};
-}
-
-/// The checksum a partition file of `version` must match.
-inline std::string checksum_of(const unsigned char* data, std::int64_t size, std::int64_t version) {
-  FileChecksum sum(version);
+/// The checksum a partition file must match.
+inline std::string checksum_of(const unsigned char* data, std::int64_t size) {
+  Checksum sum;
   sum.update(data, static_cast<std::size_t>(size));
   return hex(sum.value());
 }

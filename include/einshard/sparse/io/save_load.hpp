@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Files of a `DSparseTensor`: a directory with one binary file per partition and a text metadata
-/// file listing every partition with its size and checksum (the format: io_format.hpp). Each rank
+/// file listing every partition with its size and checksum (the format: format.hpp). Each rank
 /// writes its own partition (temporary file, fsync, rename), rank 0 writes the metadata last, so a
 /// reader never sees a half-written set.
 ///
@@ -10,7 +10,6 @@
 /// handshake: one small all-to-all of neighbour counts checks the files agree). At another world
 /// size file j goes to rank j mod q, which turns its CSR into global entries; the assembly's owner
 /// exchange moves them to their rows' owners in the simple partition. No rank gathers O(N) data.
-/// Version 1 files (global COO per partition) still load, always through the assembly.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -142,7 +141,7 @@ inline std::string write_partition(const std::filesystem::path& dir, std::int64_
     std::filesystem::rename(final_path, temp_path, ignored);
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return system_fault("DSparseTensor::save", temp_path.string(), "creating it");
-  FileChecksum sum(file_version);
+  Checksum sum;
   std::string fault;
   std::int64_t written = 0;
   const auto put = [&](const void* data, std::size_t size) {
@@ -250,10 +249,10 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
     bytes = at::empty({(e.bytes + 15) / 16, 2}, at::kLong).view(at::kByte).flatten().narrow(0, 0, e.bytes);
   }
   auto* p = static_cast<unsigned char*>(bytes.data_ptr());
-  FileChecksum sum(meta.version);
+  Checksum sum;
   const PartitionExpect want{e.id, static_cast<std::int64_t>(meta.parts.size()), meta.m, meta.n, e.rows, e.nnz,
                              meta.value_size};
-  PartitionCheck check(want, meta.version, e.bytes);
+  PartitionCheck check(want, e.bytes);
   constexpr std::int64_t chunk = std::int64_t{1} << 18;  // well inside L2 while both passes read it
   std::int64_t done = 0;
   while (done < e.bytes) {
@@ -265,7 +264,7 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
     }
     sum.update(p + done, static_cast<std::size_t>(r));
     done += r;
-    if (meta.version != 1) (void)check.feed(p, done);  // a fault waits for the checksum's verdict
+    (void)check.feed(p, done);  // a fault waits for the checksum's verdict
   }
   if (!mapped) ::close(fd);
   if (done != e.bytes)
@@ -275,22 +274,16 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
     return "DSparseTensor::load: " + path + " is corrupt: expected checksum " + e.checksum + " (metadata), found " +
            hex(sum.value());
   out.bytes = bytes;
-  std::string fault;
-  if (meta.version == 1) {
-    fault = check_partition_v1(p, e.bytes, want, out.sections);
-  } else {
-    fault = check.feed(p, e.bytes);
-    out.header = check.header();
-    out.sections = check.sections();
-  }
+  const auto fault = check.feed(p, e.bytes);
+  out.header = check.header();
+  out.sections = check.sections();
   return fault.empty() ? fault : "DSparseTensor::load: " + path + ": " + fault;
 }
 
 /// A loaded partition's entries in global indices (the repartitioning load's input).
-inline CooEntries global_triples(const LoadedPartition& d, const Metadata& meta, at::ScalarType dtype) {
+inline CooEntries global_entries(const LoadedPartition& d, at::ScalarType dtype) {
   const auto& s = d.sections;
   const auto values = d.view(s.values, dtype);
-  if (meta.version == 1) return {values, d.view(s.rowptr, at::kLong), d.view(s.col, at::kLong)};
   const auto& h = d.header;
   const auto owned = d.view(s.owned, at::kLong);
   const auto rowptr = d.view(s.rowptr, LoadedPartition::index_type(h.rowptr_size)).to(at::kLong);
@@ -409,7 +402,7 @@ inline void agree_saved(const LoadedPartition* read, const std::string& fault, c
                 "(files of different saves mixed?)");
 }
 
-/// The halo plan a version-2 or 3 file holds, over `domain` (checked by `agree_saved`).
+/// The halo plan a file holds, over `domain` (checked by `agree_saved`).
 inline std::shared_ptr<const HaloPlan> saved_plan(const LoadedPartition& d, std::shared_ptr<const RowLayout> domain) {
   const auto& h = d.header;
   const auto& s = d.sections;
@@ -483,7 +476,7 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, 
     fault = detail::read_partition(dir, meta, meta.parts[static_cast<std::size_t>(j)], d);
     read.push_back(std::move(d));
   }
-  if (parts == q && meta.version != 1) {
+  if (parts == q) {
     detail::agree_saved(fault.empty() ? &read.at(0) : nullptr, fault, meta, dir, comm);
     const auto& d = read.at(0);
     const auto& h = d.header;
@@ -499,7 +492,7 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, 
   comm::raise_if_any(comm, fault);
   std::vector<at::Tensor> values, rows, cols;
   for (const auto& d : read) {
-    auto t = detail::global_triples(d, meta, dtype);
+    auto t = detail::global_entries(d, dtype);
     values.push_back(std::move(t.values));
     rows.push_back(std::move(t.rows));
     cols.push_back(std::move(t.cols));
@@ -508,9 +501,6 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, 
     return v.empty() ? at::empty({0}, t) : at::cat(v);
   };
   const std::array<std::int64_t, 2> shape{meta.m, meta.n};
-  if (parts == q)  // version 1 at its world size: the saved rows, assembled
-    return from_local(cat(values, dtype), cat(rows, at::kLong), cat(cols, at::kLong), shape, mesh,
-                      {.owned_rows = read.at(0).view(read.at(0).sections.owned, at::kLong)});
   return from_local(cat(values, dtype), cat(rows, at::kLong), cat(cols, at::kLong), shape, mesh);
 }
 

@@ -21,7 +21,7 @@ inline SolveResult bicgstab(const Operator& A, const DVector& b, const Precondit
                             const SolveOptions& o) {
   using C = std::complex<double>;
   const MPI_Comm comm = A.layout()->comm();
-  return run_from_start(A, b, o, [&](Started& st, Progress& progress, SolveResult&) {
+  return run_from_start(A, b, o, [&](IterationZero& st, Progress& progress, SolveResult&) {
     const auto& bl = st.b;
     auto& x = st.x;
     auto& r = st.r;

@@ -167,13 +167,13 @@ class BlockProgress {
 
 /// The start every block method but CG shares: x = x0 (or 0), r = b − A x, and one all-reduce of
 /// ‖r_j‖² and ‖b_j‖², then the columns' starts.
-struct BlockStarted {
+struct BlockIterationZero {
   at::Tensor b, x, r;
   std::vector<double> rnorm;
 };
 
-inline BlockStarted block_start(const Operator& A, const DVector& B, const SolveOptions& o, BlockProgress& progress) {
-  BlockStarted s;
+inline BlockIterationZero block_iteration_zero(const Operator& A, const DVector& B, const SolveOptions& o, BlockProgress& progress) {
+  BlockIterationZero s;
   s.b = B.local().detach().contiguous();
   s.x = o.x0 ? o.x0->local().detach().to(s.b.scalar_type()).contiguous().clone() : at::zeros_like(s.b);
   s.r = s.b.clone();
@@ -201,7 +201,7 @@ SolveResult run_block(const Operator& A, const DVector& B, const SolveOptions& o
   SolveResult result;
   BlockProgress progress(o, result.info, B.local().size(1));
   const auto t0 = comm::wall_time();
-  auto s = block_start(A, B, o, progress);
+  auto s = block_iteration_zero(A, B, o, progress);
   if (progress.any()) iterate(s, progress);
   summarize_columns(result.info);
   result.info.seconds = comm::wall_time() - t0;

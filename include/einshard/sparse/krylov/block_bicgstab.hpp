@@ -21,7 +21,7 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, const Pre
                                   const SolveOptions& o) {
   using C = std::complex<double>;
   const MPI_Comm comm = A.layout()->comm();
-  return run_block(A, B, o, [&](BlockStarted& st, BlockProgress& progress) {
+  return run_block(A, B, o, [&](BlockIterationZero& st, BlockProgress& progress) {
     auto& x = st.x;
     auto& r = st.r;
     const auto k = r.size(1);

@@ -33,7 +33,7 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, const Precon
     throw Error(std::string("DSparseTensor::solve (") + (flexible ? "fgmres" : "gmres") +
                 "): .restart must be at least 1, got " + std::to_string(o.restart));
   const MPI_Comm comm = A.layout()->comm();
-  return run_block(A, B, o, [&](BlockStarted& st, BlockProgress& progress) {
+  return run_block(A, B, o, [&](BlockIterationZero& st, BlockProgress& progress) {
     const auto& bl = st.b;
     auto& x = st.x;
     auto& r = st.r;

@@ -125,12 +125,12 @@ inline std::vector<std::complex<double>> host_complex(const at::Tensor& t) {
 }
 
 /// The start every method but CG shares: x = x0 (or 0) and r = b - A x, owned slices, detached.
-struct Initial {
+struct InitialGuess {
   at::Tensor b, x, r;
 };
 
-inline Initial initial(const Operator& A, const DVector& b, const SolveOptions& o) {
-  Initial s;
+inline InitialGuess initial_guess(const Operator& A, const DVector& b, const SolveOptions& o) {
+  InitialGuess s;
   s.b = b.local().detach().contiguous();
   s.x = o.x0 ? o.x0->local().detach().to(s.b.scalar_type()).clone().contiguous() : at::zeros_like(s.b);
   s.r = s.b.clone();
@@ -169,21 +169,21 @@ inline void summarize_columns(SolveInfo& info) {
   }
 }
 
-/// The start BiCGStab and GMRES share: x = x0 (or 0) and r = b − A x (`initial`), ‖b‖ for the stop
+/// The start BiCGStab and GMRES share: x = x0 (or 0) and r = b − A x (`initial_guess`), ‖b‖ for the stop
 /// test, x = 0 for b = 0, and the iteration-0 record. `done`: the solve ended before iterating.
-struct Started {
+struct IterationZero {
   at::Tensor b, x, r;
   double rnorm = 0.0;
   bool done = false;
 };
 
-inline Started start(const Operator& A, const DVector& b, const SolveOptions& o, Progress& progress,
+inline IterationZero iteration_zero(const Operator& A, const DVector& b, const SolveOptions& o, Progress& progress,
                      SolveResult& result) {
-  auto [bl, x, r] = initial(A, b, o);
+  auto [bl, x, r] = initial_guess(A, b, o);
   result.x = DVector(A.layout(), x);
   const auto init = comm::summed({local_dot(r, r), local_dot(bl, bl)}, A.layout()->comm());
   progress.start(std::sqrt(init[1].real()));
-  Started s{bl, x, r, std::sqrt(init[0].real())};
+  IterationZero s{bl, x, r, std::sqrt(init[0].real())};
   if (init[1].real() == 0.0) {
     zero_rhs(result, o);
     s.done = true;
@@ -193,7 +193,7 @@ inline Started start(const Operator& A, const DVector& b, const SolveOptions& o,
   return s;
 }
 
-/// A method that begins with `start`: the result, its Progress and the start made, then
+/// A method that begins with `iteration_zero`: the result, its Progress and the start made, then
 /// `iterate(started, progress, result)` unless the solve ended at the start, the iterations
 /// timed into `info.seconds`.
 template <class Iterate>
@@ -201,7 +201,7 @@ SolveResult run_from_start(const Operator& A, const DVector& b, const SolveOptio
   SolveResult result;
   Progress progress(o, result.info);
   const auto t0 = comm::wall_time();
-  auto s = start(A, b, o, progress, result);
+  auto s = iteration_zero(A, b, o, progress, result);
   if (!s.done) iterate(s, progress, result);
   result.info.seconds = comm::wall_time() - t0;
   return result;

@@ -37,7 +37,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, const Precondition
     throw Error(std::string("DSparseTensor::solve (") + (flexible ? "fgmres" : "gmres") +
                 "): .restart must be at least 1, got " + std::to_string(o.restart));
   const MPI_Comm comm = A.layout()->comm();
-  return run_from_start(A, b, o, [&](Started& st, Progress& progress, SolveResult&) {
+  return run_from_start(A, b, o, [&](IterationZero& st, Progress& progress, SolveResult&) {
     const auto& bl = st.b;
     auto& x = st.x;
     auto& r = st.r;

@@ -29,7 +29,7 @@ inline SolveResult minres(const Operator& A, const DVector& b, const Preconditio
   SolveResult result;
   auto& info = result.info;
   Progress progress(o, info);
-  auto [bl, x, r1] = initial(A, b, o);
+  auto [bl, x, r1] = initial_guess(A, b, o);
   result.x = DVector(layout, x);
   const PreconditionerUse M(m, bl);
   const auto t0 = comm::wall_time();

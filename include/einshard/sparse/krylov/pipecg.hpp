@@ -41,7 +41,7 @@ inline SolveResult pipecg(const Operator& A, const DVector& b, const Preconditio
   auto& info = result.info;
   Progress progress(o, info);
   // Plain variables, not a structured binding: clang 14 cannot capture bindings in a lambda.
-  auto start = initial(A, b, o);
+  auto start = initial_guess(A, b, o);
   auto bl = start.b, x = start.x, r = start.r;
   result.x = DVector(A.layout(), x);
   const PreconditionerUse M(m_op, bl);
