@@ -300,7 +300,7 @@ class DSparseTensor final : public detail::Operator {
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
   /// One pass in stored order, no sort: the diagonal block is each row's entries with a column
   /// below n_owned (a load maps a saved CSR back through here, so this is most of its cost
-  /// besides reading; torch's nonzero/cumsum/index_select passes took 5x as long).
+  /// besides reading, and a chain of torch passes would cost several times as much).
   void split_blocks();
   void refresh_blocks();
 

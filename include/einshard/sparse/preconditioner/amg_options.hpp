@@ -76,9 +76,9 @@ struct AmgOptions {
   int max_levels = 25;             ///< hypre's default
   std::optional<int> aggressive_levels;  ///< levels of aggressive coarsening: 0 (2-D), 1 (3-D)
   /// How those levels interpolate. A two-stage interpolation keeps `max_elements` entries per row
-  /// in each stage and in their product; on 3-D Poisson 100³ it takes 10–14 iterations where
-  /// multipass takes 15–18 (0.72–0.88x the solve time) for a 1.3–1.7x setup: worth it when the
-  /// setup is reused over solves with the same matrix (docs/sparse.md).
+  /// in each stage and in their product: fewer iterations and cheaper solves than multipass for a
+  /// dearer setup, so it pays when the setup is reused over solves with the same matrix
+  /// (docs/sparse.md has the figures).
   AmgAggressiveInterpolation aggressive_interpolation = AmgAggressiveInterpolation::multipass;
   int cycles = 1;                  ///< V/W-cycles per application of the preconditioner
   /// Relax the coarse points, then the fine ones (hypre's relax order 1, PETSc's PCHYPRE default)
