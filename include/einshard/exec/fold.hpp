@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "einshard/comm/agreement.hpp"
+#include "einshard/comm/autograd.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/comm/pool.hpp"
-#include "einshard/exec/autograd.hpp"
 
 namespace einshard::exec {
 
@@ -137,7 +137,7 @@ inline bool all_reduce_with_header(const at::Tensor& x, std::int64_t numel, at::
 
 /// The all-reduce step of a plan. Plain, except when the replay has armed this thread's fold state:
 /// then it is the call's first collective and carries the call's check (exec/replay.hpp).
-struct FoldingAllReduceOp final : CommOp {
+struct FoldingAllReduceOp final : comm::CommOp {
   MPI_Comm comm;
   explicit FoldingAllReduceOp(MPI_Comm c) : comm(c) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
@@ -160,7 +160,7 @@ struct FoldingAllReduceOp final : CommOp {
 /// zeros of the size the call was prepared for (`numel`), so the counts agree whatever its
 /// operands were; then every rank resolves the records together, and either raises the same error
 /// or, the operands being consistent after all, sums the real gradients.
-struct GuardedAddPartialOp final : CommOp {
+struct GuardedAddPartialOp final : comm::CommOp {
   MPI_Comm comm, mesh;
   std::int64_t numel;
   bool copy;

@@ -26,8 +26,8 @@
 #include <tuple>
 #include <vector>
 
+#include "einshard/comm/autograd.hpp"
 #include "einshard/comm/pool.hpp"
-#include "einshard/exec/autograd.hpp"
 #include "einshard/plan/fft.hpp"
 
 #if defined(EINSHARD_HAS_FFTW)
@@ -172,7 +172,7 @@ inline at::Tensor local_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef
                             const std::optional<std::string>& norm, bool owned = false) {
 #if defined(EINSHARD_HAS_FFTW)
   const bool complex_pass = op == plan::FftOp::forward || op == plan::FftOp::inverse;
-  if (complex_pass && local_fft_backend() == LocalFft::automatic && !records(x) && x.device().is_cpu()) {
+  if (complex_pass && local_fft_backend() == LocalFft::automatic && !comm::records(x) && x.device().is_cpu()) {
     const bool inverse = op == plan::FftOp::inverse;
     std::optional<at::Tensor> y;
     if (x.scalar_type() == at::kComplexDouble) y = detail::fftw_c2c<double>(x, dims, inverse, owned);

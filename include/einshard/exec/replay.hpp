@@ -50,9 +50,9 @@
 #include <string_view>
 #include <vector>
 
+#include "einshard/comm/agreement.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/contraction.hpp"
 #include "einshard/exec/fold.hpp"
@@ -75,7 +75,7 @@ struct Replay {
   bool unary = false;
   std::shared_ptr<const void> call;  ///< the UnaryCall or ContractionCall
   std::int64_t fingerprint = 0;      ///< of the site and every rank's operands
-  std::vector<RankInfo> mine;        ///< this rank's operands as agreed
+  std::vector<comm::RankInfo> mine;  ///< this rank's operands as agreed
   std::vector<bool> scalar;
   // The first all-reduce of a fold: its communicator, element count and dtype.
   MPI_Comm fold_comm = MPI_COMM_NULL;
@@ -155,7 +155,7 @@ inline Shape replay_shape(const ContractionCall& c, const Mesh& mesh) {
   return replay_shape(order, c.sizes, mesh);
 }
 
-inline std::int64_t digest(std::string_view site, const Agreed& ranks) {
+inline std::int64_t digest(std::string_view site, const comm::Agreed& ranks) {
   auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(site));
   auto mix = [&](std::int64_t v) { h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull; };
   for (const auto& rank : ranks)
@@ -246,15 +246,15 @@ inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std
 /// Resolves every rank's pending records on `mesh` (see exec/fold.hpp); collective over `mesh`.
 inline void resolve_pending(MPI_Comm mesh) {
   constexpr std::size_t max_operands = 4;
-  constexpr std::size_t words = 3 + max_operands * RankInfo::words;
-  auto pack = [](std::vector<std::int64_t>& v, const std::vector<RankInfo>& infos) {
+  constexpr std::size_t words = 3 + max_operands * comm::RankInfo::words;
+  auto pack = [](std::vector<std::int64_t>& v, const std::vector<comm::RankInfo>& infos) {
     for (std::size_t i = 0; i < max_operands; ++i) {
-      comm::pack(v, i < infos.size() ? infos[i] : RankInfo{});
+      comm::pack(v, i < infos.size() ? infos[i] : comm::RankInfo{});
     }
   };
   auto unpack = [](const std::int64_t* p, std::size_t n) {
-    std::vector<RankInfo> infos(n);
-    for (std::size_t i = 0; i < n; ++i, p += RankInfo::words) infos[i] = comm::unpack(p);
+    std::vector<comm::RankInfo> infos(n);
+    for (std::size_t i = 0; i < n; ++i, p += comm::RankInfo::words) infos[i] = comm::unpack(p);
     return infos;
   };
   auto& mine = pending();
@@ -270,7 +270,7 @@ inline void resolve_pending(MPI_Comm mesh) {
     v.push_back(first ? 1 : 0);
     v.push_back(first ? first->fingerprint : 0);
     v.push_back(first ? static_cast<std::int64_t>(first->infos.size()) : 0);
-    pack(v, first ? first->infos : std::vector<RankInfo>{});
+    pack(v, first ? first->infos : std::vector<comm::RankInfo>{});
     const auto all = comm::all_gather_values(v, mesh);
     const auto P = all.size() / words;
     std::size_t owner = P;
@@ -285,7 +285,7 @@ inline void resolve_pending(MPI_Comm mesh) {
       if (r.call && r.fingerprint == fingerprint) replay = &r;
     for (const auto& r : detail::evicted().ring)
       if (!replay && r.call && r.fingerprint == fingerprint) replay = &r;
-    std::vector<RankInfo> infos;
+    std::vector<comm::RankInfo> infos;
     bool held = false;
     for (const auto& p : mine)
       if (p.mesh == mesh && p.fingerprint == fingerprint) {
@@ -296,7 +296,7 @@ inline void resolve_pending(MPI_Comm mesh) {
     if (!held && replay) infos = replay->mine;
     const bool found = replay != nullptr && infos.size() <= max_operands;
     std::vector<std::int64_t> w{found ? 1 : 0, 0, static_cast<std::int64_t>(infos.size())};
-    pack(w, found ? infos : std::vector<RankInfo>{});
+    pack(w, found ? infos : std::vector<comm::RankInfo>{});
     const auto every = comm::all_gather_values(w, mesh);
     std::erase_if(mine, [&](const Pending& p) { return p.mesh == mesh && p.fingerprint == fingerprint; });
     std::size_t lost = P;
