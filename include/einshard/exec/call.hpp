@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "einshard/comm/agreement.hpp"
@@ -27,6 +28,22 @@
 
 namespace einshard {
 
+namespace exec {
+
+struct UnaryCall;        // exec/unary.hpp
+struct ContractionCall;  // exec/contraction.hpp
+
+/// A prepared distributed call, shared with the call cache: a unary call (one operand) or a
+/// contraction (two or more).
+using PreparedCall = std::variant<std::shared_ptr<const UnaryCall>, std::shared_ptr<const ContractionCall>>;
+
+/// Whether `call` holds a prepared call (a default-constructed one holds none).
+[[nodiscard]] inline bool is_prepared(const PreparedCall& call) noexcept {
+  return std::visit([](const auto& p) { return p != nullptr; }, call);
+}
+
+}  // namespace exec
+
 namespace detail {
 
 /// The last distributed call's plan, described only when asked for (describing costs strings).
@@ -36,7 +53,7 @@ namespace detail {
 struct LastPlan {
   std::function<Plan()> make;
   std::optional<Plan> plan;
-  std::shared_ptr<const void> call;
+  exec::PreparedCall call;
   Mesh mesh;
   std::int64_t element = 0;
   std::string source;
@@ -110,7 +127,8 @@ inline void check_operands(const notation::ExpressionView& e, const comm::Agreed
 }
 
 /// Collective over the mesh. The exchange also carries whether each rank holds a pending record
-/// of a call that moved no data (exec/fold.hpp): those are resolved first, by every rank together.
+/// of a call that moved no data (exec/fold.hpp): those are resolved first, by every rank together
+/// (`resolve_pending`).
 inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Mesh& mesh) {
   Agreement a;
   std::vector<comm::RankInfo> mine;
@@ -121,7 +139,7 @@ inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorLis
   std::vector<std::int64_t> flags;
   a.ranks = comm::gather_infos(mesh.comm(), mine, has_pending(mesh.comm()) ? 1 : 0, &flags);
   if (std::any_of(flags.begin(), flags.end(), [](std::int64_t f) { return f != 0; }))
-    pending_resolver()(mesh.comm());
+    resolve_pending(mesh.comm());
   check_operands(e, a.ranks);
   return a;
 }

@@ -28,6 +28,7 @@
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/comm/pool.hpp"
+#include "einshard/config.hpp"
 
 namespace einshard::exec {
 
@@ -52,12 +53,10 @@ inline bool has_pending(MPI_Comm mesh) {
 /// Resolves every rank's pending records on `mesh` together (collective over `mesh`, entered by
 /// every rank once any of them flagged a fault): raises the error the prepared call would have
 /// raised on those operands, on every rank, or, when the operands are consistent after all (every
-/// rank changed its batch size), prepares the call anew. Set by exec/replay.hpp, which knows how to
-/// prepare a call; the backward all-reduce below only needs to call it.
-inline void (*&pending_resolver())(MPI_Comm) {
-  static void (*resolve)(MPI_Comm) = nullptr;
-  return resolve;
-}
+/// rank changed its batch size), prepares the call anew. Preparing a call makes the ops below, so
+/// the definition comes after them, with the replays (exec/replay.hpp, which ops/einshard.hpp
+/// includes wherever calls run; compiled, einshard_compiled defines it once).
+EINSHARD_INLINE void resolve_pending(MPI_Comm mesh);
 
 /// What the next folded all-reduce on this thread carries, and what it found.
 struct FoldState {
@@ -172,7 +171,7 @@ struct GuardedAddPartialOp final : comm::CommOp {
     if (detail::digits(dtype, 1) == 0) {  // a dtype the header cannot ride on: a separate flag
       std::int64_t flag = has_pending(mesh) || g.numel() != numel ? 1 : 0;
       comm::check(MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
-      if (flag != 0) pending_resolver()(mesh);
+      if (flag != 0) resolve_pending(mesh);
       return comm::all_reduce(g, comm);
     }
     // A gradient of another size than prepared: the call ran deferred on operands that were agreed
@@ -181,7 +180,7 @@ struct GuardedAddPartialOp final : comm::CommOp {
     at::Tensor out;
     if (all_reduce_with_header(mine ? at::Tensor() : g.contiguous(), numel, dtype, mine ? 1 : 0, 0, comm, out))
       return out;
-    pending_resolver()(mesh);  // raises on every rank, or the operands were consistent:
+    resolve_pending(mesh);  // raises on every rank, or the operands were consistent:
     return comm::all_reduce(g, comm);
   }
 };
