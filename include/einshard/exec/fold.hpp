@@ -20,11 +20,13 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "einshard/comm/agreement.hpp"
 #include "einshard/comm/autograd.hpp"
+#include "einshard/comm/in_place.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/comm/pool.hpp"
@@ -86,12 +88,11 @@ inline std::int64_t digits(at::ScalarType dtype, int ranks) {
 }
 
 template <class T>
-bool sum_with_header(T* buf, std::int64_t n, std::int64_t fault, std::int64_t check, MPI_Comm comm,
-                     MPI_Datatype type) {
+bool sum_with_header(T* buf, std::int64_t n, std::int64_t fault, std::int64_t check, MPI_Comm comm) {
   buf[n] = static_cast<T>(fault);
   buf[n + 1] = static_cast<T>(check);
   buf[n + 2] = static_cast<T>(check * check);
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, buf, comm::count(n + 3), type, MPI_SUM, comm), "MPI_Allreduce");
+  comm::all_reduce_sum_in_place(std::span<T>(buf, static_cast<std::size_t>(n + 3)), comm);
   const auto faults = static_cast<std::int64_t>(buf[n]);
   const auto s1 = static_cast<std::int64_t>(buf[n + 1]), s2 = static_cast<std::int64_t>(buf[n + 2]);
   return faults == 0 && comm::size_of(comm) * s2 == s1 * s1;
@@ -128,8 +129,8 @@ inline bool all_reduce_with_header(const at::Tensor& x, std::int64_t numel, at::
   else if (x.is_contiguous()) std::memcpy(data, x.const_data_ptr(), static_cast<std::size_t>(numel * element));
   else detail::over(storage, dtype, x.sizes()).copy_(x);
   const bool ok = dtype == at::kFloat
-                      ? detail::sum_with_header(reinterpret_cast<float*>(data), numel, fault, check, comm, MPI_FLOAT)
-                      : detail::sum_with_header(reinterpret_cast<double*>(data), numel, fault, check, comm, MPI_DOUBLE);
+                      ? detail::sum_with_header(reinterpret_cast<float*>(data), numel, fault, check, comm)
+                      : detail::sum_with_header(reinterpret_cast<double*>(data), numel, fault, check, comm);
   if (x.defined()) out = detail::over(storage, dtype, x.sizes());
   return ok;
 }
@@ -170,7 +171,7 @@ struct GuardedAddPartialOp final : comm::CommOp {
     const auto dtype = g.scalar_type();
     if (detail::digits(dtype, 1) == 0) {  // a dtype the header cannot ride on: a separate flag
       std::int64_t flag = has_pending(mesh) || g.numel() != numel ? 1 : 0;
-      comm::check(MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
+      comm::all_reduce_max_in_place(std::span<std::int64_t>(&flag, 1), comm);
       if (flag != 0) resolve_pending(mesh);
       return comm::all_reduce(g, comm);
     }
