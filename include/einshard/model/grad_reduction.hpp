@@ -58,8 +58,7 @@ struct BucketEntry {
 };
 
 struct Bucket {
-  std::string group;  ///< the compound group of every component the entries reduce over
-  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;  ///< of the compound group of every component the entries reduce over
   double scale = 1;
   at::ScalarType dtype = at::kFloat;
   std::int64_t numel = 0;
@@ -166,7 +165,6 @@ std::vector<Bucket> make_buckets(M& module, const Mesh& mesh, const GradReductio
     if (found == open.end()) {
       found = open.emplace(key, buckets.size()).first;
       Bucket b;
-      b.group = it.group.name();
       b.comm = mesh.comm(it.group);  // collective: the same groups in the same order on every rank
       b.scale = 1.0 / it.averaged;
       b.dtype = it.param.scalar_type();
@@ -364,13 +362,6 @@ class GradReductionHooks {
     state_.reset();
   }
   [[nodiscard]] std::size_t bucket_count() const { return state_ ? state_->buckets.size() : 0; }
-  /// The groups of the buckets, in launch order (what each all-reduce runs over).
-  [[nodiscard]] std::vector<std::string> bucket_groups() const {
-    std::vector<std::string> g;
-    if (state_)
-      for (const auto& b : state_->buckets) g.push_back(b.group);
-    return g;
-  }
 
  private:
   void remove_noexcept() noexcept {
