@@ -463,7 +463,7 @@ Case tiny(const es::Mesh& mesh) {
   for (int k = 0; k < P; ++k) displs[static_cast<std::size_t>(k)] = k * block;
   auto scratch = at::empty({R * B}, x.options());
   auto out_kept = at::empty({A, C}, x.options());
-  std::vector<std::int64_t> meta(es::exec::RankInfo::words, 1), meta_all(es::exec::RankInfo::words * P);
+  std::vector<std::int64_t> meta(es::comm::RankInfo::words, 1), meta_all(es::comm::RankInfo::words * P);
 
   Case c;
   c.name = "tiny_repartition";
@@ -624,7 +624,7 @@ Case split_gather(const es::Mesh& mesh, double mib) {
   // The same plus the two small all-gathers einshard's two calls make to agree on metadata (each
   // one synchronizes the ranks): what the data path costs once the agreement is accounted for.
   c.variants.push_back({"mpi_slice_allgatherv_alloc_2sync", false, [=] {
-                          const int w = static_cast<int>(es::exec::RankInfo::words);
+                          const int w = static_cast<int>(es::comm::RankInfo::words);
                           std::vector<std::int64_t> meta(static_cast<std::size_t>(w)),
                               all(static_cast<std::size_t>(w * P));
                           MPI_Allgather(meta.data(), w, MPI_INT64_T, all.data(), w, MPI_INT64_T, comm);

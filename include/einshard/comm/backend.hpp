@@ -60,15 +60,6 @@ struct BackendOptions {
   [[nodiscard]] bool is_default() const { return backend == BackendKind::automatic && !stage_through_host; }
 };
 
-[[nodiscard]] inline std::string_view backend_name(BackendKind k) {
-  switch (k) {
-    case BackendKind::automatic: return "automatic";
-    case BackendKind::mpi: return "mpi";
-    case BackendKind::nccl: return "nccl";
-  }
-  return "?";
-}
-
 /// One point-to-point message of an exchange: `count` elements at `data` (of the exchange's dtype
 /// and device) to or from `peer` (a rank of the communicator).
 struct Message {

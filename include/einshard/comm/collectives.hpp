@@ -29,8 +29,8 @@
 
 namespace einshard::comm {
 
-/// How a reduce-scatter runs. `native` calls MPI_Reduce_scatter (the default: measured faster
-/// through einshard at 16-64 MiB, 2 and 4 ranks, docs/performance.md). `allreduce_slice` sums the
+/// How a reduce-scatter runs. `native` calls MPI_Reduce_scatter (the default, the faster of the two
+/// through einshard in docs/performance.md). `allreduce_slice` sums the
 /// whole tensor and keeps a slice: raw MPI_Allreduce can beat raw MPI_Reduce_scatter on large
 /// messages, but the whole-tensor result and the slice copy cost more than that gains here.
 enum class ReduceScatterAlgorithm { native, allreduce_slice };
@@ -97,7 +97,7 @@ inline at::Tensor scratch(std::int64_t numel, const at::Tensor& like) {
 /// Concatenation along `dim` of every rank's piece; `sizes[r]` is rank r's extent along `dim` (all
 /// other extents equal). Along the outermost non-trivial dimension the pieces land in place; along
 /// an inner one they are gathered contiguous into a staging buffer and concatenated from there
-/// (strided MPI datatypes lose OpenMPI's single-copy transport and measured 7-16x slower).
+/// (strided MPI datatypes lose OpenMPI's single-copy transport, docs/performance.md).
 inline at::Tensor all_gather(const at::Tensor& x, std::int64_t dim, std::span<const std::int64_t> sizes,
                              MPI_Comm comm) {
   dim = at::maybe_wrap_dim(dim, x.dim());
@@ -222,7 +222,7 @@ inline std::int64_t contiguous_offset(const at::Tensor& t, const Box& box) {
 /// copy. Both sides describe each message identically (the planner derives them from the same
 /// layouts), so sends and receives match. A box that is one contiguous run of its tensor travels in
 /// place; the others are packed into (sender) or unpacked from (receiver) the thread's reused
-/// scratch buffer, because OpenMPI 4.1 moves strided datatypes 4-12x slower than contiguous bytes
+/// scratch buffer, because OpenMPI moves strided datatypes much slower than contiguous bytes
 /// (docs/performance.md). Only the pairs that exchange data post messages, all packed first.
 inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
                                  const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,

@@ -129,8 +129,7 @@ inline int count(std::int64_t n) {
   return static_cast<int>(n);
 }
 
-/// Communicator handles as plain integers (for storage in autograd contexts) and back.
+/// A communicator's handle as a plain integer (part of a cache key).
 inline std::int64_t to_handle(MPI_Comm comm) { return static_cast<std::int64_t>(MPI_Comm_c2f(comm)); }
-inline MPI_Comm from_handle(std::int64_t h) { return MPI_Comm_f2c(static_cast<MPI_Fint>(h)); }
 
 }  // namespace einshard::comm

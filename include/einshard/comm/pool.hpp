@@ -5,10 +5,9 @@
 /// page-faulting fresh memory in on every call.
 ///
 /// Why: glibc serves blocks of 32 MiB and more straight from mmap and unmaps them on free, so every
-/// call that returns a new large tensor first-touches all of it. Measured here, that is 40-50% of a
-/// 128³ complex128 FFT on one rank and a third of each 128 MiB transpose at 256³
-/// (docs/performance.md) — time FFTW-MPI and hand-written MPI codes, which keep their arrays, do
-/// not spend. PyTorch's CUDA caching allocator does this for GPU memory; the CPU has none.
+/// call that returns a new large tensor first-touches all of it: a large share of a big FFT or
+/// transpose (docs/performance.md), time FFTW-MPI and hand-written MPI codes, which keep their
+/// arrays, do not spend. PyTorch's CUDA caching allocator does this for GPU memory; the CPU has none.
 ///
 /// A block returns to the pool when the last tensor using it dies (the storage's deleter). Blocks
 /// are matched by exact size (rounded up to 4 KiB), which is what iterative codes ask for again and

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// What every distributed call does first: describe each operand, agree with the other ranks
-/// (exec/agreement.hpp), and look the prepared call up in a cache keyed by everything the plan
+/// (comm/agreement.hpp), and look the prepared call up in a cache keyed by everything the plan
 /// depends on (notation, mesh, policy, shapes metadata and every rank's shapes), so a repeated call
 /// costs one small all-gather and a hash lookup before its data moves.
 
@@ -13,10 +13,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
+#include "einshard/comm/agreement.hpp"
 #include "einshard/comm/mpi.hpp"
-#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/cache.hpp"
 #include "einshard/exec/fold.hpp"
 #include "einshard/mesh.hpp"
@@ -27,6 +28,22 @@
 
 namespace einshard {
 
+namespace exec {
+
+struct UnaryCall;        // exec/unary.hpp
+struct ContractionCall;  // exec/contraction.hpp
+
+/// A prepared distributed call, shared with the call cache: a unary call (one operand) or a
+/// contraction (two or more).
+using PreparedCall = std::variant<std::shared_ptr<const UnaryCall>, std::shared_ptr<const ContractionCall>>;
+
+/// Whether `call` holds a prepared call (a default-constructed one holds none).
+[[nodiscard]] inline bool is_prepared(const PreparedCall& call) noexcept {
+  return std::visit([](const auto& p) { return p != nullptr; }, call);
+}
+
+}  // namespace exec
+
 namespace detail {
 
 /// The last distributed call's plan, described only when asked for (describing costs strings).
@@ -36,7 +53,7 @@ namespace detail {
 struct LastPlan {
   std::function<Plan()> make;
   std::optional<Plan> plan;
-  std::shared_ptr<const void> call;
+  exec::PreparedCall call;
   Mesh mesh;
   std::int64_t element = 0;
   std::string source;
@@ -77,7 +94,7 @@ inline std::string call_name(const notation::ExpressionView& e) {
 /// The agreed facts of a call: every rank's description of every operand, and which operands are
 /// 0-d tensors standing for a one-axis spec (`loss // dp -> loss`).
 struct Agreement {
-  Agreed ranks;
+  comm::Agreed ranks;
   std::vector<bool> scalar;
 };
 
@@ -94,33 +111,35 @@ inline std::string expected_dims(const notation::ExpressionView& e, std::size_t 
 }
 
 /// This rank's description of input `i` (a 0-d stand-in as one element).
-inline RankInfo describe_operand(const notation::ExpressionView& e, std::size_t i, const at::Tensor& x) {
+inline comm::RankInfo describe_operand(const notation::ExpressionView& e, std::size_t i, const at::Tensor& x) {
   const auto& spec = e.input(i);
   const auto fixed = fixed_dims(e, spec);
   const bool scalar = stands_for_one_axis(e, i, x);
   const auto ndim = scalar ? 1 : x.dim();
   const bool ok = spec.has_ellipsis ? ndim >= fixed : ndim == fixed;
-  return describe(scalar ? x.reshape({1}) : x, fingerprint(e.source, i), ok ? LocalFault::none : LocalFault::rank_mismatch);
+  return comm::describe(scalar ? x.reshape({1}) : x, fingerprint(e.source, i),
+                        ok ? comm::LocalFault::none : comm::LocalFault::rank_mismatch);
 }
 
 /// Checks gathered descriptions of the inputs of `e`; the same error on every rank.
-inline void check_operands(const notation::ExpressionView& e, const Agreed& ranks) {
-  check_agreed(ranks, call_name(e), [&](std::size_t i) { return expected_dims(e, i); });
+inline void check_operands(const notation::ExpressionView& e, const comm::Agreed& ranks) {
+  comm::check_agreed(ranks, call_name(e), [&](std::size_t i) { return expected_dims(e, i); });
 }
 
 /// Collective over the mesh. The exchange also carries whether each rank holds a pending record
-/// of a call that moved no data (exec/fold.hpp): those are resolved first, by every rank together.
+/// of a call that moved no data (exec/fold.hpp): those are resolved first, by every rank together
+/// (`resolve_pending`).
 inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Mesh& mesh) {
   Agreement a;
-  std::vector<RankInfo> mine;
+  std::vector<comm::RankInfo> mine;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     mine.push_back(describe_operand(e, i, xs[i]));
     a.scalar.push_back(stands_for_one_axis(e, i, xs[i]));
   }
   std::vector<std::int64_t> flags;
-  a.ranks = gather_infos(mesh.comm(), mine, has_pending(mesh.comm()) ? 1 : 0, &flags);
+  a.ranks = comm::gather_infos(mesh.comm(), mine, has_pending(mesh.comm()) ? 1 : 0, &flags);
   if (std::any_of(flags.begin(), flags.end(), [](std::int64_t f) { return f != 0; }))
-    pending_resolver()(mesh.comm());
+    resolve_pending(mesh.comm());
   check_operands(e, a.ranks);
   return a;
 }

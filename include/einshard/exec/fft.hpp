@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/comm/agreement.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/fft_factored.hpp"
 #include "einshard/exec/local_fft.hpp"
@@ -217,7 +217,7 @@ inline at::Tensor run_fft(const FftCall& call, at::Tensor x) {
     std::vector<std::int64_t> lengths;
     for (auto d : s.dims) lengths.push_back(call.problem.axes[static_cast<std::size_t>(d)].out_length);
     // A stage's own result (not the input, nor a view of it) may be transformed in place.
-    x = local_fft(x, s.op, s.dims, lengths, call.norm, !records(x) && !x.is_alias_of(input));
+    x = local_fft(x, s.op, s.dims, lengths, call.norm, !comm::records(x) && !x.is_alias_of(input));
   }
   return x;
 }

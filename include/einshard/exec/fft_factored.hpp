@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "einshard/exec/autograd.hpp"
+#include "einshard/comm/autograd.hpp"
 #include "einshard/exec/local_fft.hpp"
 #include "einshard/exec/steps.hpp"
 #include "einshard/plan/fft.hpp"
@@ -33,7 +33,7 @@ namespace detail {
 /// every rank already holds what it is to hold.
 struct Exchange {
   c10::intrusive_ptr<RedistributeOp> op;
-  [[nodiscard]] at::Tensor operator()(const at::Tensor& x) const { return op ? apply_op(x, op) : x; }
+  [[nodiscard]] at::Tensor operator()(const at::Tensor& x) const { return op ? comm::apply_op(x, op) : x; }
 };
 
 /// The exchange of schedule `s` over `comm`; its backward runs the same messages reversed.
@@ -83,7 +83,7 @@ struct SixStep {
     const auto op = inverse ? plan::FftOp::inverse : plan::FftOp::forward;
     const std::optional<std::string> unscaled = inverse ? "forward" : "backward";
     // Each exchange returns a fresh tensor: without autograd recording, work on it in place.
-    const bool owned = !records(x);
+    const bool owned = !comm::records(x);
     const auto w = inverse ? twiddle.conj() : twiddle;
     auto a = to_columns(x.reshape({plan.rows[me], plan.r2}));
     a = local_fft(a, op, {0}, {}, unscaled, owned);

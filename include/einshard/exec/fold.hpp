@@ -20,14 +20,17 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "einshard/comm/agreement.hpp"
+#include "einshard/comm/autograd.hpp"
+#include "einshard/comm/in_place.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/comm/pool.hpp"
-#include "einshard/exec/autograd.hpp"
+#include "einshard/config.hpp"
 
 namespace einshard::exec {
 
@@ -52,12 +55,10 @@ inline bool has_pending(MPI_Comm mesh) {
 /// Resolves every rank's pending records on `mesh` together (collective over `mesh`, entered by
 /// every rank once any of them flagged a fault): raises the error the prepared call would have
 /// raised on those operands, on every rank, or, when the operands are consistent after all (every
-/// rank changed its batch size), prepares the call anew. Set by exec/replay.hpp, which knows how to
-/// prepare a call; the backward all-reduce below only needs to call it.
-inline void (*&pending_resolver())(MPI_Comm) {
-  static void (*resolve)(MPI_Comm) = nullptr;
-  return resolve;
-}
+/// rank changed its batch size), prepares the call anew. Preparing a call makes the ops below, so
+/// the definition comes after them, with the replays (exec/replay.hpp, which ops/einshard.hpp
+/// includes wherever calls run; compiled, einshard_compiled defines it once).
+EINSHARD_INLINE void resolve_pending(MPI_Comm mesh);
 
 /// What the next folded all-reduce on this thread carries, and what it found.
 struct FoldState {
@@ -87,12 +88,11 @@ inline std::int64_t digits(at::ScalarType dtype, int ranks) {
 }
 
 template <class T>
-bool sum_with_header(T* buf, std::int64_t n, std::int64_t fault, std::int64_t check, MPI_Comm comm,
-                     MPI_Datatype type) {
+bool sum_with_header(T* buf, std::int64_t n, std::int64_t fault, std::int64_t check, MPI_Comm comm) {
   buf[n] = static_cast<T>(fault);
   buf[n + 1] = static_cast<T>(check);
   buf[n + 2] = static_cast<T>(check * check);
-  comm::check(MPI_Allreduce(MPI_IN_PLACE, buf, comm::count(n + 3), type, MPI_SUM, comm), "MPI_Allreduce");
+  comm::all_reduce_sum_in_place(std::span<T>(buf, static_cast<std::size_t>(n + 3)), comm);
   const auto faults = static_cast<std::int64_t>(buf[n]);
   const auto s1 = static_cast<std::int64_t>(buf[n + 1]), s2 = static_cast<std::int64_t>(buf[n + 2]);
   return faults == 0 && comm::size_of(comm) * s2 == s1 * s1;
@@ -129,15 +129,15 @@ inline bool all_reduce_with_header(const at::Tensor& x, std::int64_t numel, at::
   else if (x.is_contiguous()) std::memcpy(data, x.const_data_ptr(), static_cast<std::size_t>(numel * element));
   else detail::over(storage, dtype, x.sizes()).copy_(x);
   const bool ok = dtype == at::kFloat
-                      ? detail::sum_with_header(reinterpret_cast<float*>(data), numel, fault, check, comm, MPI_FLOAT)
-                      : detail::sum_with_header(reinterpret_cast<double*>(data), numel, fault, check, comm, MPI_DOUBLE);
+                      ? detail::sum_with_header(reinterpret_cast<float*>(data), numel, fault, check, comm)
+                      : detail::sum_with_header(reinterpret_cast<double*>(data), numel, fault, check, comm);
   if (x.defined()) out = detail::over(storage, dtype, x.sizes());
   return ok;
 }
 
 /// The all-reduce step of a plan. Plain, except when the replay has armed this thread's fold state:
 /// then it is the call's first collective and carries the call's check (exec/replay.hpp).
-struct FoldingAllReduceOp final : CommOp {
+struct FoldingAllReduceOp final : comm::CommOp {
   MPI_Comm comm;
   explicit FoldingAllReduceOp(MPI_Comm c) : comm(c) {}
   [[nodiscard]] at::Tensor forward(const at::Tensor& x) const override {
@@ -160,7 +160,7 @@ struct FoldingAllReduceOp final : CommOp {
 /// zeros of the size the call was prepared for (`numel`), so the counts agree whatever its
 /// operands were; then every rank resolves the records together, and either raises the same error
 /// or, the operands being consistent after all, sums the real gradients.
-struct GuardedAddPartialOp final : CommOp {
+struct GuardedAddPartialOp final : comm::CommOp {
   MPI_Comm comm, mesh;
   std::int64_t numel;
   bool copy;
@@ -171,8 +171,8 @@ struct GuardedAddPartialOp final : CommOp {
     const auto dtype = g.scalar_type();
     if (detail::digits(dtype, 1) == 0) {  // a dtype the header cannot ride on: a separate flag
       std::int64_t flag = has_pending(mesh) || g.numel() != numel ? 1 : 0;
-      comm::check(MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
-      if (flag != 0) pending_resolver()(mesh);
+      comm::all_reduce_max_in_place(std::span<std::int64_t>(&flag, 1), comm);
+      if (flag != 0) resolve_pending(mesh);
       return comm::all_reduce(g, comm);
     }
     // A gradient of another size than prepared: the call ran deferred on operands that were agreed
@@ -181,7 +181,7 @@ struct GuardedAddPartialOp final : CommOp {
     at::Tensor out;
     if (all_reduce_with_header(mine ? at::Tensor() : g.contiguous(), numel, dtype, mine ? 1 : 0, 0, comm, out))
       return out;
-    pending_resolver()(mesh);  // raises on every rank, or the operands were consistent:
+    resolve_pending(mesh);  // raises on every rank, or the operands were consistent:
     return comm::all_reduce(g, comm);
   }
 };

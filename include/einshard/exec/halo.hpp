@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/comm/agreement.hpp"
+#include "einshard/comm/autograd.hpp"
 #include "einshard/comm/collectives.hpp"
 #include "einshard/comm/messages.hpp"
 #include "einshard/comm/mpi.hpp"
-#include "einshard/exec/agreement.hpp"
-#include "einshard/exec/autograd.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/plan/halo.hpp"
@@ -70,7 +70,7 @@ constexpr int return_tag = 7302;
 /// assembled from the owners' shards and padded for the boundary. Backward: every requested row's
 /// gradient goes back to its owner and is added there (ghost rows accumulate into the rows they
 /// copy; padded replicate rows into the edge row; constant fill rows are dropped).
-struct AxisExchangeOp final : CommOp {
+struct AxisExchangeOp final : comm::CommOp {
   MPI_Comm comm;  ///< the axis's group (MPI_COMM_NULL when every piece is local)
   int me;         ///< this rank's coordinate in the group
   std::int64_t dim;
@@ -279,8 +279,9 @@ inline std::shared_ptr<const plan::AxisExchange> plan_axis(const StencilAxis& ax
 /// Runs a planned exchange along `axis`; differentiable, collective over the axis's group.
 inline at::Tensor exchange_axis(const at::Tensor& x, const StencilAxis& axis, const Mesh& mesh,
                                 std::shared_ptr<const plan::AxisExchange> ex, plan::Edge edge, double fill) {
-  return apply_op(x, c10::make_intrusive<AxisExchangeOp>(axis.group.empty() ? MPI_COMM_NULL : mesh.comm(axis.group),
-                                                         coordinate(axis, mesh), axis.dim, std::move(ex), edge, fill));
+  return comm::apply_op(x, c10::make_intrusive<AxisExchangeOp>(
+                               axis.group.empty() ? MPI_COMM_NULL : mesh.comm(axis.group), coordinate(axis, mesh),
+                               axis.dim, std::move(ex), edge, fill));
 }
 
 /// The plan step of an exchange along `axis` run on this rank's tensor of shape `shape`, which it
@@ -309,17 +310,18 @@ inline PlanStep describe_exchange(const StencilAxis& axis, const plan::AxisExcha
 
 /// The agreed facts of a stencil call: every rank's description of every operand, checked.
 /// `expected_dims[i]` is the number of dimensions operand i must have.
-inline Agreed agree_stencil(const Mesh& mesh, std::span<const at::Tensor> xs,
-                            std::span<const std::int64_t> expected_dims, std::int64_t fingerprint,
-                            const std::string& what) {
-  std::vector<RankInfo> mine;
+inline comm::Agreed agree_stencil(const Mesh& mesh, std::span<const at::Tensor> xs,
+                                  std::span<const std::int64_t> expected_dims, std::int64_t fingerprint,
+                                  const std::string& what) {
+  std::vector<comm::RankInfo> mine;
   std::vector<std::string> expected;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    mine.push_back(describe(xs[i], fingerprint + static_cast<std::int64_t>(i),
-                            xs[i].dim() == expected_dims[i] ? LocalFault::none : LocalFault::rank_mismatch));
+    mine.push_back(comm::describe(xs[i], fingerprint + static_cast<std::int64_t>(i),
+                                  xs[i].dim() == expected_dims[i] ? comm::LocalFault::none
+                                                                  : comm::LocalFault::rank_mismatch));
     expected.push_back(std::to_string(expected_dims[i]));
   }
-  return agree(mesh.comm(), mine, what, expected);
+  return comm::agree(mesh.comm(), mine, what, expected);
 }
 
 }  // namespace einshard::exec

@@ -213,8 +213,8 @@ at::Tensor run_local(const plan::LocalPlan& p, std::string_view source, at::Tens
 /// A two-operand einsum that is a (batched) matrix product: `x` is batch, row and contracted axes in
 /// that order, `y` batch axes then column and contracted axes (either order), the result batch, row
 /// and column axes. Such a product runs as one `at::matmul` on reshaped views, whose backward is two
-/// matrix products; `at::einsum` permutes and reshapes around a `bmm` instead, measured 10-30 %
-/// slower forward and backward at the sizes of a tensor-parallel MLP (docs/performance.md).
+/// matrix products; `at::einsum` permutes and reshapes around a `bmm` instead, slower forward and
+/// backward at the sizes of a tensor-parallel MLP (docs/performance.md).
 struct MatmulForm {
   std::size_t batch = 0, rows = 0, columns = 0, contracted = 0;
   bool y_contracted_first = false;  ///< y is (batch, contracted, columns), else (batch, columns, contracted)

@@ -5,7 +5,7 @@
 /// for the complex CPU passes that autograd does not record.
 ///
 /// Why FFTW: torch plans nothing ahead on the CPU, and its strided passes (the axis a transpose
-/// left outermost) measured 2-3x slower than an `FFTW_MEASURE` plan of the same batched transform
+/// left outermost) run slower than an `FFTW_MEASURE` plan of the same batched transform
 /// (docs/performance.md). FFTW's guru interface takes the strides as they are, so no pass copies the
 /// data first. Plans are made once per (shape, strides, axes, direction, precision) and kept for the
 /// process; planning measures on scratch arrays, never on the caller's data. Where a gradient is
@@ -26,8 +26,8 @@
 #include <tuple>
 #include <vector>
 
+#include "einshard/comm/autograd.hpp"
 #include "einshard/comm/pool.hpp"
-#include "einshard/exec/autograd.hpp"
 #include "einshard/plan/fft.hpp"
 
 #if defined(EINSHARD_HAS_FFTW)
@@ -166,13 +166,13 @@ std::optional<at::Tensor> fftw_c2c(at::Tensor x, at::IntArrayRef dims, bool inve
 
 /// The local FFT over `dims` of `x` (c2r: `lengths` are the output lengths of `dims`), with torch's
 /// norm conventions. `owned`: `x` is a temporary of the caller's that nothing else refers to, so
-/// FFTW may transform it in place (a fresh output costs its page faults: 30-50% of a 32 MiB
-/// transform here, docs/performance.md).
+/// FFTW may transform it in place (a fresh output costs its page faults, a large share of a big
+/// transform, docs/performance.md).
 inline at::Tensor local_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef dims, at::IntArrayRef lengths,
                             const std::optional<std::string>& norm, bool owned = false) {
 #if defined(EINSHARD_HAS_FFTW)
   const bool complex_pass = op == plan::FftOp::forward || op == plan::FftOp::inverse;
-  if (complex_pass && local_fft_backend() == LocalFft::automatic && !records(x) && x.device().is_cpu()) {
+  if (complex_pass && local_fft_backend() == LocalFft::automatic && !comm::records(x) && x.device().is_cpu()) {
     const bool inverse = op == plan::FftOp::inverse;
     std::optional<at::Tensor> y;
     if (x.scalar_type() == at::kComplexDouble) y = detail::fftw_c2c<double>(x, dims, inverse, owned);

@@ -29,7 +29,7 @@ namespace einshard::exec {
 struct Program {
   std::vector<plan::Step> steps;
   /// By step index: the step's op (null for permute).
-  std::vector<c10::intrusive_ptr<CommOp>> ops;
+  std::vector<c10::intrusive_ptr<comm::CommOp>> ops;
   /// By step index: the step's group's communicator, and for split, gather and reduce-scatter
   /// steps the axis's pieces over it.
   std::vector<Pieces> pieces;
@@ -124,7 +124,7 @@ inline Program make_program(std::vector<plan::Step> steps, const SizeTable& t, c
 /// no gradient (or with grad mode off) runs its op's forward directly: no autograd node.
 inline at::Tensor run(const Program& p, at::Tensor x) {
   for (std::size_t i = 0; i < p.steps.size(); ++i)
-    x = p.steps[i].kind == plan::StepKind::permute ? x.permute(p.steps[i].permutation) : apply_op(x, p.ops[i]);
+    x = p.steps[i].kind == plan::StepKind::permute ? x.permute(p.steps[i].permutation) : comm::apply_op(x, p.ops[i]);
   return x;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// Prepare once, run lean: a repeated distributed call replays the call it ran last at the same
-/// call site (notation, mesh, policy, shapes) without the metadata agreement's rendezvous.
+/// call site (notation, mesh, policy, shapes) without the metadata agreement's rendezvous. Every
+/// distributed notation runs through `run_with_replay`, at the end of this file.
 ///
 /// The first call at a site agrees (exec/call.hpp), prepares, and leaves a *replay*: the prepared
 /// call, this rank's operands as agreed, and a fingerprint of every rank's. A later call there
@@ -46,13 +47,16 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
+#include "einshard/comm/agreement.hpp"
 #include "einshard/comm/mpi.hpp"
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/contraction.hpp"
 #include "einshard/exec/fold.hpp"
@@ -72,10 +76,9 @@ struct Replay {
   std::string site;  ///< notation, mesh sizes, policy, shapes: the same text on every rank
   std::uint64_t mesh_id = 0;
   ReplayMode mode = ReplayMode::agree;
-  bool unary = false;
-  std::shared_ptr<const void> call;  ///< the UnaryCall or ContractionCall
+  PreparedCall call;                 ///< none until the slot's first agreed call
   std::int64_t fingerprint = 0;      ///< of the site and every rank's operands
-  std::vector<RankInfo> mine;        ///< this rank's operands as agreed
+  std::vector<comm::RankInfo> mine;  ///< this rank's operands as agreed
   std::vector<bool> scalar;
   // The first all-reduce of a fold: its communicator, element count and dtype.
   MPI_Comm fold_comm = MPI_COMM_NULL;
@@ -118,13 +121,15 @@ inline const std::string& site_key(std::string_view source, const Options& o) {
   return key;
 }
 
-/// How a prepared call can be replayed (see the file comment), from its programs in run order.
-struct Shape {
+/// How a prepared call can be replayed (see the file comment) and, for a fold, the all-reduce that
+/// carries the header: its communicator and element count.
+struct ModeAndFold {
   ReplayMode mode = ReplayMode::agree;
-  MPI_Comm comm = MPI_COMM_NULL;
-  std::int64_t numel = 0;
+  MPI_Comm fold_comm = MPI_COMM_NULL;
+  std::int64_t fold_numel = 0;
 };
-inline Shape replay_shape(std::span<const Program* const> order, const SizeTable& t, const Mesh& mesh) {
+/// From the call's programs in run order.
+inline ModeAndFold mode_and_fold(std::span<const Program* const> order, const SizeTable& t, const Mesh& mesh) {
   bool local = true;  // only permutes and whole-mesh add-partials so far
   for (const auto* p : order)
     for (std::size_t i = 0; i < p->steps.size(); ++i) {
@@ -142,20 +147,20 @@ inline Shape replay_shape(std::span<const Program* const> order, const SizeTable
         default: return {};
       }
     }
-  return local ? Shape{ReplayMode::quiet, MPI_COMM_NULL, 0} : Shape{};
+  return local ? ModeAndFold{ReplayMode::quiet, MPI_COMM_NULL, 0} : ModeAndFold{};
 }
 
-inline Shape replay_shape(const UnaryCall& c, const Mesh& mesh) {
+inline ModeAndFold mode_and_fold(const UnaryCall& c, const Mesh& mesh) {
   const Program* order[] = {&c.program};
-  return replay_shape(order, c.sizes, mesh);
+  return mode_and_fold(order, c.sizes, mesh);
 }
-inline Shape replay_shape(const ContractionCall& c, const Mesh& mesh) {
+inline ModeAndFold mode_and_fold(const ContractionCall& c, const Mesh& mesh) {
   std::vector<const Program*> order;
   for (const auto& s : c.stages) order.insert(order.end(), {&s.x, &s.y, &s.z});
-  return replay_shape(order, c.sizes, mesh);
+  return mode_and_fold(order, c.sizes, mesh);
 }
 
-inline std::int64_t digest(std::string_view site, const Agreed& ranks) {
+inline std::int64_t digest(std::string_view site, const comm::Agreed& ranks) {
   auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(site));
   auto mix = [&](std::int64_t v) { h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull; };
   for (const auto& rank : ranks)
@@ -173,7 +178,7 @@ inline std::int64_t digest(std::string_view site, const Agreed& ranks) {
 inline Replay& replay_slot(std::string_view source, const Options& o, bool& hit) {
   const auto& key = detail::site_key(source, o);
   auto& slot = detail::replays()[(std::hash<std::string>{}(key) ^ o.mesh.id()) % detail::replay_slots];
-  hit = slot.call && slot.mesh_id == o.mesh.id() && slot.site == key;
+  hit = is_prepared(slot.call) && slot.mesh_id == o.mesh.id() && slot.site == key;
   return slot;
 }
 
@@ -199,40 +204,52 @@ inline bool matches(const Replay& r, const notation::ExpressionView& e, at::Tens
 }
 
 /// The prepared call for agreed operands, from the process-wide cache (made on a miss).
-inline std::shared_ptr<const void> prepared(const notation::ExpressionView& e, const Agreement& a, const Options& o,
-                                            std::int64_t element, bool unary) {
+inline PreparedCall prepared(const notation::ExpressionView& e, const Agreement& a, const Options& o,
+                             std::int64_t element, bool unary) {
   const auto& key = cache_key(e.source, o, a);
   if (unary)
     return CallCache<UnaryCall>::instance().get(key, [&] { return prepare_unary(e, a, o); });
   return CallCache<ContractionCall>::instance().get(key, [&] { return prepare_contraction(e, a, element, o); });
 }
 
+/// Runs a prepared call on `xs` (0-d stand-ins marked in `scalar`).
+inline at::Tensor run_prepared(const PreparedCall& call, at::TensorList xs, const std::vector<bool>& scalar) {
+  if (const auto* unary = std::get_if<std::shared_ptr<const UnaryCall>>(&call))
+    return run_unary(**unary, xs[0], scalar[0]);
+  return run_contraction(*std::get<std::shared_ptr<const ContractionCall>>(call), xs, scalar);
+}
+
+/// The plan of a prepared call with this rank's costs (no data moves).
+inline Plan describe_prepared(std::string_view source, const PreparedCall& call, const Mesh& mesh,
+                              std::int64_t element) {
+  if (const auto* unary = std::get_if<std::shared_ptr<const UnaryCall>>(&call))
+    return describe_unary(source, **unary, mesh, element);
+  return describe_contraction(source, *std::get<std::shared_ptr<const ContractionCall>>(call), mesh, element);
+}
+
 /// Writes the replay of an agreed call (every rank does, at the same point).
 inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std::shared_ptr<const void> keep,
-                            const Options& o, const Agreement& a, std::shared_ptr<const void> call, bool unary,
-                            std::int64_t element) {
+                            const Options& o, const Agreement& a, PreparedCall call, std::int64_t element) {
   const auto& key = detail::site_key(e.source, o);
-  if (slot.call && (slot.mesh_id != o.mesh.id() || slot.site != key)) {
+  if (is_prepared(slot.call) && (slot.mesh_id != o.mesh.id() || slot.site != key)) {
     auto& ev = detail::evicted();
     ev.ring[ev.next++ % detail::evicted_slots] = std::move(slot);
   }
-  const auto shape = unary ? detail::replay_shape(*static_cast<const UnaryCall*>(call.get()), o.mesh)
-                           : detail::replay_shape(*static_cast<const ContractionCall*>(call.get()), o.mesh);
+  const auto how = std::visit([&](const auto& c) { return detail::mode_and_fold(*c, o.mesh); }, call);
   slot.site = key;
   slot.mesh_id = o.mesh.id();
-  slot.mode = shape.mode;
-  slot.unary = unary;
+  slot.mode = how.mode;
   slot.call = std::move(call);
   slot.fingerprint = detail::digest(key, a.ranks);
   slot.mine = a.ranks[static_cast<std::size_t>(o.mesh.rank())];
   slot.scalar = a.scalar;
-  slot.fold_comm = shape.comm;
-  slot.fold_numel = shape.numel;
+  slot.fold_comm = how.fold_comm;
+  slot.fold_numel = how.fold_numel;
   // The header rides on the all-reduce's dtype: the contraction's result type of agreed operands.
   auto dtype = static_cast<at::ScalarType>(slot.mine[0].dtype);
   for (const auto& m : slot.mine) dtype = at::promote_types(dtype, static_cast<at::ScalarType>(m.dtype));
   slot.fold_dtype = dtype;
-  if (shape.mode == ReplayMode::fold && detail::digits(dtype, o.mesh.size()) == 0) slot.mode = ReplayMode::agree;
+  if (how.mode == ReplayMode::fold && detail::digits(dtype, o.mesh.size()) == 0) slot.mode = ReplayMode::agree;
   // The folded header and the guarded backward pack host memory; device operands (comm/backend.hpp)
   // keep the full agreement on every call.
   for (const auto& m : slot.mine)
@@ -243,18 +260,20 @@ inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std
   slot.element = element;
 }
 
+// Declared in exec/fold.hpp (its ops call it); compiled, defined once in einshard_compiled.
+#if !EINSHARD_DECLARE_ONLY
 /// Resolves every rank's pending records on `mesh` (see exec/fold.hpp); collective over `mesh`.
-inline void resolve_pending(MPI_Comm mesh) {
+EINSHARD_INLINE void resolve_pending(MPI_Comm mesh) {
   constexpr std::size_t max_operands = 4;
-  constexpr std::size_t words = 3 + max_operands * RankInfo::words;
-  auto pack = [](std::vector<std::int64_t>& v, const std::vector<RankInfo>& infos) {
+  constexpr std::size_t words = 3 + max_operands * comm::RankInfo::words;
+  auto pack = [](std::vector<std::int64_t>& v, const std::vector<comm::RankInfo>& infos) {
     for (std::size_t i = 0; i < max_operands; ++i) {
-      comm::pack(v, i < infos.size() ? infos[i] : RankInfo{});
+      comm::pack(v, i < infos.size() ? infos[i] : comm::RankInfo{});
     }
   };
   auto unpack = [](const std::int64_t* p, std::size_t n) {
-    std::vector<RankInfo> infos(n);
-    for (std::size_t i = 0; i < n; ++i, p += RankInfo::words) infos[i] = comm::unpack(p);
+    std::vector<comm::RankInfo> infos(n);
+    for (std::size_t i = 0; i < n; ++i, p += comm::RankInfo::words) infos[i] = comm::unpack(p);
     return infos;
   };
   auto& mine = pending();
@@ -270,7 +289,7 @@ inline void resolve_pending(MPI_Comm mesh) {
     v.push_back(first ? 1 : 0);
     v.push_back(first ? first->fingerprint : 0);
     v.push_back(first ? static_cast<std::int64_t>(first->infos.size()) : 0);
-    pack(v, first ? first->infos : std::vector<RankInfo>{});
+    pack(v, first ? first->infos : std::vector<comm::RankInfo>{});
     const auto all = comm::all_gather_values(v, mesh);
     const auto P = all.size() / words;
     std::size_t owner = P;
@@ -282,10 +301,10 @@ inline void resolve_pending(MPI_Comm mesh) {
     // had, the others what they agreed (their replay of it, which they matched).
     const Replay* replay = nullptr;
     for (const auto& r : detail::replays())
-      if (r.call && r.fingerprint == fingerprint) replay = &r;
+      if (is_prepared(r.call) && r.fingerprint == fingerprint) replay = &r;
     for (const auto& r : detail::evicted().ring)
-      if (!replay && r.call && r.fingerprint == fingerprint) replay = &r;
-    std::vector<RankInfo> infos;
+      if (!replay && is_prepared(r.call) && r.fingerprint == fingerprint) replay = &r;
+    std::vector<comm::RankInfo> infos;
     bool held = false;
     for (const auto& p : mine)
       if (p.mesh == mesh && p.fingerprint == fingerprint) {
@@ -296,7 +315,7 @@ inline void resolve_pending(MPI_Comm mesh) {
     if (!held && replay) infos = replay->mine;
     const bool found = replay != nullptr && infos.size() <= max_operands;
     std::vector<std::int64_t> w{found ? 1 : 0, 0, static_cast<std::int64_t>(infos.size())};
-    pack(w, found ? infos : std::vector<RankInfo>{});
+    pack(w, found ? infos : std::vector<comm::RankInfo>{});
     const auto every = comm::all_gather_values(w, mesh);
     std::erase_if(mine, [&](const Pending& p) { return p.mesh == mesh && p.fingerprint == fingerprint; });
     std::size_t lost = P;
@@ -313,26 +332,19 @@ inline void resolve_pending(MPI_Comm mesh) {
     // The same checks, the same plan and so the same error as a first call with these operands.
     check_operands(replay->view, a.ranks);
     auto& slot = const_cast<Replay&>(*replay);
-    auto call = prepared(slot.view, a, slot.options, slot.element, slot.unary);
+    const bool unary = std::holds_alternative<std::shared_ptr<const UnaryCall>>(slot.call);
+    auto call = prepared(slot.view, a, slot.options, slot.element, unary);
     const auto keep = slot.keep;
     const auto options = slot.options;
     const auto view = slot.view;
     const auto element = slot.element;
-    const bool unary = slot.unary;
-    remember_replay(slot, view, keep, options, a, std::move(call), unary, element);
+    remember_replay(slot, view, keep, options, a, std::move(call), element);
   }
 }
-
-namespace detail {
-inline const bool pending_resolver_set = (pending_resolver() = &resolve_pending, true);
-}  // namespace detail
+#endif  // !EINSHARD_DECLARE_ONLY
 
 /// Runs the replayed call on matching operands.
-inline at::Tensor run_replay(const Replay& r, at::TensorList xs) {
-  if (r.unary) return run_unary(*static_cast<const UnaryCall*>(r.call.get()), xs[0], r.scalar[0]);
-  std::vector<bool> const& scalar = r.scalar;
-  return run_contraction(*static_cast<const ContractionCall*>(r.call.get()), xs, scalar);
-}
+inline at::Tensor run_replay(const Replay& r, at::TensorList xs) { return run_prepared(r.call, xs, r.scalar); }
 
 /// A quiet call whose operands differ on this rank: keep a pending record and compute what the
 /// prepared steps give on these operands (or NaN of the prepared shape when they cannot).
@@ -359,6 +371,80 @@ inline at::Tensor run_deferred(const Replay& r, const notation::ExpressionView& 
     stand_ins.push_back(std::move(t));
   }
   return run_replay(r, stand_ins);
+}
+
+namespace detail {
+
+/// Keeps what `last_plan()` needs to describe `call` (described only when asked), and sets
+/// `deferred` to a contraction's gradient groups left to the model. The closure captures only the
+/// storage's address (small enough for std::function's inline storage), so a cached call allocates
+/// nothing here once the stored source has grown to its notation.
+inline void remember_plan(const PreparedCall& call, std::string_view source, const Mesh& mesh,
+                          std::int64_t element, std::vector<Group>* deferred) {
+  if (const auto* contraction = std::get_if<std::shared_ptr<const ContractionCall>>(&call); contraction && deferred)
+    *deferred = (*contraction)->deferred;
+  auto& last = einshard::detail::last_plan_storage();
+  last.call = call;
+  last.mesh = mesh;
+  last.element = element;
+  last.source.assign(source);
+  last.make = [l = &last] { return describe_prepared(l->source, l->call, l->mesh, l->element); };
+}
+
+/// A fold replay: runs the call with this rank's verdict armed on its first all-reduce (a rank whose
+/// operands differ joins that all-reduce with zeros of the prepared size). The result when every
+/// rank matched; none when some rank faulted, on every rank alike.
+inline std::optional<at::Tensor> run_folded(const Replay& replay, const notation::ExpressionView& e,
+                                            at::TensorList xs, const Mesh& mesh) {
+  auto& fold = fold_state();
+  const bool ok = matches(replay, e, xs) && !has_pending(mesh.comm());
+  fold = {true, ok ? 0 : 1, replay.fingerprint % digits(replay.fold_dtype, mesh.size()), false};
+  struct Disarm {
+    ~Disarm() { fold_state().armed = false; }
+  } disarm;
+  try {
+    if (ok) return run_replay(replay, xs);
+    at::Tensor unused;
+    (void)all_reduce_with_header(at::Tensor(), replay.fold_numel, replay.fold_dtype, 1, fold.check,
+                                 replay.fold_comm, unused);
+  } catch (const FoldFailed&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace detail
+
+/// A distributed call, start to end: replays the call prepared at this call site when there is one
+/// (quiet or fold, see the file comment), else agrees, fetches (or prepares) the call, runs it and
+/// leaves a replay; either way keeps the call for `last_plan()`. `deferred`: set to each input's
+/// gradient groups left to the model ([param] operands). `keep` owns `e` for a run-time notation.
+inline at::Tensor run_with_replay(const notation::ExpressionView& e, at::TensorList xs, const Options& o,
+                                  std::vector<Group>* deferred, std::shared_ptr<const void> keep) {
+  const Mesh& mesh = o.mesh;
+  const auto element = xs[0].element_size();
+  einshard::detail::last_plan_storage().plan.reset();
+  const auto remember = [&](const PreparedCall& call) {
+    detail::remember_plan(call, e.source, mesh, element, deferred);
+  };
+  bool hit = false;
+  auto& replay = replay_slot(e.source, o, hit);
+  if (hit && replay.mode == ReplayMode::quiet) {
+    remember(replay.call);
+    if (matches(replay, e, xs)) return run_replay(replay, xs);
+    return run_deferred(replay, e, xs, mesh);
+  }
+  if (hit && replay.mode == ReplayMode::fold) {
+    if (auto z = detail::run_folded(replay, e, xs, mesh)) {
+      remember(replay.call);
+      return *std::move(z);
+    }
+    // Every rank is here: some rank faulted. Agree in full, as a first call does.
+  }
+  const auto agreement = agree_operands(e, xs, mesh);
+  auto call = prepared(e, agreement, o, element, xs.size() == 1);
+  remember_replay(replay, e, std::move(keep), o, agreement, call, element);
+  remember(call);
+  return run_prepared(call, xs, agreement.scalar);
 }
 
 }  // namespace einshard::exec

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/comm/agreement.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/agreement.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/plan/layout.hpp"
 #include "einshard/shapes.hpp"
@@ -29,7 +29,7 @@ struct SizeTable {
 
 /// Reads operand `i`'s sizes off the agreed metadata: replicas must hold equal pieces, given shapes
 /// must match, and an axis shared with an operand measured before must have the same extent.
-inline void measure(SizeTable& t, const plan::Layout& l, const Agreed& ranks, std::size_t i,
+inline void measure(SizeTable& t, const plan::Layout& l, const comm::Agreed& ranks, std::size_t i,
                     const Mesh& mesh, const Shapes& shapes, const std::string& what) {
   const auto operand = ranks[0].size() == 1 ? std::string() : " of input " + std::to_string(i + 1);
   for (std::size_t d = 0; d < l.axes.size(); ++d) {

@@ -8,9 +8,9 @@
 
 #include <utility>
 
+#include "einshard/comm/autograd.hpp"
 #include "einshard/comm/collectives.hpp"
 #include "einshard/comm/ops.hpp"
-#include "einshard/exec/autograd.hpp"
 #include "einshard/plan/redistribute.hpp"
 
 namespace einshard::exec {
@@ -23,7 +23,7 @@ using comm::ReduceScatterOp;
 using comm::SplitOp;
 
 /// Any layout change as one all-to-all(v); the gradient goes back along the reverse schedule.
-struct RedistributeOp final : CommOp {
+struct RedistributeOp final : comm::CommOp {
   MPI_Comm comm;
   plan::Schedule forward_schedule, backward_schedule;
   RedistributeOp(MPI_Comm c, plan::Schedule f, plan::Schedule b)

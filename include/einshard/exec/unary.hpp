@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "einshard/comm/agreement.hpp"
 #include "einshard/error.hpp"
-#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/program.hpp"
 #include "einshard/exec/sizes.hpp"

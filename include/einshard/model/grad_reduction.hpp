@@ -30,8 +30,8 @@
 #include <utility>
 #include <vector>
 
-#include "einshard/comm/check.hpp"
-#include "einshard/comm/mpi.hpp"
+#include "einshard/comm/collectives.hpp"
+#include "einshard/comm/nonblocking.hpp"
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/model/parameter_layout.hpp"
@@ -58,8 +58,7 @@ struct BucketEntry {
 };
 
 struct Bucket {
-  std::string group;  ///< the compound group of every component the entries reduce over
-  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;  ///< of the compound group of every component the entries reduce over
   double scale = 1;
   at::ScalarType dtype = at::kFloat;
   std::int64_t numel = 0;
@@ -97,18 +96,14 @@ inline void agree_items(std::vector<Item>& items, const Mesh& mesh, std::string_
   }
   const int P = mesh.size();
   const std::int64_t head[2] = {n, static_cast<std::int64_t>(fp >> 1)};
-  std::vector<std::int64_t> heads(2 * static_cast<std::size_t>(P));
-  comm::check(MPI_Allgather(head, 2, MPI_INT64_T, heads.data(), 2, MPI_INT64_T, mesh.comm()), "MPI_Allgather");
+  const auto heads = comm::all_gather_values(head, mesh.comm());
   for (int r = 1; r < P; ++r)
     if (heads[2 * r] != heads[0] || heads[2 * r + 1] != heads[1])
       throw Error(std::string(op) + ": ranks registered different parameters (rank " + std::to_string(r) +
                   "'s gradient or init-sync groups, dtypes or parameter counts differ from rank 0's); "
                   "expected the same model on every rank");
   const auto w = 2 * n;
-  std::vector<std::int64_t> all(static_cast<std::size_t>(P * w));
-  comm::check(MPI_Allgather(payload.data(), static_cast<int>(w), MPI_INT64_T, all.data(), static_cast<int>(w),
-                            MPI_INT64_T, mesh.comm()),
-              "MPI_Allgather");
+  const auto all = comm::all_gather_values(payload, mesh.comm());
   const auto& shape = mesh.shape();
   for (std::size_t k = 0; k < items.size(); ++k) {
     auto& it = items[k];
@@ -170,7 +165,6 @@ std::vector<Bucket> make_buckets(M& module, const Mesh& mesh, const GradReductio
     if (found == open.end()) {
       found = open.emplace(key, buckets.size()).first;
       Bucket b;
-      b.group = it.group.name();
       b.comm = mesh.comm(it.group);  // collective: the same groups in the same order on every rank
       b.scale = 1.0 / it.averaged;
       b.dtype = it.param.scalar_type();
@@ -207,7 +201,7 @@ template <class Value, class Start>
 std::vector<at::Tensor> run_buckets(const std::vector<Bucket>& buckets, std::string_view op, Value&& value,
                                     Start&& start) {
   std::vector<at::Tensor> buffers;
-  std::vector<MPI_Request> requests(buckets.size(), MPI_REQUEST_NULL);
+  comm::Requests requests(buckets.size());
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     const auto& b = buckets[i];
     auto buffer = at::empty({b.numel}, at::TensorOptions().dtype(b.dtype));
@@ -215,18 +209,16 @@ std::vector<at::Tensor> run_buckets(const std::vector<Bucket>& buckets, std::str
       require_cpu(e.param, op, e.name);
       pack(buffer, e, value(e));
     }
-    start(b, buffer, &requests[i]);
+    start(b, buffer, requests[i]);
     buffers.push_back(std::move(buffer));
   }
-  comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-              "MPI_Waitall");
+  requests.wait();
   return buffers;
 }
 
-inline void start_all_reduce(const Bucket& b, const at::Tensor& buffer, MPI_Request* request) {
-  comm::check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype),
-                             comm::sum_op(b.dtype), b.comm, request),
-              "MPI_Iallreduce");
+/// Starts the sum of a bucket's buffer over its group.
+inline void start_all_reduce(const Bucket& b, const at::Tensor& buffer, MPI_Request& request) {
+  comm::iall_reduce_sum(buffer, b.comm, request);
 }
 
 }  // namespace detail
@@ -241,9 +233,8 @@ void init_params(M& module, const Mesh& mesh, const GradReductionOptions& o = {}
   at::NoGradGuard no_grad;
   const auto buffers = detail::run_buckets(
       buckets, op, [](const detail::BucketEntry& e) { return e.param; },
-      [](const detail::Bucket& b, const at::Tensor& buffer, MPI_Request* request) {
-        comm::check(MPI_Ibcast(buffer.data_ptr(), comm::count(b.numel), comm::datatype(b.dtype), 0, b.comm, request),
-                    "MPI_Ibcast");
+      [](const detail::Bucket& b, const at::Tensor& buffer, MPI_Request& request) {
+        comm::ibroadcast(buffer, 0, b.comm, request);
       });
   for (std::size_t i = 0; i < buckets.size(); ++i)
     for (const auto& e : buckets[i].entries) e.param.copy_(detail::unpacked(buffers[i], e));
@@ -282,7 +273,7 @@ struct HookState {
   std::vector<at::Tensor> buffers;
   std::vector<std::vector<bool>> ready;  // per bucket, per entry: its gradient arrived this round
   std::vector<std::size_t> ready_count;
-  std::vector<MPI_Request> requests;     // per bucket
+  comm::Requests requests;               // per bucket
   std::size_t launched = 0;              // buckets start strictly in order, the same on every rank
   bool active = false;
   std::vector<std::pair<at::Tensor, unsigned>> hooks;  // (parameter, hook id)
@@ -295,14 +286,13 @@ struct HookState {
     const auto& b = buckets[i];
     for (std::size_t j = 0; j < b.entries.size(); ++j)
       if (!ready[i][j]) pack(buffers[i], b.entries[j], at::Tensor());
-    start_all_reduce(b, buffers[i], &requests[i]);
+    start_all_reduce(b, buffers[i], requests[i]);
   }
   /// Lets MPI move the started reductions along while backward computes (MPI progresses
   /// nonblocking collectives inside MPI calls).
   void progress() {
     if (launched == 0) return;
-    int done = 0;
-    MPI_Testall(static_cast<int>(launched), requests.data(), &done, MPI_STATUSES_IGNORE);
+    (void)requests.progress(launched);
   }
 
   void on_grad(std::size_t i, std::size_t j, const at::Tensor& grad) {
@@ -320,8 +310,7 @@ struct HookState {
   void finish() {
     if (!active) return;
     while (launched < buckets.size()) launch(launched++);
-    comm::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                "MPI_Waitall");
+    requests.wait();
     at::NoGradGuard no_grad;
     for (std::size_t i = 0; i < buckets.size(); ++i) {
       const auto& b = buckets[i];
@@ -373,13 +362,6 @@ class GradReductionHooks {
     state_.reset();
   }
   [[nodiscard]] std::size_t bucket_count() const { return state_ ? state_->buckets.size() : 0; }
-  /// The groups of the buckets, in launch order (what each all-reduce runs over).
-  [[nodiscard]] std::vector<std::string> bucket_groups() const {
-    std::vector<std::string> g;
-    if (state_)
-      for (const auto& b : state_->buckets) g.push_back(b.group);
-    return g;
-  }
 
  private:
   void remove_noexcept() noexcept {
@@ -415,8 +397,8 @@ GradReductionHooks register_grad_reduction_hooks(M& module, const Mesh& mesh, co
     s->buffers.push_back(at::empty({b.numel}, at::TensorOptions().dtype(b.dtype)));
     s->ready.emplace_back(b.entries.size(), false);
     s->ready_count.push_back(0);
-    s->requests.push_back(MPI_REQUEST_NULL);
   }
+  s->requests = comm::Requests(s->buckets.size());
   // The handle owns the state; it detaches the hooks before the state goes.
   for (std::size_t i = 0; i < s->buckets.size(); ++i)
     for (std::size_t j = 0; j < s->buckets[i].entries.size(); ++j) {

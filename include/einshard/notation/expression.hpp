@@ -86,10 +86,6 @@ struct ExpressionView {
   [[nodiscard]] constexpr std::span<const Slice> partials_of(const Spec& s) const noexcept {
     return partials.subspan(s.first_partial, s.partial_count);
   }
-  /// Same name and same sharding: the identity of an axis in a local einsum.
-  [[nodiscard]] constexpr bool same_axis(const Axis& a, const Axis& b) const noexcept {
-    return name(a) == name(b) && mesh(a) == mesh(b);
-  }
 };
 
 /// The growable tables the parser fills. Used transiently at compile time and kept (next to an

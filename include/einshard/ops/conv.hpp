@@ -34,7 +34,7 @@
 
 // Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
 #if !EINSHARD_DECLARE_ONLY
-#include "einshard/exec/autograd.hpp"
+#include "einshard/comm/autograd.hpp"
 #include "einshard/exec/halo.hpp"
 #include "einshard/exec/steps.hpp"
 #include "einshard/ops/window.hpp"
@@ -246,8 +246,8 @@ EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::stri
                          (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
   if (!partial_group.empty()) {
     const auto comm = o.mesh.comm(partial_group);
-    w = exec::apply_op(w, c10::make_intrusive<exec::AddPartialOp>(comm));
-    if (b.defined()) b = exec::apply_op(b, c10::make_intrusive<exec::AddPartialOp>(comm));
+    w = comm::apply_op(w, c10::make_intrusive<exec::AddPartialOp>(comm));
+    if (b.defined()) b = comm::apply_op(b, c10::make_intrusive<exec::AddPartialOp>(comm));
   }
   // (batch..., channels, spatial...) flattened to (B, C, spatial...), as at::convolution wants it.
   std::vector<std::string> x_order = a.batch;

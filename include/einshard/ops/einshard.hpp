@@ -196,64 +196,7 @@ EINSHARD_INLINE at::Tensor run_distributed(const notation::ExpressionView& e, at
                                            const Options& o, std::vector<Group>* deferred,
                                            std::shared_ptr<const void> keep) {
   check_distributed_call(e, xs, o);
-  const Mesh& mesh = o.mesh;
-  const auto element = xs[0].element_size();
-  auto& last = last_plan_storage();
-  last.plan.reset();
-  // The closures capture only `last` (small enough for std::function's inline storage), so a cached
-  // call allocates nothing to remember its plan once `last.source` has grown to its notation.
-  auto remember = [&](std::shared_ptr<const void> call, bool unary) {
-    if (!unary && deferred) *deferred = static_cast<const exec::ContractionCall*>(call.get())->deferred;
-    last.call = std::move(call);
-    last.mesh = mesh;
-    last.element = element;
-    last.source.assign(e.source);
-    if (unary)
-      last.make = [l = &last] {
-        return exec::describe_unary(l->source, *static_cast<const exec::UnaryCall*>(l->call.get()), l->mesh,
-                                    l->element);
-      };
-    else
-      last.make = [l = &last] {
-        return exec::describe_contraction(l->source, *static_cast<const exec::ContractionCall*>(l->call.get()),
-                                          l->mesh, l->element);
-      };
-  };
-  bool hit = false;
-  auto& replay = exec::replay_slot(e.source, o, hit);
-  if (hit && replay.mode == exec::ReplayMode::quiet) {
-    remember(replay.call, replay.unary);
-    if (exec::matches(replay, e, xs)) return exec::run_replay(replay, xs);
-    return exec::run_deferred(replay, e, xs, mesh);
-  }
-  if (hit && replay.mode == exec::ReplayMode::fold) {
-    auto& fold = exec::fold_state();
-    const bool ok = exec::matches(replay, e, xs) && !exec::has_pending(mesh.comm());
-    fold = {true, ok ? 0 : 1, replay.fingerprint % exec::detail::digits(replay.fold_dtype, mesh.size()), false};
-    struct Disarm {
-      ~Disarm() { exec::fold_state().armed = false; }
-    } disarm;
-    try {
-      if (ok) {
-        auto z = exec::run_replay(replay, xs);
-        remember(replay.call, replay.unary);
-        return z;
-      }
-      // A rank that must not compute joins the all-reduce with zeros of the prepared size.
-      at::Tensor unused;
-      (void)exec::all_reduce_with_header(at::Tensor(), replay.fold_numel, replay.fold_dtype, 1, fold.check,
-                                         replay.fold_comm, unused);
-    } catch (const exec::FoldFailed&) {
-    }
-    // Every rank is here: some rank faulted. Agree in full, as a first call does.
-  }
-  const auto agreement = exec::agree_operands(e, xs, mesh);
-  const bool unary = xs.size() == 1;
-  auto call = exec::prepared(e, agreement, o, element, unary);
-  exec::remember_replay(replay, e, std::move(keep), o, agreement, call, unary, element);
-  remember(call, unary);
-  if (unary) return exec::run_unary(*static_cast<const exec::UnaryCall*>(call.get()), xs[0], agreement.scalar[0]);
-  return exec::run_contraction(*static_cast<const exec::ContractionCall*>(call.get()), xs, agreement.scalar);
+  return exec::run_with_replay(e, xs, o, deferred, std::move(keep));
 }
 
 EINSHARD_INLINE Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,

@@ -26,6 +26,7 @@
 
 // Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
 #if !EINSHARD_DECLARE_ONLY
+#include "einshard/comm/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/fft.hpp"
 #include "einshard/exec/sizes.hpp"
@@ -112,11 +113,11 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     key = std::string(e.source) + '\x1f' + key_text + '\x1f' + std::to_string(static_cast<int>(dtype));
     for (auto n : lengths) key += ',' + std::to_string(n);
   } else {
-    const exec::RankInfo mine = exec::describe(
+    const comm::RankInfo mine = comm::describe(
         x, exec::fingerprint(std::string(e.source) + '\x1f' + key_text, 0),
-        x.dim() == ndim ? exec::LocalFault::none : exec::LocalFault::rank_mismatch);
+        x.dim() == ndim ? comm::LocalFault::none : comm::LocalFault::rank_mismatch);
     const std::vector<std::string> expected{std::to_string(ndim)};
-    const auto ranks = exec::agree(mesh.comm(), {&mine, 1}, what, expected);
+    const auto ranks = comm::agree(mesh.comm(), {&mine, 1}, what, expected);
     dtype = static_cast<at::ScalarType>(ranks[0][0].dtype);
     exec::measure(in, exec::input_layout(problem), ranks, 0, mesh, o.shapes, what);
     for (const auto& a : problem.axes) lengths.push_back(in.global.at(a.in));

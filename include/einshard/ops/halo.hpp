@@ -34,8 +34,8 @@
 
 // Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
 #if !EINSHARD_DECLARE_ONLY
+#include "einshard/comm/agreement.hpp"
 #include "einshard/comm/mpi.hpp"
-#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/halo.hpp"
 #include "einshard/exec/sizes.hpp"
@@ -155,7 +155,7 @@ struct StencilInput {
   plan::Layout layout;
   std::vector<exec::StencilAxis> axes;
   bool distributed = false;
-  exec::Agreed agreed;
+  comm::Agreed agreed;
 
   [[nodiscard]] const exec::StencilAxis& axis(std::string_view name) const {
     return axes[static_cast<std::size_t>(layout.find(name))];
