@@ -1,14 +1,16 @@
 #pragma once
 /// @file
-/// Nonblocking collectives on host tensors: `Requests` owns the requests of the collectives in
-/// flight and tests or waits for them; `iall_reduce_sum` and `ibroadcast` start one into a slot.
-/// The model's gradient reduction (model/grad_reduction.hpp) keeps one per bucket in flight while
-/// backward still runs.
+/// Nonblocking collectives: `Requests` owns the requests of the collectives in flight and tests or
+/// waits for them; `iall_reduce_sum` and `ibroadcast` start one on a host tensor into a slot, and
+/// `SumInFlight` sums a few doubles while the caller works. The model's gradient reduction
+/// (model/grad_reduction.hpp) keeps one per bucket in flight while backward still runs; pipelined
+/// CG hides its one reduction per iteration behind a preconditioner and a product.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
 
 #include <cstddef>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -16,13 +18,6 @@
 #include "einshard/comm/mpi.hpp"
 
 namespace einshard::comm {
-
-/// Whether MPI_Finalize has run (after it, MPI may not be called).
-[[nodiscard]] inline bool finalized() noexcept {
-  int done = 0;
-  MPI_Finalized(&done);
-  return done != 0;
-}
 
 /// The requests of nonblocking collectives, one slot each (`MPI_REQUEST_NULL`: none in flight).
 /// Destroyed with collectives still in flight, it waits for them: MPI allows neither cancelling
@@ -89,5 +84,19 @@ inline void ibroadcast(const at::Tensor& buffer, int root, MPI_Comm comm, MPI_Re
   check(MPI_Ibcast(buffer.data_ptr(), count(buffer.numel()), datatype(buffer.scalar_type()), root, comm, &request),
         "MPI_Ibcast");
 }
+
+/// A sum of a few doubles in flight: `in` and `out` stay alive and `in` unchanged until wait().
+class SumInFlight {
+ public:
+  SumInFlight(std::span<const double> in, std::span<double> out, MPI_Comm comm) : requests_(1) {
+    check(MPI_Iallreduce(in.data(), out.data(), count(static_cast<std::int64_t>(in.size())), MPI_DOUBLE, MPI_SUM, comm,
+                         &requests_[0]),
+          "MPI_Iallreduce");
+  }
+  void wait() { requests_.wait(); }
+
+ private:
+  Requests requests_;
+};
 
 }  // namespace einshard::comm

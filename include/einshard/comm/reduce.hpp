@@ -28,11 +28,12 @@ namespace detail {
 template <class T>
 MPI_Datatype plain_datatype() {
   if constexpr (std::is_same_v<T, int>) return MPI_INT;
+  else if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
   else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
   else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
   else if constexpr (std::is_same_v<T, std::complex<double>>) return MPI_C_DOUBLE_COMPLEX;
   else if constexpr (std::is_same_v<T, char>) return MPI_CHAR;
-  else static_assert(!sizeof(T), "comm: a plain value is int, std::int64_t, double, std::complex<double> or char");
+  else static_assert(!sizeof(T), "comm: a plain value is int, float, std::int64_t, double, std::complex<double> or char");
 }
 
 inline MPI_Op plain_op(Reduction r) {
@@ -71,28 +72,6 @@ template <class T>
   all_reduce_values(std::span<std::complex<double>>(values), Reduction::sum, comm);
   return values;
 }
-
-/// A sum of a few doubles in flight (MPI_Iallreduce), so that local work hides the reduction
-/// (pipelined CG's one reduction per iteration, overlapped with a preconditioner and a product).
-/// `in` and `out` stay alive and `in` unchanged until wait().
-class SumInFlight {
- public:
-  SumInFlight(std::span<const double> in, std::span<double> out, MPI_Comm comm) {
-    check(MPI_Iallreduce(in.data(), out.data(), count(static_cast<std::int64_t>(in.size())), MPI_DOUBLE, MPI_SUM, comm,
-                         &request_),
-          "MPI_Iallreduce");
-  }
-  SumInFlight(const SumInFlight&) = delete;
-  SumInFlight& operator=(const SumInFlight&) = delete;
-  /// Completes a sum that an exception left in flight (not once MPI is finalized).
-  ~SumInFlight() {
-    if (request_ != MPI_REQUEST_NULL && !finalized()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
-  }
-  void wait() { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait"); }
-
- private:
-  MPI_Request request_ = MPI_REQUEST_NULL;
-};
 
 /// Whether `flag` holds on some rank / on every rank: the same answer everywhere.
 [[nodiscard]] inline bool any_rank(bool flag, MPI_Comm comm) {

@@ -26,7 +26,7 @@
 
 #include "einshard/comm/agreement.hpp"
 #include "einshard/comm/autograd.hpp"
-#include "einshard/comm/in_place.hpp"
+#include "einshard/comm/reduce.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/ops.hpp"
 #include "einshard/comm/pool.hpp"
@@ -92,7 +92,7 @@ bool sum_with_header(T* buf, std::int64_t n, std::int64_t fault, std::int64_t ch
   buf[n] = static_cast<T>(fault);
   buf[n + 1] = static_cast<T>(check);
   buf[n + 2] = static_cast<T>(check * check);
-  comm::all_reduce_sum_in_place(std::span<T>(buf, static_cast<std::size_t>(n + 3)), comm);
+  comm::all_reduce_values(std::span<T>(buf, static_cast<std::size_t>(n + 3)), comm::Reduction::sum, comm);
   const auto faults = static_cast<std::int64_t>(buf[n]);
   const auto s1 = static_cast<std::int64_t>(buf[n + 1]), s2 = static_cast<std::int64_t>(buf[n + 2]);
   return faults == 0 && comm::size_of(comm) * s2 == s1 * s1;
@@ -170,9 +170,7 @@ struct GuardedAddPartialOp final : comm::CommOp {
   [[nodiscard]] at::Tensor backward(const at::Tensor& g) const override {
     const auto dtype = g.scalar_type();
     if (detail::digits(dtype, 1) == 0) {  // a dtype the header cannot ride on: a separate flag
-      std::int64_t flag = has_pending(mesh) || g.numel() != numel ? 1 : 0;
-      comm::all_reduce_max_in_place(std::span<std::int64_t>(&flag, 1), comm);
-      if (flag != 0) resolve_pending(mesh);
+      if (comm::any_rank(has_pending(mesh) || g.numel() != numel, comm)) resolve_pending(mesh);
       return comm::all_reduce(g, comm);
     }
     // A gradient of another size than prepared: the call ran deferred on operands that were agreed

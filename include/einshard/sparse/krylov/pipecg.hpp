@@ -23,6 +23,7 @@
 #include <cmath>
 #include <complex>
 
+#include "einshard/comm/nonblocking.hpp"
 #include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
