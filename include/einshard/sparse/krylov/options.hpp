@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "einshard/sparse/matrix/dvector.hpp"
-#include "einshard/sparse/preconditioner/custom.hpp"
 #include "einshard/sparse/preconditioner/options.hpp"
 
 namespace einshard::sparse {

@@ -89,11 +89,11 @@ class AdjointCache {
 /// The steps of a solve that reach into the operators (their friend).
 struct SolvePipeline {
   static SolveResult solve(const LinearOperator& A, const DVector& b, const SolveOptions& options);
-  /// One least-squares entry for both operators: LSQR or LSMR (`method`) after the checks, and for
-  /// a matrix the autograd record.
-  template <class Op, class Method>
-  static LeastSquaresResult least_squares(const Op& A, const DVector& b, const LeastSquaresOptions& options,
-                                          const char* name, Method method);
+  /// LSQR or LSMR (`method`) after the checks; for a matrix, with the autograd record.
+  static LeastSquaresResult least_squares(const LinearOperator& A, const DVector& b,
+                                          const LeastSquaresOptions& options, Method method);
+  static LeastSquaresResult least_squares(const DSparseTensor& A, const DVector& b,
+                                          const LeastSquaresOptions& options, Method method);
 
   static SolveResult solve(const DSparseTensor& A, const DVector& b, const SolveOptions& options);
   /// The solve without autograd, and the preconditioner it used (null: none).
@@ -128,6 +128,10 @@ struct SolvePipeline {
                                          double rtol, const std::string& what);
   /// The part of a solve's autograd record both kinds share: the pattern and the halo of x.
   static c10::intrusive_ptr<AdjointSolver> adjoint_record(const DSparseTensor& A);
+  /// Both operators' least squares: one set of checks and calls.
+  template <class Op>
+  static LeastSquaresResult least_squares_of(const Op& A, const DVector& b, const LeastSquaresOptions& options,
+                                             Method method);
 };
 
 // ---- any operator ----------------------------------------------------------------------------------
@@ -148,10 +152,12 @@ inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& 
   return run_method(A, bl, m.get(), options);
 }
 
-template <class Op, class Method>
-LeastSquaresResult SolvePipeline::least_squares(const Op& A, const DVector& b, const LeastSquaresOptions& options,
-                                                const char* name, Method method) {
+template <class Op>
+LeastSquaresResult SolvePipeline::least_squares_of(const Op& A, const DVector& b, const LeastSquaresOptions& options,
+                                                   Method which) {
   constexpr bool matrix = std::is_same_v<Op, DSparseTensor>;
+  const char* name = to_string(which);
+  const auto method = which == Method::lsqr ? &lsqr : &lsmr;
   const auto what = std::string(matrix ? "DSparseTensor::" : "LinearOperator::") + name;
   if constexpr (matrix) {
     A.check_vector(b, name, *A.layout());
@@ -177,20 +183,25 @@ LeastSquaresResult SolvePipeline::least_squares(const Op& A, const DVector& b, c
   }
 }
 
-}  // namespace detail
+inline LeastSquaresResult SolvePipeline::least_squares(const LinearOperator& A, const DVector& b,
+                                                       const LeastSquaresOptions& options, Method method) {
+  return least_squares_of(A, b, options, method);
+}
 
-inline SolveResult LinearOperator::solve(const DVector& b) const { return solve(b, SolveOptions{}); }
-inline SolveResult LinearOperator::solve(const DVector& b, const SolveOptions& options) const {
-  return detail::SolvePipeline::solve(*this, b, options);
+template <class Op, class Options, class LsOptions>
+SolveResult SolveMembers<Op, Options, LsOptions>::solve(const DVector& b, const Options& options) const {
+  return SolvePipeline::solve(static_cast<const Op&>(*this), b, options);
 }
-inline LeastSquaresResult LinearOperator::lsqr(const DVector& b) const { return lsqr(b, LeastSquaresOptions{}); }
-inline LeastSquaresResult LinearOperator::lsqr(const DVector& b, const LeastSquaresOptions& options) const {
-  return detail::SolvePipeline::least_squares(*this, b, options, "lsqr", detail::lsqr);
+template <class Op, class Options, class LsOptions>
+LeastSquaresResult SolveMembers<Op, Options, LsOptions>::lsqr(const DVector& b, const LsOptions& options) const {
+  return SolvePipeline::least_squares(static_cast<const Op&>(*this), b, options, Method::lsqr);
 }
-inline LeastSquaresResult LinearOperator::lsmr(const DVector& b) const { return lsmr(b, LeastSquaresOptions{}); }
-inline LeastSquaresResult LinearOperator::lsmr(const DVector& b, const LeastSquaresOptions& options) const {
-  return detail::SolvePipeline::least_squares(*this, b, options, "lsmr", detail::lsmr);
+template <class Op, class Options, class LsOptions>
+LeastSquaresResult SolveMembers<Op, Options, LsOptions>::lsmr(const DVector& b, const LsOptions& options) const {
+  return SolvePipeline::least_squares(static_cast<const Op&>(*this), b, options, Method::lsmr);
 }
+
+}  // namespace detail
 
 // ---- a distributed matrix ---------------------------------------------------------------------------
 // Header-only: defined here, inline. Compiled (the CMake target's default): defined once in the
@@ -331,20 +342,12 @@ EINSHARD_INLINE at::Tensor SolvePipeline::record_least_squares(const DSparseTens
   return SolveFunction::apply(b, A.local_.values, x, adjoint);
 }
 
-}  // namespace detail
+EINSHARD_INLINE LeastSquaresResult SolvePipeline::least_squares(const DSparseTensor& A, const DVector& b,
+                                                                const LeastSquaresOptions& options, Method method) {
+  return least_squares_of(A, b, options, method);
+}
 
-EINSHARD_INLINE SolveResult DSparseTensor::solve(const DVector& b) const { return solve(b, SolveOptions{}); }
-EINSHARD_INLINE SolveResult DSparseTensor::solve(const DVector& b, const SolveOptions& options) const {
-  return detail::SolvePipeline::solve(*this, b, options);
-}
-EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsqr(const DVector& b) const { return lsqr(b, LeastSquaresOptions{}); }
-EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsqr(const DVector& b, const LeastSquaresOptions& options) const {
-  return detail::SolvePipeline::least_squares(*this, b, options, "lsqr", detail::lsqr);
-}
-EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsmr(const DVector& b) const { return lsmr(b, LeastSquaresOptions{}); }
-EINSHARD_INLINE LeastSquaresResult DSparseTensor::lsmr(const DVector& b, const LeastSquaresOptions& options) const {
-  return detail::SolvePipeline::least_squares(*this, b, options, "lsmr", detail::lsmr);
-}
+}  // namespace detail
 
 #endif  // EINSHARD_DEFINE_SPARSE
 

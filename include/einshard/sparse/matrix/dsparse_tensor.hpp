@@ -46,13 +46,9 @@ class BatchSparseTensor;
 class DBatchSparseTensor;
 DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh);
 
-// Options and results of the operations defined in the rooms above the matrix (krylov/,
-// analysis/, io/; all included by <einshard/sparse.hpp>): the matrix offers them as members and
-// knows none of their implementations.
-struct SolveOptions;
-struct SolveResult;
-struct LeastSquaresOptions;
-struct LeastSquaresResult;
+// Results and options of the operations defined in analysis/ and io/ (included by
+// <einshard/sparse.hpp>): the matrix offers them as members and knows none of their
+// implementations (its solves: detail::SolveMembers, matrix/operator.hpp).
 struct Components;
 struct EigshOptions;
 struct EigshResult;
@@ -111,7 +107,7 @@ struct SolveCaches {
 
 /// Thread safety: `const` methods change no value but write into the object's halo scratch, so one
 /// object (not its copies, which are independent) must not be used by two threads at once.
-class DSparseTensor final : public detail::Operator {
+class DSparseTensor final : public detail::Operator, public detail::SolveMembers<DSparseTensor> {
  public:
   /// Distributed assembly: each rank passes COO entries (global row and column indices) of any
   /// rows; entries of rows owned elsewhere are sent to their owner, duplicates are summed. No rank
@@ -192,23 +188,9 @@ class DSparseTensor final : public detail::Operator {
   /// y = A x + beta y with the local ‖y‖², in the product's own pass (`scratch` unused).
   double apply_update(const at::Tensor& x, at::Tensor& y, double beta, at::Tensor& scratch) const override;
 
-  // ---- solvers (krylov/solve.hpp) ---------------------------------------------------------------
-  /// Solves A x = b (see `SolveOptions` for the stop test and defaults). Collective.
-  ///
-  /// Several right-hand sides: `b` an (n_local, k) block (`scatter` of an (N, k) tensor) gives an
-  /// (n_local, k) x and `info.columns`. Every method runs them as k coupled recurrences (one halo
-  /// exchange per product and one all-reduce per reduction step for all k, columns converging
-  /// independently); a recorded (differentiable) block solve has one block adjoint solve.
-  [[nodiscard]] SolveResult solve(const DVector& b) const;
-  [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options) const;
-
-  // ---- least squares (any shape; krylov/solve.hpp) --------------------------------------------
-  /// min ‖A x − b‖² + damp² ‖x‖² by LSQR (SciPy's `lsqr`); b in the range, x in the domain.
-  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b) const;
-  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LeastSquaresOptions& options) const;
-  /// The same problem by LSMR (SciPy's `lsmr`): ‖Aᴴ r‖ decreases monotonically.
-  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b) const;
-  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LeastSquaresOptions& options) const;
+  // ---- solvers -------------------------------------------------------------------------------
+  // solve, lsqr and lsmr (detail::SolveMembers, defined in krylov/solve.hpp). A recorded
+  // (differentiable) block solve has one block adjoint solve.
 
   // ---- values --------------------------------------------------------------------------------
   /// The same matrix structure with other stored values (same length and order as `values()`).

@@ -39,12 +39,8 @@
 
 namespace einshard::sparse {
 
-struct SolveOptions;         // krylov/options.hpp
-struct SolveResult;          // krylov/options.hpp
-struct LeastSquaresOptions;  // krylov/least_squares.hpp
-struct LeastSquaresResult;   // krylov/least_squares.hpp
 namespace detail {
-struct SolvePipeline;  // krylov/solve.hpp, which defines the solves below
+struct SolvePipeline;  // krylov/solve.hpp
 }  // namespace detail
 
 /// A product on DVectors: y = A x (`matvec`, x in the domain, y in the range) or x = Aᴴ y
@@ -52,7 +48,7 @@ struct SolvePipeline;  // krylov/solve.hpp, which defines the solves below
 /// `DSparseTensor::rmatvec` is Aᵀ, the same for real values). Collective.
 using ProductFn = std::function<DVector(const DVector& x)>;
 
-class LinearOperator final : public detail::Operator {
+class LinearOperator final : public detail::Operator, public detail::SolveMembers<LinearOperator> {
  public:
   /// A square operator: x and A x in `layout`. `rmatvec` (Aᴴ) only for lsqr and lsmr.
   LinearOperator(std::shared_ptr<const RowLayout> layout, ProductFn matvec, ProductFn rmatvec = {})
@@ -92,19 +88,9 @@ class LinearOperator final : public detail::Operator {
   }
   friend DVector operator*(const LinearOperator& a, const DVector& x) { return a.matvec(x); }
 
-  /// Solves A x = b by `options.method`, as `DSparseTensor::solve` does (the same code): `b` of the
-  /// range partition, or an (n_local, k) block (every method as k coupled recurrences, one product
-  /// and one all-reduce per reduction step for all k columns). `preconditioner` must stay `none`: pass
-  /// `custom_preconditioner`. The result is not recorded for autograd. Collective.
-  [[nodiscard]] SolveResult solve(const DVector& b) const;
-  [[nodiscard]] SolveResult solve(const DVector& b, const SolveOptions& options) const;
-
-  /// min ‖A x − b‖² + damp² ‖x‖² by LSQR (SciPy's `lsqr`, as `DSparseTensor::lsqr`). Needs rmatvec.
-  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b) const;
-  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LeastSquaresOptions& options) const;
-  /// The same problem by LSMR (SciPy's `lsmr`). Needs rmatvec.
-  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b) const;
-  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LeastSquaresOptions& options) const;
+  // solve, lsqr and lsmr (detail::SolveMembers, defined in krylov/solve.hpp): as a matrix's, by
+  // the same code. `preconditioner` must stay `none` (pass `custom_preconditioner`); lsqr and lsmr
+  // need rmatvec; the results are not recorded for autograd.
 
   // ---- what the Krylov code calls (owned slices, detail::Operator) ------------------------------
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {

@@ -3,7 +3,8 @@
 /// `detail::Operator`: what a Krylov method needs of a matrix — its row partition and a product
 /// y = A x on owned slices that also returns the local part of <w, y>, so a solver gets the
 /// product and the dot of the same iteration in one pass; the least-squares methods also need
-/// the domain partition and the adjoint product x = Aᴴ y.
+/// the domain partition and the adjoint product x = Aᴴ y. And `detail::SolveMembers`: the solves
+/// every operator offers its users, declared here and defined by the solve pipeline.
 
 #include <ATen/ATen.h>
 
@@ -18,7 +19,34 @@
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 
-namespace einshard::sparse::detail {
+namespace einshard::sparse {
+
+struct SolveOptions;         // krylov/options.hpp
+struct SolveResult;          // krylov/options.hpp
+struct LeastSquaresOptions;  // krylov/least_squares.hpp
+struct LeastSquaresResult;   // krylov/least_squares.hpp
+
+namespace detail {
+
+/// The solves of an operator `Op` (DSparseTensor, LinearOperator derive from it), defined by the
+/// solve pipeline (krylov/solve.hpp; include <einshard/sparse.hpp>). The option types are
+/// template parameters only so that an operator's header needs their names, not their
+/// definitions: a default argument of a class template's member is made where a call uses it, so
+/// `A.solve(b)` and `A.lsqr(b)` take `{}` there.
+template <class Op, class Options = SolveOptions, class LsOptions = LeastSquaresOptions>
+class SolveMembers {
+ public:
+  /// Solves A x = b (see `SolveOptions` for the methods, the stop test and the defaults).
+  /// Collective. Several right-hand sides: `b` an (n_local, k) block (`scatter` of an (N, k)
+  /// tensor) gives an (n_local, k) x and `info.columns`; every method runs them as k coupled
+  /// recurrences (one product and one all-reduce per reduction step for all k, columns converging
+  /// independently). A matrix's solve is differentiable in b and its values (one adjoint solve).
+  [[nodiscard]] SolveResult solve(const DVector& b, const Options& options = {}) const;
+  /// min ‖A x − b‖² + damp² ‖x‖² by LSQR (SciPy's `lsqr`); b in the range, x in the domain.
+  [[nodiscard]] LeastSquaresResult lsqr(const DVector& b, const LsOptions& options = {}) const;
+  /// The same problem by LSMR (SciPy's `lsmr`): ‖Aᴴ r‖ decreases monotonically.
+  [[nodiscard]] LeastSquaresResult lsmr(const DVector& b, const LsOptions& options = {}) const;
+};
 
 class Operator {
  public:
@@ -72,4 +100,5 @@ inline void check_partition(const DVector& x, const RowLayout& l, const std::str
                 "partition, got another (" + x.layout()->difference(l) + "); " + hint);
 }
 
-}  // namespace einshard::sparse::detail
+}  // namespace detail
+}  // namespace einshard::sparse

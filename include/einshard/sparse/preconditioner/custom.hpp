@@ -15,14 +15,10 @@
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
+#include "einshard/sparse/preconditioner/options.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
 
 namespace einshard::sparse {
-
-/// A preconditioner you bring: z = M⁻¹ r, r and z in the matrix's partition. Called collectively
-/// (every rank, same step), so it may itself communicate or run an inner solve; with
-/// `Method::fgmres` it may differ from call to call.
-using PreconditionerFn = std::function<DVector(const DVector& r)>;
 
 namespace detail {
 

@@ -3,12 +3,20 @@
 /// Which preconditioner a solve applies and its settings: the part of the preconditioners that
 /// `SolveOptions` names, without their implementations (preconditioner.hpp).
 
+#include <functional>
 #include <string>
 
 #include "einshard/error.hpp"
+#include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/preconditioner/amg_options.hpp"
 
 namespace einshard::sparse {
+
+/// A preconditioner you bring: z = M⁻¹ r, r and z in the matrix's partition. Called collectively
+/// (every rank, same step), so it may itself communicate or run an inner solve; with
+/// `Method::fgmres` it may differ from call to call.
+using PreconditionerFn = std::function<DVector(const DVector& r)>;
+
 
 /// Which preconditioner a solver applies. `block_jacobi` is a per-rank ILU(0), or IC(0) with
 /// `PreconditionerOptions::ic0`. `amg` is hypre's BoomerAMG over the whole matrix
