@@ -160,6 +160,7 @@ case "${suite}" in
   multi_rhs)
     # 200 / 60 / 20 iterations at 10⁴ / 10⁵ / ≥ 5·10⁵ unknowns; at 1 rank the largest 5-point and
     # the 27-point problems also run with the portable block product (a CPU without AVX2).
+    built einshard_bench_sparse_multi_rhs || exit 0
     for p in ${EINSHARD_BENCH_RANKS-1 2 4}; do
       isa=avx2
       [[ "${p}" == 1 ]] && isa=avx2,portable
