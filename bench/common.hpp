@@ -1,10 +1,13 @@
-// Timing helpers shared by the MPI benchmarks (bench/*.cpp, bench/*/*.cpp).
+// What the MPI benchmarks share (bench/*.cpp, bench/*/*.cpp): the timing of a collective step,
+// medians, the world's rank and size, the torch thread count, and the rows of the Poisson matrices
+// the sparse benchmarks solve.
 #pragma once
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -40,6 +43,42 @@ inline std::vector<std::int64_t> all_sizes(std::int64_t mine) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(P));
   MPI_Allgather(&mine, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
   return out;
+}
+
+/// This process's rank in MPI_COMM_WORLD.
+inline int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+/// The number of processes in MPI_COMM_WORLD.
+inline int world_size() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+
+/// Torch intra-op threads per rank: $EINSHARD_NUM_THREADS, default 1.
+inline int threads_from_env() {
+  const char* v = std::getenv("EINSHARD_NUM_THREADS");
+  const int t = v ? std::atoi(v) : 1;
+  return t > 0 ? t : 1;
+}
+
+/// Row i of the Dirichlet Poisson matrix on a g × g grid (5-point) or, with `three`, a g × g × g
+/// grid (7-point): add(column, value) per entry, columns ascending.
+template <class Add>
+void poisson_row(std::int64_t g, std::int64_t i, Add&& add, bool three = false) {
+  const std::int64_t plane = g * g;
+  const auto x = i % g, y = (i / g) % g, z = three ? i / plane : 0;
+  if (three && z > 0) add(i - plane, -1.0);
+  if (y > 0) add(i - g, -1.0);
+  if (x > 0) add(i - 1, -1.0);
+  add(i, three ? 6.0 : 4.0);
+  if (x + 1 < g) add(i + 1, -1.0);
+  if (y + 1 < g) add(i + g, -1.0);
+  if (three && z + 1 < g) add(i + plane, -1.0);
 }
 
 }  // namespace einshard_bench

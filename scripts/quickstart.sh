@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
 # README command 1: install the dependencies, build einshard's examples (release preset, no
-# tests) and run the flagship example on 4 MPI ranks: a distributed Poisson solve with CG
+# tests) and run, on 4 MPI ranks, the flagship example: a distributed Poisson solve with CG + AMG
 # (examples/poisson.cpp), then the tensor-notation tour (examples/einshard_demo.cpp).
 # Idempotent; runs from any directory.
 set -euo pipefail

@@ -64,7 +64,7 @@ namespace {
 constexpr double MiB = 1024.0 * 1024.0;
 
 // ---------------------------------------------------------------------------------------------
-// Small helpers.
+// Small utilities.
 
 struct Config {
   bool quick = false;

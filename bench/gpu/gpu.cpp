@@ -1,4 +1,4 @@
-// GPU benchmarks of issue 15, each against its anchor in the same run (JSON lines on rank 0):
+// GPU benchmarks, each against its anchor in the same run (JSON lines on rank 0):
 //
 //   poisson  2-D 5-point Poisson, CG + Jacobi to rtol 1e-6 on CUDA DSparseTensors: time to
 //            solution, iterations, and the SpMV's bandwidth (a minimal-traffic model: values,

@@ -90,6 +90,8 @@ using einshard_bench::max_over_ranks;
 using einshard_bench::poisson_rows;
 using einshard_bench::Rows;
 using einshard_bench::split;
+using einshard_bench::world_rank;
+using einshard_bench::world_size;
 
 namespace {
 
@@ -106,17 +108,6 @@ struct Config {
   std::string method = "cg";  ///< the Krylov method of the solve case: cg, bicgstab or gmres
   bool one_pass = false;      ///< gmres: one Gram–Schmidt pass (PETSc's default) instead of DGKS
 };
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int p = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
 
 Config parse(int argc, char** argv) {
   Config c;

@@ -28,24 +28,12 @@
 //    "rmatvec_ratio":einshard Aᴴ u / MatMultTranspose, and each side's ms per product}
 //   {"bench":"sparse_solve_backward","method":"cg"|"gmres","ranks":P,"grid":g,"k":0|8,"forward_ms":...,
 //    "backward_ms":...,"backward_over_forward":...,"forward_iterations":...}
-//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
-//    "ranks":P,"grid":g,"stencil":5|7|27,"restart":m,"k":8,"n":unknowns,"isa":"avx2"|"portable",
-//    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
-//    "allreduces_per_step_block":...,"allreduces_per_step_singles":...}
-//
-// Multi-RHS: D.solve(B), B an (n_local, 8) block on the Poisson part (--multi-grid; or a 3-D
-// stencil, --multi-stencil), each method with Jacobi for exactly `--iters` iterations (CG in both
-// reduction organisations, GMRES(30), BiCGStab, MINRES), against 8 single solves of its columns
-// (einshard's normal single solve, same method and preconditioner). `--multi-isa avx2,portable`
-// runs the block with each of the block product's instruction sets (block_kernels.hpp).
 //
 //   mpirun -n P einshard_bench_sparse_lsqr [--grid 500] [--iters 200] [--reps 5] [--backward-grid 200]
-//        [--multi-grid 300] [--cases lsqr,backward,multi_rhs|products] [--multi-variants standard,gmres,...]
-//        [--restart 30] [--multi-isa avx2,portable] [--multi-stencil 5|7|27]   (7, 27: the 3-D 7- or 27-point stencil on multi-grid³)
+//        [--cases lsqr,backward|products]
 //
 // `--cases products`: only the sparse_lsqr_products line (the LSQR case's products, no solves).
-//
-// (GMRES's block basis is 31 blocks of (n_local, 8): leave it out on a large --multi-grid.)
+// Several right-hand sides as one block against single solves: multi_rhs.cpp.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -69,6 +57,8 @@ namespace es = einshard;
 namespace sp = einshard::sparse;
 using einshard_bench::median;
 using einshard_bench::timed;
+using einshard_bench::world_rank;
+using einshard_bench::world_size;
 
 /// Every all-reduce of the process, counted through MPI's profiling interface (the executable's
 /// definition wins over the library's for PETSc and einshard alike). PETSc's own counter
@@ -94,17 +84,8 @@ struct Config {
   int iters = 200;
   int reps = 5;
   std::int64_t backward_grid = 200;
-  std::int64_t multi_grid = 300;
-  bool lsqr = true, backward = true, multi_rhs = true;
+  bool lsqr = true, backward = true;
   bool products_only = false;  ///< --cases products: the two products of the LSQR case, no solves
-  /// Multi-RHS variants to run (comma-separated names of the JSON's "variant"); all by default.
-  std::string multi_variants = "standard,single_reduction,gmres,bicgstab,minres";
-  int restart = 30;          ///< GMRES(m) of the multi-RHS case (a smaller m fits its block basis at 10⁶)
-  /// Block-kernel instruction sets to run the multi-RHS case with: avx2 (where the CPU has it;
-  /// elsewhere portable instead) and/or portable (what a machine without AVX2 runs); the singles
-  /// are the same either way.
-  std::string multi_isa = "avx2";
-  int multi_stencil = 5;     ///< 5: 2-D 5-point on multi_grid²; 7 or 27: 3-D 7- or 27-point on multi_grid³
 };
 
 Config parse(int argc, char** argv) {
@@ -119,28 +100,16 @@ Config parse(int argc, char** argv) {
     else if (a == "--iters") c.iters = std::stoi(next());
     else if (a == "--reps") c.reps = std::stoi(next());
     else if (a == "--backward-grid") c.backward_grid = std::stoll(next());
-    else if (a == "--multi-grid") c.multi_grid = std::stoll(next());
-    else if (a == "--multi-variants") c.multi_variants = next();
-    else if (a == "--restart") c.restart = std::stoi(next());
-    else if (a == "--multi-stencil") c.multi_stencil = std::stoi(next());
-    else if (a == "--multi-isa") c.multi_isa = next();
     else if (a == "--cases") {
       const auto v = next();
       c.lsqr = v.find("lsqr") != std::string::npos;
       c.backward = v.find("backward") != std::string::npos;
-      c.multi_rhs = v.find("multi_rhs") != std::string::npos;
       c.products_only = !c.lsqr && v.find("products") != std::string::npos;
       c.lsqr = c.lsqr || c.products_only;
     }
     else throw std::runtime_error("unknown argument " + a);
   }
   return c;
-}
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
 }
 
 /// Rows [lo, hi) of the (2N) x N matrix, COO with global indices, ascending columns per row.
@@ -304,37 +273,6 @@ sp::DSparseTensor poisson(std::int64_t g, const es::Mesh& mesh) {
   return sp::DSparseTensor::from_local(vals, as_tensor(rows.row), as_tensor(rows.col), {n, n}, mesh);
 }
 
-/// A 3-D stencil on a g³ grid, 7-point (the six face neighbours) or 27-point (all 26): −1 to each
-/// neighbour and their count on the diagonal (SPD; the matrix streams 7 or 27 entries a row,
-/// where the 5-point one streams 5), rows in contiguous blocks.
-sp::DSparseTensor stencil3d(std::int64_t g, int points, const es::Mesh& mesh) {
-  const auto n = g * g * g;
-  const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
-  std::vector<std::int64_t> r, c;
-  std::vector<double> v;
-  for (auto i = lo; i < hi; ++i) {
-    const auto x = i % g, y = (i / g) % g, z = i / (g * g);
-    for (std::int64_t dz = -1; dz <= 1; ++dz)
-      for (std::int64_t dy = -1; dy <= 1; ++dy)
-        for (std::int64_t dx = -1; dx <= 1; ++dx) {
-          const auto X = x + dx, Y = y + dy, Z = z + dz;
-          const auto away = std::abs(dx) + std::abs(dy) + std::abs(dz);
-          if (X < 0 || Y < 0 || Z < 0 || X >= g || Y >= g || Z >= g || (points == 7 && away > 1)) continue;
-          r.push_back(i);
-          c.push_back((Z * g + Y) * g + X);
-          v.push_back(away == 0 ? points - 1.0 : -1.0);
-        }
-  }
-  const auto vals = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble).clone();
-  return sp::DSparseTensor::from_local(vals, as_tensor(r), as_tensor(c), {n, n}, mesh);
-}
-
-int world_size() {
-  int p = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-
 void run_backward(const Config& cfg) {
   const auto g = cfg.backward_grid;
   const int P = world_size();
@@ -376,77 +314,12 @@ void run_backward(const Config& cfg) {
   }
 }
 
-/// D.solve(B) with an (n_local, 8) block against 8 single solves of the same columns, with Jacobi,
-/// exactly `iters` iterations each (rtol = atol = 0): CG in both reduction organisations
-/// (standard: two all-reduces per step; single_reduction: one), GMRES(30), BiCGStab and MINRES,
-/// with the all-reduces per step counted (block: for all 8 columns; singles: summed over the 8).
-void run_multi_rhs(const Config& cfg) {
-  const auto g = cfg.multi_grid;
-  const std::int64_t k = 8;
-  const int P = world_size();
-  const es::Mesh mesh(MPI_COMM_WORLD, {P}, {"x"});
-  if (cfg.multi_stencil != 5 && cfg.multi_stencil != 7 && cfg.multi_stencil != 27)
-    throw std::runtime_error("--multi-stencil: expected 5, 7 or 27, found " + std::to_string(cfg.multi_stencil));
-  const auto D = cfg.multi_stencil == 5 ? poisson(g, mesh) : stencil3d(g, cfg.multi_stencil, mesh);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1 + world_rank());
-  const auto B = D.vector(at::rand({D.layout()->local_size(), k}, gen, at::kDouble));
-  std::vector<sp::DVector> cols;
-  for (std::int64_t j = 0; j < k; ++j) cols.push_back(D.vector(B.local().select(1, j).contiguous()));
-  struct Variant {
-    const char* name;
-    sp::Method method;
-    sp::CgVariant cg;
-  };
-  for (const auto& [name, method, variant] :
-       {Variant{"standard", sp::Method::cg, sp::CgVariant::standard},
-        Variant{"single_reduction", sp::Method::cg, sp::CgVariant::single_reduction},
-        Variant{"gmres", sp::Method::gmres, sp::CgVariant::standard},
-        Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard},
-        Variant{"minres", sp::Method::minres, sp::CgVariant::standard}}) {
-    const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
-                             .maxiter = cfg.iters, .cg_variant = variant, .restart = cfg.restart,
-                             .residual_history = false};
-    if (("," + cfg.multi_variants + ",").find("," + std::string(name) + ",") == std::string::npos) continue;
-    const auto asked = [&](const std::string& isa) { return ("," + cfg.multi_isa + ",").find("," + isa + ",") != std::string::npos; };
-    for (const std::string isa : {"avx2", "portable"}) {
-      // Without AVX2 the block runs portable: an avx2 request reports that instead of nothing.
-      const bool avx2 = sp::detail::block_avx2_available();
-      if (isa == "avx2" ? !asked(isa) || !avx2 : !asked(isa) && (avx2 || !asked("avx2"))) continue;
-      sp::detail::block_force_portable() = isa == "portable";
-      (void)D.solve(B, o);
-      std::vector<double> t_block, t_single;
-      double ar_block = 0.0, ar_single = 0.0;
-      for (int rep = 0; rep < cfg.reps; ++rep) {
-        const double a0 = allreduce_calls();
-        t_block.push_back(timed([&] { (void)D.solve(B, o); }));
-        const double a1 = allreduce_calls();
-        t_single.push_back(timed([&] {
-          for (const auto& c : cols) (void)D.solve(c, o);
-        }));
-        ar_block = (a1 - a0) / cfg.iters;
-        ar_single = (allreduce_calls() - a1) / cfg.iters;
-      }
-      sp::detail::block_force_portable() = false;
-      if (world_rank() == 0)
-        std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"stencil\":%d,"
-                    "\"n\":%lld,\"isa\":\"%s\",\"restart\":%d,\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,"
-                    "\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"allreduces_per_step_block\":%.2f,"
-                    "\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
-                    name, P, static_cast<long long>(g), cfg.multi_stencil, static_cast<long long>(D.shape()[0]),
-                    isa.c_str(), cfg.restart, static_cast<long long>(k), cfg.iters, median(t_block) * 1e3,
-                    median(t_single) * 1e3, median(t_single) / median(t_block), ar_block, ar_single, cfg.reps);
-      std::fflush(stdout);
-    }
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   return einshard_bench::petsc_main(argc, argv, "einshard_bench_sparse_lsqr", parse, [](const Config& cfg) {
     if (cfg.lsqr) run_lsqr(cfg);
     if (cfg.backward) run_backward(cfg);
-    if (cfg.multi_rhs) run_multi_rhs(cfg);
     return 0;
   });
 }

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "../common.hpp"
+
 namespace einshard_bench {
 
 inline void petsc_check(PetscErrorCode code, const char* what) {
@@ -48,13 +50,6 @@ inline std::vector<std::string> split(const std::string& s) {
   }
 }
 
-/// Torch intra-op threads per rank: $EINSHARD_NUM_THREADS, default 1.
-inline int threads_from_env() {
-  const char* v = std::getenv("EINSHARD_NUM_THREADS");
-  const int t = v ? std::atoi(v) : 1;
-  return t > 0 ? t : 1;
-}
-
 /// This rank's rows [lo, hi) of the Dirichlet Poisson matrix on a g × g grid (5-point) or, with
 /// `three`, a g × g × g grid (7-point): COO with global indices and a local CSR view of the same
 /// entries, columns ascending in each row (as PETSc's MatSetValues likes them).
@@ -63,21 +58,6 @@ struct Rows {
   std::vector<std::int64_t> rowptr{0}, row, col;
   std::vector<double> val;
 };
-
-/// Row i of the Dirichlet Poisson matrix on a g × g grid (5-point) or, with `three`, a g × g × g
-/// grid (7-point): add(column, value) per entry, columns ascending.
-template <class Add>
-void poisson_row(std::int64_t g, std::int64_t i, Add&& add, bool three = false) {
-  const std::int64_t plane = g * g;
-  const auto x = i % g, y = (i / g) % g, z = three ? i / plane : 0;
-  if (three && z > 0) add(i - plane, -1.0);
-  if (y > 0) add(i - g, -1.0);
-  if (x > 0) add(i - 1, -1.0);
-  add(i, three ? 6.0 : 4.0);
-  if (x + 1 < g) add(i + 1, -1.0);
-  if (y + 1 < g) add(i + g, -1.0);
-  if (three && z + 1 < g) add(i + plane, -1.0);
-}
 
 /// The rows `ids` of the same matrix, in that order (any set of rows: a partition's).
 inline Rows poisson_rows_at(std::int64_t g, const std::vector<std::int64_t>& ids, bool three = false) {
