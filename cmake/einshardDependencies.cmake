@@ -60,7 +60,7 @@
 # 5. hypre (einshard_find_hypre)
 #
 #    The sparse part's Preconditioner::amg runs hypre's BoomerAMG over the whole distributed
-#    matrix (sparse/amg.hpp). Optional, found the same way (HYPRE.h, also under include/hypre/ as
+#    matrix (sparse/preconditioner/amg.hpp). Optional, found the same way (HYPRE.h, also under include/hypre/ as
 #    Debian's libhypre-dev installs it, and libHYPRE): EINSHARD_HAS_HYPRE=1; without it
 #    Preconditioner::amg throws einshard::Error naming hypre. EINSHARD_USE_HYPRE=OFF turns it off.
 #    hypre must be built with 32-bit HYPRE_BigInt and double HYPRE_Real (its default, Debian's).

@@ -1,4 +1,4 @@
-// libFuzzer target: the Matrix Market reader (sparse/matrix_market_reader.hpp, the parser under
+// libFuzzer target: the Matrix Market reader (sparse/io/matrix_market_reader.hpp, the parser under
 // read_matrix_market and parse_matrix_market) on arbitrary text. It must either throw
 // MatrixMarketError (an es::Error whose line number lies inside the input) or give entries whose
 // indices lie inside the announced shape, one value pair per entry, no more entries than the
