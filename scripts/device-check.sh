@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of einshard (CUDA tensors through the notation and the collectives), prepared to run in one go on a lent GPU machine (one H200; image with
-# CUDA, PyTorch with LibTorch, CMake, Python 3.12, a C++ compiler, and no MPI). About 8 minutes:
+# The GPU check of einshard (CUDA tensors through the notation and the collectives), prepared to
+# run in one go on a lent GPU machine (one H200; image with CUDA, PyTorch with LibTorch, CMake,
+# Python 3.12, a C++ compiler, and no MPI). About 8 minutes:
 # configure (~0.5 min), build the GPU test binary and the GPU benchmark (~3 min on 16 cores), the
 # [gpu] tests at world sizes 1-4 (~1.5 min), the benchmarks (~3 min). Every step prints one JSON
 # line into $OUT/device-check.jsonl (the benchmarks' own lines too); logs go to $OUT/*.log.
