@@ -18,6 +18,7 @@
 #include <einshard/comm/collectives.hpp>
 #include <einshard/einshard.hpp>
 
+#include "plan_steps.hpp"
 #include "test_support.hpp"
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
@@ -34,17 +35,10 @@ namespace es = einshard;
 
 namespace {
 
+using namespace einshard::testing;  // the step names
 using I64 = std::vector<std::int64_t>;
 using Names = std::vector<std::string>;
 
-const std::string split = "split_forward_allgather_backward";
-const std::string gather = "allgather_forward_split_backward";
-const std::string alltoall = "alltoall_repartition";
-const std::string allreduce = "allreduce_forward_identity_backward";
-const std::string reducescatter = "reducescatter_forward_allgather_backward";
-const std::string add_partial = "identity_forward_allreduce_backward";
-const std::string gather_partial = "allgather_forward_reducescatter_backward";
-const std::string permute = "permute";
 
 /// The mesh shapes tested at world size W: the 1-D mesh, the 2-D factorizations (with a trivial
 /// factor only at small sizes), and (2,2,W/4) from 8 ranks on; (1,1) and (1,1,1) at one rank.
@@ -264,12 +258,12 @@ TEST_CASE("unary: split and gather along dim 0, every mesh, uneven and empty sha
       const I64 shape{A, 3};
       const es::Options o{.mesh = mesh};
       check_move(mesh, {"a b -> a/dp b", [&](const at::Tensor& x) { return es::einshard<"a b -> a/dp b">(x, o); },
-                        shape, {"", ""}, {"dp", ""}, {split}});
+                        shape, {"", ""}, {"dp", ""}, {SPLIT}});
       check_move(mesh, {"a/dp b -> a b", [&](const at::Tensor& x) { return es::einshard<"a/dp b -> a b">(x, o); },
-                        shape, {"dp", ""}, {"", ""}, {gather}});
+                        shape, {"dp", ""}, {"", ""}, {GATHER}});
       // The run-time notation form gives the same results.
-      check_move(mesh, {"a b -> a/dp b (run time)", runtime("a b -> a/dp b", o), shape, {"", ""}, {"dp", ""}, {split}});
-      check_move(mesh, {"a/dp b -> a b (run time)", runtime("a/dp b -> a b", o), shape, {"dp", ""}, {"", ""}, {gather}});
+      check_move(mesh, {"a b -> a/dp b (run time)", runtime("a b -> a/dp b", o), shape, {"", ""}, {"dp", ""}, {SPLIT}});
+      check_move(mesh, {"a/dp b -> a b (run time)", runtime("a/dp b -> a b", o), shape, {"dp", ""}, {"", ""}, {GATHER}});
     }
   }
 }
@@ -281,11 +275,11 @@ TEST_CASE("unary: split and gather along inner dimensions", "[mpi][unary]") {
       const I64 shape{2, B, 3};
       const es::Options o{.mesh = mesh};
       check_move(mesh, {"a b c -> a b/dp c", [&](const at::Tensor& x) { return es::einshard<"a b c -> a b/dp c">(x, o); },
-                        shape, {"", "", ""}, {"", "dp", ""}, {split}});
+                        shape, {"", "", ""}, {"", "dp", ""}, {SPLIT}});
       check_move(mesh, {"a b/dp c -> a b c", [&](const at::Tensor& x) { return es::einshard<"a b/dp c -> a b c">(x, o); },
-                        shape, {"", "dp", ""}, {"", "", ""}, {gather}});
+                        shape, {"", "dp", ""}, {"", "", ""}, {GATHER}});
       check_move(mesh, {"a b c/dp -> a b c", runtime("a b c/dp -> a b c", o), I64{2, 3, B},
-                        {"", "", "dp"}, {"", "", ""}, {gather}});
+                        {"", "", "dp"}, {"", "", ""}, {GATHER}});
     }
   }
 }
@@ -296,11 +290,11 @@ TEST_CASE("unary: split and gather over other and compound mesh dimensions", "[m
     const es::Options o{.mesh = mesh};
     for (auto A : I64{17, 3}) {
       const I64 shape{A, 2};
-      check_move(mesh, {"a b -> a/sp b", runtime("a b -> a/sp b", o), shape, {"", ""}, {"sp", ""}, {split}});
-      check_move(mesh, {"a/sp b -> a b", runtime("a/sp b -> a b", o), shape, {"sp", ""}, {"", ""}, {gather}});
+      check_move(mesh, {"a b -> a/sp b", runtime("a b -> a/sp b", o), shape, {"", ""}, {"sp", ""}, {SPLIT}});
+      check_move(mesh, {"a/sp b -> a b", runtime("a/sp b -> a b", o), shape, {"sp", ""}, {"", ""}, {GATHER}});
       check_move(mesh, {"a b -> a/sp-dp b", [&](const at::Tensor& x) { return es::einshard<"a b -> a/sp-dp b">(x, o); },
-                        shape, {"", ""}, {"dp-sp", ""}, {split}});
-      check_move(mesh, {"a/dp-sp b -> a b", runtime("a/dp-sp b -> a b", o), shape, {"dp-sp", ""}, {"", ""}, {gather}});
+                        shape, {"", ""}, {"dp-sp", ""}, {SPLIT}});
+      check_move(mesh, {"a/dp-sp b -> a b", runtime("a/dp-sp b -> a b", o), shape, {"dp-sp", ""}, {"", ""}, {GATHER}});
     }
   }
 }
@@ -314,15 +308,15 @@ TEST_CASE("unary: a gather without shapes learns uneven shard sizes", "[mpi][una
   const auto& mesh = mesh_of({W});
   const es::Options o{.mesh = mesh};
   check_move(mesh, {"a/dp b -> a b (learned)", [&](const at::Tensor& x) { return es::einshard<"a/dp b -> a b">(x, o); },
-                    I64{total, 3}, {"dp", ""}, {"", ""}, {gather}, {}, {{0, custom}}});
+                    I64{total, 3}, {"dp", ""}, {"", ""}, {GATHER}, {}, {{0, custom}}});
   check_move(mesh, {"a b/dp -> a b (learned)", runtime("a b/dp -> a b", o), I64{2, total}, {"", "dp"}, {"", ""},
-                    {gather}, {}, {{1, custom}}});
+                    {GATHER}, {}, {{1, custom}}});
   // The same with the sizes given as shapes metadata, and a split that follows them.
   const es::Options with{.mesh = mesh, .shapes = es::Shapes{{"dp", custom}}};
   check_move(mesh, {"a/dp b -> a b (given)", runtime("a/dp b -> a b", with), I64{total, 3}, {"dp", ""}, {"", ""},
-                    {gather}, {}, {{0, custom}}});
+                    {GATHER}, {}, {{0, custom}}});
   check_move(mesh, {"a b -> a/dp b (given)", runtime("a b -> a/dp b", with), I64{total, 3}, {"", ""}, {"dp", ""},
-                    {split}, {}, {}, {{0, custom}}});
+                    {SPLIT}, {}, {}, {{0, custom}}});
 }
 
 TEST_CASE("unary: multi-axis split and gather", "[mpi][unary]") {
@@ -331,14 +325,14 @@ TEST_CASE("unary: multi-axis split and gather", "[mpi][unary]") {
     const es::Options o{.mesh = mesh};
     const I64 shape{17, 3};
     check_move(mesh, {"a b -> a/sp b/dp", [&](const at::Tensor& x) { return es::einshard<"a b -> a/sp b/dp">(x, o); },
-                      shape, {"", ""}, {"sp", "dp"}, {split, split}});
+                      shape, {"", ""}, {"sp", "dp"}, {SPLIT, SPLIT}});
     check_move(mesh, {"a/sp b/dp -> a b", runtime("a/sp b/dp -> a b", o), shape, {"sp", "dp"}, {"", ""},
-                      {gather, gather}});
+                      {GATHER, GATHER}});
     if (mesh.ndim() == 3) {
       check_move(mesh, {"a b c -> a/tp b/dp c/sp", runtime("a b c -> a/tp b/dp c/sp", o), I64{5, 3, 2}, {"", "", ""},
-                        {"tp", "dp", "sp"}, {split, split, split}});
+                        {"tp", "dp", "sp"}, {SPLIT, SPLIT, SPLIT}});
       check_move(mesh, {"a/tp b/dp c/sp -> a b c", runtime("a/tp b/dp c/sp -> a b c", o), I64{5, 3, 2},
-                        {"tp", "dp", "sp"}, {"", "", ""}, {gather, gather, gather}});
+                        {"tp", "dp", "sp"}, {"", "", ""}, {GATHER, GATHER, GATHER}});
     }
   }
 }
@@ -349,9 +343,9 @@ TEST_CASE("unary: split + permute and gather + permute", "[mpi][unary]") {
     const es::Options o{.mesh = mesh};
     // b a -> a/dp b: output dim 0 is input dim 1.
     check_move(mesh, {"b a -> a/dp b", [&](const at::Tensor& x) { return es::einshard<"b a -> a/dp b">(x, o); },
-                      I64{4, 17}, {"", ""}, {"dp", ""}, {split, permute}, {1, 0}});
+                      I64{4, 17}, {"", ""}, {"dp", ""}, {SPLIT, PERMUTE}, {1, 0}});
     check_move(mesh, {"a/dp b c -> c b a", runtime("a/dp b c -> c b a", o), I64{3, 2, 4}, {"dp", "", ""},
-                      {"", "", ""}, {gather, permute}, {2, 1, 0}});
+                      {"", "", ""}, {GATHER, PERMUTE}, {2, 1, 0}});
   }
 }
 
@@ -360,14 +354,14 @@ TEST_CASE("unary: ellipsis on both sides", "[mpi][unary]") {
     const auto& mesh = *mp;
     const es::Options o{.mesh = mesh};
     check_move(mesh, {"... a -> ... a/dp", [&](const at::Tensor& x) { return es::einshard<"... a -> ... a/dp">(x, o); },
-                      I64{2, 3, 17}, {"", "", ""}, {"", "", "dp"}, {split}});
+                      I64{2, 3, 17}, {"", "", ""}, {"", "", "dp"}, {SPLIT}});
     // The ellipsis may stand for no axis at all.
-    check_move(mesh, {"... a -> ... a/dp (1-D)", runtime("... a -> ... a/dp", o), I64{17}, {""}, {"dp"}, {split}});
+    check_move(mesh, {"... a -> ... a/dp (1-D)", runtime("... a -> ... a/dp", o), I64{17}, {""}, {"dp"}, {SPLIT}});
     check_move(mesh, {"b ... a/dp -> b ... a",
                       [&](const at::Tensor& x) { return es::einshard<"b ... a/dp -> b ... a">(x, o); },
-                      I64{2, 3, 2, 3}, {"", "", "", "dp"}, {"", "", "", ""}, {gather}});
+                      I64{2, 3, 2, 3}, {"", "", "", "dp"}, {"", "", "", ""}, {GATHER}});
     check_move(mesh, {"... a/dp b -> ... a b/dp", runtime("... a/dp b -> ... a b/dp", o), I64{2, 5, 4},
-                      {"", "dp", ""}, {"", "", "dp"}, {alltoall}});
+                      {"", "dp", ""}, {"", "", "dp"}, {ALLTOALL}});
   }
 }
 
@@ -382,8 +376,8 @@ TEST_CASE("unary: same-mesh repartition is exactly one all-to-all", "[mpi][unary
                                                : std::vector<std::pair<std::int64_t, std::int64_t>>{{17, 9}, {3, 4}}) {
       const I64 shape{A, B};
       check_move(mesh, {"a/dp b -> a b/dp", [&](const at::Tensor& x) { return es::einshard<"a/dp b -> a b/dp">(x, o); },
-                        shape, {"dp", ""}, {"", "dp"}, {alltoall}});
-      check_move(mesh, {"a b/dp -> a/dp b", runtime("a b/dp -> a/dp b", o), shape, {"", "dp"}, {"dp", ""}, {alltoall}});
+                        shape, {"dp", ""}, {"", "dp"}, {ALLTOALL}});
+      check_move(mesh, {"a b/dp -> a/dp b", runtime("a b/dp -> a/dp b", o), shape, {"", "dp"}, {"dp", ""}, {ALLTOALL}});
     }
     // With the shapes metadata per axis (form 3), sizes the split rule would not give.
     I64 sa(static_cast<std::size_t>(P), 0), sb(static_cast<std::size_t>(P), 1);
@@ -398,26 +392,26 @@ TEST_CASE("unary: same-mesh repartition is exactly one all-to-all", "[mpi][unary
     const es::Options by_axis{.mesh = mesh, .shapes = es::Shapes{{"dp", {{"a", sa}, {"b", sb}}}}};
     check_move(mesh, {"a/dp b -> a b/dp (shapes by axis)",
                       [&](const at::Tensor& x) { return es::einshard<"a/dp b -> a b/dp">(x, by_axis); },
-                      I64{6, total_b}, {"dp", ""}, {"", "dp"}, {alltoall}, {}, {{0, sa}}, {{1, sb}}});
+                      I64{6, total_b}, {"dp", ""}, {"", "dp"}, {ALLTOALL}, {}, {{0, sa}}, {{1, sb}}});
     check_move(mesh, {"a b/dp -> a/dp b (shapes by axis)", runtime("a b/dp -> a/dp b", by_axis),
-                      I64{6, total_b}, {"", "dp"}, {"dp", ""}, {alltoall}, {}, {{1, sb}}, {{0, sa}}});
+                      I64{6, total_b}, {"", "dp"}, {"dp", ""}, {ALLTOALL}, {}, {{1, sb}}, {{0, sa}}});
     // Non-contiguous inputs, empty columns.
     check_move(mesh, {"a/dp b -> a b/dp (non-contiguous)", runtime("a/dp b -> a b/dp", o), I64{17, 9}, {"dp", ""},
-                      {"", "dp"}, {alltoall}, {}, {}, {}, true});
+                      {"", "dp"}, {ALLTOALL}, {}, {}, {}, true});
     check_move(mesh, {"a b -> a/dp b (non-contiguous)", runtime("a b -> a/dp b", o), I64{17, 9}, {"", ""},
-                      {"dp", ""}, {split}, {}, {}, {}, true});
+                      {"dp", ""}, {SPLIT}, {}, {}, {}, true});
     check_move(mesh, {"a b/dp -> a b (non-contiguous)", runtime("a b/dp -> a b", o), I64{4, 9}, {"", "dp"},
-                      {"", ""}, {gather}, {}, {}, {}, true});
+                      {"", ""}, {GATHER}, {}, {}, {}, true});
     check_move(mesh, {"a/dp b -> a b/dp (no columns)", runtime("a/dp b -> a b/dp", o), I64{5, 0}, {"dp", ""},
-                      {"", "dp"}, {alltoall}});
+                      {"", "dp"}, {ALLTOALL}});
     if (mesh.ndim() >= 2)  // On another dimension, with replicas over dp.
       check_move(mesh, {"a/sp b -> a b/sp", runtime("a/sp b -> a b/sp", o), I64{17, 6}, {"sp", ""}, {"", "sp"},
-                        {alltoall}});
+                        {ALLTOALL}});
     // More axes and a permutation after the move.
     check_move(mesh, {"a/dp b c -> a b c/dp", runtime("a/dp b c -> a b c/dp", o), I64{5, 2, 9}, {"dp", "", ""},
-                      {"", "", "dp"}, {alltoall}});
+                      {"", "", "dp"}, {ALLTOALL}});
     check_move(mesh, {"a/dp b -> b/dp a", runtime("a/dp b -> b/dp a", o), I64{5, 9}, {"dp", ""}, {"dp", ""},
-                      {alltoall, permute}, {1, 0}});
+                      {ALLTOALL, PERMUTE}, {1, 0}});
   }
 }
 
@@ -428,15 +422,15 @@ TEST_CASE("unary: cross-mesh moves are one all-to-all, no gathers", "[mpi][unary
     for (auto A : extents(mesh)) {
       const I64 shape{A, 2};
       check_move(mesh, {"a/dp b -> a/sp b", [&](const at::Tensor& x) { return es::einshard<"a/dp b -> a/sp b">(x, o); },
-                        shape, {"dp", ""}, {"sp", ""}, {alltoall}});
-      check_move(mesh, {"a/sp b -> a/dp b", runtime("a/sp b -> a/dp b", o), shape, {"sp", ""}, {"dp", ""}, {alltoall}});
+                        shape, {"dp", ""}, {"sp", ""}, {ALLTOALL}});
+      check_move(mesh, {"a/sp b -> a/dp b", runtime("a/sp b -> a/dp b", o), shape, {"sp", ""}, {"dp", ""}, {ALLTOALL}});
       check_move(mesh, {"a/dp b -> a/dp-sp b", runtime("a/dp b -> a/dp-sp b", o), shape, {"dp", ""}, {"dp-sp", ""},
-                        {alltoall}});
+                        {ALLTOALL}});
       check_move(mesh, {"a/sp-dp b -> a b/dp-sp", runtime("a/sp-dp b -> a b/dp-sp", o), I64{A, 9}, {"dp-sp", ""},
-                        {"", "dp-sp"}, {alltoall}});
+                        {"", "dp-sp"}, {ALLTOALL}});
       // A split mixed with a gather on different dimensions: one all-to-all too.
       check_move(mesh, {"a b/sp -> a/dp b", runtime("a b/sp -> a/dp b", o), I64{A, 5}, {"", "sp"}, {"dp", ""},
-                        {alltoall}});
+                        {ALLTOALL}});
     }
   }
 }
@@ -447,16 +441,16 @@ TEST_CASE("unary: ownership permutations are one all-to-all", "[mpi][unary]") {
     const es::Options o{.mesh = mesh};
     check_move(mesh, {"a/dp b/sp -> a/sp b/dp",
                       [&](const at::Tensor& x) { return es::einshard<"a/dp b/sp -> a/sp b/dp">(x, o); },
-                      I64{17, 5}, {"dp", "sp"}, {"sp", "dp"}, {alltoall}});
+                      I64{17, 5}, {"dp", "sp"}, {"sp", "dp"}, {ALLTOALL}});
     if (mesh.ndim() == 3) {
       check_move(mesh, {"a/dp b/sp c/tp -> a/sp b/tp c/dp",
                         [&](const at::Tensor& x) { return es::einshard<"a/dp b/sp c/tp -> a/sp b/tp c/dp">(x, o); },
-                        I64{3, 5, 4}, {"dp", "sp", "tp"}, {"sp", "tp", "dp"}, {alltoall}});
+                        I64{3, 5, 4}, {"dp", "sp", "tp"}, {"sp", "tp", "dp"}, {ALLTOALL}});
       check_move(mesh, {"b h/sp w/tp c -> b h/tp w/sp c", runtime("b h/sp w/tp c -> b h/tp w/sp c", o),
-                        I64{2, 5, 3, 2}, {"", "sp", "tp", ""}, {"", "tp", "sp", ""}, {alltoall}});
+                        I64{2, 5, 3, 2}, {"", "sp", "tp", ""}, {"", "tp", "sp", ""}, {ALLTOALL}});
       // An ownership move plus an independent split.
       check_move(mesh, {"a/dp b -> a/sp b/tp", runtime("a/dp b -> a/sp b/tp", o), I64{5, 3}, {"dp", ""},
-                        {"sp", "tp"}, {alltoall}});
+                        {"sp", "tp"}, {ALLTOALL}});
     }
   }
 }
@@ -473,7 +467,7 @@ TEST_CASE("unary: plans report this rank's all-to-all bytes; explain moves nothi
     const es::Options o{.mesh = mesh};
     const auto plan = es::explain<"a/dp b -> a b/dp">(x, o);
     REQUIRE(plan.steps.size() == 1);
-    CHECK(plan.names() == Names{alltoall});
+    CHECK(plan.names() == Names{ALLTOALL});
     // Sent: my rows of every other rank's columns; received: my columns of every other rank's rows.
     CHECK(plan.steps[0].forward.bytes_sent == sa[c] * (B - sb[c]) * 8);
     CHECK(plan.steps[0].forward.bytes_received == sb[c] * (A - sa[c]) * 8);
@@ -490,7 +484,7 @@ TEST_CASE("unary: plans report this rank's all-to-all bytes; explain moves nothi
     CHECK(es::last_plan().steps[0].forward.bytes_sent == plan.steps[0].forward.bytes_sent);
     // A split costs nothing forward.
     const auto s = es::explain<"a b -> a/dp b">(full({A, B}, 3), o);
-    CHECK(s.names() == Names{split});
+    CHECK(s.names() == Names{SPLIT});
     CHECK(s.steps[0].forward.bytes_sent == 0);
   }
 }
@@ -510,20 +504,20 @@ TEST_CASE("unary: partial -> full is one all-reduce; its backward is the identit
           [&](const at::Tensor& t) { return es::einshard<"a b // dp -> a b">(t, o); }, x, G);
       CHECK(near(y, sum_over(X, members(mesh, "dp"))));
       CHECK(same(grad, G));
-      CHECK(es::last_plan().names() == Names{allreduce});
+      CHECK(es::last_plan().names() == Names{ALLREDUCE});
       CHECK(es::last_plan().steps[0].group == "dp");
     }
     if (mesh.ndim() >= 2) {
       const auto [y, grad] = forward_backward(runtime("a b // sp -> a b", o), x, G);
       CHECK(near(y, sum_over(X, members(mesh, "sp"))));
       CHECK(same(grad, G));
-      CHECK(es::last_plan().names() == Names{allreduce});
+      CHECK(es::last_plan().names() == Names{ALLREDUCE});
     }
     if (mesh.ndim() >= 2) {  // Reduced over dp, then split over sp.
       const auto [y, grad] = forward_backward(runtime("a b // dp -> a/sp b", o), x, block(G, mesh, {"sp", ""}));
       CHECK(near(y, block(sum_over(X, members(mesh, "dp")), mesh, {"sp", ""})));
       CHECK(same(grad, G));
-      CHECK(es::last_plan().names() == Names{allreduce, split});
+      CHECK(es::last_plan().names() == Names{ALLREDUCE, SPLIT});
     }
   }
 }
@@ -550,7 +544,7 @@ TEST_CASE("unary: partial -> shard reduce-scatters; its backward all-gathers", "
               block(G, mesh, {"dp", ""}));
           CHECK(near(y, block(sum, mesh, {"dp", ""})));
           CHECK(same(grad, G));
-          CHECK(es::last_plan().names() == Names{reducescatter});
+          CHECK(es::last_plan().names() == Names{RS});
         }
         {  // Into an inner dimension.
           const auto Xt = per_rank({3, A}, 23, mesh.size());
@@ -561,7 +555,7 @@ TEST_CASE("unary: partial -> shard reduce-scatters; its backward all-gathers", "
                                                   block(Gt, mesh, {"", "dp"}));
           CHECK(near(y, block(sumt, mesh, {"", "dp"})));
           CHECK(same(grad, Gt));
-          CHECK(es::last_plan().names() == Names{reducescatter});
+          CHECK(es::last_plan().names() == Names{RS});
         }
         if (mesh.ndim() >= 2) {  // Over a compound group.
           const auto all = sum_over(X, members(mesh, "dp-sp"));
@@ -569,7 +563,7 @@ TEST_CASE("unary: partial -> shard reduce-scatters; its backward all-gathers", "
                                                   block(G, mesh, {"dp-sp", ""}));
           CHECK(near(y, block(all, mesh, {"dp-sp", ""})));
           CHECK(same(grad, G));
-          CHECK(es::last_plan().names() == Names{reducescatter});
+          CHECK(es::last_plan().names() == Names{RS});
         }
       }
     }
@@ -591,7 +585,7 @@ TEST_CASE("unary: shard -> partial all-gathers; its backward reduce-scatters", "
           block(X, mesh, {"dp", ""}), Gs[static_cast<std::size_t>(mesh.rank())]);
       CHECK(same(y, X));
       CHECK(near(grad, block(sum_over(Gs, members(mesh, "dp")), mesh, {"dp", ""})));
-      CHECK(es::last_plan().names() == Names{gather_partial});
+      CHECK(es::last_plan().names() == Names{GATHER_P});
     }
     {  // From an inner dimension.
       const auto X = full({3, 17}, 33);
@@ -600,7 +594,7 @@ TEST_CASE("unary: shard -> partial all-gathers; its backward reduce-scatters", "
                                               Gs[static_cast<std::size_t>(mesh.rank())]);
       CHECK(same(y, X));
       CHECK(near(grad, block(sum_over(Gs, members(mesh, "dp")), mesh, {"", "dp"})));
-      CHECK(es::last_plan().names() == Names{gather_partial});
+      CHECK(es::last_plan().names() == Names{GATHER_P});
     }
     if (mesh.ndim() >= 2) {
       const auto X = full({17, 2}, 35);
@@ -611,13 +605,13 @@ TEST_CASE("unary: shard -> partial all-gathers; its backward reduce-scatters", "
             forward_backward(runtime("a/sp-dp b -> a b // dp-sp", o), block(X, mesh, {"dp-sp", ""}), gq);
         CHECK(same(y, X));
         CHECK(near(grad, block(sum_over(Gs, members(mesh, "dp-sp")), mesh, {"dp-sp", ""})));
-        CHECK(es::last_plan().names() == Names{gather_partial});
+        CHECK(es::last_plan().names() == Names{GATHER_P});
       }
       {  // Onto another group: gather over dp, then a partial over sp (backward: all-reduce, slice).
         const auto [y, grad] = forward_backward(runtime("a/dp b -> a b // sp", o), block(X, mesh, {"dp", ""}), gq);
         CHECK(same(y, X));
         CHECK(near(grad, block(sum_over(Gs, members(mesh, "sp")), mesh, {"dp", ""})));
-        CHECK(es::last_plan().names() == Names{gather, add_partial});
+        CHECK(es::last_plan().names() == Names{GATHER, ADD_P});
       }
     }
   }
@@ -636,19 +630,19 @@ TEST_CASE("unary: full -> partial is the identity; its backward all-reduces", "[
           forward_backward([&](const at::Tensor& t) { return es::einshard<"a b -> a b // dp">(t, o); }, X, g);
       CHECK(same(y, X));
       CHECK(near(grad, sum_over(Gs, members(mesh, "dp"))));
-      CHECK(es::last_plan().names() == Names{add_partial});
+      CHECK(es::last_plan().names() == Names{ADD_P});
     }
     {  // Add partial + permute.
       const auto [y, grad] = forward_backward(runtime("b a -> a b // dp", o), X, g.t().contiguous());
       CHECK(same(y, X.t().contiguous()));
       CHECK(near(grad, sum_over(Gs, members(mesh, "dp"))));
-      CHECK(es::last_plan().names() == Names{add_partial, permute});
+      CHECK(es::last_plan().names() == Names{ADD_P, PERMUTE});
     }
     if (mesh.ndim() >= 2) {  // Over a compound group.
       const auto [y, grad] = forward_backward(runtime("a b -> a b // sp-dp", o), X, g);
       CHECK(same(y, X));
       CHECK(near(grad, sum_over(Gs, members(mesh, "dp-sp"))));
-      CHECK(es::last_plan().names() == Names{add_partial});
+      CHECK(es::last_plan().names() == Names{ADD_P});
     }
   }
 }
@@ -673,7 +667,7 @@ TEST_CASE("unary: multi-dimension and compound partials reduce in one all-reduce
       const auto [y, grad] = forward_backward(op, x, G);
       CHECK(near(y, sum_over(X, everyone)));
       CHECK(same(grad, G));
-      CHECK(es::last_plan().names() == Names{allreduce});
+      CHECK(es::last_plan().names() == Names{ALLREDUCE});
       CHECK(es::last_plan().steps[0].group == "dp-sp");
     }
     {  // One group reduce-scattered into the output's shard, the other all-reduced.
@@ -681,14 +675,14 @@ TEST_CASE("unary: multi-dimension and compound partials reduce in one all-reduce
           forward_backward(runtime("a b // (sp,dp) -> a/sp b", o), x, block(G, mesh, {"sp", ""}));
       CHECK(near(y, block(sum_over(X, everyone), mesh, {"sp", ""})));
       CHECK(same(grad, G));
-      CHECK(es::last_plan().names() == Names{reducescatter, allreduce});
+      CHECK(es::last_plan().names() == Names{RS, ALLREDUCE});
     }
     {  // Reduce-scattered over dp, then split over sp.
       const auto [y, grad] =
           forward_backward(runtime("a b // dp -> a/dp b/sp", o), x, block(G, mesh, {"dp", "sp"}));
       CHECK(near(y, block(sum_over(X, members(mesh, "dp")), mesh, {"dp", "sp"})));
       CHECK(same(grad, G));
-      CHECK(es::last_plan().names() == Names{reducescatter, split});
+      CHECK(es::last_plan().names() == Names{RS, SPLIT});
     }
   }
 }
@@ -709,7 +703,7 @@ TEST_CASE("unary: scalar partials on 0-d tensors", "[mpi][unary]") {
       CHECK(near(y, sum_over(values, members(mesh, "dp"))));
       CHECK(grad.dim() == 0);
       CHECK(same(grad, upstream));
-      CHECK(es::last_plan().names() == Names{allreduce});
+      CHECK(es::last_plan().names() == Names{ALLREDUCE});
     }
     if (mesh.ndim() >= 2)
       for (const auto& [name, op] : std::vector<std::pair<std::string, Op>>{
@@ -722,7 +716,7 @@ TEST_CASE("unary: scalar partials on 0-d tensors", "[mpi][unary]") {
         CHECK(y.dim() == 0);
         CHECK(near(y, sum_over(values, members(mesh, "dp-sp"))));
         CHECK(same(grad, upstream));
-        CHECK(es::last_plan().names() == Names{allreduce});
+        CHECK(es::last_plan().names() == Names{ALLREDUCE});
         CHECK(es::last_plan().steps.size() == 1);
         CHECK(es::last_plan().steps[0].group == "dp-sp");
       }
@@ -743,7 +737,7 @@ TEST_CASE("unary: a kept partial travels through an all-to-all within its own re
                                             block(Xs[k], mesh, {"dp", ""}), block(Gs[k], mesh, {"", "dp"}));
     CHECK(same(y, block(Xs[k], mesh, {"", "dp"})));
     CHECK(same(grad, block(Gs[k], mesh, {"dp", ""})));
-    CHECK(es::last_plan().names() == Names{alltoall});
+    CHECK(es::last_plan().names() == Names{ALLTOALL});
   }
 }
 
@@ -794,7 +788,7 @@ TEST_CASE("unary: shapes keyed by a compound group in either spelling", "[mpi][u
       INFO(label(mesh) << ", shapes under '" << key << "'");
       const es::Options o{.mesh = mesh, .shapes = es::Shapes{{key, sizes}}};
       check_move(mesh, {"a b -> a/sp-dp b", runtime("a b -> a/sp-dp b", o), I64{4, 2}, {"", ""}, {"dp-sp", ""},
-                        {split}, {}, {}, {{0, sizes}}});
+                        {SPLIT}, {}, {}, {{0, sizes}}});
     }
   }
 }
@@ -813,17 +807,17 @@ TEST_CASE("unary: shapes metadata in all three forms", "[mpi][unary]") {
     // 1. One list for every dimension and axis.
     const es::Options flat{.mesh = mesh, .shapes = es::Shapes(std::vector<std::int64_t>(last))};
     check_move(mesh, {"a b -> a/dp b (flat shapes)", [&](const at::Tensor& x) { return es::einshard<"a b -> a/dp b">(x, flat); },
-                      I64{5, 2}, {"", ""}, {"dp", ""}, {split}, {}, {}, {{0, last}}});
+                      I64{5, 2}, {"", ""}, {"dp", ""}, {SPLIT}, {}, {}, {{0, last}}});
     check_move(mesh, {"a/dp b -> a b (flat shapes)", runtime("a/dp b -> a b", flat), I64{5, 2}, {"dp", ""}, {"", ""},
-                      {gather}, {}, {{0, last}}});
+                      {GATHER}, {}, {{0, last}}});
     // 2. A list per mesh dimension.
     const es::Options by_dim{.mesh = mesh, .shapes = es::Shapes{{"dp", last}}};
     check_move(mesh, {"a b -> a b/dp (shapes by dim)", runtime("a b -> a b/dp", by_dim), I64{2, 5}, {"", ""},
-                      {"", "dp"}, {split}, {}, {}, {{1, last}}});
+                      {"", "dp"}, {SPLIT}, {}, {}, {{1, last}}});
     // 3. A list per mesh dimension and axis: a repartition with different splits of a and b.
     const es::Options by_axis{.mesh = mesh, .shapes = es::Shapes{{"dp", {{"a", last}, {"b", first}}}}};
     check_move(mesh, {"a/dp b -> a b/dp (shapes by axis)", runtime("a/dp b -> a b/dp", by_axis), I64{5, 4},
-                      {"dp", ""}, {"", "dp"}, {alltoall}, {}, {{0, last}}, {{1, first}}});
+                      {"dp", ""}, {"", "dp"}, {ALLTOALL}, {}, {{0, last}}, {{1, first}}});
   }
   // Per mesh dimension on a 2-D mesh: both dimensions listed.
   for (const auto* mp : meshes(2)) {
@@ -834,9 +828,9 @@ TEST_CASE("unary: shapes metadata in all three forms", "[mpi][unary]") {
     on_sp.front() = 3;
     const es::Options o{.mesh = mesh, .shapes = es::Shapes{{"dp", on_dp}, {"sp", on_sp}}};
     check_move(mesh, {"a b -> a/dp b/sp (shapes by dim)", runtime("a b -> a/dp b/sp", o), I64{3, 3}, {"", ""},
-                      {"dp", "sp"}, {split, split}, {}, {}, {{0, on_dp}, {1, on_sp}}});
+                      {"dp", "sp"}, {SPLIT, SPLIT}, {}, {}, {{0, on_dp}, {1, on_sp}}});
     check_move(mesh, {"a/dp b -> a/sp b (shapes by dim)", runtime("a/dp b -> a/sp b", o), I64{3, 2}, {"dp", ""},
-                      {"sp", ""}, {alltoall}, {}, {{0, on_dp}}, {{0, on_sp}}},
+                      {"sp", ""}, {ALLTOALL}, {}, {{0, on_dp}}, {{0, on_sp}}},
                17);
   }
 }
@@ -887,7 +881,7 @@ TEST_CASE("unary errors: bad notations and metadata raise the same error on ever
   // No mesh: nothing moves, every rank raises.
   CHECK_THROWS_AS(es::einshard<"a b -> a/dp b">(X), es::Error);
   // The library is still usable afterwards.
-  check_move(mesh, {"a/dp b -> a b after errors", runtime("a/dp b -> a b", o), I64{5, 3}, {"dp", ""}, {"", ""}, {gather}});
+  check_move(mesh, {"a/dp b -> a b after errors", runtime("a/dp b -> a b", o), I64{5, 3}, {"dp", ""}, {"", ""}, {GATHER}});
 }
 
 TEST_CASE("unary errors: a fault on one rank raises the same error on every rank", "[mpi][unary][errors]") {
@@ -940,7 +934,7 @@ TEST_CASE("unary errors: a fault on one rank raises the same error on every rank
     }
     // Every rank still agrees afterwards.
     check_move(mesh, {"a/dp b -> a b after faults", runtime("a/dp b -> a b", o), I64{9, 3}, {"dp", ""}, {"", ""},
-                      {gather}});
+                      {GATHER}});
   }
   (void)W;
 }

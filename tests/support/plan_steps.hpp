@@ -3,8 +3,11 @@
 /// The step names of distributed plans, and a compact "operand:step(group,axis)" spelling, shared by
 /// the planner tests (no MPI) and the distributed tests.
 
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
+#include "einshard/notation/parser.hpp"
 #include "einshard/plan/step.hpp"
 
 namespace einshard::testing {
@@ -30,5 +33,17 @@ inline std::string tag(const std::string& who, const std::string& name, const st
 inline std::string x(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("x", n, g, a); }
 inline std::string y(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("y", n, g, a); }
 inline std::string z(const std::string& n, const std::string& g = "", const std::string& a = "") { return tag("z", n, g, a); }
+
+/// The expression of `source` for the planner tests; a parse error throws (failing the test case)
+/// with the parser's message. The expression views `source`, which the caller keeps alive.
+inline einshard::notation::Expression parsed(std::string_view source) {
+  auto r = einshard::notation::parse(source);
+  if (!r.ok) {
+    std::string message;
+    einshard::notation::write_message(r.error, [&](char c) { message += c; });
+    throw std::runtime_error("parse error in '" + std::string(source) + "': " + message);
+  }
+  return std::move(r.expression);
+}
 
 }  // namespace einshard::testing

@@ -43,13 +43,8 @@ struct Layouts {
 };
 
 Layouts layouts(const std::string& source, const es::MeshShape& mesh) {
-  const auto parsed = es::notation::parse(source);
-  if (!parsed.ok) {
-    std::string message;
-    es::notation::write_message(parsed.error, [&](char c) { message += c; });
-    FAIL("parse error in '" << source << "': " << message);
-  }
-  const auto v = parsed.expression.view(source);
+  const auto expression = einshard::testing::parsed(source);
+  const auto v = expression.view(source);
   REQUIRE(v.input_count() == 2);
   return {plan::layout_of(v, v.input(0), 0, mesh), plan::layout_of(v, v.input(1), 0, mesh),
           plan::layout_of(v, v.output(), 0, mesh)};

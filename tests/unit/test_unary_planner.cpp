@@ -24,11 +24,14 @@
 #include "einshard/plan/unary.hpp"
 #include "einshard/shapes.hpp"
 
+#include "plan_steps.hpp"
+
 namespace es = einshard;
 namespace plan = einshard::plan;
 
 namespace {
 
+using namespace einshard::testing;  // the step names
 using Names = std::vector<std::string>;
 
 const es::MeshShape mesh24{{"dp", "sp"}, {2, 4}};
@@ -41,13 +44,8 @@ const es::MeshShape mesh13{{"dp", "sp"}, {1, 3}};
 /// The input and output layouts of a unary notation, its ellipsis standing for `ellipsis` axes.
 std::pair<plan::Layout, plan::Layout> layouts(const std::string& source, const es::MeshShape& mesh,
                                               std::int64_t ellipsis = 0) {
-  const auto parsed = es::notation::parse(source);
-  if (!parsed.ok) {
-    std::string message;
-    es::notation::write_message(parsed.error, [&](char c) { message += c; });
-    FAIL("parse error in '" << source << "': " << message);
-  }
-  const auto v = parsed.expression.view(source);
+  const auto expression = einshard::testing::parsed(source);
+  const auto v = expression.view(source);
   return {plan::layout_of(v, v.input(0), ellipsis, mesh), plan::layout_of(v, v.output(), ellipsis, mesh)};
 }
 
@@ -66,28 +64,18 @@ Names names_of(const std::vector<plan::Step>& steps) {
 Names names(const std::string& source, const es::MeshShape& mesh = mesh24, std::int64_t ellipsis = 0) {
   return names_of(steps_of(source, mesh, ellipsis));
 }
-
-const std::string split = "split_forward_allgather_backward";
-const std::string gather = "allgather_forward_split_backward";
-const std::string alltoall = "alltoall_repartition";
-const std::string allreduce = "allreduce_forward_identity_backward";
-const std::string reducescatter = "reducescatter_forward_allgather_backward";
-const std::string add_partial = "identity_forward_allreduce_backward";
-const std::string gather_partial = "allgather_forward_reducescatter_backward";
-const std::string permute = "permute";
-
 }  // namespace
 
 // ---- plan_unary: step names ---------------------------------------------------------------------
 
 TEST_CASE("unary planner: split and gather", "[planner]") {
-  CHECK(names("a b -> a/dp b") == Names{split});
-  CHECK(names("a b -> a b/sp") == Names{split});
-  CHECK(names("a/dp b -> a b") == Names{gather});
-  CHECK(names("a b/sp -> a b") == Names{gather});
-  CHECK(names("a b -> a/dp b", mesh8) == Names{split});
-  CHECK(names("a b -> a/dp-sp b") == Names{split});
-  CHECK(names("a/sp-dp b -> a b") == Names{gather});
+  CHECK(names("a b -> a/dp b") == Names{SPLIT});
+  CHECK(names("a b -> a b/sp") == Names{SPLIT});
+  CHECK(names("a/dp b -> a b") == Names{GATHER});
+  CHECK(names("a b/sp -> a b") == Names{GATHER});
+  CHECK(names("a b -> a/dp b", mesh8) == Names{SPLIT});
+  CHECK(names("a b -> a/dp-sp b") == Names{SPLIT});
+  CHECK(names("a/sp-dp b -> a b") == Names{GATHER});
 
   const auto s = steps_of("a b -> a/dp b", mesh24);
   REQUIRE(s.size() == 1);
@@ -105,7 +93,7 @@ TEST_CASE("unary planner: split and gather", "[planner]") {
 
 TEST_CASE("unary planner: multi-axis split and gather", "[planner]") {
   const auto s = steps_of("a b -> a/sp b/dp", mesh24);
-  CHECK(names_of(s) == Names{split, split});
+  CHECK(names_of(s) == Names{SPLIT, SPLIT});
   REQUIRE(s.size() == 2);
   CHECK(s[0].axis == "a");
   CHECK(s[0].group == "sp");
@@ -113,33 +101,33 @@ TEST_CASE("unary planner: multi-axis split and gather", "[planner]") {
   CHECK(s[1].group == "dp");
   CHECK(s[1].after.str() == "a/sp b/dp");
 
-  CHECK(names("a/sp b/dp -> a b") == Names{gather, gather});
-  CHECK(names("a/dp b c/tp -> a b c", mesh222) == Names{gather, gather});
-  CHECK(names("a b c -> a/tp b/dp c/sp", mesh222) == Names{split, split, split});
+  CHECK(names("a/sp b/dp -> a b") == Names{GATHER, GATHER});
+  CHECK(names("a/dp b c/tp -> a b c", mesh222) == Names{GATHER, GATHER});
+  CHECK(names("a b c -> a/tp b/dp c/sp", mesh222) == Names{SPLIT, SPLIT, SPLIT});
 }
 
 TEST_CASE("unary planner: split + permute and gather + permute", "[planner]") {
   const auto s = steps_of("b a -> a/dp b", mesh24);
-  CHECK(names_of(s) == Names{split, permute});
+  CHECK(names_of(s) == Names{SPLIT, PERMUTE});
   REQUIRE(s.size() == 2);
   CHECK(s[0].axis == "a");
   CHECK(s[0].after.str() == "b a/dp");
   CHECK(s[1].permutation == std::vector<std::int64_t>{1, 0});
   CHECK(s[1].after.str() == "a/dp b");
 
-  CHECK(names("a/dp b c -> c b a") == Names{gather, permute});
+  CHECK(names("a/dp b c -> c b a") == Names{GATHER, PERMUTE});
   const auto p = steps_of("a/dp b c -> c b a", mesh24);
   CHECK(p.back().permutation == std::vector<std::int64_t>{2, 1, 0});
   // A pure permutation of a sharded layout is local: no step at all reaches the planner in
   // practice, and the planner itself plans only the permute.
-  CHECK(names("a/dp b -> b a/dp") == Names{permute});
+  CHECK(names("a/dp b -> b a/dp") == Names{PERMUTE});
   CHECK(names("a/dp b -> a/dp b").empty());
 }
 
 TEST_CASE("unary planner: ellipsis axes are whole axes of their own", "[planner]") {
-  CHECK(names("... a -> ... a/dp", mesh24, 2) == Names{split});
-  CHECK(names("b ... a/dp -> b ... a", mesh24, 3) == Names{gather});
-  CHECK(names("... a -> ... a/dp", mesh24, 0) == Names{split});
+  CHECK(names("... a -> ... a/dp", mesh24, 2) == Names{SPLIT});
+  CHECK(names("b ... a/dp -> b ... a", mesh24, 3) == Names{GATHER});
+  CHECK(names("... a -> ... a/dp", mesh24, 0) == Names{SPLIT});
   const auto [in, out] = layouts("b ... a/dp -> b ... a", mesh24, 2);
   REQUIRE(in.axes.size() == 4);
   CHECK(in.axes[0].axis == "b");
@@ -152,28 +140,28 @@ TEST_CASE("unary planner: ellipsis axes are whole axes of their own", "[planner]
 TEST_CASE("unary planner: every layout change that is not a pure split or gather is one all-to-all",
           "[planner]") {
   // Same-mesh repartition, both directions, and with more axes.
-  CHECK(names("a/dp b -> a b/dp") == Names{alltoall});
-  CHECK(names("a b/dp -> a/dp b") == Names{alltoall});
-  CHECK(names("a/dp b c -> a b c/dp") == Names{alltoall});
-  CHECK(names("a/dp b -> a b/dp", mesh8) == Names{alltoall});
-  CHECK(names("a/dp b -> a b/dp", mesh3) == Names{alltoall});
+  CHECK(names("a/dp b -> a b/dp") == Names{ALLTOALL});
+  CHECK(names("a b/dp -> a/dp b") == Names{ALLTOALL});
+  CHECK(names("a/dp b c -> a b c/dp") == Names{ALLTOALL});
+  CHECK(names("a/dp b -> a b/dp", mesh8) == Names{ALLTOALL});
+  CHECK(names("a/dp b -> a b/dp", mesh3) == Names{ALLTOALL});
   // Cross-mesh moves, on meshes with unequal (2,4) and equal (2,2,2) sizes.
-  CHECK(names("a/dp b -> a/sp b") == Names{alltoall});
-  CHECK(names("a/sp b -> a/dp b", mesh42) == Names{alltoall});
-  CHECK(names("a/dp b -> a/sp b", mesh222) == Names{alltoall});
-  CHECK(names("a/dp b -> a/sp b", mesh13) == Names{alltoall});
+  CHECK(names("a/dp b -> a/sp b") == Names{ALLTOALL});
+  CHECK(names("a/sp b -> a/dp b", mesh42) == Names{ALLTOALL});
+  CHECK(names("a/dp b -> a/sp b", mesh222) == Names{ALLTOALL});
+  CHECK(names("a/dp b -> a/sp b", mesh13) == Names{ALLTOALL});
   // Onto and off compound groups.
-  CHECK(names("a/dp b -> a/dp-sp b") == Names{alltoall});
-  CHECK(names("a/dp-sp b -> a b/sp-dp") == Names{alltoall});
+  CHECK(names("a/dp b -> a/dp-sp b") == Names{ALLTOALL});
+  CHECK(names("a/dp-sp b -> a b/sp-dp") == Names{ALLTOALL});
   // Ownership permutations: a swap and a 3-cycle.
-  CHECK(names("a/dp b/sp -> a/sp b/dp") == Names{alltoall});
-  CHECK(names("b h/sp w/tp c -> b h/tp w/sp c", mesh222) == Names{alltoall});
-  CHECK(names("a/dp b/sp c/tp -> a/sp b/tp c/dp", mesh222) == Names{alltoall});
+  CHECK(names("a/dp b/sp -> a/sp b/dp") == Names{ALLTOALL});
+  CHECK(names("b h/sp w/tp c -> b h/tp w/sp c", mesh222) == Names{ALLTOALL});
+  CHECK(names("a/dp b/sp c/tp -> a/sp b/tp c/dp", mesh222) == Names{ALLTOALL});
   // A move plus an independent split, a split mixed with a gather: still one all-to-all.
-  CHECK(names("a/dp b -> a/sp b/tp", mesh222) == Names{alltoall});
-  CHECK(names("a b/sp -> a/dp b") == Names{alltoall});
+  CHECK(names("a/dp b -> a/sp b/tp", mesh222) == Names{ALLTOALL});
+  CHECK(names("a b/sp -> a/dp b") == Names{ALLTOALL});
   // And a permute after it when the axis order changes.
-  CHECK(names("a/dp b -> b/dp a") == Names{alltoall, permute});
+  CHECK(names("a/dp b -> b/dp a") == Names{ALLTOALL, PERMUTE});
 
   const auto s = steps_of("a/dp b/sp c/tp -> a/sp b/tp c/dp", mesh222);
   REQUIRE(s.size() == 1);
@@ -184,32 +172,32 @@ TEST_CASE("unary planner: every layout change that is not a pure split or gather
 
 TEST_CASE("unary planner: partial conversions", "[planner]") {
   // Partial -> full: one all-reduce.
-  CHECK(names("a b // dp -> a b") == Names{allreduce});
+  CHECK(names("a b // dp -> a b") == Names{ALLREDUCE});
   // Partial -> shard over the same group: reduce-scatter into the axis.
-  CHECK(names("a b // dp -> a/dp b") == Names{reducescatter});
-  CHECK(names("a b // sp -> a b/sp") == Names{reducescatter});
+  CHECK(names("a b // dp -> a/dp b") == Names{RS});
+  CHECK(names("a b // sp -> a b/sp") == Names{RS});
   const auto rs = steps_of("a b // dp -> a b/dp", mesh24);
   REQUIRE(rs.size() == 1);
   CHECK(rs[0].axis == "b");
   CHECK(rs[0].group == "dp");
   CHECK(rs[0].after.str() == "a b/dp");
   // Partial -> shard over another group: all-reduce, then split.
-  CHECK(names("a b // dp -> a/sp b") == Names{allreduce, split});
+  CHECK(names("a b // dp -> a/sp b") == Names{ALLREDUCE, SPLIT});
   // Shard -> partial over the same group: the all-gather whose backward reduce-scatters.
-  CHECK(names("a/dp b -> a b // dp") == Names{gather_partial});
+  CHECK(names("a/dp b -> a b // dp") == Names{GATHER_P});
   const auto gp = steps_of("a/dp b -> a b // dp", mesh24);
   REQUIRE(gp.size() == 1);
   CHECK(gp[0].axis == "a");
   CHECK(gp[0].group == "dp");
   CHECK(gp[0].after.str() == "a b // dp");
   // Shard -> partial over another group: gather, then add the partial.
-  CHECK(names("a/dp b -> a b // sp") == Names{gather, add_partial});
+  CHECK(names("a/dp b -> a b // sp") == Names{GATHER, ADD_P});
   // Full -> partial: identity forward, all-reduce backward.
-  CHECK(names("a b -> a b // dp") == Names{add_partial});
+  CHECK(names("a b -> a b // dp") == Names{ADD_P});
   // Add partial + permute.
-  CHECK(names("b a -> a b // dp") == Names{add_partial, permute});
+  CHECK(names("b a -> a b // dp") == Names{ADD_P, PERMUTE});
   // A kept partial does not move.
-  CHECK(names("a b // dp -> a b/sp // dp") == Names{split});
+  CHECK(names("a b // dp -> a b/sp // dp") == Names{SPLIT});
   CHECK(names("a b // dp -> a b // dp").empty());
 }
 
@@ -219,7 +207,7 @@ TEST_CASE("unary planner: multi-dimension and compound partials reduce in one co
     INFO(source);
     const auto s = steps_of(source, mesh24);
     REQUIRE(s.size() == 1);
-    CHECK(plan::step_name(s[0].kind) == allreduce);
+    CHECK(plan::step_name(s[0].kind) == ALLREDUCE);
     CHECK(s[0].group == "dp-sp");
     CHECK(s[0].after.partial.empty());
   }
@@ -233,9 +221,9 @@ TEST_CASE("unary planner: multi-dimension and compound partials reduce in one co
   CHECK(keep[0].group == "sp");
   CHECK(keep[0].after.partial == "dp");
   // One group is reduce-scattered into the output shard, the rest all-reduced.
-  CHECK(names("a b // (sp,dp) -> a/sp b") == Names{reducescatter, allreduce});
+  CHECK(names("a b // (sp,dp) -> a/sp b") == Names{RS, ALLREDUCE});
   // Compound partial group onto a compound shard.
-  CHECK(names("a b // sp-dp -> a/dp-sp b") == Names{reducescatter});
+  CHECK(names("a b // sp-dp -> a/dp-sp b") == Names{RS});
 }
 
 TEST_CASE("unary planner: errors", "[planner]") {
