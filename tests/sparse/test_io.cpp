@@ -259,7 +259,7 @@ TEST_CASE("save / load: damaged directories raise the same error, naming the fil
   expect(part0, "corrupt");
   D.save(dir.str());
   edit_metadata("einshard-dsparse 3", "einshard-dsparse 7");
-  expect("found version 7", "expected format version 1, 2 or 3");
+  expect("found version 7", "expected format version 3");
   expect("version 7", meta);  // names the file
   D.save(dir.str());
   edit_metadata("dtype float64", "dtype float32");
@@ -268,44 +268,12 @@ TEST_CASE("save / load: damaged directories raise the same error, naming the fil
   CHECK(at::equal(product(sp::DSparseTensor::load(dir.str(), mesh)), product(D)));  // repaired by a save
 }
 
-TEST_CASE("save / load: version 1 files (global entries per partition) still load", "[sparse][io]") {
-  const auto w = es::testing::world();
-  const auto mesh = es::testing::world_mesh();
-  const auto coo = es::testing::poisson2d(7, 6);
-  const sp::SparseTensor A(coo.values, coo.rows, coo.cols, {coo.n, coo.n});
-  TempDir dir("v1");
-  // The version-1 writer, as it was: one partition of every row, its checksum the one-lane form.
-  on_rank0([&] {
-    std::filesystem::create_directories(dir.path);
-    const auto n = coo.n, k = coo.values.numel();
-    std::string bytes = "ESDSPART";
-    const auto put = [&](const void* p, std::size_t size) { bytes.append(static_cast<const char*>(p), size); };
-    const std::array<std::int64_t, 6> header{1, 0, 1, n, n, k};
-    put(header.data(), sizeof header);
-    const auto owned = at::arange(n, at::kLong), rows = coo.rows.to(at::kLong).contiguous(),
-               cols = coo.cols.to(at::kLong).contiguous(), values = coo.values.to(at::kDouble).contiguous();
-    for (const auto* t : {&owned, &rows, &cols, &values}) put(t->data_ptr(), static_cast<std::size_t>(t->nbytes()));
-    sp::detail::Checksum sum(1);
-    sum.update(bytes.data(), bytes.size());
-    std::ofstream(dir.path / "partition_0.bin", std::ios::binary) << bytes;
-    std::ofstream(dir.path / "metadata.txt") << "einshard-dsparse 1\nshape " << n << ' ' << n
-                                             << "\ndtype float64\npartitions 1\npartition 0 partition_0.bin " << n
-                                             << ' ' << k << ' ' << bytes.size() << ' '
-                                             << sp::detail::hex(sum.value()) << '\n';
-  });
-  const auto E = sp::DSparseTensor::load(dir.str(), mesh);
-  const auto R = sp::DSparseTensor::partition(A, mesh);
-  CHECK(at::equal(E.layout()->owned(), R.layout()->owned()));
-  CHECK(at::equal(product(E), product(R)));
-  (void)w;
-}
-
 namespace {
 /// Rank 0 rewrites every partition file of `dir` through `edit` (its bytes, its header and
-/// sections), then the metadata with format `version` and each file's checksum of that version
-/// recomputed, so the load gets past the checksum to whatever `edit` did.
+/// sections), then the metadata with each file's checksum recomputed, so the load gets past the
+/// checksum to whatever `edit` did.
 template <class F>
-void rewrite_files(const TempDir& dir, std::int64_t version, F&& edit) {
+void rewrite_files(const TempDir& dir, F&& edit) {
   on_rank0([&] {
     std::ifstream in(dir.path / "metadata.txt");
     std::string meta((std::istreambuf_iterator<char>(in)), {});
@@ -322,36 +290,26 @@ void rewrite_files(const TempDir& dir, std::int64_t version, F&& edit) {
       REQUIRE(sp::detail::sections_of(h, static_cast<std::int64_t>(bytes.size()), sections));
       edit(bytes, h, sections);
       e.checksum = sp::detail::checksum_of(reinterpret_cast<const unsigned char*>(bytes.data()),
-                                           static_cast<std::int64_t>(bytes.size()), version);
+                                           static_cast<std::int64_t>(bytes.size()));
       std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
     }
-    auto text = sp::detail::metadata_text(parsed.m, parsed.n, parsed.dtype, parts);
-    text.replace(0, text.find('\n'), "einshard-dsparse " + std::to_string(version));
-    std::ofstream(dir.path / "metadata.txt", std::ios::trunc) << text;
+    std::ofstream(dir.path / "metadata.txt", std::ios::trunc)
+        << sp::detail::metadata_text(parsed.m, parsed.n, parsed.dtype, parts);
   });
 }
 }  // namespace
 
-TEST_CASE("save / load: version 2 files (the four-lane checksum) still load; damage past a good checksum is found",
-          "[sparse][io]") {
+TEST_CASE("save / load: damage past a good checksum is found by the checks over the read chunks", "[sparse][io]") {
   const auto mesh = es::testing::world_mesh();
   const auto coords = es::testing::grid_coords(9, 7);
   for (auto method : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
     const auto D = es::testing::distribute(es::testing::poisson2d(9, 7), mesh, method, coords);
-    TempDir dir("v2");
-    D.save(dir.str());
-    rewrite_files(dir, 2, [](std::string& bytes, const sp::detail::PartitionHeader&, const sp::detail::PartitionSections&) {
-      const std::int64_t two = 2;
-      std::memcpy(bytes.data() + 8, &two, sizeof two);  // the header's version word
-    });
-    const auto E = sp::DSparseTensor::load(dir.str(), mesh);
-    CHECK(at::equal(E.layout()->owned(), D.layout()->owned()));
-    CHECK(at::equal(product(E), product(D)));
-    // Version 3 again, with the first two columns of the first row of two or more entries
-    // swapped on the last partition: the checksum matches, the checks over the read chunks see it.
+    TempDir dir("damage");
+    // The first two columns of the first row of two or more entries swapped on the last
+    // partition: the checksum matches, the checks over the read chunks see it.
     D.save(dir.str());
     const auto last = static_cast<std::int64_t>(es::testing::world().size - 1);
-    rewrite_files(dir, 3, [&](std::string& bytes, const sp::detail::PartitionHeader& h,
+    rewrite_files(dir, [&](std::string& bytes, const sp::detail::PartitionHeader& h,
                               const sp::detail::PartitionSections& s) {
       if (h.id != last) return;
       for (std::int64_t r = 0; r < h.R; ++r) {
