@@ -21,6 +21,7 @@
 
 #include <einshard/einshard.hpp>
 #include <einshard/exec/contraction.hpp>  // prepares and runs contractions directly
+#include <einshard/exec/replay.hpp>       // agree_operands
 
 #include "common.hpp"
 

@@ -1,13 +1,13 @@
 #pragma once
 /// @file
 /// What every distributed call does first: describe each operand, agree with the other ranks
-/// (comm/agreement.hpp), and look the prepared call up in a cache keyed by everything the plan
-/// depends on (notation, mesh, policy, shapes metadata and every rank's shapes), so a repeated call
-/// costs one small all-gather and a hash lookup before its data moves.
+/// (comm/agreement.hpp; `agree_operands`, which first resolves the replays' pending records, is in
+/// exec/replay.hpp), and look the prepared call up in a cache keyed by everything the plan depends
+/// on (notation, mesh, policy, shapes metadata and every rank's shapes), so a repeated call costs
+/// one small all-gather and a hash lookup before its data moves.
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,7 +19,6 @@
 #include "einshard/comm/agreement.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/exec/cache.hpp"
-#include "einshard/exec/fold.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
 #include "einshard/options.hpp"
@@ -124,24 +123,6 @@ inline comm::RankInfo describe_operand(const notation::ExpressionView& e, std::s
 /// Checks gathered descriptions of the inputs of `e`; the same error on every rank.
 inline void check_operands(const notation::ExpressionView& e, const comm::Agreed& ranks) {
   comm::check_agreed(ranks, call_name(e), [&](std::size_t i) { return expected_dims(e, i); });
-}
-
-/// Collective over the mesh. The exchange also carries whether each rank holds a pending record
-/// of a call that moved no data (exec/fold.hpp): those are resolved first, by every rank together
-/// (`resolve_pending`).
-inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Mesh& mesh) {
-  Agreement a;
-  std::vector<comm::RankInfo> mine;
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    mine.push_back(describe_operand(e, i, xs[i]));
-    a.scalar.push_back(stands_for_one_axis(e, i, xs[i]));
-  }
-  std::vector<std::int64_t> flags;
-  a.ranks = comm::gather_infos(mesh.comm(), mine, has_pending(mesh.comm()) ? 1 : 0, &flags);
-  if (std::any_of(flags.begin(), flags.end(), [](std::int64_t f) { return f != 0; }))
-    resolve_pending(mesh.comm());
-  check_operands(e, a.ranks);
-  return a;
 }
 
 /// Everything a prepared call depends on, as bytes; written into this thread's reused string, so a

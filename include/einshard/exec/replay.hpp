@@ -42,6 +42,7 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -173,6 +174,24 @@ inline std::int64_t digest(std::string_view site, const comm::Agreed& ranks) {
 }
 
 }  // namespace detail
+
+/// Agrees on the operands of `e`, as every call that does not replay does; collective over the
+/// mesh. The exchange also carries whether each rank holds a pending record of a call that moved no
+/// data (exec/fold.hpp): those are resolved first, by every rank together (`resolve_pending`).
+inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Mesh& mesh) {
+  Agreement a;
+  std::vector<comm::RankInfo> mine;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    mine.push_back(describe_operand(e, i, xs[i]));
+    a.scalar.push_back(stands_for_one_axis(e, i, xs[i]));
+  }
+  std::vector<std::int64_t> flags;
+  a.ranks = comm::gather_infos(mesh.comm(), mine, has_pending(mesh.comm()) ? 1 : 0, &flags);
+  if (std::any_of(flags.begin(), flags.end(), [](std::int64_t f) { return f != 0; }))
+    resolve_pending(mesh.comm());
+  check_operands(e, a.ranks);
+  return a;
+}
 
 /// The replay slot of this call site (empty, or another site's, when none is there).
 inline Replay& replay_slot(std::string_view source, const Options& o, bool& hit) {
