@@ -154,9 +154,9 @@ struct AxisExchangeOp final : comm::CommOp {
         messages.send(from, n, elem, peer, detail::fetch_tag, comm);
       }
     // The local rows (most of the result, usually) move while the messages are in flight. Many
-    // runs of a large piece go as one tensor copy (torch's vectorized strided copy beat a memcpy
-    // per run by 10-20% on 2-8 MiB fields, docs/performance.md); one run, or a small piece, by
-    // memcpy (the views and dispatch of a tensor copy cost ~3 us, 15% of a 0.5 MiB exchange).
+    // runs of a large piece go as one tensor copy (torch's vectorized strided copy beats a memcpy
+    // per run there, docs/performance.md); one run, or a small piece, by memcpy (a tensor copy's
+    // views and dispatch cost more than a small piece's bytes).
     for (const auto& p : f.pieces) {
       if (p.owner != me || p.length == 0) continue;
       if (slabs.outer > 1 && slabs.outer * p.length * row_bytes >= (std::int64_t{1} << 16))
