@@ -1,5 +1,5 @@
 // ILU(0) and IC(0) kernels (sparse/ilu.hpp) against dense references computed by the definition.
-// The preconditioner operators themselves are collective: tests/sparse/test_preconditioner.cpp.
+// The preconditioner operators themselves are collective: tests/sparse/preconditioner/test_preconditioner.cpp.
 
 #include <ATen/ATen.h>
 
