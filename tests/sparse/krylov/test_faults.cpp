@@ -39,6 +39,10 @@ Coo my_rows(const Coo& a, bool faulty, const std::function<at::Tensor(at::Tensor
   return mine;
 }
 
+/// DSparseTensor::lsqr or lsmr with options (each is overloaded: with and without them).
+using LeastSquaresMethod = sp::LeastSquaresResult (sp::DSparseTensor::*)(const sp::DVector&,
+                                                                         const sp::LeastSquaresOptions&) const;
+
 std::string solve_outcome(const sp::DSparseTensor& D, const sp::DVector& b, const sp::SolveOptions& o) {
   sp::SolveInfo info;
   auto outcome = et::outcome_of([&] { info = D.solve(b, o).info; });
@@ -168,7 +172,8 @@ TEST_CASE("faults on one rank end LSQR, LSMR and block solves the same way on ev
     // LSQR and LSMR: the same stop code and iteration on every rank, never a solution.
     auto b = D.scatter(at::ones({a.n}, at::kDouble));
     if (!matrix_fault && me && b.local_size() > 0) b.local()[0] = not_a_number;
-    for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+    for (const LeastSquaresMethod method :
+         {LeastSquaresMethod(&sp::DSparseTensor::lsqr), LeastSquaresMethod(&sp::DSparseTensor::lsmr)}) {
       sp::LeastSquaresResult r;
       auto outcome = et::outcome_of([&] { r = (D.*method)(b, {.atol = 1e-10, .btol = 1e-10, .maxiter = 60}); });
       if (outcome.empty())

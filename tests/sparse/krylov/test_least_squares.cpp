@@ -122,7 +122,7 @@ TEST_CASE("LSQR and LSMR match a dense least-squares solve, damped or not", "[sp
     const auto a = random_rect(c.m, c.n, 0.15, 11 + static_cast<std::uint64_t>(c.m));
     const auto b = at::randn({c.m}, at::make_generator<at::CPUGeneratorImpl>(3), at::kDouble);
     const auto ref = dense_lstsq(a, b, c.damp);
-    for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+    for (const Method method : {Method(&sp::DSparseTensor::lsqr), Method(&sp::DSparseTensor::lsmr)}) {
       const bool is_lsqr = method == static_cast<Method>(&sp::DSparseTensor::lsqr);
       INFO((is_lsqr ? "lsqr" : "lsmr") << " m " << c.m << " n " << c.n << " damp " << c.damp);
       const sp::LeastSquaresOptions o{.damp = c.damp, .atol = 1e-12, .btol = 1e-12, .maxiter = 400};
@@ -195,7 +195,7 @@ TEST_CASE("LSQR and LSMR on a complex rectangular matrix, with x0", "[sparse][ls
   const auto b = at::randn({m}, gen, at::kComplexDouble);
   const auto x0 = at::randn({n}, gen, at::kComplexDouble);
   const auto D = distribute(a, mesh, true);
-  for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+  for (const Method method : {Method(&sp::DSparseTensor::lsqr), Method(&sp::DSparseTensor::lsmr)}) {
     const auto r = (D.*method)(D.scatter(b), {.damp = 0.2, .atol = 1e-12, .btol = 1e-12});
     CHECK(r.info.converged);
     CHECK(rel(r.x.full_tensor(), dense_lstsq(a, b, 0.2)) < 1e-8);
@@ -212,7 +212,7 @@ TEST_CASE("LSQR and LSMR stop codes: b = 0, maxiter, conlim, a compatible system
   const std::int64_t m = 25, n = 10;
   const auto a = random_rect(m, n, 0.3, 2);
   const auto D = distribute(a, mesh, true);
-  for (const auto method : {&sp::DSparseTensor::lsqr, &sp::DSparseTensor::lsmr}) {
+  for (const Method method : {Method(&sp::DSparseTensor::lsqr), Method(&sp::DSparseTensor::lsmr)}) {
     // b = 0: x = 0 exactly, whatever x0 was.
     const auto z = (D.*method)(D.zeros(), {.x0 = D.scatter(at::ones({n}, at::kDouble))});
     CHECK(z.istop == 0);
