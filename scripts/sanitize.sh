@@ -32,6 +32,8 @@ for suite in ${suites}; do
   if [[ "${suite}" == unit ]]; then
     tests+=("^unit\$")
   else
+    # A suite's test cases that need no MPI (sparse.unit), then its MPI runs.
+    tests+=("^${suite}\\.unit\$")
     for n in ${ranks}; do tests+=("^${suite}\\.np${n}\$"); done
   fi
 done

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Helpers of the tests of the DSparseTensor operations (components, files, spectra, Newton,
-/// determinants): the world mesh, the partitions every test runs under, and collective checks.
+/// What the distributed sparse tests share: the world mesh, the partitions the tests run under,
+/// each rank's share of a global matrix, and collective checks and sums.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -25,6 +25,12 @@ inline sparse::DSparseTensor distribute(const Coo& a, const Mesh& mesh, sparse::
   return sparse::DSparseTensor::partition(A, mesh, {.method = method, .coords = coords});
 }
 
+/// The same on the nx x ny grid of poisson2d's unknowns (grid_coords).
+inline sparse::DSparseTensor distribute(const Coo& a, const Mesh& mesh, sparse::PartitionMethod method, std::int64_t nx,
+                                        std::int64_t ny) {
+  return distribute(a, mesh, method, grid_coords(nx, ny));
+}
+
 /// A 13 x 9 matrix, each rank of `mesh` assembling the rows of its simple block: entries
 /// (i, (3i + j) mod 9) = 1 + i - j / 2 for j < 3. Rectangular, so its columns have their own partition.
 inline sparse::DSparseTensor rectangular_13x9(const Mesh& mesh) {
@@ -46,6 +52,26 @@ inline at::Tensor rectangular_13x9_dense() {
     for (std::int64_t j = 0; j < 3; ++j)
       A[i][(3 * i + j) % 9] += 1.0 + static_cast<double>(i) - 0.5 * static_cast<double>(j);
   return A;
+}
+
+/// The entries of the rows this rank owns under from_local's default (contiguous blocks): each
+/// entry handed in once, by its owner, so gradients reach every handed-in value.
+inline Coo my_share(const Coo& a) {
+  const auto [first, last] = sparse::simple_rows(a.n, MPI_COMM_WORLD);
+  const auto pick = ((a.rows >= first) & (a.rows < last)).nonzero().flatten();
+  return {a.values.index_select(0, pick), a.rows.index_select(0, pick), a.cols.index_select(0, pick), a.n};
+}
+
+/// The square matrix of `share`'s pattern with `values` (this rank's, a leaf for gradients).
+inline sparse::DSparseTensor assemble(const Coo& share, const at::Tensor& values, const Mesh& mesh) {
+  return sparse::DSparseTensor::from_local(values, share.rows, share.cols, {share.n, share.n}, mesh);
+}
+
+/// A float64 tensor summed over the ranks of MPI_COMM_WORLD (each rank's share of a gradient).
+inline at::Tensor sum_over_ranks(at::Tensor t) {
+  t = t.contiguous().clone();
+  MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return t;
 }
 
 /// True when every rank holds the same string (collective).

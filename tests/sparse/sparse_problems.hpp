@@ -91,15 +91,39 @@ inline Coo unsymmetric_with_duplicates(std::int64_t n, std::uint64_t seed = 7) {
   return {at::cat({vals, vals}) * 0.5, at::cat({rows, rows}), at::cat({cols, cols}), n};
 }
 
-/// A reproducible standard-normal vector (right-hand sides).
-inline at::Tensor random_vector(std::int64_t n, std::uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({n}, gen, at::kDouble);
+/// 2-D convection-diffusion: the 5-point Laplacian plus a central difference of c·∂x (nonsymmetric).
+inline Coo convection_diffusion(std::int64_t nx, std::int64_t ny, double c) {
+  auto a = poisson2d(nx, ny);
+  const auto east = a.cols == a.rows + 1, west = a.cols == a.rows - 1;
+  a.values = a.values + c * east.to(at::kDouble) - c * west.to(at::kDouble);
+  return a;
 }
 
+/// The Laplacian shifted by -sigma: symmetric, indefinite for sigma inside its spectrum.
+inline Coo shifted_laplacian(std::int64_t nx, std::int64_t ny, double sigma) {
+  auto a = poisson2d(nx, ny);
+  a.values = a.values - sigma * (a.rows == a.cols).to(at::kDouble);
+  return a;
+}
+
+/// A reproducible standard-normal vector (right-hand sides), the same on every rank.
+inline at::Tensor random_vector(std::int64_t n, std::uint64_t seed, at::ScalarType dtype = at::kDouble) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({n}, gen, dtype);
+}
+
+/// ‖x − ref‖₂ / ‖ref‖₂.
 inline double relative_error(const at::Tensor& x, const at::Tensor& ref) {
   return (x - ref).norm().item<double>() / ref.norm().item<double>();
 }
+
+/// max |x − ref| / max |ref|: the relative error of the largest entry.
+inline double rel(const at::Tensor& x, const at::Tensor& ref) {
+  return (x - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+}
+
+/// The largest magnitude of `t`, 0 for an empty tensor.
+inline double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
 
 inline at::Tensor dense(const Coo& a) {
   return at::zeros({a.n, a.n}, a.values.options()).index_put_({a.rows, a.cols}, a.values, /*accumulate=*/true);

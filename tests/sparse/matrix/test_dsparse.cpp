@@ -1,5 +1,6 @@
-// DSparseTensor: assembly, halo SpMV and transposed SpMV, vectors, against the same product done
-// on one process, for every partition method and world size (ctest: 1, 2, 3, 4, 8 ranks).
+// DSparseTensor: assembly, halo SpMV and transposed SpMV, vectors, and the block product A X (both
+// instruction sets, any k and shard), against the same product done on one process, for every
+// partition method and world size (ctest: 1, 2, 3, 4, 8 ranks).
 
 #include <catch2/catch.hpp>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "einshard/sparse.hpp"
+#include "operations_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
@@ -20,12 +22,10 @@ using einshard::testing::Coo;
 
 namespace {
 
-es::Mesh world_mesh() {
-  const auto w = es::testing::world();
-  return es::Mesh(MPI_COMM_WORLD, {w.size}, {"x"});
-}
-
-double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
+using es::testing::max_abs;
+using es::testing::my_share;
+using es::testing::sum_over_ranks;
+using es::testing::world_mesh;
 
 /// The same seeded vector on every rank.
 at::Tensor global_vector(std::int64_t n, std::uint64_t seed, at::ScalarType dtype = at::kDouble) {
@@ -368,5 +368,60 @@ TEST_CASE("reductions and value operations equal the one-process ones", "[sparse
     CHECK(max_abs(dense_of(D.to(at::kFloat)).to(at::kDouble) - A.mv(x)) < 1e-5);
     const auto S = sp::DSparseTensor::partition(G, mesh, {.method = sp::PartitionMethod::slicing, .coords = at::rand({coo.n, 2}, gen, at::kDouble)});
     CHECK_THROWS_WITH(D + S, Catch::Contains("different structures"));
+  }
+}
+
+TEST_CASE("the block product A X equals the dense product, both instruction sets, any k and shard",
+          "[sparse][multi_rhs][spmm]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  // Long-range couplings (every rank has ghosts and boundary rows), duplicates, and an uneven
+  // ownership: rank r owns [n r² / P², n (r+1)² / P²), and rank 1 owns nothing from 3 ranks up.
+  const auto coo = es::testing::unsymmetric_with_duplicates(53);
+  const auto n = coo.n;
+  std::vector<std::int64_t> bound(static_cast<std::size_t>(w.size) + 1);
+  for (int r = 0; r <= w.size; ++r) bound[static_cast<std::size_t>(r)] = n * r * r / (w.size * w.size);
+  if (w.size >= 3) bound[2] = bound[1];
+  const auto owned = at::arange(bound[static_cast<std::size_t>(w.rank)], bound[static_cast<std::size_t>(w.rank) + 1], at::kLong);
+  if (w.size >= 3 && w.rank == 1) REQUIRE(owned.numel() == 0);
+  const auto mine = my_share(coo);  // the entries handed in need not be the owned rows'
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
+  const auto imag = at::randn({n}, gen, at::kDouble);
+  const auto modes = sp::detail::block_avx2_available() ? std::vector<bool>{false, true} : std::vector<bool>{true};
+  for (const auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
+    const bool complex = dtype == at::kComplexDouble;
+    // Complex: values with an imaginary part per row (each duplicate half of it).
+    const auto values = complex ? at::complex(mine.values, 0.5 * imag.index_select(0, mine.rows)) : mine.values.to(dtype);
+    const auto D = sp::DSparseTensor::from_local(values, mine.rows, mine.cols, {n, n}, mesh, {.owned_rows = owned});
+    const auto all_values = complex ? at::complex(coo.values, 0.5 * imag.index_select(0, coo.rows)) : coo.values;
+    const auto dense = at::zeros({n, n}, all_values.options()).index_put_({coo.rows, coo.cols}, all_values, true);
+    for (const std::int64_t k : {1, 3, 4, 8, 12, 16, 19}) {
+      auto X = at::randn({n, k}, gen, at::kDouble), Wt = at::randn({n, k}, gen, at::kDouble);
+      if (complex) {
+        X = at::complex(X, at::randn({n, k}, gen, at::kDouble));
+        Wt = at::complex(Wt, at::randn({n, k}, gen, at::kDouble));
+      }
+      const auto ref = dense.matmul(X);
+      const auto ref_dots = at::real((Wt.conj() * ref).sum(0));
+      const auto dot_scale = (Wt.abs() * ref.abs()).sum(0).max().item<double>();  // the dots' rounding scale
+      const auto x = D.scatter(X.to(dtype)).local().contiguous();
+      const auto wt = D.scatter(Wt.to(dtype)).local().contiguous();
+      const double tol = dtype == at::kFloat ? 1e-5 : 1e-12;
+      for (const bool portable : modes) {
+        CAPTURE(c10::toString(dtype), k, portable);
+        sp::detail::block_force_portable() = portable;
+        auto y = at::empty_like(x);
+        const auto dots = D.apply_block(x, y, wt);
+        auto y2 = at::empty_like(x);
+        CHECK(D.apply_block(x, y2, {}).empty());
+        sp::detail::block_force_portable() = false;
+        CHECK(at::equal(y, y2));
+        const auto full = sp::DVector(D.layout(), y).full_tensor().to(ref.scalar_type());
+        CHECK((full - ref).abs().max().item<double>() <= tol * ref.abs().max().item<double>());
+        REQUIRE(dots.size() == static_cast<std::size_t>(k));
+        const auto summed = sum_over_ranks(at::tensor(dots, at::kDouble));
+        CHECK((summed - ref_dots).abs().max().item<double>() <= tol * dot_scale);
+      }
+    }
   }
 }

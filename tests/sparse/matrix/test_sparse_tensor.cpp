@@ -62,7 +62,7 @@ const std::array<at::ScalarType, 4> all_dtypes{at::kFloat, at::kDouble, at::kCom
 
 }  // namespace
 
-TEST_CASE("SparseTensor: COO assembly sums duplicates, coalesced accessors", "[sparse]") {
+TEST_CASE("SparseTensor: COO assembly sums duplicates, coalesced accessors", "[sparse][unit]") {
   for (const auto dtype : all_dtypes) {
     INFO(c10::toString(dtype));
     const auto c = random_coo(13, 9, 60, dtype, 1);
@@ -87,7 +87,7 @@ TEST_CASE("SparseTensor: COO assembly sums duplicates, coalesced accessors", "[s
   }
 }
 
-TEST_CASE("SparseTensor: from_dense, from_csr, to(dtype)", "[sparse]") {
+TEST_CASE("SparseTensor: from_dense, from_csr, to(dtype)", "[sparse][unit]") {
   const auto c = random_coo(7, 11, 30, at::kDouble, 2);
   const auto dense = dense_of(c);
   const auto a = sp::SparseTensor::from_dense(dense);
@@ -115,7 +115,7 @@ TEST_CASE("SparseTensor: from_dense, from_csr, to(dtype)", "[sparse]") {
   CHECK(at::equal(empty.matvec(at::ones({3}, at::kDouble)), at::zeros({4}, at::kDouble)));
 }
 
-TEST_CASE("SparseTensor: bad input raises einshard::Error", "[sparse]") {
+TEST_CASE("SparseTensor: bad input raises einshard::Error", "[sparse][unit]") {
   const auto v = at::ones({3}, at::kDouble);
   const auto i = at::tensor(std::vector<std::int64_t>{0, 1, 2});
   CHECK_NOTHROW(sp::SparseTensor(v, i, i, {3, 3}));
@@ -139,7 +139,7 @@ TEST_CASE("SparseTensor: bad input raises einshard::Error", "[sparse]") {
   CHECK_THROWS_AS(e.min(), es::Error);
 }
 
-TEST_CASE("SparseTensor: matvec, rmatvec and transpose against dense", "[sparse]") {
+TEST_CASE("SparseTensor: matvec, rmatvec and transpose against dense", "[sparse][unit]") {
   for (const auto dtype : all_dtypes) {
     INFO(c10::toString(dtype));
     const auto c = random_coo(17, 12, 80, dtype, 3);
@@ -173,7 +173,7 @@ TEST_CASE("SparseTensor: matvec, rmatvec and transpose against dense", "[sparse]
   CHECK(close(y, at::mv(dense_of(c).to(at::kDouble), x), 1e-6));
 }
 
-TEST_CASE("SparseTensor: matvec and rmatvec gradients equal dense torch's", "[sparse][autograd]") {
+TEST_CASE("SparseTensor: matvec and rmatvec gradients equal dense torch's", "[sparse][autograd][unit]") {
   for (const auto dtype : all_dtypes) {
     for (const bool transposed : {false, true}) {
       for (const std::int64_t k : {0, 3}) {
@@ -206,7 +206,7 @@ TEST_CASE("SparseTensor: matvec and rmatvec gradients equal dense torch's", "[sp
   }
 }
 
-TEST_CASE("SparseTensor: matvec gradient matches finite differences", "[sparse][autograd]") {
+TEST_CASE("SparseTensor: matvec gradient matches finite differences", "[sparse][autograd][unit]") {
   const auto c = random_coo(8, 8, 30, at::kDouble, 6);
   const auto x = at::randn({8}, at::kDouble);
   const auto probe = at::randn({8}, at::kDouble);
@@ -234,7 +234,7 @@ TEST_CASE("SparseTensor: matvec gradient matches finite differences", "[sparse][
   }
 }
 
-TEST_CASE("SparseTensor: csr_matvec on a pattern with other values", "[sparse][autograd]") {
+TEST_CASE("SparseTensor: csr_matvec on a pattern with other values", "[sparse][autograd][unit]") {
   const auto c = random_coo(5, 6, 20, at::kDouble, 7);
   const auto a = sparse_of(c);
   const auto values = at::randn({a.nnz()}, at::kDouble).requires_grad_();
@@ -248,7 +248,7 @@ TEST_CASE("SparseTensor: csr_matvec on a pattern with other values", "[sparse][a
   CHECK_THROWS_AS(sp::detail::csr_matvec(a.csr(), values.slice(0, 1), x), es::Error);
 }
 
-TEST_CASE("SparseTensor: elementwise ops act on the stored values", "[sparse]") {
+TEST_CASE("SparseTensor: elementwise ops act on the stored values", "[sparse][unit]") {
   for (const auto dtype : all_dtypes) {
     INFO(c10::toString(dtype));
     const auto c = random_coo(10, 8, 40, dtype, 8);
@@ -299,7 +299,7 @@ TEST_CASE("SparseTensor: elementwise ops act on the stored values", "[sparse]") 
   }
 }
 
-TEST_CASE("SparseTensor: reductions over the stored values", "[sparse]") {
+TEST_CASE("SparseTensor: reductions over the stored values", "[sparse][unit]") {
   for (const auto dtype : all_dtypes) {
     INFO(c10::toString(dtype));
     const auto c = random_coo(11, 7, 50, dtype, 10);
@@ -341,7 +341,7 @@ TEST_CASE("SparseTensor: reductions over the stored values", "[sparse]") {
   CHECK(close(v.grad(), v2.grad(), 1e-12));
 }
 
-TEST_CASE("SparseTensor: diagonal and symmetry", "[sparse]") {
+TEST_CASE("SparseTensor: diagonal and symmetry", "[sparse][unit]") {
   const auto c = random_coo(9, 6, 40, at::kDouble, 12);
   const auto a = sparse_of(c);
   CHECK(at::equal(a.diagonal(), a.to_dense().diagonal()));

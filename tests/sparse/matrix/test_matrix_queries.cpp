@@ -15,12 +15,7 @@ using es::testing::Coo;
 
 namespace {
 
-double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
-
-at::Tensor seeded(std::int64_t n, std::uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({n}, gen, at::kDouble);
-}
+using es::testing::max_abs;
 
 /// The same matrix on this process alone (the one-process reference run of a distributed op).
 sp::DSparseTensor on_one_process(const Coo& a) {
@@ -39,7 +34,7 @@ TEST_CASE("T() and H() are the transposes with the same partition; full_tensor i
     const auto D = es::testing::distribute(coo, mesh, method, coords);
     const auto A = es::testing::dense(coo);
     CHECK(max_abs(D.full_tensor() - A) == 0.0);
-    const auto x = seeded(40, 5);
+    const auto x = es::testing::random_vector(40, 5);
     const auto t = D.T();
     CHECK(at::equal(t.layout()->owned(), D.layout()->owned()));
     CHECK(max_abs(t.matvec(t.scatter(x)).full_tensor() - A.transpose(0, 1).mv(x)) < 1e-12);
@@ -72,7 +67,7 @@ TEST_CASE("is_symmetric / is_hermitian: values and patterns, real and complex", 
     const auto D = es::testing::distribute(h, mesh, method, coords);
     CHECK(D.is_hermitian());
     CHECK_FALSE(D.is_symmetric());
-    const auto x = at::complex(seeded(20, 3), seeded(20, 4));
+    const auto x = at::complex(es::testing::random_vector(20, 3), es::testing::random_vector(20, 4));
     CHECK(max_abs(D.H().matvec(D.scatter(x)).full_tensor() - A.conj().transpose(0, 1).mv(x)) < 1e-12);
   }
 }

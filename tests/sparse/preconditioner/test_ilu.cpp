@@ -1,5 +1,5 @@
 // ILU(0) and IC(0) kernels (sparse/ilu.hpp) against dense references computed by the definition.
-// The preconditioner operators themselves are collective: tests/sparse/test_preconditioner.cpp.
+// The preconditioner operators themselves are collective: tests/sparse/preconditioner/test_preconditioner.cpp.
 
 #include <ATen/ATen.h>
 
@@ -75,7 +75,7 @@ std::pair<at::Tensor, at::Tensor> factors(const sp::detail::IncompleteFactor& f)
 
 }  // namespace
 
-TEST_CASE("ILU(0) of a tridiagonal matrix is its exact LU factorisation", "[sparse][ilu]") {
+TEST_CASE("ILU(0) of a tridiagonal matrix is its exact LU factorisation", "[sparse][ilu][unit]") {
   const std::int64_t n = 12;
   auto a = at::zeros({n, n}, at::kDouble);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -99,7 +99,7 @@ TEST_CASE("ILU(0) of a tridiagonal matrix is its exact LU factorisation", "[spar
   CHECK(at::allclose(at::mv(a, z), b, 1e-12, 1e-12));
 }
 
-TEST_CASE("ILU(0) of 2-D Poisson matches the dense ILU(0) by definition", "[sparse][ilu]") {
+TEST_CASE("ILU(0) of 2-D Poisson matches the dense ILU(0) by definition", "[sparse][ilu][unit]") {
   for (const auto dtype : {at::kDouble, at::kFloat}) {
     const auto a = poisson_2d(6, 5, dtype);
     const auto n = a.size(0);
@@ -126,7 +126,7 @@ TEST_CASE("ILU(0) of 2-D Poisson matches the dense ILU(0) by definition", "[spar
   }
 }
 
-TEST_CASE("ILU(0) of an unsymmetric pattern matches the dense definition", "[sparse][ilu]") {
+TEST_CASE("ILU(0) of an unsymmetric pattern matches the dense definition", "[sparse][ilu][unit]") {
   at::manual_seed(7);
   const std::int64_t n = 40;
   auto pattern = (at::rand({n, n}, at::kDouble) < 0.12).logical_or(at::eye(n, at::kBool));
@@ -143,7 +143,7 @@ TEST_CASE("ILU(0) of an unsymmetric pattern matches the dense definition", "[spa
 }
 
 TEST_CASE("IC(0) of 2-D Poisson: L Lᵀ matches A on the pattern and L is ILU(0) rescaled",
-          "[sparse][ilu]") {
+          "[sparse][ilu][unit]") {
   const auto a = poisson_2d(5, 7);
   const auto n = a.size(0);
   const auto csr = to_csr(a, a != 0);
@@ -166,7 +166,7 @@ TEST_CASE("IC(0) of 2-D Poisson: L Lᵀ matches A on the pattern and L is ILU(0)
   CHECK(at::allclose(w, z, 1e-15, 0));
 }
 
-TEST_CASE("leading_block keeps the owned columns (and the lower triangle) only", "[sparse][ilu]") {
+TEST_CASE("leading_block keeps the owned columns (and the lower triangle) only", "[sparse][ilu][unit]") {
   // 3 owned rows, columns 3..4 are halo.
   auto a = at::tensor({4., -1., 0., -1., 0., -1., 4., -1., 0., -2., 0., -1., 4., -3., 0.},
                       at::kDouble).view({3, 5});
@@ -178,7 +178,7 @@ TEST_CASE("leading_block keeps the owned columns (and the lower triangle) only",
   CHECK(at::equal(to_dense(sp::detail::leading_block(csr, 3, true)), a.slice(1, 0, 3).tril()));
 }
 
-TEST_CASE("zero and non-positive pivots are reported with their row", "[sparse][ilu]") {
+TEST_CASE("zero and non-positive pivots are reported with their row", "[sparse][ilu][unit]") {
   sp::detail::IncompleteFactor f;
   // Row 2 has no diagonal entry at all.
   auto a = at::tensor({2., 1., 0., 1., 2., 1., 0., 1., 0.}, at::kDouble).view({3, 3});

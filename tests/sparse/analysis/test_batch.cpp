@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "einshard/sparse.hpp"
+#include "operations_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
@@ -18,7 +19,30 @@ namespace sp = einshard::sparse;
 
 namespace {
 
-es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
+using es::testing::convection_diffusion;
+using es::testing::rel;
+using es::testing::sum_over_ranks;
+using es::testing::world_mesh;
+
+/// `batch` copies of `a` scaled by 1, 1.25, 1.5, ... as one batch, and the dense solves of
+/// `rhs` (batch, n) or (batch, n, k) with them.
+sp::BatchSparseTensor scaled_batch(const es::testing::Coo& a, std::int64_t batch) {
+  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
+  return {(scale * a.values.unsqueeze(0)).contiguous(), a.rows, a.cols, {a.n, a.n}};
+}
+at::Tensor scaled_batch_solution(const es::testing::Coo& a, const at::Tensor& rhs) {
+  const auto dense = es::testing::dense(a);
+  std::vector<at::Tensor> refs;
+  for (std::int64_t i = 0; i < rhs.size(0); ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
+  return at::stack(refs);
+}
+
+/// Tight options for method `m` in the batch tests: jacobi where the method takes a preconditioner.
+sp::SolveOptions batch_options(sp::Method m) {
+  const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
+  return {.method = m, .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+          .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0};
+}
 
 /// Dense (batch, n, n) from COO values (batch, nnz) with duplicates summed: the reference.
 at::Tensor dense_batch(const at::Tensor& values, const es::testing::Coo& coo) {
@@ -231,4 +255,78 @@ TEST_CASE("Batch errors are raised on every rank", "[sparse][batch][errors]") {
   zero_diag.select(0, 0).masked_fill_(coo.rows == coo.cols, 0.0);
   const auto Z = sp::partition_batch(sp::BatchSparseTensor(zero_diag, coo.rows, coo.cols, {coo.n, coo.n}), mesh);
   CHECK_THROWS(Z.solve_batch(Z.scatter(x), {.preconditioner = sp::Preconditioner::jacobi}));
+}
+
+TEST_CASE("solve_batch with every method equals linalg_solve", "[sparse][batch][solver_family]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(5, 4, 0.3);
+  const std::int64_t batch = 5;
+  const auto D = sp::partition_batch(scaled_batch(coo, batch), mesh);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
+  const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
+  const auto ref = scaled_batch_solution(coo, rhs);
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
+    CAPTURE(sp::to_string(m));
+    const auto s = D.solve_batch(D.scatter(rhs), batch_options(m));
+    for (const auto& info : s.info) CHECK(info.converged);
+    CHECK(rel(D.gather(s.x), ref) < 1e-8);
+  }
+}
+
+TEST_CASE("solve_batch with several right-hand sides per system, every method", "[sparse][batch][multi_rhs]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(5, 4, 0.3);
+  const std::int64_t batch = 5, k = 3;
+  const auto D = sp::partition_batch(scaled_batch(coo, batch), mesh);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(18);
+  auto rhs = at::randn({batch, coo.n, k}, gen, at::kDouble);
+  rhs.select(2, 1).select(0, 0).zero_();
+  const auto ref = scaled_batch_solution(coo, rhs);
+  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
+    CAPTURE(sp::to_string(m));
+    const auto s = D.solve_batch(D.scatter(rhs), batch_options(m));
+    for (const auto& info : s.info) {
+      CHECK(info.converged);
+      CHECK(info.columns.size() == static_cast<std::size_t>(k));
+    }
+    CHECK(D.gather(s.x).sizes() == rhs.sizes());
+    CHECK(rel(D.gather(s.x), ref) < 1e-8);
+  }
+  CHECK_THROWS_WITH(D.solve_batch(D.scatter(rhs), {}, D.scatter(rhs.select(2, 0).contiguous())),
+                    Catch::Contains("initial guesses must have the right-hand sides' shape"));
+}
+
+TEST_CASE("solve_batch is differentiable: gradients in the values and the right-hand sides equal dense solves'",
+          "[sparse][batch][solve_autograd]") {
+  const auto mesh = world_mesh();
+  const auto coo = convection_diffusion(5, 4, 0.3);
+  const auto spd = es::testing::poisson2d(5, 4);
+  const std::int64_t batch = 5;
+  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(19);
+  const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
+  const auto w = at::randn({batch, coo.n}, gen, at::kDouble);
+  for (const auto m : {sp::Method::cg, sp::Method::minres, sp::Method::bicgstab, sp::Method::gmres, sp::Method::lsmr}) {
+    CAPTURE(sp::to_string(m));
+    const bool sym = m == sp::Method::cg || m == sp::Method::minres;
+    const auto& a = sym ? spd : coo;
+    const auto values = (scale * a.values.unsqueeze(0)).contiguous().requires_grad_(true);
+    const auto b = rhs.clone().requires_grad_(true);
+    const sp::BatchSparseTensor A(values, a.rows, a.cols, {a.n, a.n});
+    const auto D = sp::partition_batch(A, mesh);
+    const bool lsq = m == sp::Method::lsmr;
+    const sp::SolveOptions o{.method = m, .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
+                             .rtol = 1e-12, .atol = 1e-12};
+    const auto x = D.gather(D.solve_batch(D.scatter(b), o).x);
+    (x * w).sum().backward();
+    // Dense, item by item, differentiated by torch.
+    const auto vd = values.detach().clone().requires_grad_(true);
+    const auto bd = rhs.clone().requires_grad_(true);
+    const auto dense = at::zeros({batch, a.n, a.n}, at::kDouble)
+                           .index_put({at::Tensor(), a.rows, a.cols}, vd, /*accumulate=*/true);
+    (at::linalg_solve(dense, bd) * w).sum().backward();
+    // Each rank holds the gradient of its slice of the batch; the others are zero there.
+    CHECK(rel(sum_over_ranks(b.grad()), bd.grad()) < 1e-8);
+    CHECK(rel(sum_over_ranks(values.grad()), vd.grad()) < 1e-8);
+  }
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "einshard/sparse.hpp"
+#include "operations_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
@@ -22,7 +23,10 @@ namespace sp = einshard::sparse;
 
 namespace {
 
-es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
+using es::testing::rel;
+using es::testing::sum_over_ranks;
+using es::testing::world_mesh;
+
 es::Mesh self_mesh() { return es::Mesh(MPI_COMM_SELF, {1}, {"x"}); }
 
 /// A seeded m x n sparse matrix (about `density` of the entries, plus a scaled identity band so
@@ -74,10 +78,6 @@ at::Tensor dense_lstsq(const at::Tensor& a, const at::Tensor& b, double damp) {
   const auto aa = at::cat({a, damp * at::eye(n, a.options())});
   const auto bb = at::cat({b, at::zeros({n}, b.options())});
   return at::linalg_pinv(aa).matmul(bb);
-}
-
-double rel(const at::Tensor& x, const at::Tensor& ref) {
-  return (x - ref).abs().max().item<double>() / ref.abs().max().item<double>();
 }
 
 using Method = sp::LeastSquaresResult (sp::DSparseTensor::*)(const sp::DVector&, const sp::LeastSquaresOptions&) const;
@@ -299,12 +299,6 @@ Share owner_share(const at::Tensor& a) {
   const auto pick = ((rows >= first) & (rows < last)).nonzero().flatten();
   const auto r = rows.index_select(0, pick), c = cols.index_select(0, pick);
   return {a.index({r, c}), r, c};
-}
-
-at::Tensor sum_over_ranks(at::Tensor t) {
-  t = t.contiguous().clone();
-  MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return t;
 }
 
 /// The seed's datasets.advection_diffusion_2d(m, peclet): (1/h²) 5-point diffusion plus upwind

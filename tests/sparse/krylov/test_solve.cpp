@@ -1,7 +1,9 @@
-// FGMRES with a preconditioner that changes every step, custom preconditioners (callables on
-// DVectors), solve_batch with every method, scoped defaults (SolverConfig), and the differentiable
-// solve: gradients in b and in the stored values against a dense solve on one process and against
-// finite differences.
+// What the solve pipeline does for every method: the stop test across methods (b = 0, x0, maxiter,
+// atol), custom preconditioners (callables on DVectors), scoped defaults (SolverConfig), several
+// right-hand sides (k coupled recurrences against k single solves, a breakdown in one column),
+// seeded random systems with every method and preconditioner, and the differentiable solve:
+// gradients in b and in the stored values against a dense solve on one process and against finite
+// differences, for one right-hand side and for a block.
 
 #include <catch2/catch.hpp>
 
@@ -12,104 +14,57 @@
 #include <vector>
 
 #include "einshard/sparse.hpp"
+#include "operations_support.hpp"
+#include "random_sparse.hpp"
+#include "random_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
 namespace es = einshard;
 namespace sp = einshard::sparse;
+namespace rt = einshard::testing::random;
 
 namespace {
 
-es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
-
-/// 2-D convection-diffusion: the 5-point Laplacian plus a central difference of c·∂x (nonsymmetric).
-es::testing::Coo convection_diffusion(std::int64_t nx, std::int64_t ny, double c) {
-  auto a = es::testing::poisson2d(nx, ny);
-  const auto east = a.cols == a.rows + 1, west = a.cols == a.rows - 1;
-  a.values = a.values + c * east.to(at::kDouble) - c * west.to(at::kDouble);
-  return a;
-}
-
-/// The entries of the rows this rank owns under from_local's default (contiguous blocks): each
-/// entry handed in once, by its owner, so gradients reach every handed-in value.
-es::testing::Coo my_share(const es::testing::Coo& a) {
-  const auto [first, last] = sp::simple_rows(a.n, MPI_COMM_WORLD);
-  const auto pick = ((a.rows >= first) & (a.rows < last)).nonzero().flatten();
-  return {a.values.index_select(0, pick), a.rows.index_select(0, pick), a.cols.index_select(0, pick), a.n};
-}
-
-at::Tensor seeded(std::int64_t n, std::uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({n}, gen, at::kDouble);
-}
-
-double rel(const at::Tensor& x, const at::Tensor& ref) {
-  return (x - ref).abs().max().item<double>() / ref.abs().max().item<double>();
-}
-
-at::Tensor sum_over_ranks(at::Tensor t) {
-  t = t.contiguous().clone();
-  MPI_Allreduce(MPI_IN_PLACE, t.data_ptr<double>(), static_cast<int>(t.numel()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return t;
-}
-
-sp::DSparseTensor assemble(const es::testing::Coo& share, const at::Tensor& values, const es::Mesh& mesh) {
-  return sp::DSparseTensor::from_local(values, share.rows, share.cols, {share.n, share.n}, mesh);
-}
-
-/// `batch` copies of `a` scaled by 1, 1.25, 1.5, ... as one batch, and the dense solves of
-/// `rhs` (batch, n) or (batch, n, k) with them.
-sp::BatchSparseTensor scaled_batch(const es::testing::Coo& a, std::int64_t batch) {
-  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
-  return {(scale * a.values.unsqueeze(0)).contiguous(), a.rows, a.cols, {a.n, a.n}};
-}
-at::Tensor scaled_batch_solution(const es::testing::Coo& a, const at::Tensor& rhs) {
-  const auto dense = es::testing::dense(a);
-  std::vector<at::Tensor> refs;
-  for (std::int64_t i = 0; i < rhs.size(0); ++i) refs.push_back(at::linalg_solve(dense * (1.0 + 0.25 * i), rhs[i]));
-  return at::stack(refs);
-}
-
-/// Tight options for method `m` in the batch tests: jacobi where the method takes a preconditioner.
-sp::SolveOptions batch_options(sp::Method m) {
-  const bool lsq = m == sp::Method::lsqr || m == sp::Method::lsmr;  // they take no preconditioner
-  return {.method = m, .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
-          .rtol = 1e-11, .atol = lsq ? 1e-11 : 0.0};
-}
+using es::testing::assemble;
+using es::testing::convection_diffusion;
+using es::testing::distribute;
+using es::testing::max_abs;
+using es::testing::my_share;
+using es::testing::random_vector;
+using es::testing::rel;
+using es::testing::shifted_laplacian;
+using es::testing::sum_over_ranks;
+using es::testing::world_mesh;
+using rt::distribute;
+using rt::method_name;
+using rt::random_matrix;
 
 }  // namespace
 
-TEST_CASE("FGMRES: a fixed preconditioner as GMRES, an inner solve as preconditioner", "[sparse][fgmres]") {
+TEST_CASE("BiCGStab, GMRES, MINRES: b = 0, x0, maxiter, atol", "[sparse][krylov]") {
   const auto mesh = world_mesh();
-  const auto coo = convection_diffusion(12, 9, 0.5);
-  const auto share = my_share(coo);
-  const auto D = assemble(share, share.values, mesh);
-  const auto b = seeded(coo.n, 3);
-  const auto ref = at::linalg_solve(es::testing::dense(coo), b);
-  const auto db = D.scatter(b);
-  // With a fixed preconditioner FGMRES builds the same Krylov space as right-preconditioned GMRES.
-  for (const auto pc : {sp::Preconditioner::none, sp::Preconditioner::jacobi, sp::Preconditioner::block_jacobi}) {
-    const auto g = D.solve(db, {.method = sp::Method::gmres, .preconditioner = pc, .rtol = 1e-10, .restart = 12});
-    const auto f = D.solve(db, {.method = sp::Method::fgmres, .preconditioner = pc, .rtol = 1e-10, .restart = 12});
-    CHECK(f.info.converged);
-    CHECK(std::abs(f.info.iterations - g.info.iterations) <= 1);
-    CHECK(rel(f.x.full_tensor(), ref) < 1e-8);
+  const std::int64_t nx = 9, ny = 7;
+  const auto coo = convection_diffusion(nx, ny, 0.2);
+  const auto sym = shifted_laplacian(nx, ny, 0.0);
+  const auto b = random_vector(coo.n, 45);
+  for (auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::minres}) {
+    CAPTURE(sp::to_string(m));
+    const auto D = distribute(m == sp::Method::minres ? sym : coo, mesh, sp::PartitionMethod::simple, nx, ny);
+    const auto zero = D.solve(D.zeros(), {.method = m, .x0 = D.scatter(b)});
+    CHECK(zero.info.reason == sp::StopReason::zero_rhs);
+    CHECK(zero.x.full_tensor().abs().max().item<double>() == 0.0);
+    const auto exact = D.solve(D.scatter(b), {.method = m, .rtol = 1e-13}).x;
+    const auto warm = D.solve(D.scatter(b), {.method = m, .rtol = 1e-8, .x0 = exact});
+    CHECK(warm.info.converged);
+    CHECK(warm.info.iterations == 0);
+    const auto capped = D.solve(D.scatter(b), {.method = m, .rtol = 1e-14, .maxiter = 3});
+    CHECK_FALSE(capped.info.converged);
+    CHECK(capped.info.reason == sp::StopReason::maxiter);
+    CHECK(capped.info.iterations == 3);
+    const auto loose = D.solve(D.scatter(b), {.method = m, .rtol = 1e-14, .atol = 1e-2});
+    CHECK(loose.info.reason == sp::StopReason::converged_atol);
   }
-  // A preconditioner that is itself an iteration (a few GMRES steps, different on every call):
-  // fewer outer iterations than none.
-  int calls = 0;
-  const sp::PreconditionerFn inner = [&](const sp::DVector& r) {
-    ++calls;
-    return D.solve(r, {.method = sp::Method::gmres, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-2,
-                       .maxiter = 4, .residual_history = false})
-        .x;
-  };
-  const auto plain = D.solve(db, {.method = sp::Method::fgmres, .rtol = 1e-10});
-  const auto f = D.solve(db, {.method = sp::Method::fgmres, .rtol = 1e-10, .custom_preconditioner = inner});
-  CHECK(f.info.converged);
-  CHECK(f.info.iterations < plain.info.iterations / 2);
-  CHECK(calls == f.info.iterations);
-  CHECK(rel(f.x.full_tensor(), ref) < 1e-8);
 }
 
 TEST_CASE("custom preconditioners: a callable equals the built-in one, bad ones fail on every rank",
@@ -118,8 +73,8 @@ TEST_CASE("custom preconditioners: a callable equals the built-in one, bad ones 
   const auto coo = es::testing::poisson2d(11, 8);
   const auto share = my_share(coo);
   const auto D = assemble(share, share.values, mesh);
-  const auto db = D.scatter(seeded(coo.n, 5));
-  const auto ref = at::linalg_solve(es::testing::dense(coo), seeded(coo.n, 5));
+  const auto db = D.scatter(random_vector(coo.n, 5));
+  const auto ref = at::linalg_solve(es::testing::dense(coo), random_vector(coo.n, 5));
   // Jacobi written as a callable: the same iterations as the built-in one, in every method.
   const auto inv_diag = D.zeros().like(at::full({D.layout()->local_size()}, 0.25, at::kDouble));
   const sp::PreconditionerFn jacobi = [&](const sp::DVector& r) { return r * inv_diag; };
@@ -144,28 +99,12 @@ TEST_CASE("custom preconditioners: a callable equals the built-in one, bad ones 
                     Catch::Contains("not both"));
 }
 
-TEST_CASE("solve_batch with every method equals linalg_solve", "[sparse][batch][solver_family]") {
-  const auto mesh = world_mesh();
-  const auto coo = convection_diffusion(5, 4, 0.3);
-  const std::int64_t batch = 5;
-  const auto D = sp::partition_batch(scaled_batch(coo, batch), mesh);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
-  const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
-  const auto ref = scaled_batch_solution(coo, rhs);
-  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
-    CAPTURE(sp::to_string(m));
-    const auto s = D.solve_batch(D.scatter(rhs), batch_options(m));
-    for (const auto& info : s.info) CHECK(info.converged);
-    CHECK(rel(D.gather(s.x), ref) < 1e-8);
-  }
-}
-
 TEST_CASE("SolverConfig: scoped defaults, nested, explicit options win", "[sparse][solver_config]") {
   const auto mesh = world_mesh();
   const auto coo = convection_diffusion(8, 7, 0.4);
   const auto share = my_share(coo);
   const auto D = assemble(share, share.values, mesh);
-  const auto db = D.scatter(seeded(coo.n, 9));
+  const auto db = D.scatter(random_vector(coo.n, 9));
   {
     const sp::SolverConfig scope({.method = sp::Method::gmres, .rtol = 1e-10});
     const sp::SolveOptions o{};
@@ -209,12 +148,12 @@ TEST_CASE("the differentiable solve: gradients in b and values equal a dense sol
       {unsym, {.method = sp::Method::bicgstab, .rtol = 1e-12}},
       {unsym, {.method = sp::Method::fgmres, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-12}},
   };
-  const auto weights = seeded(spd.n, 13);
+  const auto weights = random_vector(spd.n, 13);
   for (const auto& c : cases) {
     CAPTURE(sp::to_string(c.options.method));
     const auto share = my_share(c.coo);
     // Distributed: b (global, every rank) and this rank's share of the values are leaves.
-    const auto b = seeded(c.coo.n, 11).requires_grad_(true);
+    const auto b = random_vector(c.coo.n, 11).requires_grad_(true);
     const auto v = share.values.clone().requires_grad_(true);
     const auto D = assemble(share, v, mesh);
     const auto r = D.solve(D.scatter(b), c.options);
@@ -248,7 +187,7 @@ TEST_CASE("the differentiable solve: gradients in b and values equal a dense sol
   const auto share = my_share(unsym);
   const auto v = share.values.clone().requires_grad_(true);
   const auto D = assemble(share, v, mesh);
-  const auto x = D.solve(D.scatter(seeded(unsym.n, 2)), {.method = sp::Method::gmres, .rtol = 1e-12, .maxiter = 2}).x;
+  const auto x = D.solve(D.scatter(random_vector(unsym.n, 2)), {.method = sp::Method::gmres, .rtol = 1e-12, .maxiter = 2}).x;
   CHECK_THROWS_WITH((x.full_tensor() * weights).sum().backward(), Catch::Contains("adjoint solve by gmres did not converge"));
 }
 
@@ -381,29 +320,6 @@ TEST_CASE("several right-hand sides with every method: k coupled recurrences equ
     CHECK(s.info.converged);
     CHECK((s.x.full_tensor() - ref_c).abs().max().item<double>() < 1e-8 * ref_c.abs().max().item<double>());
   }
-}
-
-TEST_CASE("solve_batch with several right-hand sides per system, every method", "[sparse][batch][multi_rhs]") {
-  const auto mesh = world_mesh();
-  const auto coo = convection_diffusion(5, 4, 0.3);
-  const std::int64_t batch = 5, k = 3;
-  const auto D = sp::partition_batch(scaled_batch(coo, batch), mesh);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(18);
-  auto rhs = at::randn({batch, coo.n, k}, gen, at::kDouble);
-  rhs.select(2, 1).select(0, 0).zero_();
-  const auto ref = scaled_batch_solution(coo, rhs);
-  for (const auto m : {sp::Method::bicgstab, sp::Method::gmres, sp::Method::fgmres, sp::Method::lsqr, sp::Method::lsmr}) {
-    CAPTURE(sp::to_string(m));
-    const auto s = D.solve_batch(D.scatter(rhs), batch_options(m));
-    for (const auto& info : s.info) {
-      CHECK(info.converged);
-      CHECK(info.columns.size() == static_cast<std::size_t>(k));
-    }
-    CHECK(D.gather(s.x).sizes() == rhs.sizes());
-    CHECK(rel(D.gather(s.x), ref) < 1e-8);
-  }
-  CHECK_THROWS_WITH(D.solve_batch(D.scatter(rhs), {}, D.scatter(rhs.select(2, 0).contiguous())),
-                    Catch::Contains("initial guesses must have the right-hand sides' shape"));
 }
 
 TEST_CASE("the differentiable block solve: one block adjoint solve, gradients equal a dense solve's",
@@ -539,48 +455,13 @@ TEST_CASE("a breakdown in one column of a block solve stops that column only", "
   }
 }
 
-TEST_CASE("solve_batch is differentiable: gradients in the values and the right-hand sides equal dense solves'",
-          "[sparse][batch][solve_autograd]") {
-  const auto mesh = world_mesh();
-  const auto coo = convection_diffusion(5, 4, 0.3);
-  const auto spd = es::testing::poisson2d(5, 4);
-  const std::int64_t batch = 5;
-  const auto scale = 1.0 + 0.25 * at::arange(batch, at::kDouble).unsqueeze(1);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(19);
-  const auto rhs = at::randn({batch, coo.n}, gen, at::kDouble);
-  const auto w = at::randn({batch, coo.n}, gen, at::kDouble);
-  for (const auto m : {sp::Method::cg, sp::Method::minres, sp::Method::bicgstab, sp::Method::gmres, sp::Method::lsmr}) {
-    CAPTURE(sp::to_string(m));
-    const bool sym = m == sp::Method::cg || m == sp::Method::minres;
-    const auto& a = sym ? spd : coo;
-    const auto values = (scale * a.values.unsqueeze(0)).contiguous().requires_grad_(true);
-    const auto b = rhs.clone().requires_grad_(true);
-    const sp::BatchSparseTensor A(values, a.rows, a.cols, {a.n, a.n});
-    const auto D = sp::partition_batch(A, mesh);
-    const bool lsq = m == sp::Method::lsmr;
-    const sp::SolveOptions o{.method = m, .preconditioner = lsq ? sp::Preconditioner::none : sp::Preconditioner::jacobi,
-                             .rtol = 1e-12, .atol = 1e-12};
-    const auto x = D.gather(D.solve_batch(D.scatter(b), o).x);
-    (x * w).sum().backward();
-    // Dense, item by item, differentiated by torch.
-    const auto vd = values.detach().clone().requires_grad_(true);
-    const auto bd = rhs.clone().requires_grad_(true);
-    const auto dense = at::zeros({batch, a.n, a.n}, at::kDouble)
-                           .index_put({at::Tensor(), a.rows, a.cols}, vd, /*accumulate=*/true);
-    (at::linalg_solve(dense, bd) * w).sum().backward();
-    // Each rank holds the gradient of its slice of the batch; the others are zero there.
-    CHECK(rel(sum_over_ranks(b.grad()), bd.grad()) < 1e-8);
-    CHECK(rel(sum_over_ranks(values.grad()), vd.grad()) < 1e-8);
-  }
-}
-
 TEST_CASE("the adjoint solve does not care how small the incoming gradient is", "[sparse][solve_autograd]") {
   // The seed's test_adjoint_scale_invariance: grad(c g) = c grad(g) down to c = 1e-12, with an
   // absolute tolerance set on the forward solve (a floor that must not reach the adjoint).
   const auto mesh = world_mesh();
   const auto coo = es::testing::poisson2d(8, 7);
   const auto share = my_share(coo);
-  const auto g = seeded(coo.n, 29);
+  const auto g = random_vector(coo.n, 29);
   for (const auto m : {sp::Method::cg, sp::Method::gmres, sp::Method::bicgstab}) {
     CAPTURE(sp::to_string(m));
     const auto grad_at = [&](double c) {
@@ -612,57 +493,40 @@ TEST_CASE("the adjoint solve does not care how small the incoming gradient is", 
     CHECK((grad_batch(c) / c - ref).norm().item<double>() < 1e-6 * ref.norm().item<double>());
 }
 
-TEST_CASE("the block product A X equals the dense product, both instruction sets, any k and shard",
-          "[sparse][multi_rhs][spmm]") {
+TEST_CASE("random sparse systems: every method and preconditioner solves like a dense solve", "[sparse][random]") {
   const auto w = es::testing::world();
-  const auto mesh = world_mesh();
-  // Long-range couplings (every rank has ghosts and boundary rows), duplicates, and an uneven
-  // ownership: rank r owns [n r² / P², n (r+1)² / P²), and rank 1 owns nothing from 3 ranks up.
-  const auto coo = es::testing::unsymmetric_with_duplicates(53);
-  const auto n = coo.n;
-  std::vector<std::int64_t> bound(static_cast<std::size_t>(w.size) + 1);
-  for (int r = 0; r <= w.size; ++r) bound[static_cast<std::size_t>(r)] = n * r * r / (w.size * w.size);
-  if (w.size >= 3) bound[2] = bound[1];
-  const auto owned = at::arange(bound[static_cast<std::size_t>(w.rank)], bound[static_cast<std::size_t>(w.rank) + 1], at::kLong);
-  if (w.size >= 3 && w.rank == 1) REQUIRE(owned.numel() == 0);
-  const auto mine = my_share(coo);  // the entries handed in need not be the owned rows'
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
-  const auto imag = at::randn({n}, gen, at::kDouble);
-  const auto modes = sp::detail::block_avx2_available() ? std::vector<bool>{false, true} : std::vector<bool>{true};
-  for (const auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
-    const bool complex = dtype == at::kComplexDouble;
-    // Complex: values with an imaginary part per row (each duplicate half of it).
-    const auto values = complex ? at::complex(mine.values, 0.5 * imag.index_select(0, mine.rows)) : mine.values.to(dtype);
-    const auto D = sp::DSparseTensor::from_local(values, mine.rows, mine.cols, {n, n}, mesh, {.owned_rows = owned});
-    const auto all_values = complex ? at::complex(coo.values, 0.5 * imag.index_select(0, coo.rows)) : coo.values;
-    const auto dense = at::zeros({n, n}, all_values.options()).index_put_({coo.rows, coo.cols}, all_values, true);
-    for (const std::int64_t k : {1, 3, 4, 8, 12, 16, 19}) {
-      auto X = at::randn({n, k}, gen, at::kDouble), Wt = at::randn({n, k}, gen, at::kDouble);
-      if (complex) {
-        X = at::complex(X, at::randn({n, k}, gen, at::kDouble));
-        Wt = at::complex(Wt, at::randn({n, k}, gen, at::kDouble));
-      }
-      const auto ref = dense.matmul(X);
-      const auto ref_dots = at::real((Wt.conj() * ref).sum(0));
-      const auto dot_scale = (Wt.abs() * ref.abs()).sum(0).max().item<double>();  // the dots' rounding scale
-      const auto x = D.scatter(X.to(dtype)).local().contiguous();
-      const auto wt = D.scatter(Wt.to(dtype)).local().contiguous();
-      const double tol = dtype == at::kFloat ? 1e-5 : 1e-12;
-      for (const bool portable : modes) {
-        CAPTURE(c10::toString(dtype), k, portable);
-        sp::detail::block_force_portable() = portable;
-        auto y = at::empty_like(x);
-        const auto dots = D.apply_block(x, y, wt);
-        auto y2 = at::empty_like(x);
-        CHECK(D.apply_block(x, y2, {}).empty());
-        sp::detail::block_force_portable() = false;
-        CHECK(at::equal(y, y2));
-        const auto full = sp::DVector(D.layout(), y).full_tensor().to(ref.scalar_type());
-        CHECK((full - ref).abs().max().item<double>() <= tol * ref.abs().max().item<double>());
-        REQUIRE(dots.size() == static_cast<std::size_t>(k));
-        const auto summed = sum_over_ranks(at::tensor(dots, at::kDouble));
-        CHECK((summed - ref_dots).abs().max().item<double>() <= tol * dot_scale);
-      }
-    }
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  using P = sp::Preconditioner;
+  static const sp::Method methods[] = {sp::Method::cg, sp::Method::minres, sp::Method::bicgstab, sp::Method::gmres};
+  static const P preconditioners[] = {P::none, P::jacobi, P::l1_jacobi, P::block_jacobi, P::chebyshev};
+  int ran = 0;
+  for (const auto& c : rt::cases(3000)) {
+    auto rng = c.rng();
+    const std::int64_t n = rt::uniform(rng, 1, 40);
+    const int method = rt::uniform(rng, 0, 3);
+    const bool symmetric = method < 2;
+    const auto a = random_matrix(rng, n, true, symmetric);
+    // Chebyshev needs the symmetric positive definite case (it estimates a real spectrum).
+    const auto pc = preconditioners[rt::uniform(rng, 0, symmetric ? 4 : 3)];
+    const int m = rt::uniform(rng, 0, 5);
+    INFO(c.reproducer(w.size, "n " + std::to_string(n) + ", nnz " + std::to_string(a.values.numel()) + ", " +
+                                  method_name(m) + ", method " + std::to_string(method) + ", " + sp::to_string(pc)));
+    const auto D = distribute(rng, a, m, mesh);
+    const auto A = es::testing::dense(a);
+    at::manual_seed(c.seed);
+    const auto b = at::randn({n}, at::kDouble);
+    const auto ref = at::linalg_solve(A, b);
+    const auto s = D.solve(D.scatter(b), {.method = methods[method], .preconditioner = pc, .rtol = 1e-11, .maxiter = 500});
+    INFO("iterations " << s.info.iterations << ", " << sp::to_string(s.info.reason));
+    CHECK(s.info.converged);
+    CHECK(max_abs(s.x.full_tensor() - ref) <= 1e-8 * (1 + max_abs(ref)));
+    // Every rank stopped at the same iteration for the same reason.
+    int mine[2] = {s.info.iterations, static_cast<int>(s.info.reason)}, lo[2], hi[2];
+    MPI_Allreduce(mine, lo, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(mine, hi, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(lo[0] == hi[0]);
+    CHECK(lo[1] == hi[1]);
+    ++ran;
   }
+  CHECK(ran > 0);
 }

@@ -37,7 +37,7 @@ at::Tensor select(const at::Tensor& spectrum, sp::Which which, std::int64_t k) {
   return spectrum.index_select(0, order.narrow(0, 0, k));
 }
 
-double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
+using es::testing::max_abs;
 
 /// Eigenpairs of D (dense copy A): the values as expected, the vectors orthonormal eigenvectors.
 void check_pairs(const sp::EigshResult& e, const at::Tensor& A, const at::Tensor& expected, double tol) {

@@ -14,6 +14,7 @@
 
 #include "collective_error.hpp"
 #include "einshard/sparse.hpp"
+#include "operations_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
@@ -24,7 +25,7 @@ namespace sp = einshard::sparse;
 
 namespace {
 
-es::Mesh world_mesh() { return es::Mesh(MPI_COMM_WORLD, {es::testing::world().size}, {"x"}); }
+using es::testing::world_mesh;
 es::Mesh self_mesh() { return es::Mesh(MPI_COMM_SELF, {1}, {"x"}); }
 
 using es::testing::relative_error;

@@ -92,7 +92,7 @@ const at::Tensor none = at::empty({0}, at::kLong);
 }  // namespace
 
 TEST_CASE("partition simple: contiguous blocks of ceil(n / parts), empty trailing parts",
-          "[sparse][partition]") {
+          "[sparse][partition][unit]") {
   const auto ids = sp::partition_ids(none, none, 9, 4);
   CHECK(at::equal(ids, at::tensor(std::vector<std::int64_t>{0, 0, 0, 1, 1, 1, 2, 2, 2})));
   CHECK(sizes(ids, 4) == std::vector<std::int64_t>{3, 3, 3, 0});
@@ -109,7 +109,7 @@ TEST_CASE("partition simple: contiguous blocks of ceil(n / parts), empty trailin
     }
 }
 
-TEST_CASE("partition rcb: balanced, deterministic, non-monotone on a grid", "[sparse][partition]") {
+TEST_CASE("partition rcb: balanced, deterministic, non-monotone on a grid", "[sparse][partition][unit]") {
   const auto g = poisson_2d(16, 12);
   for (const int parts : {1, 2, 3, 4, 5, 8}) {
     INFO(parts << " parts");
@@ -139,7 +139,7 @@ TEST_CASE("partition rcb: balanced, deterministic, non-monotone on a grid", "[sp
                   sp::partition_ids(g.row, g.col, g.n, 4)));
 }
 
-TEST_CASE("partition hilbert: the index is a continuous bijection", "[sparse][partition]") {
+TEST_CASE("partition hilbert: the index is a continuous bijection", "[sparse][partition][unit]") {
   // 2-D, order 4: every cell of a 16 x 16 grid once, consecutive indices in neighbouring cells.
   std::vector<std::array<std::int64_t, 3>> cell(256, {-1, -1, -1});
   for (std::uint32_t x = 0; x < 16; ++x)
@@ -168,7 +168,7 @@ TEST_CASE("partition hilbert: the index is a continuous bijection", "[sparse][pa
   }
 }
 
-TEST_CASE("partition hilbert: equal chunks with local parts", "[sparse][partition]") {
+TEST_CASE("partition hilbert: equal chunks with local parts", "[sparse][partition][unit]") {
   const auto g = poisson_2d(8, 8);
   const auto ids = sp::partition_ids(g.row, g.col, g.n, 4, {M::hilbert, g.coords});
   CHECK(sizes(ids, 4) == std::vector<std::int64_t>{16, 16, 16, 16});
@@ -193,7 +193,7 @@ TEST_CASE("partition hilbert: equal chunks with local parts", "[sparse][partitio
   CHECK_THROWS_AS(sp::partition_ids(none, none, 64, 2, {M::hilbert, idx}), es::Error);
 }
 
-TEST_CASE("partition slicing: equal slabs along the longest axis", "[sparse][partition]") {
+TEST_CASE("partition slicing: equal slabs along the longest axis", "[sparse][partition][unit]") {
   const auto g = poisson_2d(12, 3);
   const auto ids = sp::partition_ids(g.row, g.col, g.n, 4, {M::slicing, g.coords});
   check_balanced(ids, g.n, 4);
@@ -203,7 +203,7 @@ TEST_CASE("partition slicing: equal slabs along the longest axis", "[sparse][par
 }
 
 TEST_CASE("partition metis: better edge cut than random on a 2-D Poisson graph",
-          "[sparse][partition]") {
+          "[sparse][partition][unit]") {
 #if defined(EINSHARD_HAS_METIS) && EINSHARD_HAS_METIS
   const auto g = poisson_2d(24, 20);
   for (const int parts : {2, 3, 4, 8, 16}) {
@@ -255,7 +255,7 @@ TEST_CASE("partition metis: better edge cut than random on a 2-D Poisson graph",
 #endif
 }
 
-TEST_CASE("partition: bad input raises einshard::Error", "[sparse][partition]") {
+TEST_CASE("partition: bad input raises einshard::Error", "[sparse][partition][unit]") {
   const auto g = poisson_2d(4, 4);
   for (const auto method : {M::rcb, M::hilbert, M::slicing}) {
     CHECK_THROWS_AS(sp::partition_ids(g.row, g.col, g.n, 2, {method}), es::Error);

@@ -16,7 +16,7 @@ using es::testing::Coo;
 
 namespace {
 
-double max_abs(const at::Tensor& t) { return t.numel() == 0 ? 0.0 : t.abs().max().item<double>(); }
+using es::testing::max_abs;
 
 /// (1/h^2) tridiag(-1, 2, -1) of n interior points of (0, 1).
 Coo laplacian_1d(std::int64_t n) {
