@@ -1,4 +1,4 @@
-# Test helpers for einshard (not installed).
+# Test functions of einshard's build (not installed).
 #
 #   einshard_add_mpi_test(TARGET <exe> NAME <base>
 #                         [RANKS <n>...]        default: 1 2 3 4 8

@@ -1,4 +1,4 @@
-# Dependency helpers shared by einshard's own CMakeLists.txt and by the installed (and build-tree)
+# Dependency functions shared by einshard's own CMakeLists.txt and by the installed (and build-tree)
 # einshardConfig.cmake, so that a consumer resolves LibTorch exactly as einshard's build does.
 #
 #   einshard_torch_before_find()   call right before find_package(Torch) / find_dependency(Torch)

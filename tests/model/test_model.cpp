@@ -1,4 +1,4 @@
-// Sharded models on MPI: registration on a mesh (module helpers, dotted names, atomicity),
+// Sharded models on MPI: registration on a mesh (module registration, dotted names, atomicity),
 // init_params, reduce_grads and the DDP-style hooks against one process, [param] notations with
 // gradient groups inferred from the plan, einshard_like, and errors that are the same on every rank.
 // Every mesh shape that factors the world size is tried; shards are uneven.
@@ -140,7 +140,7 @@ Sharded sharded_mlp(const Globals& G, const es::Mesh& mesh) {
   m.b2 = m.register_parameter("b2", G.b2.clone());
   es::register_parameter_layout(m.w1, "h/tp c", {.mesh = mesh, .grad = "dp,sp"});
   es::register_parameter_layout(m.b1, "h/tp", {.mesh = mesh, .grad = "dp-sp"});
-  NormView norm{m.g, m.beta};  // the same tensors, under the names the helper reads
+  NormView norm{m.g, m.beta};  // the same tensors, under the names the registration reads
   es::register_norm_parameters(norm, {.layout = "c", .grad = "dp,sp,tp"}, mesh);
   es::register_parameter_layout(m.w2, "c h/tp", {.mesh = mesh, .grad = "sp-dp"});
   es::register_parameter_layout(m.b2, "c", {.mesh = mesh, .grad = "dp-sp"});
@@ -212,7 +212,7 @@ TEST_CASE("registration on a mesh: options, errors the same on every rank", "[mo
   }
 }
 
-TEST_CASE("module helpers: Linear, Conv (grouped, transposed), norms, dotted names, atomicity", "[model]") {
+TEST_CASE("module registration: Linear, Conv (grouped, transposed), norms, dotted names, atomicity", "[model]") {
   const auto w = es::testing::world();
   es::Mesh mesh(MPI_COMM_WORLD, {1, w.size}, {"dp", "tp"});
   torch::nn::Linear lin(4, 6);

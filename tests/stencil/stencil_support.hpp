@@ -1,5 +1,5 @@
 #pragma once
-// Helpers of the stencil tests (einhalo, einroll, einwindow, einconv): meshes, shards of full
+// Shared code of the stencil tests (einhalo, einroll, einwindow, einconv): meshes, shards of full
 // tensors, and the check every distributed result goes through.
 //
 // Every rank draws the same full tensors from one seed and takes its shard. The reference output

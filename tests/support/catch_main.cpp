@@ -1,5 +1,5 @@
 // Catch2 v2 main of the unit tests (no MPI): sets LibTorch's thread count from
-// $EINSHARD_NUM_THREADS (default 1), then runs the session.
+// $EINSHARD_NUM_THREADS (default 1), then runs the tests.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // Catch2 v2 main of the MPI tests.
 //
-// Every rank runs the same Catch session (same arguments, same test order, same random seed).
+// Every rank runs the same Catch run (same arguments, same test order, same random seed).
 // Rank 0 reports to stdout as usual. The other ranks report into a buffer; once every rank has
 // finished, rank 0 prints, in rank order, the report of each rank that failed:
 //
@@ -17,7 +17,7 @@
 // A test that fails on one rank while the others wait in a collective still hangs: ctest's
 // TIMEOUT (cmake/EinshardTesting.cmake) is the backstop, and shortly before it the watchdog
 // (hang_watchdog.hpp) prints which test case each rank is stuck in and ends the run. Exceptions inside a test case are
-// Catch's; an exception escaping the session itself is recorded as a failure of that rank, and
+// Catch's; an exception escaping the run itself is recorded as a failure of that rank, and
 // the rank still joins the final reductions, so the others finish.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
@@ -73,16 +73,16 @@ struct RankResult {
   std::string report;   // buffered Catch output (ranks other than 0)
 };
 
-RankResult run_session(int argc, char* argv[], int rank) {
+RankResult run_tests(int argc, char* argv[], int rank) {
   RankResult result;
   std::ostringstream buffer;
   std::streambuf* saved = nullptr;
   bool buffered = false;
   try {
-    Catch::Session session;
-    int code = session.applyCommandLine(argc, argv);
+    Catch::Session runner;
+    int code = runner.applyCommandLine(argc, argv);
     if (code == 0) {
-      Catch::ConfigData& data = session.configData();
+      Catch::ConfigData& data = runner.configData();
 
       // One seed for all ranks, so `--order rand` and `--rng-seed time` agree everywhere.
       unsigned int seed = data.rngSeed;
@@ -96,24 +96,24 @@ RankResult run_session(int argc, char* argv[], int rank) {
       if (!data.outputFilename.empty()) {
         replace_all(data.outputFilename, "%r", std::to_string(rank));
       } else if (rank != 0) {
-        // Catch's console stream takes std::cout's buffer when the session builds its
+        // Catch's console stream takes std::cout's buffer when the runner builds its
         // configuration, which happens inside run(): redirect before it.
         saved = std::cout.rdbuf(buffer.rdbuf());
         buffered = true;
       }
       const bool listing = data.listTests || data.listTestNamesOnly || data.listTags || data.listReporters;
-      code = session.run();
+      code = runner.run();
       if (listing) code = 0;  // Catch v2 returns the number of listed items
     }
     result.code = code;
   } catch (const std::exception& e) {
-    buffer << "\nexception escaped the Catch session on rank " << rank << ": " << e.what() << '\n';
+    buffer << "\nexception escaped the Catch run on rank " << rank << ": " << e.what() << '\n';
     result.code = 255;
   } catch (...) {
-    buffer << "\nunknown exception escaped the Catch session on rank " << rank << '\n';
+    buffer << "\nunknown exception escaped the Catch run on rank " << rank << '\n';
     result.code = 255;
   }
-  // The session (and its stream) is gone: restore std::cout.
+  // The runner (and its stream) is gone: restore std::cout.
   if (buffered) {
     std::cout.flush();
     std::cout.rdbuf(saved);
@@ -143,7 +143,7 @@ int main(int argc, char* argv[]) {
   einshard::testing::HangWatchdog::instance().start(rank, size);
   {
     configure_threads();
-    RankResult mine = run_session(argc, argv, rank);
+    RankResult mine = run_tests(argc, argv, rank);
     std::cout.flush();
 
     // Which ranks failed (every rank learns the exit code; rank 0 learns who failed).

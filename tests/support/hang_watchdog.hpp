@@ -105,7 +105,7 @@ class HangWatchdog {
   std::string test_case_, section_, last_;
 };
 
-/// Tells the watchdog where the session is. The base class keeps its own stacks of test cases
+/// Tells the watchdog where the test run is. The base class keeps its own stacks of test cases
 /// and sections: every override calls it first.
 struct HangWatchdogListener : Catch::TestEventListenerBase {
   using TestEventListenerBase::TestEventListenerBase;

@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// Small helpers shared by einshard's tests (not part of the library).
+/// Small utilities shared by einshard's tests (not part of the library).
 
 #include <mpi.h>
 
@@ -14,7 +14,7 @@
 namespace einshard::testing {
 
 /// This process's place in MPI_COMM_WORLD. Valid between MPI_Init and MPI_Finalize, which the MPI
-/// test main (tests/support/catch_mpi_main.cpp) calls around the whole Catch session.
+/// test main (tests/support/catch_mpi_main.cpp) calls around the whole Catch run.
 struct World {
   int rank = 0;
   int size = 1;
