@@ -19,6 +19,7 @@ class Einshard(CMakePackage):
     license("BSD-3-Clause")
 
     version("main", branch="main")
+    version("0.1.0", tag="v0.1.0")
 
     variant("metis", default=True, description="Graph partitioning with METIS (PartitionMethod::metis)")
     variant("fftw", default=True, description="FFTW 3 for einfft's local complex FFTs")
