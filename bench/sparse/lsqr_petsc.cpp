@@ -51,6 +51,7 @@
 #include <einshard/sparse.hpp>
 
 #include "../common.hpp"
+#include "allreduce_count.hpp"
 #include "petsc_support.hpp"
 
 namespace es = einshard;
@@ -60,24 +61,7 @@ using einshard_bench::timed;
 using einshard_bench::world_rank;
 using einshard_bench::world_size;
 
-/// Every all-reduce of the process, counted through MPI's profiling interface (the executable's
-/// definition wins over the library's for PETSc and einshard alike). PETSc's own counter
-/// (petsc_allreduce_ct) sees only the translation units that include petscsys.h, and einshard's
-/// solvers are compiled in its library (src/), so it no longer sees them.
-long long g_allreduce_calls = 0;
-extern "C" int(MPI_Allreduce)(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  ++g_allreduce_calls;
-  return PMPI_Allreduce(s, r, n, t, op, c);
-}
-extern "C" int(MPI_Iallreduce)(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
-                                MPI_Request* q) {
-  ++g_allreduce_calls;
-  return PMPI_Iallreduce(s, r, n, t, op, c, q);
-}
-
 namespace {
-
-double allreduce_calls() { return static_cast<double>(g_allreduce_calls); }
 
 struct Config {
   std::int64_t grid = 500;

@@ -45,6 +45,7 @@
 #include <einshard/sparse.hpp>
 
 #include "../common.hpp"
+#include "allreduce_count.hpp"
 
 namespace es = einshard;
 namespace sp = einshard::sparse;
@@ -53,22 +54,7 @@ using einshard_bench::timed;
 using einshard_bench::world_rank;
 using einshard_bench::world_size;
 
-/// Every all-reduce of the process, counted through MPI's profiling interface (the executable's
-/// definition wins over the MPI library's, and einshard's solvers call it from its library).
-long long g_allreduce_calls = 0;
-extern "C" int(MPI_Allreduce)(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c) {
-  ++g_allreduce_calls;
-  return PMPI_Allreduce(s, r, n, t, op, c);
-}
-extern "C" int(MPI_Iallreduce)(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c,
-                                MPI_Request* q) {
-  ++g_allreduce_calls;
-  return PMPI_Iallreduce(s, r, n, t, op, c, q);
-}
-
 namespace {
-
-double allreduce_calls() { return static_cast<double>(g_allreduce_calls); }
 
 struct Config {
   std::int64_t grid = 300;
