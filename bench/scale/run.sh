@@ -15,7 +15,7 @@
 # Every run prints JSON lines (poisson_scaling.cpp's), each tagged here with "runner" (mpirun or
 # smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
 #
-# Environment: SCALE_MAX_P (default 1024), SCALE_TIMEOUT (seconds per simulation, default 480),
+# Environment: SCALE_MAX_P (default 1024), SCALE_TIMEOUT (seconds per simulation, default 470),
 # SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv).
 # Needs libsimgrid-dev (scripts/install-deps.sh installs it) and Open MPI for the real runs.
 #
@@ -25,7 +25,7 @@
 #     smpi/coll-selector:ompi gives the same algorithms but first builds SMP leader
 #     communicators for every new communicator (a ring all-gather: P^2 simulated messages each),
 #     minutes of wall time per communicator at 1,024 ranks; the default selector is naive.
-#   * smpi/lat-factor and smpi/bw-factor 1: the platform's latencies and bandwidths as given
+#   * smpi/lat-factor and smpi/bw-factor 0:1 (factor 1 from size 0 up): the platform's latencies and bandwidths as given
 #     (SMPI's default factors are fitted to an Ethernet cluster).
 #   * smpi/host-speed 1Gf on 1 Gflop/s cores: measured CPU time is charged one to one.
 #   * The programs are built with -fno-gnu-unique so that every simulated rank gets its own copy
@@ -37,19 +37,23 @@ HERE="${ROOT}/bench/scale"
 BUILD="${SCALE_BUILD:-${ROOT}/build/scale}"
 OUT="${SCALE_OUT:-${BUILD}/results}"
 MAX_P="${SCALE_MAX_P:-1024}"
-TIMEOUT="${SCALE_TIMEOUT:-480}"
+TIMEOUT="${SCALE_TIMEOUT:-470}"
 VENV="${EINSHARD_VENV:-/opt/einshard-deps/venv}"
 mkdir -p "${BUILD}" "${OUT}"
 
 SMPI_OPTS=(
   --cfg=smpi/host-speed:1Gf
-  --cfg=smpi/lat-factor:1 --cfg=smpi/bw-factor:1
+  --cfg=smpi/lat-factor:0:1 --cfg=smpi/bw-factor:0:1
   --cfg=smpi/allreduce:rdb --cfg=smpi/bcast:binomial_tree --cfg=smpi/barrier:ompi_recursivedoubling
   --cfg=smpi/allgather:bruck --cfg=smpi/allgatherv:ompi_bruck --cfg=smpi/alltoall:bruck
   --cfg=smpi/alltoallv:ompi_basic_linear --cfg=smpi/gather:ompi_binomial --cfg=smpi/reduce:ompi_binomial
   --cfg=smpi/scatter:ompi_binomial --cfg=smpi/reduce_scatter:ompi_basic_recursivehalving
   --log=root.thres:warning
 )
+
+# 20 CG iterations and 20 halo exchanges per run: a simulation runs every rank on this machine's
+# two cores, so its wall time is the sum of all ranks' work.
+COMMON=(--iters 20 --halo-reps 20)
 
 log() { printf 'bench/scale: %s\n' "$*" >&2; }
 
@@ -80,11 +84,17 @@ tag() { sed -u "s/^{/{\"runner\":\"$1\",\"platform\":\"$2\",/"; }
 sim() {
   local file="$1" platform="$2" p="$3"
   shift 3
-  log "smpi ${platform} P=${p} $*"
+  # smpirun's default privatization (a copy of the program dlopen()ed per rank) crashes past
+  # about 1,000 copies here; mmap privatization swaps the data segment instead (it does not
+  # privatize thread_local variables: fine for the sparse part, not for the notation's caches).
+  local priv=dlopen
+  ((p <= 512)) || priv=mmap
+  log "smpi ${platform} P=${p} $* (privatization ${priv})"
   local start=$SECONDS
   if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
-        ./poisson_scaling_smpi "$@" 2>"${BUILD}/last_smpi.err" | tag smpi "${platform}" >>"${OUT}/${file}"); then
+        --cfg=smpi/privatization:${priv} \
+        ./poisson_scaling_smpi "${COMMON[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag smpi "${platform}" >>"${OUT}/${file}"); then
     log "  failed or timed out after $((SECONDS - start)) s (${BUILD}/last_smpi.err)"
     return 0
   fi
@@ -97,7 +107,7 @@ real() {
   shift 2
   log "mpirun P=${p} $*"
   OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" mpirun --allow-run-as-root --oversubscribe -np "${p}" \
-    -x OMP_NUM_THREADS "${BUILD}/poisson_scaling_mpi" "$@" | tag mpirun this_machine >>"${OUT}/${file}" || log "  failed"
+    -x OMP_NUM_THREADS "${BUILD}/poisson_scaling_mpi" "${COMMON[@]}" "$@" | tag mpirun this_machine >>"${OUT}/${file}" || log "  failed"
 }
 
 validate() {
