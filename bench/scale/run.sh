@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scaling of einshard's sparse headline work to 1,024 simulated ranks, with SimGrid's SMPI.
 #
-#   bench/scale/run.sh [all|build|validate|weak|strong|summary]   (default: all)
+#   bench/scale/run.sh [all|build|validate|weak|comm|strong|summary]   (default: all)
 #
 #   build     header-only builds of bench/scale/poisson_scaling.cpp: with smpicxx (SMPI) and with
 #             mpicxx (the real runs), into $SCALE_BUILD (default build/scale)
@@ -9,6 +9,7 @@
 #             (platforms/this_machine.xml) and on the cluster model (platforms/fat_tree.xml)
 #   weak      fat tree, 1 ... $SCALE_MAX_P ranks: 2-D 5-point Poisson, a 64^2 box per rank, and
 #             3-D 7-point, a 16^3 box per rank
+#   comm      the weak series with no computation charged: the network and algorithms alone
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
 #   summary   bench/scale/summarize.py: markdown tables of the results
 #
@@ -57,6 +58,10 @@ SMPI_OPTS=(
 # two cores, so its wall time is the sum of all ranks' work.
 COMMON=(--iters 20 --halo-reps 20)
 
+# More smpirun options, and the runner's name in the JSON lines (the comm section changes them).
+EXTRA=()
+RUNNER=smpi
+
 log() { printf 'bench/scale: %s\n' "$*" >&2; }
 
 build() {
@@ -68,7 +73,9 @@ build() {
   newest="$(find "${ROOT}/include" "${HERE}" -newer "${BUILD}/poisson_scaling_smpi" -name '*.?pp' 2>/dev/null | head -1 || true)"
   if [[ ! -x "${BUILD}/poisson_scaling_smpi" || -n "${newest}" ]]; then
     log "smpicxx poisson_scaling (header-only einshard, SMPI)"
-    nice -n 19 smpicxx "${flags[@]}" -o "${BUILD}/poisson_scaling_smpi"
+    # -Bsymbolic: the program's calls to MPI_* reach mpi_count.hpp's definitions in it under mmap
+    # privatization too (then smpirun loads it once, after libsimgrid, whose MPI_* come first).
+    nice -n 19 smpicxx "${flags[@]}" -Wl,-Bsymbolic -o "${BUILD}/poisson_scaling_smpi"
   fi
   newest="$(find "${ROOT}/include" "${HERE}" -newer "${BUILD}/poisson_scaling_mpi" -name '*.?pp' 2>/dev/null | head -1 || true)"
   if [[ ! -x "${BUILD}/poisson_scaling_mpi" || -n "${newest}" ]]; then
@@ -95,8 +102,8 @@ sim() {
   local start=$SECONDS
   if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
-        --cfg=smpi/privatization:${priv} \
-        ./poisson_scaling_smpi "${COMMON[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag smpi "${platform}" >>"${OUT}/${file}"); then
+        --cfg=smpi/privatization:${priv} "${EXTRA[@]}" \
+        ./poisson_scaling_smpi "${COMMON[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
     log "  failed or timed out after $((SECONDS - start)) s (${BUILD}/last_smpi.err)"
     return 0
   fi
@@ -141,6 +148,20 @@ strong() {
   done
 }
 
+# The weak series again with no computation charged (smpi/simulate-computation:no): what the
+# network and the algorithms cost alone, free of the CPU time measured on this shared machine.
+comm() {
+  EXTRA=(--cfg=smpi/simulate-computation:no)
+  RUNNER=smpi_comm_only
+  for p in 1 4 16 64 256 1024 4096; do
+    ((p <= MAX_P)) || break
+    sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 64
+    sim weak_comm_only.jsonl fat_tree "$p" --dim 3 --box 16
+  done
+  EXTRA=()
+  RUNNER=smpi
+}
+
 summary() { python3 "${HERE}/summarize.py" "${OUT}"; }
 
 case "${1:-all}" in
@@ -148,7 +169,8 @@ case "${1:-all}" in
   validate) build && validate ;;
   weak) build && weak ;;
   strong) build && strong ;;
+  comm) build && comm ;;
   summary) summary ;;
-  all) build && validate && weak && strong && summary ;;
-  *) echo "usage: $0 [all|build|validate|weak|strong|summary]" >&2; exit 2 ;;
+  all) build && validate && weak && comm && strong && summary ;;
+  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary]" >&2; exit 2 ;;
 esac
