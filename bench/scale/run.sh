@@ -12,6 +12,7 @@
 #   comm      the weak series with no computation charged: the network and algorithms alone
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
 #   summary   bench/scale/summarize.py: markdown tables of the results
+#   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
 #
 # Every run prints JSON lines (poisson_scaling.cpp's), each tagged here with "runner" (mpirun or
 # smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
@@ -170,7 +171,8 @@ case "${1:-all}" in
   weak) build && weak ;;
   strong) build && strong ;;
   comm) build && comm ;;
+  one) shift && build && sim "$@" ;;  # one simulation: run.sh one weak.jsonl fat_tree 1024 --dim 2 --box 64
   summary) summary ;;
   all) build && validate && weak && comm && strong && summary ;;
-  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary|one FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
 esac
