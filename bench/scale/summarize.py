@@ -112,8 +112,9 @@ def scaling(runs, mode, title="", compute=None):
     return "\n".join(lines)
 
 
-def counts_table(counts, runs):
-    """Per rank (max over ranks): what each phase asks of MPI, against P (weak runs)."""
+def counts_table(counts, runs, comm_counts=()):
+    """Per rank (max over ranks): what each phase asks of MPI, against P (weak runs), and the
+    simulated time inside MPI in the runs with no computation charged."""
     lines = []
     iters = {(d["dim"], d["ranks"]): (d["cg_iters"], 20) for d in runs}
     for dim in (2, 3):
@@ -139,12 +140,15 @@ def counts_table(counts, runs):
                 elif per == "iteration":
                     div = iters.get((dim, p), (20, 20))[0] or 1
                 dense = sum(v["dense"] for v in c["fn"].values())
-                row = [p, c["collectives"] / div, c["sends"] / div, c["bytes"] / div, dense / div]
+                cc = next((x for x in comm_counts if x["dim"] == dim and x["ranks"] == p and x["phase"] == phase), None)
+                row = [p, c["collectives"] / div, c["sends"] / div, c["bytes"] / div, dense / div,
+                       cc["mpi_seconds"] * 1e6 / div if cc else None]
                 row += [f"{c['fn'][f]['calls'] / div:g}" if f in c["fn"] else "-" for f in fns]
                 rows.append(row)
             label = f" per {per}" if per else ""
             lines.append(f"\n**{dim}-D, phase `{phase}`{label}: per rank, max over ranks**\n")
-            lines.append(table(["ranks", "collectives", "messages sent", "bytes sent", "P-sized count entries"]
+            lines.append(table(["ranks", "collectives", "messages sent", "bytes sent", "P-sized count entries",
+                                "in MPI, comm only (us)"]
                                + [f"{f} calls" for f in fns], rows))
     return "\n".join(lines)
 
@@ -153,6 +157,14 @@ def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/scale/results")
     vr, _ = load(out / "validate.jsonl")
     wr, wc = load(out / "weak.jsonl")
+    # Reruns of single points (run.sh one weak_<name>.jsonl ...) replace those points.
+    for extra in sorted(out.glob("weak_*.jsonl")):
+        if extra.name == "weak_comm_only.jsonl":
+            continue
+        er, ec = load(extra)
+        again = {(d["dim"], d["ranks"]) for d in er}
+        wr = [d for d in wr if (d["dim"], d["ranks"]) not in again] + er
+        wc = [c for c in wc if (c["dim"], c["ranks"]) not in again] + ec
     sr, _ = load(out / "strong.jsonl")
     cr, cc = load(out / "weak_comm_only.jsonl")
     if vr:
@@ -170,7 +182,7 @@ def main():
         print(scaling(sr, "strong"))
     if wc:
         print("\n### Per-rank MPI counts against P (weak runs)\n")
-        print(counts_table(wc, wr))
+        print(counts_table(wc, wr, cc))
 
 
 if __name__ == "__main__":
