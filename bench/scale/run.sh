@@ -68,6 +68,7 @@ log() { printf 'bench/scale: %s\n' "$*" >&2; }
 build() {
   local tp
   tp="$("${VENV}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
+  # shellcheck disable=SC2054  # -Wl,-rpath,DIR is one argument
   local flags=(-std=c++20 -O2 -fno-gnu-unique -I "${ROOT}/include" -I "${tp}/include"
                "${HERE}/poisson_scaling.cpp" -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis)
   local newest
