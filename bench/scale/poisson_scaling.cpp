@@ -23,6 +23,7 @@
 //   --counts 1      also print the per-phase MPI counts of mpi_count.hpp (default 1)
 //   --mesh3 1       time the 3-D Mesh too (default 1; 0 skips it: under SMPI its communicators
 //                   cost the simulator O(P^2) real time each, minutes at 1,024 ranks)
+//   SCALE_TRACE=1   (environment) rank 0 names each phase on stderr as it starts
 //
 // Output, rank 0, JSON lines: one {"bench":"poisson_scaling",...} with every phase's time (MPI_Wtime:
 // simulated seconds under SMPI) and the wall time of the run on this machine, then (with --counts)
