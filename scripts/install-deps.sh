@@ -6,7 +6,8 @@
 #   1. Debian packages (apt-get install of the missing ones only; `apt-get update` only if needed):
 #        catch2 2.13.10, Open MPI 4.1.4, METIS 5.1.0, Doxygen 1.9.4, PETSc 3.18.5 and FFTW 3.3.10
 #        (with FFTW-MPI; the benchmarks' anchors), hypre 2.26.0 (BoomerAMG), SLEPc 3.18.2 (the
-#        eigensolver anchor), clang 14 (the second compiler and libFuzzer) (pinned), pkg-config, ninja, cmake, g++,
+#        eigensolver anchor), clang 14 (the second compiler and libFuzzer), SimGrid 3.32 (SMPI: smpicxx and smpirun, for
+#        bench/scale's simulated clusters) (pinned), pkg-config, ninja, cmake, g++,
 #        python3-venv, python3-pip, git, ca-certificates
 #   2. LibTorch, as the PyPI wheel torch==2.15.0 in a Python venv at
 #        ${EINSHARD_DEPS_DIR:-/opt/einshard-deps}/venv
@@ -40,6 +41,7 @@ APT_PACKAGES=(
   libslepc-real-dev=3.18.2+dfsg1-2
   clang-14=1:14.0.6-12
   libclang-rt-14-dev=1:14.0.6-12
+  libsimgrid-dev=3.32-2+b2
   pkg-config
   ninja-build
   cmake

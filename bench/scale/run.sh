@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Scaling of einshard's sparse headline work to 1,024 simulated ranks, with SimGrid's SMPI.
+#
+#   bench/scale/run.sh [all|build|validate|weak|comm|strong|summary]   (default: all)
+#
+#   build     header-only builds of bench/scale/poisson_scaling.cpp: with smpicxx (SMPI) and with
+#             mpicxx (the real runs), into $SCALE_BUILD (default build/scale)
+#   validate  1, 2, 4, 8 ranks: real mpirun on this machine beside SMPI on its model
+#             (platforms/this_machine.xml) and on the cluster model (platforms/fat_tree.xml)
+#   weak      fat tree, 1 ... $SCALE_MAX_P ranks: 2-D 5-point Poisson, a 64^2 box per rank, and
+#             3-D 7-point, a 16^3 box per rank
+#   comm      the weak series with no computation charged: the network and algorithms alone
+#   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
+#   summary   bench/scale/summarize.py: markdown tables of the results
+#   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
+#
+# Every run prints JSON lines (poisson_scaling.cpp's), each tagged here with "runner" (mpirun or
+# smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
+#
+# Environment: SCALE_MAX_P (default 1024), SCALE_TIMEOUT (seconds per simulation, default 470),
+# SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv).
+# Needs libsimgrid-dev (scripts/install-deps.sh installs it) and Open MPI for the real runs.
+#
+# Why these SMPI settings (docs/scale.md has the measurements):
+#   * The collectives are named one by one, as Open MPI's tuned component picks them for small
+#     messages (recursive doubling, binomial trees, Bruck, pairwise all-to-allv: SMPI's
+#     ompi_basic_linear all-to-allv did not finish from_local at 256 ranks in 5 minutes, pairwise
+#     takes 3 s). SMPI's
+#     smpi/coll-selector:ompi gives the same algorithms but first builds SMP leader
+#     communicators for every new communicator (a ring all-gather: P^2 simulated messages each),
+#     minutes of wall time per communicator at 1,024 ranks; the default selector is naive.
+#   * smpi/lat-factor and smpi/bw-factor 0:1 (factor 1 from size 0 up): the platform's latencies and bandwidths as given
+#     (SMPI's default factors are fitted to an Ethernet cluster).
+#   * smpi/host-speed 1Gf on 1 Gflop/s cores: measured CPU time is charged one to one.
+#   * The programs are built with -fno-gnu-unique so that every simulated rank gets its own copy
+#     of the library's function-local statics (smpirun loads one copy of the program per rank).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="${ROOT}/bench/scale"
+BUILD="${SCALE_BUILD:-${ROOT}/build/scale}"
+OUT="${SCALE_OUT:-${BUILD}/results}"
+MAX_P="${SCALE_MAX_P:-1024}"
+TIMEOUT="${SCALE_TIMEOUT:-470}"
+VENV="${EINSHARD_VENV:-/opt/einshard-deps/venv}"
+mkdir -p "${BUILD}" "${OUT}"
+
+SMPI_OPTS=(
+  --cfg=smpi/host-speed:1Gf
+  --cfg=smpi/lat-factor:0:1 --cfg=smpi/bw-factor:0:1
+  --cfg=smpi/allreduce:rdb --cfg=smpi/bcast:binomial_tree --cfg=smpi/barrier:ompi_recursivedoubling
+  --cfg=smpi/allgather:bruck --cfg=smpi/allgatherv:ompi_bruck --cfg=smpi/alltoall:bruck
+  --cfg=smpi/alltoallv:pair --cfg=smpi/gather:ompi_binomial --cfg=smpi/reduce:ompi_binomial
+  --cfg=smpi/scatter:ompi_binomial --cfg=smpi/reduce_scatter:ompi_basic_recursivehalving
+  --log=root.thres:warning
+)
+
+# 20 CG iterations and 20 halo exchanges per run: a simulation runs every rank on this machine's
+# two cores, so its wall time is the sum of all ranks' work.
+COMMON=(--iters 20 --halo-reps 20)
+
+# More smpirun options, and the runner's name in the JSON lines (the comm section changes them).
+EXTRA=()
+RUNNER=smpi
+
+log() { printf 'bench/scale: %s\n' "$*" >&2; }
+
+build() {
+  local tp
+  tp="$("${VENV}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
+  # shellcheck disable=SC2054  # -Wl,-rpath,DIR is one argument
+  local flags=(-std=c++20 -O2 -fno-gnu-unique -I "${ROOT}/include" -I "${tp}/include"
+               "${HERE}/poisson_scaling.cpp" -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis)
+  local newest
+  newest="$(find "${ROOT}/include" "${HERE}" -newer "${BUILD}/poisson_scaling_smpi" -name '*.?pp' 2>/dev/null | head -1 || true)"
+  if [[ ! -x "${BUILD}/poisson_scaling_smpi" || -n "${newest}" ]]; then
+    log "smpicxx poisson_scaling (header-only einshard, SMPI)"
+    # -Bsymbolic: the program's calls to MPI_* reach mpi_count.hpp's definitions in it under mmap
+    # privatization too (then smpirun loads it once, after libsimgrid, whose MPI_* come first).
+    nice -n 19 smpicxx "${flags[@]}" -Wl,-Bsymbolic -o "${BUILD}/poisson_scaling_smpi"
+  fi
+  newest="$(find "${ROOT}/include" "${HERE}" -newer "${BUILD}/poisson_scaling_mpi" -name '*.?pp' 2>/dev/null | head -1 || true)"
+  if [[ ! -x "${BUILD}/poisson_scaling_mpi" || -n "${newest}" ]]; then
+    log "mpicxx poisson_scaling (header-only einshard, Open MPI)"
+    nice -n 19 mpicxx "${flags[@]}" -o "${BUILD}/poisson_scaling_mpi"
+  fi
+  [[ -f "${BUILD}/hosts_fat_tree" ]] || for i in $(seq 0 4095); do echo "node-$i"; done >"${BUILD}/hosts_fat_tree"
+  [[ -f "${BUILD}/hosts_this_machine" ]] || for _ in $(seq 0 63); do echo node-0; done >"${BUILD}/hosts_this_machine"
+}
+
+# tag RUNNER PLATFORM: adds the two keys to every JSON line.
+tag() { sed -u "s/^{/{\"runner\":\"$1\",\"platform\":\"$2\",/"; }
+
+# sim FILE PLATFORM P ARGS...: one simulation, its JSON lines appended to FILE.
+sim() {
+  local file="$1" platform="$2" p="$3"
+  shift 3
+  # smpirun's default privatization (a copy of the program dlopen()ed per rank) crashes past
+  # about 1,000 copies here; mmap privatization swaps the data segment instead (it does not
+  # privatize thread_local variables: fine for the sparse part, not for the notation's caches).
+  local priv=dlopen
+  ((p <= 512)) || priv=mmap
+  log "smpi ${platform} P=${p} $* (privatization ${priv})"
+  local start=$SECONDS
+  if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" smpirun -np "${p}" \
+        -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
+        --cfg=smpi/privatization:${priv} "${EXTRA[@]}" \
+        ./poisson_scaling_smpi "${COMMON[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
+    log "  failed or timed out after $((SECONDS - start)) s (${BUILD}/last_smpi.err)"
+    return 0
+  fi
+  log "  $((SECONDS - start)) s"
+}
+
+# real FILE P ARGS...: one mpirun on this machine.
+real() {
+  local file="$1" p="$2"
+  shift 2
+  log "mpirun P=${p} $*"
+  OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" mpirun --allow-run-as-root --oversubscribe -np "${p}" \
+    -x OMP_NUM_THREADS "${BUILD}/poisson_scaling_mpi" "${COMMON[@]}" "$@" | tag mpirun this_machine >>"${OUT}/${file}" || log "  failed"
+}
+
+validate() {
+  for p in 1 2 4 8; do
+    for args in "--dim 2 --box 64 --rtol 1e-6" "--dim 3 --box 16 --rtol 1e-6"; do
+      # shellcheck disable=SC2086
+      real validate.jsonl "$p" $args
+      # shellcheck disable=SC2086
+      sim validate.jsonl this_machine "$p" $args
+      # shellcheck disable=SC2086
+      sim validate.jsonl fat_tree "$p" $args
+    done
+  done
+}
+
+weak() {
+  for p in 1 4 16 64 256 1024 4096; do
+    ((p <= MAX_P)) || break
+    sim weak.jsonl fat_tree "$p" --dim 2 --box 64
+    sim weak.jsonl fat_tree "$p" --dim 3 --box 16
+  done
+}
+
+strong() {
+  for p in 16 64 256 1024 4096; do
+    ((p <= MAX_P)) || break
+    sim strong.jsonl fat_tree "$p" --dim 2 --grid 1024
+    sim strong.jsonl fat_tree "$p" --dim 3 --grid 64
+  done
+}
+
+# The weak series again with no computation charged (smpi/simulate-computation:no): what the
+# network and the algorithms cost alone, free of the CPU time measured on this shared machine.
+comm() {
+  EXTRA=(--cfg=smpi/simulate-computation:no)
+  RUNNER=smpi_comm_only
+  for p in 1 4 16 64 256 1024 4096; do
+    ((p <= MAX_P)) || break
+    sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 64
+    sim weak_comm_only.jsonl fat_tree "$p" --dim 3 --box 16
+  done
+  EXTRA=()
+  RUNNER=smpi
+}
+
+summary() { python3 "${HERE}/summarize.py" "${OUT}"; }
+
+case "${1:-all}" in
+  build) build ;;
+  validate) build && validate ;;
+  weak) build && weak ;;
+  strong) build && strong ;;
+  comm) build && comm ;;
+  one) shift && build && sim "$@" ;;  # one simulation: run.sh one weak.jsonl fat_tree 1024 --dim 2 --box 64
+  summary) summary ;;
+  all) build && validate && weak && comm && strong && summary ;;
+  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary|one FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Markdown tables of bench/scale's results (the JSON lines run.sh writes).
+
+    python3 bench/scale/summarize.py build/scale/results
+
+Reads validate.jsonl, weak.jsonl and strong.jsonl (whichever exist) and prints: the simulated
+against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and the per-rank MPI
+counts of each phase against the number of ranks.
+"""
+import json
+import sys
+from pathlib import Path
+
+
+def load(path):
+    runs, counts = [], []
+    if not path.exists():
+        return runs, counts
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:  # a run cut short (timeout) can leave half a line
+            continue
+        (counts if d["bench"].endswith("_counts") else runs).append(d)
+    return runs, counts
+
+
+def fmt(x, digits=3):
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def key(d):
+    return (d["dim"], d["ranks"])
+
+
+def validation(runs):
+    by = {}
+    for d in runs:
+        by[(d["runner"], d["platform"], d["dim"], d["ranks"])] = d
+    lines = []
+    for dim in (2, 3):
+        rows = []
+        for p in (1, 2, 4, 8):
+            r = by.get(("mpirun", "this_machine", dim, p))
+            m = by.get(("smpi", "this_machine", dim, p))
+            f = by.get(("smpi", "fat_tree", dim, p))
+            if not r:
+                continue
+            for what, k, scale in (("from_local (ms)", "assemble_s", 1e3), ("halo (us)", "halo_us", 1),
+                                   ("CG it. (us)", "cg_iter_us", 1), ("solve (ms)", "solve_s", 1e3)):
+                rv = r[k] * scale
+                mv = m[k] * scale if m else None
+                fv = f[k] * scale if f else None
+                rows.append([str(p), what, rv, mv, (mv / rv) if (mv and rv) else None, fv])
+        if rows:
+            lines.append(f"\n**{dim}-D Poisson, {'64²' if dim == 2 else '16³'} rows per rank** "
+                         "(real: mpirun on this machine; simulated: SMPI)\n")
+            lines.append(table(["ranks", "phase", "real", "SMPI this machine", "ratio", "SMPI fat tree"], rows))
+    return "\n".join(lines)
+
+
+def scaling(runs, mode, title="", compute=None):
+    """compute: {dim: CG iteration at 1 rank with computation charged}; given for the comm-only runs,
+    it adds an estimate: that computation (the same rows per rank at every P) plus the simulated
+    communication, and its efficiency."""
+    lines = []
+    for dim in (2, 3):
+        rs = sorted((d for d in runs if d["dim"] == dim and d["platform"] == "fat_tree"), key=key)
+        if not rs:
+            continue
+        base = rs[0]
+        if mode == "weak":  # against the first P at which a rank has all its neighbours
+            base = next(d for d in rs if d["neighbours_max"] == rs[-1]["neighbours_max"])
+        rows = []
+        for d in rs:
+            if mode == "weak":
+                eff_cg = base["cg_iter_us"] / d["cg_iter_us"] if d["cg_iter_us"] > 0 else None
+                eff_halo = base["halo_us"] / d["halo_us"] if d["halo_us"] > 0 and base["halo_us"] > 0 else None
+            else:
+                eff_cg = base["cg_iter_us"] * base["ranks"] / (d["cg_iter_us"] * d["ranks"])
+                eff_halo = None
+            row = [d["ranks"], d["rows"], d["rows_per_rank"], d["neighbours_max"], d["mesh_s"] * 1e3,
+                   d["assemble_s"] * 1e3, d["halo_us"], d["cg_iter_us"], eff_cg, eff_halo, d["wall_s"]]
+            if compute and dim in compute:
+                est = compute[dim] + d["cg_iter_us"]
+                row[9:9] = [est, (compute[dim] + base["cg_iter_us"]) / est]
+            rows.append(row)
+        lines.append(f"\n**{dim}-D Poisson, {mode} scaling on the fat tree{title}** (efficiency against "
+                     f"{base['ranks']} rank{'s' if base['ranks'] > 1 else ''})\n")
+        header = ["ranks", "rows", "rows/rank", "neighbours", "Mesh (ms)", "from_local (ms)", "halo (us)",
+                  "CG it. (us)", "CG eff.", "halo eff.", "wall (s)"]
+        if compute and dim in compute:
+            header[9:9] = [f"CG it. + {compute[dim]:.3g} us compute", "its eff."]
+        lines.append(table(header, rows))
+    return "\n".join(lines)
+
+
+def counts_table(counts, runs, comm_counts=()):
+    """Per rank (max over ranks): what each phase asks of MPI, against P (weak runs), and the
+    simulated time inside MPI in the runs with no computation charged."""
+    lines = []
+    iters = {(d["dim"], d["ranks"]): (d["cg_iters"], 20) for d in runs}
+    for dim in (2, 3):
+        cs = [c for c in counts if c["dim"] == dim and c.get("platform") == "fat_tree"]
+        if not cs:
+            continue
+        ranks = sorted({c["ranks"] for c in cs})
+        for phase, per in (("mesh", None), ("assemble", None), ("halo", "exchange"), ("cg", "iteration")):
+            rows = []
+            fns = set()
+            for p in ranks:
+                c = next((c for c in cs if c["ranks"] == p and c["phase"] == phase), None)
+                if c:
+                    fns |= set(c["fn"])
+            fns = sorted(fns)
+            for p in ranks:
+                c = next((c for c in cs if c["ranks"] == p and c["phase"] == phase), None)
+                if not c:
+                    continue
+                div = 1
+                if per == "exchange":
+                    div = iters.get((dim, p), (20, 20))[1]
+                elif per == "iteration":
+                    div = iters.get((dim, p), (20, 20))[0] or 1
+                dense = sum(v["dense"] for v in c["fn"].values())
+                cc = next((x for x in comm_counts if x["dim"] == dim and x["ranks"] == p and x["phase"] == phase), None)
+                row = [p, c["collectives"] / div, c["sends"] / div, c["bytes"] / div, dense / div,
+                       cc["mpi_seconds"] * 1e6 / div if cc else None]
+                row += [f"{c['fn'][f]['calls'] / div:g}" if f in c["fn"] else "-" for f in fns]
+                rows.append(row)
+            label = f" per {per}" if per else ""
+            lines.append(f"\n**{dim}-D, phase `{phase}`{label}: per rank, max over ranks**\n")
+            lines.append(table(["ranks", "collectives", "messages sent", "bytes sent", "P-sized count entries",
+                                "in MPI, comm only (us)"]
+                               + [f"{f} calls" for f in fns], rows))
+    return "\n".join(lines)
+
+
+def main():
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/scale/results")
+    vr, _ = load(out / "validate.jsonl")
+    wr, wc = load(out / "weak.jsonl")
+    # Reruns of single points (run.sh one weak_<name>.jsonl ...) replace those points.
+    for extra in sorted(out.glob("weak_*.jsonl")):
+        if extra.name == "weak_comm_only.jsonl":
+            continue
+        er, ec = load(extra)
+        again = {(d["dim"], d["ranks"]) for d in er}
+        wr = [d for d in wr if (d["dim"], d["ranks"]) not in again] + er
+        wc = [c for c in wc if (c["dim"], c["ranks"]) not in again] + ec
+    sr, _ = load(out / "strong.jsonl")
+    cr, cc = load(out / "weak_comm_only.jsonl")
+    if vr:
+        print("### Simulated against real, 1-8 ranks\n")
+        print(validation(vr))
+    if wr:
+        print("\n### Weak scaling\n")
+        print(scaling(wr, "weak"))
+    if cr:
+        print("\n### Weak scaling, communication only (no computation charged)\n")
+        one = {d["dim"]: d["cg_iter_us"] for d in wr if d["ranks"] == 1}
+        print(scaling(cr, "weak", ", no computation charged", one))
+    if sr:
+        print("\n### Strong scaling\n")
+        print(scaling(sr, "strong"))
+    if wc:
+        print("\n### Per-rank MPI counts against P (weak runs)\n")
+        print(counts_table(wc, wr, cc))
+
+
+if __name__ == "__main__":
+    main()
