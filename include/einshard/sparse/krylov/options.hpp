@@ -85,7 +85,7 @@ using Monitor = std::function<void(int iteration, double residual_norm)>;
 
 namespace detail {
 /// The defaults `SolveOptions` takes its fields from: the library's, or those of the innermost
-/// `SolverConfig` alive on this thread (solver_config.hpp).
+/// `SolverConfig` alive on this thread (krylov/config.hpp).
 struct SolveDefaults {
   Method method = Method::cg;
   Preconditioner preconditioner = Preconditioner::none;

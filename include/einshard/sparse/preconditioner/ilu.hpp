@@ -2,7 +2,7 @@
 /// @file
 /// Incomplete factorisations without fill on a square CSR block, and their triangular solves:
 /// ILU(0) (A ≈ L U, L unit lower, U upper, both with the pattern of A) and IC(0) (A ≈ L Lᵀ, L with
-/// the lower pattern of A). The block-Jacobi preconditioner (preconditioner.hpp) runs them on each
+/// the lower pattern of A). The block-Jacobi preconditioner (block_jacobi.hpp) runs them on each
 /// rank's owned×owned block. Memory and work are O(nnz of the block) plus one O(n) marker array:
 /// no dense block is ever formed. SSOR is stored as the same kind of factor (ssor_factor), so its
 /// two sweeps are incomplete_solve's.

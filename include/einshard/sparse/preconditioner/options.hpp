@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Which preconditioner a solve applies and its settings: the part of the preconditioners that
-/// `SolveOptions` names, without their implementations (preconditioner.hpp).
+/// `SolveOptions` names, without their implementations (one header per kind, factory.hpp).
 
 #include <functional>
 #include <string>
