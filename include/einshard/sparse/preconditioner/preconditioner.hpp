@@ -11,7 +11,7 @@
 /// | `chebyshev`    | q(D⁻¹A) D⁻¹, q the Chebyshev approximation of 1/λ     | Lanczos, collective | degree distributed matvecs |
 /// | `ssor`         | (2−ω)(D/ω+U)⁻¹(D/ω)(D/ω+L)⁻¹ of the owned×owned block | local            | 2 sweeps       |
 /// | `neumann`      | Σ_{k<d} (I − S A)^k S, S = D⁻¹/‖D⁻¹A‖_∞ (or I/‖A‖_∞)  | 1 all-reduce     | d − 1 distributed matvecs |
-/// | `amg`          | one BoomerAMG V-cycle over all ranks (hypre, sparse/amg.hpp) | collective | collective |
+/// | `amg`          | one BoomerAMG V-cycle over all ranks (hypre, amg.hpp) | collective | collective |
 ///
 /// Jacobi, l1-Jacobi, block Jacobi and SSOR ignore the coupling to other ranks (block Jacobi and
 /// SSOR drop the halo columns; l1-Jacobi counts them in its row norm), so they need no
