@@ -54,6 +54,16 @@ enum class CgVariant { standard, single_reduction, pipelined };
 /// residual below about 1e-9 relative.
 enum class Reorthogonalize { if_needed, never };
 
+/// The precision a solve iterates in (docs/sparse.md, "Mixed precision").
+enum class Precision {
+  working,  ///< the matrix's dtype throughout
+  /// float64 (complex128) matrices: iterative refinement around Krylov solves in float32
+  /// (complex64), with the true residual b − A x in float64 between rounds (krylov/refinement.hpp).
+  /// The matrix keeps a float32 copy of its values (kept while they are unchanged); AMG and custom
+  /// preconditioners run in float64 on converted vectors, the others are made for the copy.
+  mixed,
+};
+
 /// Why a solve stopped. The first three are convergence.
 enum class StopReason {
   converged_rtol,  ///< ||r|| <= rtol * ||b||
@@ -128,6 +138,8 @@ struct SolveOptions {
   /// every this many iterations; 0: only when the recursive one passes the stop test and the true
   /// one does not. See krylov/pipecg.hpp.
   int residual_replacement = 0;
+  /// `Precision::mixed`: single-precision inner solves refined to this solve's tolerance.
+  Precision precision = Precision::working;
 };
 
 struct SolveInfo {
@@ -147,6 +159,8 @@ struct SolveInfo {
   std::vector<SolveInfo> columns;
   int levels = 0;                      ///< multigrid preconditioners: levels of the hierarchy
   double operator_complexity = 0.0;    ///< multigrid: Σ nnz(A_level) / nnz(A), the setup's memory factor
+  /// `Precision::mixed`: the refinement rounds (true residuals computed in the working precision).
+  int refinements = 0;
 };
 
 struct SolveResult {

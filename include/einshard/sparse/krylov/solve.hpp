@@ -24,6 +24,7 @@
 #include "einshard/sparse/krylov/least_squares.hpp"
 #include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/krylov/options.hpp"
+#include "einshard/sparse/krylov/refinement.hpp"
 #include "einshard/sparse/matrix/assembly.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/linear_operator.hpp"
@@ -63,10 +64,10 @@ struct PreparedPreconditioner {
   }
 };
 
-/// The assembled Aᴴ of a matrix's last backward, rebuilt when the values change (the same key as
-/// the preconditioner cache: the values' storage and version). Collective: every rank reuses or
-/// every rank rebuilds.
-class AdjointCache {
+/// A matrix made from another's values (the assembled Aᴴ of its last backward, its single-precision
+/// copy), rebuilt when the values change (the same key as the preconditioner cache: the values'
+/// storage and version). Collective: every rank reuses or every rank rebuilds.
+class DerivedMatrixCache {
  public:
   template <class Make>
   const DSparseTensor& get(const at::Tensor& values, MPI_Comm comm, Make&& make) {
@@ -100,6 +101,9 @@ struct SolvePipeline {
   static std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> solve_detached(const DSparseTensor& A,
                                                                                         const DVector& b,
                                                                                         const SolveOptions& options);
+  /// `Precision::mixed`: refinement around solves with the matrix's single-precision copy
+  /// (krylov/refinement.hpp). No preconditioner is returned: the backward makes its own.
+  static SolveResult solve_mixed(const DSparseTensor& A, const DVector& b, const SolveOptions& options);
   /// `x` (solved already) recorded for autograd as the solution of A x = b, whatever produced it
   /// (a Krylov solve, or Newton at its root with b = -g(x)): the backward solves λ by
   /// `adjoint_solve` (λ = A⁻ᴴ ∂L/∂x, or the Jacobian's), then ∂L/∂b = λ and
@@ -144,6 +148,9 @@ inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& 
   if (options.preconditioner != Preconditioner::none)
     throw Error(what + ": the preconditioner " + std::string(to_string(options.preconditioner)) +
                 " needs a matrix's entries, which an operator does not have; pass custom_preconditioner");
+  if (options.precision == Precision::mixed)
+    throw Error(what + ": precision mixed solves with a single-precision copy of a matrix's values, which an "
+                       "operator does not have; apply your operator in the precision you want");
   A.check(b, *A.layout(), what, "");
   if (options.x0) A.check(*options.x0, *A.domain_layout(), what + " (x0)", "");
   const auto bl = b.like(b.local().detach().contiguous());
@@ -214,7 +221,8 @@ namespace detail {
 EINSHARD_INLINE SolveCaches& SolvePipeline::caches(const DSparseTensor& A) {
   auto& c = A.solve_caches_;
   if (!c.preconditioner) c.preconditioner = std::make_shared<PreconditionerCache>();
-  if (!c.adjoint) c.adjoint = std::make_shared<AdjointCache>();
+  if (!c.adjoint) c.adjoint = std::make_shared<DerivedMatrixCache>();
+  if (!c.inner) c.inner = std::make_shared<DerivedMatrixCache>();
   return c;
 }
 
@@ -244,10 +252,47 @@ EINSHARD_INLINE PreparedPreconditioner SolvePipeline::prepare(const DSparseTenso
 
 EINSHARD_INLINE std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> SolvePipeline::solve_detached(
     const DSparseTensor& A, const DVector& b, const SolveOptions& options) {
+  if (options.precision == Precision::mixed) return {solve_mixed(A, b, options), nullptr};
   const auto m = prepare(A, options);
   auto result = run_method(A, b, m.op.get(), options);
   m.describe(result.info);
   return {std::move(result), m.op};
+}
+
+EINSHARD_INLINE SolveResult SolvePipeline::solve_mixed(const DSparseTensor& A, const DVector& b,
+                                                       const SolveOptions& options) {
+  const auto what = std::string("DSparseTensor::solve (precision mixed)");
+  if (A.dtype() != at::kDouble && A.dtype() != at::kComplexDouble)
+    throw Error(what + ": needs a float64 or complex128 matrix to refine in, got " +
+                std::string(c10::toString(A.dtype())) + "; solve it with Precision::working");
+  if (is_least_squares(options.method))
+    throw Error(what + ": " + to_string(options.method) + " minimizes ||A x - b|| and has no residual to refine; " +
+                "use Precision::working");
+  if (b.local().dim() != 1)
+    throw Error(what + ": one right-hand side at a time, got an (n_local, " + std::to_string(b.local().size(1)) +
+                ") block; use Precision::working for blocks");
+  const auto low = inner_dtype(A.dtype());
+  const auto& single =
+      caches(A).inner->get(A.local_.values, A.layout_->comm(), [&A, low] { return A.to(low); });
+  // hypre runs in float64 and a custom preconditioner is written for the matrix's dtype: both are
+  // applied in it. The others are made for the single-precision copy (and cached on it).
+  const bool working_preconditioner =
+      options.custom_preconditioner || options.preconditioner == Preconditioner::amg;
+  const auto m = working_preconditioner ? prepare(A, options) : prepare(single, options);
+  const auto inner_m =
+      working_preconditioner && m.op ? std::make_shared<InnerPrecisionAdapter>(m.op, A.dtype()) : m.op;
+  auto result = refine(
+      A, b, options,
+      [&](const at::Tensor& r, const SolveOptions& io) {
+        return run_method(single, DVector(single.layout_, r), inner_m.get(), io);
+      },
+      [&](const at::Tensor& r, const SolveOptions& wo) {
+        auto o = wo;
+        o.custom_preconditioner = {};
+        return run_method(A, DVector(A.layout_, r), working_preconditioner ? m.op.get() : prepare(A, o).op.get(), o);
+      });
+  m.describe(result.info);
+  return result;
 }
 
 EINSHARD_INLINE SolveResult SolvePipeline::solve(const DSparseTensor& A, const DVector& b,
@@ -295,7 +340,7 @@ EINSHARD_INLINE at::Tensor SolvePipeline::adjoint_solve(const DSparseTensor& A, 
   const auto rhs = DVector(A.layout_, g.to(A.dtype()).contiguous());
   SolveResult r;
   if (o.method == Method::cg || o.method == Method::minres) {
-    r = run_method(A, rhs, m.get(), o);
+    r = run_method(A, rhs, m ? m.get() : prepare(A, o).op.get(), o);
   } else {
     o.custom_preconditioner = {};
     const auto& H = caches(A).adjoint->get(A.local_.values, A.layout_->comm(), [&A] { return A.adjoint(); });

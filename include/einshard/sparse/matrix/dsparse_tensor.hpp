@@ -77,7 +77,7 @@ struct CooEntries {
 };
 
 class PreconditionerCache;  // preconditioner/cache.hpp
-class AdjointCache;         // krylov/solve.hpp
+class DerivedMatrixCache;   // krylov/solve.hpp
 struct SolvePipeline;       // krylov/solve.hpp: the solves, which keep these caches on the matrix
 
 /// What the solvers keep on a matrix between solves, made by the first solve (the matrix holds
@@ -88,12 +88,16 @@ struct SolveCaches {
   std::shared_ptr<PreconditionerCache> preconditioner;
   /// The assembled Aᴴ of the last backward, shared by copies (a solve's autograd record holds a
   /// copy of its matrix) and keyed by the values.
-  std::shared_ptr<AdjointCache> adjoint;
+  std::shared_ptr<DerivedMatrixCache> adjoint;
+  /// The single-precision copy of a mixed-precision solve (with its own preconditioner cache);
+  /// like the preconditioner, a copy starts without.
+  std::shared_ptr<DerivedMatrixCache> inner;
 
   SolveCaches() = default;
   SolveCaches(const SolveCaches& o) : adjoint(o.adjoint) {}
   SolveCaches& operator=(const SolveCaches& o) {
     preconditioner.reset();
+    inner.reset();
     adjoint = o.adjoint;
     return *this;
   }
