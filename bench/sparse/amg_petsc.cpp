@@ -25,6 +25,10 @@
 //   es_amg_f      einshard CG + amg with PETSc's PCHYPRE settings (Falgout, classical, no
 //                 truncation, hybrid symmetric Gauss–Seidel in C/F order)
 //   es_jacobi     einshard CG + Jacobi (the anchor of the speed-up)
+//   es_amg_mixed, es_jacobi_mixed
+//                 es_amg and es_jacobi with Precision::mixed: float32 inner solves refined to rtol
+//                 on the float64 matrix (hypre's V-cycle stays float64, on converted vectors)
+//   petsc_jacobi  PETSc CG + PCJACOBI (es_jacobi_mixed's anchor)
 //   petsc_hypre   PETSc CG + PCHYPRE BoomerAMG with PETSc's settings (the same as es_amg_f)
 //   petsc_hypre_x PETSc CG + PCHYPRE BoomerAMG with einshard's default settings (the same
 //                 hierarchy and cycle as es_amg)
@@ -40,17 +44,23 @@
 // otherwise pay for the heap growing, and rotation puts es_amg first in rep 0). The lists
 // *_reps_s give every rep's sample in rep order, with the CPU seconds (slowest rank), the minor
 // page faults (all ranks) and the iterations; amg_summary's paired_ratio is the median over reps
-// of es / PETSc within one rep (the two ran back to back, under the same load).
+// of es / PETSc within one rep (the two ran back to back, under the same load). Every solution's
+// true residual ‖b − A x‖ / ‖b‖ is computed by PETSc's MatMult on its own matrix (true_residual).
+// mixed_summary compares each mixed solver with its float64 PETSc anchor: es_jacobi_mixed with
+// petsc_jacobi, es_amg_mixed with the fastest PETSc AMG, as the amg_summary's ratios.
 //
 // Pipelined CG (`--cases pipecg`): `--iters` iterations exactly (rtol = atol = 0), Jacobi, einshard
 // standard / pipelined CG and PETSc KSPCG / KSPPIPECG, interleaved per rep; ms per iteration.
 //
 //   {"bench":"amg_solve","problem":...,"ranks":P,"n":N,"solver":...,"iterations":k,"setup_s":...,
 //    "solve_s":...,"total_s":...,"levels":...,"complexity":...,"total_reps_s":[...],"setup_reps_s":[...],
-//    "solve_reps_s":[...],"cpu_reps_s":[...],"page_faults_reps":[...],"iterations_reps":[...]}
+//    "solve_reps_s":[...],"cpu_reps_s":[...],"page_faults_reps":[...],"iterations_reps":[...],
+//    "true_residual":...}
 //   {"bench":"amg_summary","ranks":P,"n":N,"best_es":"es_amg","best_es_s":...,"best_petsc":"petsc_gamg",
 //    "best_petsc_s":...,"ratio_vs_best_petsc":es/petsc (≤ 1: einshard is faster),"paired_ratio":...,
 //    "paired_ratios":[...],"speedup_vs_es_jacobi":...}
+//   {"bench":"mixed_summary","ranks":P,"n":N,"solver":"es_amg_mixed","anchor":"petsc_hypre_x","es_s":...,
+//    "anchor_s":...,"ratio":es/anchor,"paired_ratio":...,"float64_s":the same einshard solver in float64}
 //   {"bench":"pipecg","ranks":P,"n":N,"es_cg_ms_it":...,"es_pipecg_ms_it":...,"petsc_cg_ms_it":...,
 //    "petsc_pipecg_ms_it":...,"ratio_vs_petsc_pipecg":...,"ratio_vs_es_cg":...}
 //
@@ -86,6 +96,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <type_traits>
 #include <stdexcept>
 #include <string>
@@ -231,6 +242,40 @@ struct Petsc {
     PETSC(KSPSetFromOptions(ksp));
     return ksp;
   }
+  /// ‖b − A x‖ / ‖b‖ of a solution given whole (`x_full`: every rank's copy, in the grid's
+  /// numbering), by MatMult on PETSc's rows of it.
+  [[nodiscard]] double true_residual(const at::Tensor& x_full) const {
+    PetscInt first = 0, last = 0;
+    PETSC(MatGetOwnershipRange(A, &first, &last));
+    Vec xe = nullptr, r = nullptr;
+    PETSC(VecDuplicate(x, &xe));
+    PETSC(VecDuplicate(b, &r));
+    PetscScalar* p = nullptr;
+    PETSC(VecGetArray(xe, &p));
+    const auto xc = x_full.slice(0, first, last).to(at::kDouble).contiguous();
+    std::copy(xc.data_ptr<double>(), xc.data_ptr<double>() + xc.numel(), p);
+    PETSC(VecRestoreArray(xe, &p));
+    const double out = residual_of(xe, r);
+    VecDestroy(&xe);
+    VecDestroy(&r);
+    return out;
+  }
+  /// The same for PETSc's own last solution.
+  [[nodiscard]] double true_residual() const {
+    Vec r = nullptr;
+    PETSC(VecDuplicate(b, &r));
+    const double out = residual_of(x, r);
+    VecDestroy(&r);
+    return out;
+  }
+  [[nodiscard]] double residual_of(Vec xv, Vec r) const {
+    PETSC(MatMult(A, xv, r));
+    PETSC(VecAYPX(r, -1.0, b));
+    PetscReal rn = 0, bn = 0;
+    PETSC(VecNorm(r, NORM_2, &rn));
+    PETSC(VecNorm(b, NORM_2, &bn));
+    return static_cast<double>(rn / bn);
+  }
   /// Setup and solve from x = 0; returns {setup s, solve s, iterations} (this rank's times).
   std::array<double, 3> solve(KSP ksp) const {
     PETSC(VecSet(x, 0.0));
@@ -293,6 +338,7 @@ void set_petsc_options(const sp::AmgOptions& o, const std::string& extra) {
 struct Sample {
   std::vector<double> setup, solve, total;
   std::vector<double> faults, cpu, its;  // page faults (all ranks) and CPU seconds (slowest rank) of each rep
+  std::vector<double> residuals;  // ‖b − A x‖ / ‖b‖ of each rep's solution (PETSc's MatMult)
   int iterations = 0, levels = 0;
   double complexity = 0;
 };
@@ -374,8 +420,11 @@ int run(const Config& cfg) {
       double setup = 0, solve = 0, total = 0;
       const auto usage0 = usage();
       if (name.rfind("es_", 0) == 0) {
-        sp::SolveOptions o{.preconditioner = name == "es_jacobi" ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
-                           .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false};
+        const bool jacobi = name.rfind("es_jacobi", 0) == 0;
+        const bool mixed = name.size() > 6 && name.substr(name.size() - 6) == "_mixed";
+        sp::SolveOptions o{.preconditioner = jacobi ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
+                           .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false,
+                           .precision = mixed ? sp::Precision::mixed : sp::Precision::working};
         o.preconditioner_options.amg = name == "es_amg_alt" ? amg_settings(cfg, es_request, &cfg.amg_alt_spec) : es_request;
         if (name == "es_amg_f")
           o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
@@ -401,10 +450,13 @@ int run(const Config& cfg) {
         s.iterations = r.info.iterations;
         s.levels = r.info.levels;
         s.complexity = r.info.operator_complexity;
+        s.residuals.push_back(petsc.true_residual(r.x.full_tensor()));
       } else {
-        KSP ksp = petsc.make(KSPCG, name.rfind("petsc_gamg", 0) == 0 ? PCGAMG : PCHYPRE, name + "_", cfg.rtol, 100000);
+        const char* pc = name == "petsc_jacobi" ? PCJACOBI : name.rfind("petsc_gamg", 0) == 0 ? PCGAMG : PCHYPRE;
+        KSP ksp = petsc.make(KSPCG, pc, name + "_", cfg.rtol, 100000);
         std::array<double, 3> t{};
         total = timed([&] { t = petsc.solve(ksp); });
+        s.residuals.push_back(petsc.true_residual());
         PETSC(KSPDestroy(&ksp));
         setup = t[0];
         solve = t[1];
@@ -439,12 +491,12 @@ int run(const Config& cfg) {
                     "\"rtol\":%.0e,\"theta\":%.2f,\"iterations\":%d,\"setup_s\":%.3f,\"solve_s\":%.3f,\"total_s\":%.3f,"
                     "\"levels\":%d,\"complexity\":%.3f,\"reps\":%zu,\"warmup\":%d,\"total_reps_s\":[%s],"
                     "\"setup_reps_s\":[%s],\"solve_reps_s\":[%s],"
-                    "\"cpu_reps_s\":[%s],\"page_faults_reps\":[%s],\"iterations_reps\":[%s]}\n",
+                    "\"cpu_reps_s\":[%s],\"page_faults_reps\":[%s],\"iterations_reps\":[%s],\"true_residual\":%.2e}\n",
                     cfg.problem.c_str(), p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.rtol,
                     *es_amg.strong_threshold, s.iterations, median(s.setup), median(s.solve), median(s.total), s.levels, s.complexity,
                     s.total.size(), cfg.warmup, list(s.total).c_str(), list(s.setup).c_str(),
                     list(s.solve).c_str(), list(s.cpu).c_str(), list(s.faults, "%.0f").c_str(),
-                    list(s.its, "%.0f").c_str());
+                    list(s.its, "%.0f").c_str(), s.residuals.empty() ? 0.0 : *std::max_element(s.residuals.begin(), s.residuals.end()));
         std::fflush(stdout);
       }
     }
@@ -453,7 +505,8 @@ int run(const Config& cfg) {
       const auto best_of = [&](const char* prefix) {
         std::pair<std::string, double> best{"", 0.0};
         for (const auto& [name, s] : samples)
-          if (name.rfind(prefix, 0) == 0 && name != "es_jacobi" && (best.first.empty() || median(s.total) < best.second))
+          if (name.rfind(prefix, 0) == 0 && name.find("jacobi") == std::string::npos &&
+              name.find("_mixed") == std::string::npos && (best.first.empty() || median(s.total) < best.second))
             best = {name, median(s.total)};
         return best;
       };
@@ -474,6 +527,32 @@ int run(const Config& cfg) {
                   best.empty() ? 0.0 : es_s / best_s, paired.empty() ? 0.0 : median(paired), list(paired).c_str(),
                   jacobi_s, jacobi_s > 0 ? jacobi_s / es_s : 0.0);
       std::fflush(stdout);
+    }
+    if (rank == 0) {
+      // Each mixed solver against its float64 PETSc anchor, and against itself in float64.
+      const auto fastest_petsc_amg = [&] {
+        std::pair<std::string, double> best{"", 0.0};
+        for (const auto& [name, s] : samples)
+          if (name.rfind("petsc_", 0) == 0 && name != "petsc_jacobi" && (best.first.empty() || median(s.total) < best.second))
+            best = {name, median(s.total)};
+        return best.first;
+      };
+      for (const auto& [mixed, anchor, float64] :
+           {std::tuple<std::string, std::string, std::string>{"es_jacobi_mixed", "petsc_jacobi", "es_jacobi"},
+            {"es_amg_mixed", fastest_petsc_amg(), "es_amg"}}) {
+        if (!samples.count(mixed) || anchor.empty() || !samples.count(anchor)) continue;
+        const auto& m = samples[mixed].total;
+        const auto& a = samples[anchor].total;
+        std::vector<double> paired;
+        for (std::size_t rep = 0; rep < std::min(m.size(), a.size()); ++rep) paired.push_back(m[rep] / a[rep]);
+        const double f64 = samples.count(float64) ? median(samples[float64].total) : 0.0;
+        std::printf("{\"bench\":\"mixed_summary\",\"problem\":\"%s\",\"ranks\":%d,\"n\":%lld,\"solver\":\"%s\","
+                    "\"anchor\":\"%s\",\"es_s\":%.3f,\"anchor_s\":%.3f,\"ratio\":%.3f,\"paired_ratio\":%.3f,"
+                    "\"paired_ratios\":[%s],\"float64_s\":%.3f}\n",
+                    cfg.problem.c_str(), p, static_cast<long long>(n), mixed.c_str(), anchor.c_str(), median(m),
+                    median(a), median(m) / median(a), median(paired), list(paired).c_str(), f64);
+        std::fflush(stdout);
+      }
     }
   }
 

@@ -135,6 +135,13 @@ TEST_CASE("mixed precision finishes in float64 where float32 cannot reach the to
   CHECK(s.info.converged);
   CHECK(true_relative_residual(coo, s.x.full_tensor(), b) <= 2e-10);
   CHECK(s.info.residual_history.size() == static_cast<std::size_t>(s.info.iterations + 1));
+  // CG's reliable updates stall the same way and finish with float64 CG.
+  const auto cg = D.solve(D.scatter(b), {.preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-10,
+                                         .maxiter = 5000, .precision = sp::Precision::mixed});
+  INFO(sp::to_string(cg.info.reason) << " after " << cg.info.iterations << ", refinements " << cg.info.refinements);
+  CHECK(cg.info.converged);
+  CHECK(true_relative_residual(coo, cg.x.full_tensor(), b) <= 2e-10);
+  CHECK(cg.info.residual_history.size() == static_cast<std::size_t>(cg.info.iterations + 1));
 }
 
 TEST_CASE("mixed precision: gradients as the working-precision solve's", "[sparse][krylov][mixed_precision][autograd]") {

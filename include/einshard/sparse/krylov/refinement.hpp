@@ -1,7 +1,12 @@
 #pragma once
 /// @file
-/// Mixed precision (`Precision::mixed`): iterative refinement whose corrections come from Krylov
-/// solves in single precision. A float32 product streams 8 bytes per stored entry instead of 12
+/// Mixed precision (`Precision::mixed`): Krylov iterations in single precision, kept to a float64
+/// tolerance. CG (standard) runs as one recurrence in float32 with reliable updates (Sleijpen and
+/// van der Vorst; QUDA's mixed-precision CG): whenever the float32 residual has fallen tenfold,
+/// the float32 iterate is added to a float64 one and the residual recomputed from the float64
+/// matrix, the search direction kept, so the iterations stay those of the float64 solve. The
+/// other methods run as iterative refinement whose corrections come from Krylov solves in single
+/// precision. A float32 product streams 8 bytes per stored entry instead of 12
 /// and every vector pass half the bytes, so the inner iterations of a bandwidth-bound solve run
 /// up to twice as fast; the outer loop computes the true residual b − A x with the float64 matrix,
 /// so the answer meets the tolerance against it. When a round no longer halves the true residual
@@ -56,6 +61,108 @@ inline constexpr double kInnerReduction = 1e-5;
 
 /// A round counts as progress when it at least halves the true residual.
 inline constexpr double kRoundProgress = 0.5;
+
+/// Reliable updates when the float32 residual has fallen by this factor since the last one.
+inline constexpr double kReliableUpdate = 0.1;
+
+/// Mixed-precision CG (`o.cg_variant` standard): `A` the float64 operator, `single` its float32
+/// copy, `m` the preconditioner for float32 vectors (null: none). The stop test is passed only on
+/// a residual just recomputed in float64, so `residual_norm` is the true one when it converges.
+/// When a reliable update finds the true residual not halved since the previous one (κ(A) times
+/// float32's rounding near 1), or the float32 recurrence breaks down, `working(options)` finishes the solve in the working precision
+/// from the float64 iterate (`options.x0`).
+template <class Working>
+SolveResult mixed_cg(const Operator& A, const Operator& single, const DVector& b, const PreconditionerOp* m,
+                     const SolveOptions& o, Working&& working) {
+  SolveResult result;
+  auto& info = result.info;
+  Progress progress(o, info);
+  const MPI_Comm comm = A.layout()->comm();
+  auto [bl, x_hi, r_hi] = initial_guess(A, b, o);
+  result.x = DVector(A.layout(), x_hi);
+  const auto t0 = comm::wall_time();
+  const auto low = inner_dtype(bl.scalar_type());
+  auto r = r_hi.to(low);
+  auto x = at::zeros_like(r);
+  auto q = at::empty_like(r);
+  auto q_hi = at::empty_like(bl);
+  const PreconditionerUse M(m, r);
+  auto z = M.identity ? r : at::empty_like(r);
+  if (!M.identity) M.apply(r, z);
+  const auto init = sum_real<3>({local_dot(r, z), local_dot(r_hi, r_hi), local_dot(bl, bl)}, comm);
+  progress.start(std::sqrt(init[2]));
+  if (init[2] == 0.0) {
+    zero_rhs(result, o);
+    return result;
+  }
+  double rz = init[0];
+  double rnorm = std::sqrt(init[1]);
+  double since_update = rnorm;  // the largest residual since the last reliable update
+  double last_true = rnorm;     // the true residual at the last reliable update
+  bool stalled = false;
+  if (progress.record(0, rnorm) || progress.check_nonzero(rz)) {
+    info.seconds = comm::wall_time() - t0;
+    return result;
+  }
+  auto p = z.clone();
+  const double tol = std::max(o.atol, o.rtol * info.rhs_norm);
+  for (int k = 1;; ++k) {
+    const double pap = sum_real<1>({single.apply(p, q, p)}, comm)[0];
+    if (progress.check_same_sign(rz, pap)) break;
+    auto dots = cg_update(x, r, p, q, rz / pap, M.diagonal, z);
+    if (M.general()) {
+      M.apply(r, z);
+      dots[0] = local_dot(r, z);
+    }
+    auto red = sum_real<2>(dots, comm);
+    rnorm = std::sqrt(red[1]);
+    since_update = std::max(since_update, rnorm);
+    if (rnorm <= tol || rnorm < kReliableUpdate * since_update || !std::isfinite(rnorm)) {
+      x_hi.add_(x.to(x_hi.scalar_type()));
+      x.zero_();
+      (void)A.apply(x_hi, q_hi, {});
+      at::sub_out(r_hi, bl, q_hi);
+      r.copy_(r_hi);
+      if (!M.identity) M.apply(r, z);
+      red = sum_real<2>({local_dot(r, z), local_dot(r_hi, r_hi)}, comm);
+      rnorm = since_update = std::sqrt(red[1]);
+      ++info.refinements;
+      stalled = rnorm > tol && !(rnorm <= kRoundProgress * last_true);
+      last_true = rnorm;
+      if (stalled) break;
+    }
+    if (progress.record(k, rnorm) || progress.check_nonzero(red[0])) break;
+    const double beta = red[0] / rz;
+    rz = red[0];
+    at::add_out(p, z, p, beta);
+  }
+  x_hi.add_(x.to(x_hi.scalar_type()));
+  // A breakdown or a NaN of the float32 recurrence may be float32's own (a copy of A that rounding
+  // made singular or indefinite): the working precision decides.
+  stalled = stalled || (!info.converged && (info.reason == StopReason::breakdown || info.reason == StopReason::nan));
+  if (stalled) {
+    auto wo = o;
+    wo.x0 = DVector(A.layout(), x_hi);
+    wo.maxiter = std::max(0, o.maxiter - info.iterations);
+    wo.monitor = {};
+    if (o.monitor)
+      wo.monitor = [&o, offset = info.iterations](int k, double res) {
+        if (k > 0) o.monitor(offset + k, res);
+      };
+    auto rest = working(wo);
+    info.iterations += rest.info.iterations;
+    info.setup_seconds += rest.info.setup_seconds;
+    if (o.residual_history)
+      for (std::size_t k = 1; k < rest.info.residual_history.size(); ++k)
+        info.residual_history.push_back(rest.info.residual_history[k]);
+    info.residual_norm = rest.info.residual_norm;
+    info.reason = rest.info.reason;
+    info.converged = rest.info.converged;
+    result.x = std::move(rest.x);
+  }
+  info.seconds = comm::wall_time() - t0;
+  return result;
+}
 
 /// x ← x + A⁻¹ r in rounds, r = b − A x in the working precision, until the stop test of `o`
 /// passes on the true residual. `inner(r_scaled, options)` solves with the single-precision

@@ -281,16 +281,20 @@ EINSHARD_INLINE SolveResult SolvePipeline::solve_mixed(const DSparseTensor& A, c
   const auto m = working_preconditioner ? prepare(A, options) : prepare(single, options);
   const auto inner_m =
       working_preconditioner && m.op ? std::make_shared<InnerPrecisionAdapter>(m.op, A.dtype()) : m.op;
-  auto result = refine(
-      A, b, options,
-      [&](const at::Tensor& r, const SolveOptions& io) {
-        return run_method(single, DVector(single.layout_, r), inner_m.get(), io);
-      },
-      [&](const at::Tensor& r, const SolveOptions& wo) {
-        auto o = wo;
-        o.custom_preconditioner = {};
-        return run_method(A, DVector(A.layout_, r), working_preconditioner ? m.op.get() : prepare(A, o).op.get(), o);
-      });
+  const auto working = [&](const at::Tensor& r, const SolveOptions& wo) {
+    auto o = wo;
+    o.custom_preconditioner = {};
+    return run_method(A, DVector(A.layout_, r), working_preconditioner ? m.op.get() : prepare(A, o).op.get(), o);
+  };
+  auto result = options.method == Method::cg && options.cg_variant == CgVariant::standard
+                    ? mixed_cg(A, single, b, inner_m.get(), options,
+                               [&](const SolveOptions& wo) { return working(b.local(), wo); })
+                    : refine(
+                          A, b, options,
+                          [&](const at::Tensor& r, const SolveOptions& io) {
+                            return run_method(single, DVector(single.layout_, r), inner_m.get(), io);
+                          },
+                          working);
   m.describe(result.info);
   return result;
 }
