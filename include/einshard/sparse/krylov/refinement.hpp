@@ -123,6 +123,8 @@ SolveResult mixed_cg(const Operator& A, const Operator& single, const DVector& b
       (void)A.apply(x_hi, q_hi, {});
       at::sub_out(r_hi, bl, q_hi);
       r.copy_(r_hi);
+      // z of the new r: keeping the recursive residual's z instead (saving a V-cycle per update
+      // with AMG) took 16 iterations instead of 9 on 2-D Poisson 1000².
       if (!M.identity) M.apply(r, z);
       red = sum_real<2>({local_dot(r, z), local_dot(r_hi, r_hi)}, comm);
       rnorm = since_update = std::sqrt(red[1]);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "einshard/error.hpp"
@@ -166,6 +167,12 @@ std::complex<double> widen(const V& v) {
   else
     return {static_cast<double>(v), 0.0};
 }
+/// The accumulator of a sum over a rank's rows of values V: double precision for single-precision
+/// values too, since a float32 running sum over 10⁵ rows keeps three or four digits, too few for a
+/// Krylov method's scalars. The loops it serves do not vectorize their sum either way.
+template <class V>
+using accumulator_t = std::conditional_t<c10::is_complex<V>::value, c10::complex<double>, double>;
+
 template <class V>
 V conj_if_complex(const V& v) {
   if constexpr (c10::is_complex<V>::value)
@@ -192,11 +199,11 @@ inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tens
       return;
     }
     const auto* __restrict wv = w.data_ptr<V>();
-    V acc{};
+    accumulator_t<V> acc{};
     for (std::int64_t i = 0; i < a.rows; ++i) {
       const V s = row_times(m, i, xv);
       yv[i] = s;
-      acc += conj_if_complex(wv[i]) * s;
+      acc += static_cast<accumulator_t<V>>(conj_if_complex(wv[i]) * s);
     }
     dot = widen(acc);
   });
@@ -293,14 +300,14 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
     const V keep = update ? static_cast<V>(*update) : V{};
     const auto* b = boundary.data_ptr<std::int64_t>();
     const auto nb = boundary.numel();
-    V acc{};
+    accumulator_t<V> acc{};
     // Row i's result: stored, and its term of the returned sum.
     const auto put = [&](std::int64_t i, V s) {
       if (update) {
         s += keep * yv[i];
-        acc += conj_if_complex(s) * s;
+        acc += static_cast<accumulator_t<V>>(conj_if_complex(s) * s);
       } else if (wv) {
-        acc += conj_if_complex(wv[i]) * s;
+        acc += static_cast<accumulator_t<V>>(conj_if_complex(wv[i]) * s);
       }
       yv[i] = s;
     };

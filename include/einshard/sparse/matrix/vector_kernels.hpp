@@ -34,7 +34,8 @@ inline std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& 
     const auto* __restrict pv = p.data_ptr<V>();
     const auto* __restrict qv = q.data_ptr<V>();
     const V a = static_cast<V>(alpha);
-    V rz{}, rr{};
+    using A = accumulator_t<V>;
+    A rz{}, rr{};
     if (d.defined()) {
       const auto* __restrict dv = d.data_ptr<V>();
       auto* __restrict zv = z.data_ptr<V>();
@@ -44,15 +45,15 @@ inline std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& 
         rv[i] = ri;
         const V zi = dv[i] * ri;
         zv[i] = zi;
-        rz += conj_if_complex(ri) * zi;
-        rr += conj_if_complex(ri) * ri;
+        rz += static_cast<A>(conj_if_complex(ri) * zi);
+        rr += static_cast<A>(conj_if_complex(ri) * ri);
       }
     } else {
       for (std::int64_t i = 0; i < n; ++i) {
         xv[i] += a * pv[i];
         const V ri = rv[i] - a * qv[i];
         rv[i] = ri;
-        rr += conj_if_complex(ri) * ri;
+        rr += static_cast<A>(conj_if_complex(ri) * ri);
       }
       rz = rr;
     }
@@ -94,7 +95,8 @@ std::array<std::complex<double>, 3> one_reduction_step(at::Tensor& x, at::Tensor
     }
     const auto* __restrict dv = d.defined() ? d.data_ptr<V>() : nullptr;
     const V a = static_cast<V>(alpha), b = static_cast<V>(beta);
-    V ru{}, wu{}, rr{};
+    using A = accumulator_t<V>;
+    A ru{}, wu{}, rr{};
     for (std::int64_t i = 0; i < len; ++i) {
       const V si = wv[i] + b * sv[i];
       const V pi = uv[i] + b * pv[i];
@@ -110,7 +112,7 @@ std::array<std::complex<double>, 3> one_reduction_step(at::Tensor& x, at::Tensor
       xv[i] += a * pi;
       const V ri = rv[i] - a * si;
       rv[i] = ri;
-      rr += conj_if_complex(ri) * ri;
+      rr += static_cast<A>(conj_if_complex(ri) * ri);
       if constexpr (Pipelined) {
         const V ui = uv[i] - a * qi;
         const V wi = wv[i] - a * zi;
@@ -120,19 +122,19 @@ std::array<std::complex<double>, 3> one_reduction_step(at::Tensor& x, at::Tensor
           mv[i] = dv[i] * wi;
         else if (identity)
           mv[i] = wi;
-        ru += conj_if_complex(ri) * ui;
-        wu += conj_if_complex(wi) * ui;
+        ru += static_cast<A>(conj_if_complex(ri) * ui);
+        wu += static_cast<A>(conj_if_complex(wi) * ui);
       } else if (dv) {
         const V ui = dv[i] * ri;
         uv[i] = ui;
-        ru += conj_if_complex(ri) * ui;
+        ru += static_cast<A>(conj_if_complex(ri) * ui);
       } else if (identity) {
         uv[i] = ri;
       }
     }
     if constexpr (!Pipelined)
       if (identity && !dv) ru = rr;
-    out = {widen(ru), widen(Pipelined ? wu : rr), widen(Pipelined ? rr : V{})};
+    out = {widen(ru), widen(Pipelined ? wu : rr), widen(Pipelined ? rr : A{})};
   });
   return out;
 }
