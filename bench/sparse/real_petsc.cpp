@@ -20,14 +20,16 @@
 //   petsc_gamg   PETSc PCGAMG, with the block size and MatNullSpaceCreateRigidBody's near-null space
 //                where the problem has coords
 //   petsc_hypre  PETSc PCHYPRE BoomerAMG with einshard's resolved default settings (the hierarchy
-//                of es_default); with coords also the block size, nodal coarsening 4 and the
-//                rigid body modes (vec_interp_variant 2), the systems settings of es_systems
+//                of es_default); with coords also the block size (hypre's functions) and nodal
+//                coarsening 4 without aggressive levels. PETSc 3.18's vec_interp_variant (the
+//                rigid body modes) stops its setup with hypre error 12 on these matrices, so it is
+//                not used
 //   petsc_hypre_default  PETSc PCHYPRE BoomerAMG with PETSc's settings (and the block size)
 //   petsc_ilu    PETSc PCBJACOBI + ILU(0)
 // `--write-solutions` writes each solver's last solution to x_<solver>_np<P>.mtx in the problem
 // folder, for generate.py --check to compute the true residual from the files alone.
 //
-//   {"bench":"real_solve","problem":...,"ranks":P,"n":N,"solver":...,"iterations":k,"setup_s":...,
+//   {"bench":"real_solve","problem":...,"ranks":P,"n":N,"solver":...,"converged":true,"iterations":k,"setup_s":...,
 //    "solve_s":...,"total_s":...,"levels":...,"complexity":...,"total_reps_s":[...]}
 //   {"bench":"real_summary","problem":...,"ranks":P,"best_es":...,"best_es_s":...,"best_petsc":...,
 //    "best_petsc_s":...,"ratio_vs_best_petsc":es/petsc (≤ 1: einshard is sooner),"paired_ratio":...,
@@ -45,7 +47,6 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -132,6 +133,7 @@ void write_array(const std::string& path, const at::Tensor& x) {
 
 struct Sample {
   std::vector<double> setup, solve, total;
+  bool converged = true;  // every rep; one that did not is left out of the summary
   int iterations = 0, levels = 0;
   double complexity = 0;
 };
@@ -208,7 +210,6 @@ int run(const Config& cfg) {
   if (has_coords) {
     for (const auto& [key, value] : std::map<std::string, std::string>{{"nodal_coarsen", "4"}, {"agg_nl", "0"}})
       einshard_bench::set_option(hx + key, value);
-    if (std::getenv("VECI")) einshard_bench::set_option(hx + "vec_interp_variant", std::getenv("VECI"));
   }
   einshard_bench::set_option("-petsc_ilu_sub_pc_type", "ilu");
 
@@ -222,7 +223,7 @@ int run(const Config& cfg) {
     if (solver.rfind("es_", 0) == 0) {
       sp::SolveOptions o{.method = symmetric ? sp::Method::cg : sp::Method::gmres,
                          .preconditioner = solver == "es_ilu" ? sp::Preconditioner::block_jacobi : sp::Preconditioner::amg,
-                         .rtol = cfg.rtol, .maxiter = 5000, .residual_history = false};
+                         .rtol = cfg.rtol, .maxiter = 1000, .residual_history = false};
       if (solver == "es_systems") o.preconditioner_options.amg = systems;
       if (solver == "es_amg") {
         auto amg = einshard_bench::apply_amg_spec({}, cfg.amg_spec);
@@ -233,7 +234,7 @@ int run(const Config& cfg) {
       const auto fresh = D.with_values(D.values().clone());  // no setup to reuse
       sp::SolveResult r;
       total = timed([&] { r = fresh.solve(b, o); });
-      if (!r.info.converged) throw std::runtime_error(solver + " did not converge: " + sp::to_string(r.info.reason));
+      s.converged = s.converged && r.info.converged;
       setup = r.info.setup_seconds;
       s.iterations = r.info.iterations;
       s.levels = r.info.levels;
@@ -252,7 +253,7 @@ int run(const Config& cfg) {
       PETSC(KSPGetPC(ksp, &pc));
       PETSC(PCSetType(pc, solver == "petsc_gamg" ? PCGAMG : solver == "petsc_ilu" ? PCBJACOBI : PCHYPRE));
       PETSC(KSPSetNormType(ksp, KSP_NORM_UNPRECONDITIONED));
-      PETSC(KSPSetTolerances(ksp, cfg.rtol, 0.0, PETSC_DEFAULT, 5000));
+      PETSC(KSPSetTolerances(ksp, cfg.rtol, 0.0, PETSC_DEFAULT, 1000));
       PETSC(KSPSetFromOptions(ksp));
       PETSC(VecSet(px, 0.0));
       double t1 = 0;
@@ -268,7 +269,7 @@ int run(const Config& cfg) {
       KSPConvergedReason reason;
       PETSC(KSPGetConvergedReason(ksp, &reason));
       PETSC(KSPDestroy(&ksp));
-      if (reason < 0) throw std::runtime_error(solver + " did not converge (reason " + std::to_string(reason) + ")");
+      s.converged = s.converged && reason > 0;
       s.iterations = static_cast<int>(its);
       if (cfg.write_solutions) {
         const PetscScalar* a = nullptr;
@@ -298,16 +299,16 @@ int run(const Config& cfg) {
       std::string reps;
       for (const double t : m.total) reps += (reps.empty() ? "" : ",") + std::to_string(t);
       std::printf("{\"bench\":\"real_solve\",\"problem\":\"%s\",\"ranks\":%d,\"n\":%lld,\"solver\":\"%s\",\"rtol\":%.0e,"
-                  "\"iterations\":%d,\"setup_s\":%.3f,\"solve_s\":%.3f,\"total_s\":%.3f,\"levels\":%d,\"complexity\":%.3f,"
+                  "\"converged\":%s,\"iterations\":%d,\"setup_s\":%.3f,\"solve_s\":%.3f,\"total_s\":%.3f,\"levels\":%d,\"complexity\":%.3f,"
                   "\"total_reps_s\":[%s]}\n",
-                  problem.c_str(), p, static_cast<long long>(n), s.c_str(), cfg.rtol, m.iterations, median(m.setup),
+                  problem.c_str(), p, static_cast<long long>(n), s.c_str(), cfg.rtol, m.converged ? "true" : "false", m.iterations, median(m.setup),
                   median(m.solve), median(m.total), m.levels, m.complexity, reps.c_str());
       if (cfg.write_solutions) write_array(cfg.dir + "/x_" + s + "_np" + std::to_string(p) + ".mtx", solutions[s]);
     }
     const auto best_of = [&](const char* prefix) {
       std::pair<std::string, double> best{"", 0.0};
       for (const auto& [s, m] : samples)
-        if (s.rfind(prefix, 0) == 0 && (best.first.empty() || median(m.total) < best.second)) best = {s, median(m.total)};
+        if (s.rfind(prefix, 0) == 0 && m.converged && (best.first.empty() || median(m.total) < best.second)) best = {s, median(m.total)};
       return best;
     };
     const auto [es_best, es_s] = best_of("es_");

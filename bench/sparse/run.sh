@@ -189,14 +189,21 @@ case "${suite}" in
     "${real}/venv/bin/python" -c "import skfem, scipy" 2> /dev/null ||
       "${real}/venv/bin/pip" install --quiet scikit-fem scipy >&2
     "${real}/venv/bin/python" "${here}/real/generate.py" "${real}/problems" >&2
-    for problem in elasticity3d_p1 elasticity3d_p2 poisson2d_p1 poisson2d_p2 poisson3d_p1 poisson3d_p2 aniso2d_p1; do
-      bench einshard_bench_sparse_real "1 2 4" --dir "${real}/problems/${problem}" --reps 3 --write-solutions \
-        --solvers es_default,es_systems,petsc_gamg,petsc_hypre
-    done
-    for problem in convdiff2d_p1 convdiff3d_p1; do
-      bench einshard_bench_sparse_real "1 2 4" --dir "${real}/problems/${problem}" --reps 3 --write-solutions \
-        --solvers es_default,es_ilu,petsc_gamg,petsc_hypre,petsc_ilu
-    done
+    # es_systems: functions, nodal and the rigid body modes; es_2d: the settings of a 2-D stencil
+    # forced (docs/sparse.md, "AMG on finite-element matrices").
+    run_real() {
+      local solvers="$1" problem
+      shift
+      for problem in "$@"; do
+        bench einshard_bench_sparse_real "1 2 4" --dir "${real}/problems/${problem}" --reps 3 --write-solutions \
+          --solvers "${solvers}"
+      done
+    }
+    run_real es_default,es_systems,petsc_gamg,petsc_hypre elasticity3d_p1 elasticity3d_p2
+    run_real es_default,es_2d,petsc_gamg,petsc_hypre poisson2d_p1 poisson2d_p2 aniso2d_p1
+    run_real es_default,petsc_gamg,petsc_hypre poisson3d_p1 poisson3d_p2
+    # GAMG (its defaults) does not reach 1e-8 in 1000 GMRES iterations at Péclet 1e3: left out.
+    run_real es_default,es_ilu,petsc_hypre,petsc_ilu convdiff2d_p1 convdiff3d_p1
     "${real}/venv/bin/python" "${here}/real/generate.py" "${real}/problems" --check
     ;;
 esac

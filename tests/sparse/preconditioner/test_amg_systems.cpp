@@ -26,13 +26,14 @@ namespace {
 /// square cells cut in two triangles; 3-D: the cubes in six tetrahedra), unknowns interleaved
 /// (row 3·node + component in 3-D). `clamped`: the nodes at x = 0 fixed and their rows and
 /// columns removed (the rest renumbered in order). Elements with index ≡ `part` mod `parts` only
-/// (each rank its share; from_local sums what several ranks add).
+/// (each rank its share; from_local sums what several ranks add). `jitter`: interior nodes moved.
 struct Elasticity {
   es::testing::Coo coo;
   at::Tensor coords;  // (free nodes, dim)
 };
 
-Elasticity elasticity(std::vector<std::int64_t> nodes, bool clamped, std::int64_t part = 0, std::int64_t parts = 1) {
+Elasticity elasticity(std::vector<std::int64_t> nodes, bool clamped, std::int64_t part = 0, std::int64_t parts = 1,
+                      bool jitter = false) {
   const auto dim = static_cast<std::int64_t>(nodes.size());
   const auto nx = nodes[0], ny = nodes[1], nz = dim == 3 ? nodes[2] : 1;
   const auto id = [&](std::int64_t i, std::int64_t j, std::int64_t k) { return (k * ny + j) * nx + i; };
@@ -43,7 +44,18 @@ Elasticity elasticity(std::vector<std::int64_t> nodes, bool clamped, std::int64_
         xyz.insert(xyz.end(), {static_cast<double>(i) / 4, static_cast<double>(j) / 4});
         if (dim == 3) xyz.push_back(static_cast<double>(k) / 4);
       }
-  const auto points = at::tensor(xyz, at::kDouble).reshape({-1, dim});
+  auto points = at::tensor(xyz, at::kDouble).reshape({-1, dim});
+  if (jitter) {
+    // Interior nodes moved by up to 0.3 h in each direction (a fixed pseudo-random pattern), so
+    // the mesh is unstructured in geometry, as a mesh generator's is.
+    const auto id_of = at::arange(points.size(0), at::kDouble).unsqueeze(1) + at::arange(dim, at::kDouble) * 0.37;
+    auto offset = 0.3 * 0.25 * at::sin(id_of * 12.9898 + 4.1414);
+    const auto lo = at::zeros({dim}, at::kDouble);
+    const auto hi = at::tensor(std::vector<double>{static_cast<double>(nx - 1) / 4, static_cast<double>(ny - 1) / 4,
+                                                   static_cast<double>(nz - 1) / 4}, at::kDouble).slice(0, 0, dim);
+    const auto interior = ((points > lo + 1e-9) & (points < hi - 1e-9)).all(1, true);
+    points = points + offset * interior;
+  }
   std::vector<std::int64_t> cells;
   for (std::int64_t k = 0; k < std::max<std::int64_t>(nz - 1, 1); ++k)
     for (std::int64_t j = 0; j + 1 < ny; ++j)
@@ -148,13 +160,13 @@ TEST_CASE("rigid_body_modes: translations and rotations about the origin, node b
 
 #if defined(EINSHARD_HAS_HYPRE)
 
-TEST_CASE("Systems AMG on elasticity assembled element by element: the dense solution, a third of scalar AMG's "
+TEST_CASE("Systems AMG on elasticity assembled element by element: the dense solution, half of scalar AMG's "
           "iterations", "[sparse][amg][systems]") {
   const auto w = es::testing::world();
   const es::Mesh mesh(w.comm, {w.size}, {"x"});
-  const std::vector<std::int64_t> box{13, 6, 6};
-  const auto whole = elasticity(box, true);
-  const auto mine = elasticity(box, true, w.rank, w.size);  // this rank's elements
+  const std::vector<std::int64_t> box{25, 6, 6};  // a beam: bending, where scalar AMG is slow
+  const auto whole = elasticity(box, true, 0, 1, true);
+  const auto mine = elasticity(box, true, w.rank, w.size, true);  // this rank's elements
   const auto n = whole.coo.n;
   const auto nodes = owned_nodes(n / 3, w);
   const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
@@ -178,7 +190,11 @@ TEST_CASE("Systems AMG on elasticity assembled element by element: the dense sol
   const auto nodal = solve({.functions = 3, .nodal = true});
   const auto systems = solve({.functions = 3, .nodal = true, .near_null_space = modes});
   CAPTURE(scalar, by_unknown, nodal, systems);
-  CHECK(3 * systems <= scalar);
+  // Measured here at 1 rank: 102 / 53 / 68 / 45. On the finite-element set of bench/sparse/run.sh
+  // --suite real (unstructured, 17k unknowns) the systems options take 1/4 of scalar AMG's; this
+  // beam of 2 000 unknowns is too small for the full gap, so the bound is half.
+  CHECK(2 * systems <= scalar);
+  CHECK(systems <= by_unknown);
   CHECK(systems <= nodal);
   CHECK(by_unknown <= scalar);
 }

@@ -99,7 +99,7 @@ struct AmgOptions {
   /// (owned rows, m), this rank's rows of m vectors the interpolation should reproduce, the
   /// near-null space of the operator: for elasticity its rigid body modes
   /// (`rigid_body_modes`, rigid_body_modes.hpp). Undefined: none. Needs `nodal`. hypre fits the
-  /// interpolation to them (its interp-vector variant 2, Baker, Kolev and Yang 2010); a mode that
+  /// interpolation to them (its interp-vector variant 3, Baker, Kolev and Yang 2010); a mode that
   /// is constant on each unknown (a translation) is one the unknown-wise interpolation already
   /// reproduces, so it is left out of the fit.
   at::Tensor near_null_space;
