@@ -21,6 +21,7 @@
 // and agree, and that the systems options need fewer iterations; it exits nonzero otherwise.
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <mpi.h>
 
 #include <einshard/sparse.hpp>
