@@ -16,15 +16,15 @@ codes do before a solve; a node's unknowns are fixed together, so rows stay in w
 
 Problems (unknowns):
   elasticity3d_p1   linear elasticity, E = 1, nu = 0.3, unit ball, P1 tetrahedra, clamped where
-                    z < -0.8, gravity; 3 unknowns per node, interleaved            (~18k)
-  elasticity3d_p2   the same with P2 tetrahedra on a coarser ball                     (~18k)
-  poisson2d_p1/p2   -Δu = 1 on the unit disc, P1 / P2 triangles, u = 0 on the circle  (~33k)
-  poisson3d_p1/p2   -Δu = 1 on the unit ball, P1 / P2 tetrahedra                      (~45k)
+                    z < -0.8, gravity; 3 unknowns per node, interleaved            (17 409)
+  elasticity3d_p2   the same with P2 tetrahedra on a coarser ball                     (17 409)
+  poisson2d_p1/p2   -Δu = 1 on the unit disc, P1 / P2 triangles, u = 0 on the circle  (32 513)
+  poisson3d_p1/p2   -Δu = 1 on the unit ball, P1 / P2 tetrahedra                      (41 727)
   aniso2d_p1        -div(K grad u) = 1, K with eigenvalues 1 and 1e-3 along axes turned 30°,
-                    unit square, P1 triangles with the interior nodes jittered          (~65k)
+                    unit square, P1 triangles with the interior nodes jittered          (65 025)
   convdiff2d_p1     -eps Δu + w·grad u = 1, |w| = 1 at 30°, Péclet |w| L / eps = 1e3, SUPG
-                    streamline diffusion, unit square, P1 (nonsymmetric)                (~65k)
-  convdiff3d_p1     the same in the unit cube, Péclet 1e2, P1 tetrahedra, jittered     (~36k)
+                    streamline diffusion, unit square, P1 (nonsymmetric)                (65 025)
+  convdiff3d_p1     the same in the unit cube, Péclet 1e2, P1 tetrahedra, jittered     (29 791)
 """
 import json
 import os
