@@ -27,6 +27,9 @@
 #   eigsh            eigsh against SLEPc's LOBPCG (needs SLEPc)
 #   operations       save/load against write()/read(), connected components against label
 #                    propagation
+#   real             finite-element matrices (bench/sparse/real/generate.py, scikit-fem, built once
+#                    into build/bench-real): time to solution against PETSc GAMG and BoomerAMG,
+#                    1, 2 and 4 ranks, and the true residuals checked from the files with SciPy
 #
 # Without --suite, the arguments go to einshard_bench_sparse_cg (cg_petsc.cpp) at the ranks of
 # EINSHARD_BENCH_RANKS; a first argument `amg` runs einshard_bench_sparse_amg (amg_petsc.cpp)
@@ -54,7 +57,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 
-suites="spmv krylov preconditioners history scaling amg amg_vs_jacobi mixed pipecg lsqr multi_rhs backward eigsh operations"
+suites="spmv krylov preconditioners history scaling amg amg_vs_jacobi mixed pipecg lsqr multi_rhs backward eigsh operations real"
 if [[ "${1:-}" == --list ]]; then
   sed -n '/^#   spmv /,/^#$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 0
@@ -186,5 +189,30 @@ case "${suite}" in
     ;;
   operations)
     bench einshard_bench_sparse_operations "1 2 4" --path 1000 --lp-sweeps 10 --grid 1000 --reps 7
+    ;;
+  real)
+    # scikit-fem and SciPy in a venv of their own (EINSHARD_BENCH_REAL_DIR, default
+    # build/bench-real); the problems are assembled once and kept there.
+    real="${EINSHARD_BENCH_REAL_DIR:-${repo}/build/bench-real}"
+    [[ -x "${real}/venv/bin/python" ]] || python3 -m venv "${real}/venv"
+    "${real}/venv/bin/python" -c "import skfem, scipy" 2> /dev/null ||
+      "${real}/venv/bin/pip" install --quiet scikit-fem scipy >&2
+    "${real}/venv/bin/python" "${here}/real/generate.py" "${real}/problems" >&2
+    # es_systems: functions, nodal and the rigid body modes; es_2d: the settings of a 2-D stencil
+    # forced (docs/sparse.md, "AMG on finite-element matrices").
+    run_real() {
+      local solvers="$1" problem
+      shift
+      for problem in "$@"; do
+        bench einshard_bench_sparse_real "1 2 4" --dir "${real}/problems/${problem}" --reps 3 --write-solutions \
+          --solvers "${solvers}"
+      done
+    }
+    run_real es_default,es_systems,petsc_gamg,petsc_hypre elasticity3d_p1 elasticity3d_p2
+    run_real es_default,es_2d,petsc_gamg,petsc_hypre poisson2d_p1 poisson2d_p2 aniso2d_p1
+    run_real es_default,petsc_gamg,petsc_hypre poisson3d_p1 poisson3d_p2
+    # GAMG (its defaults) does not reach 1e-8 in 1000 GMRES iterations at Péclet 1e3: left out.
+    run_real es_default,es_ilu,petsc_hypre,petsc_ilu convdiff2d_p1 convdiff3d_p1
+    "${real}/venv/bin/python" "${here}/real/generate.py" "${real}/problems" --check
     ;;
 esac

@@ -20,6 +20,7 @@
 #include "einshard/sparse/matrix/sparse_tensor.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/preconditioner/factory.hpp"
+#include "einshard/sparse/preconditioner/rigid_body_modes.hpp"
 #include "einshard/sparse/io/matrix_market.hpp"
 #include "einshard/sparse/io/save_load.hpp"
 #include "einshard/sparse/krylov/config.hpp"

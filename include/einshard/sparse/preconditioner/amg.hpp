@@ -19,11 +19,14 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -145,8 +148,51 @@ inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, st
            std::to_string(*o.strong_threshold) + ", " + std::to_string(o.sweeps) + ", " +
            std::to_string(o.max_levels) + ", " + std::to_string(*o.max_elements) + ", " +
            std::to_string(*o.aggressive_levels) + " and " + std::to_string(o.cycles);
+  if (o.functions < 1 || rows.n_owned % o.functions != 0)
+    return "amg options: expected functions ≥ 1 dividing every rank's owned rows (whole nodes on each rank), "
+           "found functions = " + std::to_string(o.functions) + " with " + std::to_string(rows.n_owned) +
+           " owned rows on this rank";
+  if (o.nodal && o.functions < 2)
+    return "amg options: expected functions > 1 with nodal = true (nodal coarsening groups the unknowns of a "
+           "node), found functions = " + std::to_string(o.functions);
+  if (const auto& z = o.near_null_space; z.defined()) {
+    if (!o.nodal)
+      return "amg options: expected nodal = true (and functions > 1) with a near_null_space (hypre fits the "
+             "interpolation to it node by node), found nodal = false";
+    if (z.dim() != 2 || z.size(0) != rows.n_owned || !at::isFloatingType(z.scalar_type()) || !z.device().is_cpu())
+      return "amg options: expected near_null_space of shape (owned rows, m) = (" + std::to_string(rows.n_owned) +
+             ", m), real floating point, on the CPU, found shape " + c10::str(z.sizes()) + ", " +
+             c10::toString(z.scalar_type()) + " on " + z.device().str();
+  }
   check_rows(rows);
   return {};  // a zero diagonal is found while the matrix is copied (AmgOp::build_matrix)
+}
+
+/// The columns of a near-null space that vary within an unknown (collective): a column constant
+/// on every unknown across all ranks (a translation) is one that interpolation by unknowns already
+/// reproduces, and fitting it again adds interpolation entries without improving the coarse space.
+inline std::vector<std::int64_t> varying_modes(const at::Tensor& z, int functions, MPI_Comm comm) {
+  const auto m = z.size(1);
+  const auto by_unknown = z.to(at::kDouble).reshape({-1, functions, m});  // (nodes, functions, m)
+  std::vector<double> lo(static_cast<std::size_t>(functions * m), std::numeric_limits<double>::infinity());
+  std::vector<double> hi(lo.size(), -std::numeric_limits<double>::infinity());
+  if (by_unknown.size(0) > 0) {
+    const auto mn = by_unknown.amin(0).contiguous(), mx = by_unknown.amax(0).contiguous();
+    std::copy_n(mn.data_ptr<double>(), lo.size(), lo.begin());
+    std::copy_n(mx.data_ptr<double>(), hi.size(), hi.begin());
+  }
+  comm::all_reduce_values(std::span<double>(lo), comm::Reduction::min, comm);
+  comm::all_reduce_values(std::span<double>(hi), comm::Reduction::max, comm);
+  std::vector<std::int64_t> keep;
+  for (std::int64_t j = 0; j < m; ++j) {
+    bool varies = false;
+    for (int f = 0; f < functions; ++f) {
+      const auto k = static_cast<std::size_t>(f * m + j);
+      varies |= hi[k] - lo[k] > 1e-12 * std::max(std::abs(hi[k]), std::abs(lo[k]));
+    }
+    if (varies) keep.push_back(j);
+  }
+  return keep;
 }
 
 /// hypre's status after a call sequence: empty, or what failed. Clears hypre's sticky flag.
@@ -163,8 +209,16 @@ class AmgOp final : public PreconditionerOp {
   AmgOp(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols, const GhostsOf& ghosts_of,
         const AmgOptions& o)
       : options_(o.resolved(mean_row_entries(rows, global_rows))) {
+    // The near-null space's width, agreed before anything reads it (-1: none on this rank).
+    const auto& z = options_.near_null_space;
+    const std::int64_t width = z.defined() && z.dim() == 2 ? z.size(1) : -1;
+    const auto widest = comm::all_reduce_value(width, comm::Reduction::max, rows.comm);
+    const auto narrowest = comm::all_reduce_value(width, comm::Reduction::min, rows.comm);
     agreed_setup(rows.comm, [&] {
       if (auto fault = amg_fault(rows, global_rows, global_cols, options_); !fault.empty()) throw Error(fault);
+      if (widest != narrowest)
+        throw Error("amg options: expected a near_null_space with the same number of columns on every rank, found " +
+                    std::to_string(narrowest) + " to " + std::to_string(widest) + " (-1: none)");
     });
     initialize_hypre();
     comm_ = comm::OwnedComm(rows.comm);
@@ -179,6 +233,7 @@ class AmgOp final : public PreconditionerOp {
       finish_matrix(first);
       std::string fault = hypre_fault("matrix assembly");
       if (fault.empty()) {
+        if (z.defined()) make_modes(first);
         setup_solver();
         fault = hypre_fault("setup");
       }
@@ -212,6 +267,8 @@ class AmgOp final : public PreconditionerOp {
   void release() {
     if (comm::finalized()) return;
     if (solver_) HYPRE_BoomerAMGDestroy(solver_);
+    for (auto* v : modes_) HYPRE_IJVectorDestroy(v);  // hypre frees the coarse levels' modes, not these
+    modes_.clear(), par_modes_.clear();
     if (x_) HYPRE_IJVectorDestroy(x_);
     if (b_) HYPRE_IJVectorDestroy(b_);
     if (par_a_) hypre_ParCSRMatrixDestroy(reinterpret_cast<hypre_ParCSRMatrix*>(par_a_));
@@ -257,21 +314,27 @@ class AmgOp final : public PreconditionerOp {
     const auto* op = order.data_ptr<std::int64_t>();
     std::vector<HYPRE_Int> offd_of(static_cast<std::size_t>(n_ghosts));
     for (std::int64_t j = 0; j < n_ghosts; ++j) offd_of[static_cast<std::size_t>(op[j])] = static_cast<HYPRE_Int>(j);
-    // Entries of each block; a row without a stored diagonal gets an explicit zero there.
+    // Entries of each block; a row without a stored diagonal gets an explicit zero there. Stored
+    // zeros off the diagonal are left out: element-by-element assembly stores them wherever an
+    // element's coupling vanishes (elasticity on structured tetrahedra), and hypre's systems
+    // interpolation (nodal blocks, fitted vectors) fails its setup on them (hypre error 12).
     std::int64_t diag_nnz = 0, offd_nnz = 0;
     dispatch_view(rows.a, [&](auto m) {
-      std::int64_t owned = 0, missing = 0;
+      using V = typename decltype(m)::value_type;
+      std::int64_t owned = 0, halo = 0, missing = 0;
       for (std::int64_t i = 0; i < n_; ++i) {
         bool has_diagonal = false;
         for (auto k = m.rp[i]; k < m.rp[i + 1]; ++k) {
           const auto c = static_cast<std::int64_t>(m.ci[k]);
-          owned += c < n_;
+          const bool kept = c == i || m.av[k] != V{};
+          owned += kept && c < n_;
+          halo += kept && c >= n_;
           has_diagonal |= c == i;
         }
         missing += !has_diagonal;
       }
       diag_nnz = owned + missing;
-      offd_nnz = static_cast<std::int64_t>(m.rp[n_]) - owned;
+      offd_nnz = halo;
     });
     std::array<HYPRE_BigInt, 2> starts{static_cast<HYPRE_BigInt>(first), static_cast<HYPRE_BigInt>(first + n_)};
     par_a_ = reinterpret_cast<HYPRE_ParCSRMatrix>(hypre_ParCSRMatrixCreate(
@@ -304,6 +367,8 @@ class AmgOp final : public PreconditionerOp {
             if (c == i && !has_diagonal) {
               dv[slot] = m.av[k];
               has_diagonal = true;
+            } else if (c != i && m.av[k] == 0.0) {
+              continue;
             } else if (c < n_) {
               dj[d] = static_cast<HYPRE_Int>(c);
               dv[d++] = m.av[k];
@@ -348,6 +413,26 @@ class AmgOp final : public PreconditionerOp {
     vector(x_, par_x_);
   }
 
+  /// The near-null space's columns that vary within an unknown, as hypre vectors (collective).
+  void make_modes(std::int64_t first) {
+    const auto& z = options_.near_null_space;
+    const auto lo = static_cast<HYPRE_BigInt>(first), hi = static_cast<HYPRE_BigInt>(first + n_ - 1);
+    for (const auto j : varying_modes(z, options_.functions, comm_)) {
+      const auto column = z.select(1, j).to(at::kDouble).contiguous();
+      HYPRE_IJVector v = nullptr;
+      HYPRE_IJVectorCreate(comm_, lo, hi, &v);
+      modes_.push_back(v);
+      HYPRE_IJVectorSetObjectType(v, HYPRE_PARCSR);
+      HYPRE_IJVectorInitialize(v);
+      HYPRE_IJVectorAssemble(v);
+      void* o = nullptr;
+      HYPRE_IJVectorGetObject(v, &o);
+      auto* local = hypre_ParVectorLocalVector(static_cast<hypre_ParVector*>(o));
+      std::copy_n(column.data_ptr<double>(), n_, hypre_VectorData(local));
+      par_modes_.push_back(static_cast<HYPRE_ParVector>(o));
+    }
+  }
+
   void setup_solver() {
     const auto& o = options_;
     HYPRE_BoomerAMGCreate(&solver_);
@@ -371,6 +456,24 @@ class AmgOp final : public PreconditionerOp {
     HYPRE_BoomerAMGSetRelaxOrder(solver_, o.cf_order ? 1 : 0);
     HYPRE_BoomerAMGSetCycleType(solver_, o.cycle == AmgCycle::v ? 1 : 2);
     HYPRE_BoomerAMGSetMaxLevels(solver_, o.max_levels);
+    if (o.functions > 1) HYPRE_BoomerAMGSetNumFunctions(solver_, o.functions);  // unknown i: i % functions
+    if (o.nodal) {
+      // Row-sum norm of each node block, and its diagonal made the negative sum of the node's
+      // off-diagonal blocks: the strength measure of hypre's own elasticity settings (MFEM's).
+      HYPRE_BoomerAMGSetNodal(solver_, 4);
+      HYPRE_BoomerAMGSetNodalDiag(solver_, 1);
+    }
+    if (!par_modes_.empty()) {
+      // Variant 3 (LN): of hypre's three fits, the one whose setup succeeds on unstructured
+      // elasticity at every rank count tried; the GM variants (1, 2) stop with hypre error 12 on
+      // some partitions (P2 tetrahedra on 4 ranks, docs/sparse.md). Each fitted column is
+      // truncated to 4 entries, as `max_elements` truncates P, and the modes are smoothed on each
+      // level before the fit.
+      HYPRE_BoomerAMGSetInterpVecVariant(solver_, 3);
+      HYPRE_BoomerAMGSetInterpVecQMax(solver_, 4);
+      HYPRE_BoomerAMGSetSmoothInterpVectors(solver_, 1);
+      HYPRE_BoomerAMGSetInterpVectors(solver_, static_cast<HYPRE_Int>(par_modes_.size()), par_modes_.data());
+    }
     // A preconditioner: a fixed number of cycles, no convergence test (tol 0 also skips the
     // residual norm hypre would compute every cycle).
     HYPRE_BoomerAMGSetMaxIter(solver_, o.cycles);
@@ -402,6 +505,8 @@ class AmgOp final : public PreconditionerOp {
   HYPRE_ParCSRMatrix par_a_ = nullptr;
   HYPRE_ParVector par_b_ = nullptr, par_x_ = nullptr;
   HYPRE_Solver solver_ = nullptr;
+  std::vector<HYPRE_IJVector> modes_;      // the near-null space's level-0 vectors, ours to free
+  std::vector<HYPRE_ParVector> par_modes_;
   int levels_ = 0;
   double complexity_ = 0.0;
 };

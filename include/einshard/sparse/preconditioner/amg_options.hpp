@@ -18,6 +18,8 @@
 /// Both use one sweep of l1 hybrid Gauss–Seidel (forward on the way down, backward on the way up,
 /// so the V-cycle is symmetric and CG may use it) and Gaussian elimination on the coarsest level.
 
+#include <ATen/ATen.h>
+
 #include <optional>
 
 namespace einshard::sparse {
@@ -84,7 +86,38 @@ struct AmgOptions {
   /// Relax the coarse points, then the fine ones (hypre's relax order 1, PETSc's PCHYPRE default)
   /// instead of in row order (hypre's default, 0).
   bool cf_order = false;
-  friend bool operator==(const AmgOptions&, const AmgOptions&) = default;
+  /// Unknowns per node of a PDE system, interleaved: owned row i is unknown i % functions of its
+  /// node (elasticity: the dimension, the displacement components of a node in consecutive rows).
+  /// Coarsening and interpolation then never mix unknowns of different kinds (hypre's
+  /// NumFunctions). Every rank's owned rows must hold whole nodes: a multiple of `functions`.
+  int functions = 1;
+  /// Coarsen nodes instead of unknowns: the strength of a node's connections is taken from the
+  /// row sums of the `functions` × `functions` blocks (hypre's nodal coarsening 4), so all the
+  /// unknowns of a node are coarse or fine together, which strongly coupled systems (elasticity)
+  /// need. Needs `functions` > 1.
+  bool nodal = false;
+  /// (owned rows, m), this rank's rows of m vectors the interpolation should reproduce, the
+  /// near-null space of the operator: for elasticity its rigid body modes
+  /// (`rigid_body_modes`, rigid_body_modes.hpp). Undefined: none. Needs `nodal`. hypre fits the
+  /// interpolation to them (its interp-vector variant 3, Baker, Kolev and Yang 2010); a mode that
+  /// is constant on each unknown (a translation) is one the unknown-wise interpolation already
+  /// reproduces, so it is left out of the fit.
+  at::Tensor near_null_space;
+
+  /// Equal fields, and the same `near_null_space` tensor at the same version (as a solve's cache
+  /// compares the matrix's values: by identity, not by value).
+  friend bool operator==(const AmgOptions& a, const AmgOptions& b) {
+    const auto same_tensor = [](const at::Tensor& x, const at::Tensor& y) {
+      if (x.defined() != y.defined()) return false;
+      return !x.defined() || (x.unsafeGetTensorImpl() == y.unsafeGetTensorImpl() && x._version() == y._version());
+    };
+    return a.coarsening == b.coarsening && a.interpolation == b.interpolation &&
+           a.strong_threshold == b.strong_threshold && a.max_elements == b.max_elements && a.smoother == b.smoother &&
+           a.sweeps == b.sweeps && a.cycle == b.cycle && a.max_levels == b.max_levels &&
+           a.aggressive_levels == b.aggressive_levels && a.aggressive_interpolation == b.aggressive_interpolation &&
+           a.cycles == b.cycles && a.cf_order == b.cf_order && a.functions == b.functions && a.nodal == b.nodal &&
+           same_tensor(a.near_null_space, b.near_null_space);
+  }
 
   /// These options with every unset field chosen for a matrix with `row_entries` stored entries
   /// per row on average (nnz / rows); the fields already set are kept.
