@@ -4,6 +4,8 @@
 // transposed; einfft gets them as shapes metadata), y and z whole. Two output layouts:
 //   standard    kx split as x was (FFTW's default plan; einfft "x/p y z -> kx/p ky kz": 2 transposes)
 //   transposed  ky split (FFTW_MPI_TRANSPOSED_OUT; einfft "x/p y z -> kx ky/p kz": 1 transpose)
+//   ky_first    the same, in FFTW's memory order (einfft "x/p y z -> ky/p kx kz": 1 transpose, and the
+//               last FFT writes ky first, as FFTW does)
 // FFTW plans with FFTW_MEASURE, out of place and in place (FFTW-MPI's in-place plans are its fastest
 // at one rank, and the anchor of the headline ratio). einfft runs as einfft (a new tensor per call)
 // and as einfft_out: in place where the output block has the input's shape (the standard layout, and
@@ -124,21 +126,22 @@ int main(int argc, char** argv) {
       const char* name;
       const char* notation;
       fftw_plan plan, in_place;
-      bool transposed;
+      bool transposed, ky_first;
     };
-    for (const Layout& l : {Layout{"standard", "x/p y z -> kx/p ky kz", standard, standard_ip, false},
-                            Layout{"transposed", "x/p y z -> kx ky/p kz", transposed, transposed_ip, true}}) {
+    for (const Layout& l : {Layout{"standard", "x/p y z -> kx/p ky kz", standard, standard_ip, false, false},
+                            Layout{"transposed", "x/p y z -> kx ky/p kz", transposed, transposed_ip, true, false},
+                            Layout{"ky_first", "x/p y z -> ky/p kx kz", transposed, transposed_ip, true, true}}) {
       const auto run_einshard = [&] { return es::einfft(l.notation, {x}, o); };
       // einfft_out: in place when the output block is the input block's shape, else into `kept`.
       auto work = x.clone();
-      const bool in_place = !l.transposed || P == 1;
-      auto kept = in_place ? work : at::empty({n, n1, n}, x.options());
+      const bool in_place = !l.transposed || P == 1 || (l.ky_first && n0 == n1);
+      auto kept = in_place ? work : l.ky_first ? at::empty({n1, n, n}, x.options()) : at::empty({n, n1, n}, x.options());
       const auto run_out = [&] { es::einfft_out(l.notation, kept, work, o); };
       // Correctness first.
       fill();
       fftw_execute(l.plan);
       auto ours = run_einshard();
-      const auto theirs = l.transposed ? fftw_out(n1, n).permute({1, 0, 2}) : fftw_out(n0, n);
+      const auto theirs = l.ky_first ? fftw_out(n1, n) : l.transposed ? fftw_out(n1, n).permute({1, 0, 2}) : fftw_out(n0, n);
       const double err = max_rel_err(ours, theirs);
       const auto names = es::explain_fft(l.notation, {x}, o).names();
       const auto transposes = static_cast<int>(std::count(names.begin(), names.end(), std::string("alltoall_repartition")));

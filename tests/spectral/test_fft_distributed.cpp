@@ -539,6 +539,25 @@ TEST_CASE("einfft distributed: into an output tensor, and in place", "[spectral]
       CHECK(x.data_ptr() == storage);
       CHECK(at::allclose(x, want, 1e-9, 1e-9));
     }
+    // An output that orders its axes otherwise (FFTW_MPI_TRANSPOSED_OUT's ky-first slabs): the last
+    // FFT writes in that order, so the result is contiguous; forward and inverse, into a tensor too.
+    {
+      at::NoGradGuard no_grad;
+      const auto full = at::randn({8, 6, 5}, at::kComplexDouble);
+      const auto spectrum = at::fft_fftn(full).permute({1, 0, 2});
+      const auto notation = "x/" + g + " y z -> ky/" + g + " kx kz";
+      const auto y = es::einfft(notation, {block(full, side(notation, false), *m, {})}, {.mesh = *m, .axes = xyz});
+      const auto want = block(spectrum.contiguous(), side(notation, true), *m, {});
+      if (m->size(g) == 1) CHECK(y.is_contiguous());  // else the last FFT runs in place, the permute a view
+      CHECK(at::allclose(y, want, 1e-9, 1e-9));
+      auto out = at::empty_like(want);
+      es::einfft_out(notation, out, block(full, side(notation, false), *m, {}), {.mesh = *m, .axes = xyz});
+      CHECK(at::allclose(out, want, 1e-9, 1e-9));
+      const auto back = es::einfft("ky/" + g + " kx kz -> z y/" + g + " x", {y},
+                                   {.mesh = *m, .axes = {{"kx", "x"}, {"ky", "y"}, {"kz", "z"}}, .inverse = true});
+      CHECK(at::allclose(back, block(full.permute({2, 1, 0}).contiguous(), side("z y/" + g + " x -> z", false), *m, {}),
+                         1e-9, 1e-9));
+    }
     // In place on one process, and a compile-time notation.
     auto x = at::randn({4, 6, 5}, at::kComplexDouble);
     const auto want = at::fft_fftn(x);

@@ -146,9 +146,10 @@ class FftwPlans {
   using Api = Fftw<Real>;
 
  public:
-  /// kind, sign, input sizes and strides, output sizes and strides, transformed dims (in order).
-  using Key = std::tuple<int, int, std::vector<std::int64_t>, std::vector<std::int64_t>, std::vector<std::int64_t>,
-                         std::vector<std::int64_t>, std::vector<std::int64_t>>;
+  /// kind, sign, in place, input sizes and strides, output sizes and strides, transformed dims (in
+  /// order). An out-of-place plan must never run in place (FFTW may use its output as scratch).
+  using Key = std::tuple<int, int, bool, std::vector<std::int64_t>, std::vector<std::int64_t>,
+                         std::vector<std::int64_t>, std::vector<std::int64_t>, std::vector<std::int64_t>>;
 
   static FftwPlans& instance() {
     static FftwPlans plans;
@@ -162,8 +163,8 @@ class FftwPlans {
   /// fftw_malloc gives (callers check theirs); null if FFTW cannot plan it.
   typename Api::Plan get(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at::IntArrayRef dims, int sign) {
     const bool in_place = x.data_ptr() == y.data_ptr();
-    Key key{static_cast<int>(kind), sign, x.sizes().vec(), x.strides().vec(), y.sizes().vec(), y.strides().vec(),
-            dims.vec()};
+    Key key{static_cast<int>(kind), sign, in_place, x.sizes().vec(), x.strides().vec(), y.sizes().vec(),
+            y.strides().vec(), dims.vec()};
     std::lock_guard lock(mutex_);
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     // FFTW's logical length of an axis is the real one: the input's for r2c, the output's for c2r.
