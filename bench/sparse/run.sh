@@ -21,6 +21,8 @@
 #   lsqr             LSQR and LSMR per iteration against KSPLSQR, and the two products alone
 #   multi_rhs        8 right-hand sides as one block against 8 single solves, 10⁴ to 10⁶ unknowns,
 #                    5-, 7- and 27-point stencils, CG and BiCGStab; 1, 2 and 4 ranks
+#   stencil          CG per iteration with the matrix-free StencilOperator against the CSR path and
+#                    KSPCG on AIJ: 2-D 5-point 1000², 3-D 7-point 100³, none and Jacobi; 1, 2, 4 ranks
 #   backward         the differentiable solve: backward time over forward time
 #   eigsh            eigsh against SLEPc's LOBPCG (needs SLEPc)
 #   operations       save/load against write()/read(), connected components against label
@@ -52,7 +54,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 
-suites="spmv krylov preconditioners history scaling amg amg_vs_jacobi pipecg lsqr multi_rhs backward eigsh operations"
+suites="spmv krylov preconditioners history scaling amg amg_vs_jacobi pipecg lsqr multi_rhs stencil backward eigsh operations"
 if [[ "${1:-}" == --list ]]; then
   sed -n '/^#   spmv /,/^#$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 0
@@ -171,6 +173,10 @@ case "${suite}" in
       EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${m[@]}" --grid 100 --stencil 7 --iters 20 --reps 2
       EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${m[@]}" --grid 80 --stencil 27 --iters 20 --reps 2 --isa "${isa}"
     done
+    ;;
+  stencil)
+    bench einshard_bench_sparse_stencil "1 2 4" --dims 2 --grid 1000 --iters 200 --reps 3
+    bench einshard_bench_sparse_stencil "1 2 4" --dims 3 --grid 100 --iters 200 --reps 3
     ;;
   eigsh)
     bench einshard_bench_sparse_eigsh "1 2 4" --grid 50 --k 4 --which LA --tol 1e-8 --reps 1

@@ -154,6 +154,16 @@ TEST_CASE("StencilOperator: products, diagonal and assembly match torch on the w
           const auto Xk = at::stack({X.reshape(-1), random_grid(shape, 19).reshape(-1)}, 1);
           const auto Yk = A.matvec(A.scatter(Xk)).full_tensor();
           CHECK(relative_error(Yk.select(1, 0), want.reshape(-1)) < 1e-14);
+          CHECK(relative_error(Yk.select(1, 1), reference(stencil, Xk.select(1, 1).reshape(shape), b, coefficients).reshape(-1)) < 1e-14);
+          // ... and the block product's dots, per column.
+          const auto Wk = A.scatter(at::stack({random_grid(shape, 21).reshape(-1), random_grid(shape, 22).reshape(-1)}, 1));
+          auto ylk = at::empty_like(Wk.local());
+          auto dk = A.apply_block(A.scatter(Xk).local(), ylk, Wk.local());
+          REQUIRE(dk.size() == 2);
+          MPI_Allreduce(MPI_IN_PLACE, dk.data(), 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+          for (std::int64_t j = 0; j < 2; ++j)
+            CHECK(std::abs(dk[static_cast<std::size_t>(j)] - at::dot(Wk.full_tensor().select(1, j), Yk.select(1, j)).item<double>()) <
+                  1e-12 * (1 + std::abs(dk[static_cast<std::size_t>(j)])));
           // The diagonal and the assembled matrix: the dense reference's.
           const auto M = dense(stencil, shape, b, coefficients);
           CHECK(relative_error(A.diagonal().full_tensor(), M.diagonal()) < 1e-15);

@@ -68,11 +68,13 @@ namespace detail {
 
 /// The interior of the box: lines along the last dimension, y[j] = Σ_s c_s x[j + off_s] with the
 /// S points unrolled (S = 0: a runtime count, accumulated into y's line, which stays in L1).
-/// Returns Σ w_j y_j over the rows written when w is given.
+/// Returns Σ w_j y_j over the rows written when w is given. A block of `cols` columns (row-major)
+/// is the same loop over a last dimension `cols` times longer (n, r and off scaled by the caller,
+/// constant coefficients only); its dots go per column into `dots` instead.
 template <class V, int S, bool Variable>
 double stencil_interior(const V* __restrict x, V* __restrict y, const V* __restrict w, const V* __restrict coef,
                         std::int64_t owned, const std::int64_t* n, const std::int64_t* r, const std::int64_t* off,
-                        const V* c, int points) {
+                        const V* c, int points, std::int64_t cols = 1, double* __restrict dots = nullptr) {
   constexpr int fixed = S > 0 ? S : 1;
   const int count = S > 0 ? S : points;
   [[maybe_unused]] std::int64_t o[fixed];
@@ -119,7 +121,11 @@ double stencil_interior(const V* __restrict x, V* __restrict y, const V* __restr
           }
         }
       }
-      if (w != nullptr) {  // the line is in L1: four chains, since one would be bound by latency
+      if (w != nullptr && cols > 1) {  // per column: elementwise into dots, no reassociation
+        const V* __restrict wb = w + base;
+        for (std::int64_t j = lo; j < hi; j += cols)
+          for (std::int64_t q = 0; q < cols; ++q) dots[q] += static_cast<double>(wb[j + q] * yb[j + q]);
+      } else if (w != nullptr) {  // the line is in L1: four chains, since one would be bound by latency
         const V* __restrict wb = w + base;
         std::int64_t j = lo;
         for (; j + 4 <= hi; j += 4) {
@@ -155,6 +161,31 @@ double stencil_faces(const V* __restrict x, const V* __restrict ghosts, V* __res
     if (w != nullptr) dot += static_cast<double>(w[row] * acc);
   }
   return dot;
+}
+
+/// stencil_faces for a block of `cols` columns (row-major, constant coefficients): a row's columns
+/// inner, accumulated in `acc` (cols values), the dots per column into `dots`.
+template <class V>
+void stencil_faces_block(const V* __restrict x, const V* __restrict ghosts, V* __restrict y, const V* __restrict w,
+                         std::int64_t owned, const std::int64_t* __restrict brow, const std::int32_t* __restrict src,
+                         std::int64_t faces, const V* c, int points, std::int64_t cols, V* __restrict acc,
+                         double* __restrict dots) {
+  for (std::int64_t b = 0; b < faces; ++b) {
+    const auto row = brow[b];
+    const auto* __restrict sb = src + b * points;
+    for (std::int64_t q = 0; q < cols; ++q) acc[q] = 0;
+    for (int s = 0; s < points; ++s) {
+      const std::int64_t k = sb[s];
+      if (k < 0) continue;
+      const V* __restrict v = k < owned ? x + k * cols : ghosts + (k - owned) * cols;
+      const V cs = c[s];
+      for (std::int64_t q = 0; q < cols; ++q) acc[q] += cs * v[q];
+    }
+    V* __restrict yr = y + row * cols;
+    for (std::int64_t q = 0; q < cols; ++q) yr[q] = acc[q];
+    if (w != nullptr)
+      for (std::int64_t q = 0; q < cols; ++q) dots[q] += static_cast<double>(w[row * cols + q] * acc[q]);
+  }
 }
 
 }  // namespace detail
@@ -273,6 +304,33 @@ class StencilOperator final : public detail::Operator, public detail::SolveMembe
     });
     exchange->finish();
     return {dot, 0.0};
+  }
+
+  /// Y = A X for an (owned, k) block: one halo exchange of whole rows, the interior as the vector's
+  /// loop over lines k times longer. Variable coefficients go column by column (the base class).
+  std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
+    if (variable_ || !x.is_contiguous() || !y.is_contiguous() || (w.defined() && !w.is_contiguous()))
+      return detail::Operator::apply_block(x, y, w);
+    const auto k = x.size(1);
+    std::vector<double> dots(static_cast<std::size_t>(k), 0.0);
+    auto& ghosts = scratch_.ghosts(x);
+    const auto& exchange = scratch_.exchange();
+    exchange->start(x, ghosts);
+    AT_DISPATCH_FLOATING_TYPES(dtype_, "einshard::sparse::StencilOperator", [&] {
+      const auto* xp = x.data_ptr<scalar_t>();
+      auto* yp = y.data_ptr<scalar_t>();
+      const auto* wp = w.defined() ? w.data_ptr<scalar_t>() : nullptr;
+      std::vector<scalar_t> c(constants_.begin(), constants_.end());
+      (void)interior<scalar_t>(xp, yp, wp, nullptr, c.data(), k, dots.data());
+      exchange->finish_receives();
+      std::vector<scalar_t> acc(static_cast<std::size_t>(k));
+      detail::stencil_faces_block<scalar_t>(xp, ghosts.data_ptr<scalar_t>(), yp, wp, layout_->local_size(),
+                                            face_rows_.data_ptr<std::int64_t>(), face_sources_.data_ptr<std::int32_t>(),
+                                            face_rows_.numel(), c.data(), points(), k, acc.data(), dots.data());
+    });
+    exchange->finish();
+    if (!w.defined()) dots.clear();
+    return dots;
   }
 
  private:
@@ -487,14 +545,27 @@ class StencilOperator final : public detail::Operator, public detail::SolveMembe
     }
   }
 
+  /// The interior kernel for this stencil's point count; `cols` > 1: a block (constant
+  /// coefficients), the last dimension and the offsets scaled by it.
   template <class V>
-  double interior(const V* x, V* y, const V* w, const V* coef, const V* c) const {
+  double interior(const V* x, V* y, const V* w, const V* coef, const V* c, std::int64_t cols = 1,
+                  double* dots = nullptr) const {
     const auto owned = layout_->local_size();
+    std::vector<std::int64_t> scaled;
     const auto* off = offsets_.data();
+    auto n = n_;
+    auto r = reach_;
+    if (cols > 1) {
+      for (const auto o : offsets_) scaled.push_back(o * cols);
+      off = scaled.data();
+      n[2] *= cols;
+      r[2] *= cols;
+    }
     const auto run = [&](auto fixed) {
       constexpr int S = decltype(fixed)::value;
-      return variable_ ? detail::stencil_interior<V, S, true>(x, y, w, coef, owned, n_.data(), reach_.data(), off, c, points())
-                       : detail::stencil_interior<V, S, false>(x, y, w, coef, owned, n_.data(), reach_.data(), off, c, points());
+      return variable_ ? detail::stencil_interior<V, S, true>(x, y, w, coef, owned, n.data(), r.data(), off, c, points())
+                       : detail::stencil_interior<V, S, false>(x, y, w, coef, owned, n.data(), r.data(), off, c, points(),
+                                                               cols, dots);
     };
     switch (points()) {
       case 5: return run(std::integral_constant<int, 5>{});
