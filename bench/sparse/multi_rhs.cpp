@@ -1,10 +1,14 @@
 // Several right-hand sides at once: D.solve(B), B an (n_local, k) block, against k single solves of
 // its columns (einshard's normal D.solve(b), same method, preconditioner and iteration count), in
-// one launch. No other library is involved: the anchor is einshard's own single solve.
+// one launch; and, where PETSc was found (EINSHARD_BENCH_PETSC), against PETSc on the same rows:
+// KSPMatSolve of the (n, k) dense block and k KSPSolves of its columns (KSPCG / KSPGMRES(restart)
+// with PCJACOBI, the unpreconditioned norm, right preconditioning for GMRES; `cg` and `gmres`
+// variants only).
 //
 // Problem: the 2-D 5-point Poisson matrix on a g × g grid (--stencil 5, the default), or a 3-D
 // stencil on a g³ grid (--stencil 7: the six face neighbours; 27: all 26), float64, rows in
-// contiguous blocks, each rank assembling its own. B is uniform random, k = 8 columns.
+// contiguous blocks, each rank assembling its own. B is uniform random, k columns for each k of
+// `--k` (default 8).
 //
 // Each method runs with Jacobi for exactly `--iters` iterations (rtol = atol = 0): CG in both
 // reduction organisations ("standard": two all-reduces per step; "single_reduction": one),
@@ -14,17 +18,19 @@
 // the block with each of the block product's instruction sets (AVX2 where the CPU has it; the
 // portable body is what a CPU without AVX2 runs); the singles are the same either way.
 //
-// A sample is the maximum over the ranks of one side's elapsed time (MPI_Barrier first); block and
-// singles alternate within each rep after one untimed block solve; medians over `--reps`. JSON
-// lines on rank 0:
+// A sample is the maximum over the ranks of one side's elapsed time (MPI_Barrier first); the sides
+// (block, singles, and PETSc's two) run in an order rotating from rep to rep after one untimed
+// solve each; medians over `--reps`. JSON lines on rank 0:
 //
 //   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
-//    "ranks":P,"grid":g,"stencil":5|7|27,"n":unknowns,"isa":"avx2"|"portable","restart":m,"k":8,
+//    "ranks":P,"grid":g,"stencil":5|7|27,"n":unknowns,"isa":"avx2"|"portable","restart":m,"k":k,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
+//    "petsc_matsolve_ms":...,"petsc_singles_ms":...,"vs_petsc":best PETSc / block (-1: no PETSc),
 //    "allreduces_per_step_block":...,"allreduces_per_step_singles":...,"reps":...}
 //
 //   mpirun -n P einshard_bench_sparse_multi_rhs [--grid 300] [--stencil 5|7|27] [--iters 100] [--reps 3]
-//        [--variants standard,single_reduction,gmres,bicgstab,minres] [--restart 30] [--isa avx2,portable]
+//        [--k 8,16,32] [--variants standard,single_reduction,gmres,bicgstab,minres] [--restart 30]
+//        [--isa avx2,portable] [--petsc 1|0]
 //
 // GMRES's block basis is restart + 1 blocks of (n_local, 8): leave it out on a large grid, or
 // shorten --restart. bench/sparse/run.sh --suite multi_rhs runs the published set of cases.
@@ -38,6 +44,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,6 +53,9 @@
 
 #include "../common.hpp"
 #include "allreduce_count.hpp"
+#if EINSHARD_BENCH_PETSC
+#include "petsc_support.hpp"
+#endif
 
 namespace es = einshard;
 namespace sp = einshard::sparse;
@@ -67,6 +77,10 @@ struct Config {
   /// Block-product instruction sets: avx2 (where the CPU has it; elsewhere portable instead)
   /// and/or portable.
   std::string isa = "avx2";
+  /// Block widths, comma-separated.
+  std::string k = "8";
+  /// Whether to run PETSc beside (where it was found).
+  bool petsc = true;
 };
 
 Config parse(int argc, char** argv) {
@@ -84,6 +98,8 @@ Config parse(int argc, char** argv) {
     else if (a == "--variants") c.variants = next();
     else if (a == "--restart") c.restart = std::stoi(next());
     else if (a == "--isa") c.isa = next();
+    else if (a == "--k") c.k = next();
+    else if (a == "--petsc") c.petsc = next() != "0";
     else throw std::runtime_error("unknown argument " + a);
   }
   if (c.stencil != 5 && c.stencil != 7 && c.stencil != 27)
@@ -103,10 +119,17 @@ at::Tensor as_tensor(const std::vector<std::int64_t>& v) {
 /// The matrix: 2-D 5-point Poisson on g², or a 3-D stencil on g³ (7-point: the six face
 /// neighbours; 27-point: all 26), −1 to each neighbour and their count on the diagonal for the
 /// 3-D ones (SPD; a row streams 5, 7 or 27 entries). Rows in contiguous blocks.
-sp::DSparseTensor matrix(std::int64_t g, int points, const es::Mesh& mesh) {
+struct Problem {
+  sp::DSparseTensor D;
+  std::vector<std::int64_t> rowptr, col;  ///< this rank's rows, local CSR with global columns
+  std::vector<double> val;
+  std::int64_t lo = 0;
+};
+
+Problem matrix(std::int64_t g, int points, const es::Mesh& mesh) {
   const auto n = points == 5 ? g * g : g * g * g;
   const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
-  std::vector<std::int64_t> r, c;
+  std::vector<std::int64_t> r, c, rowptr{0};
   std::vector<double> v;
   const auto add = [&](std::int64_t i, std::int64_t j, double value) {
     r.push_back(i);
@@ -116,6 +139,7 @@ sp::DSparseTensor matrix(std::int64_t g, int points, const es::Mesh& mesh) {
   for (auto i = lo; i < hi; ++i) {
     if (points == 5) {
       einshard_bench::poisson_row(g, i, [&](std::int64_t j, double value) { add(i, j, value); });
+      rowptr.push_back(static_cast<std::int64_t>(v.size()));
       continue;
     }
     const auto x = i % g, y = (i / g) % g, z = i / (g * g);
@@ -127,16 +151,76 @@ sp::DSparseTensor matrix(std::int64_t g, int points, const es::Mesh& mesh) {
           if (X < 0 || Y < 0 || Z < 0 || X >= g || Y >= g || Z >= g || (points == 7 && away > 1)) continue;
           add(i, (Z * g + Y) * g + X, away == 0 ? points - 1.0 : -1.0);
         }
+    rowptr.push_back(static_cast<std::int64_t>(v.size()));
   }
   const auto vals = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble).clone();
-  return sp::DSparseTensor::from_local(vals, as_tensor(r), as_tensor(c), {n, n}, mesh);
+  return {sp::DSparseTensor::from_local(vals, as_tensor(r), as_tensor(c), {n, n}, mesh), std::move(rowptr),
+          std::move(c), std::move(v), lo};
 }
 
-void run(const Config& cfg) {
-  const std::int64_t k = 8;
+#if EINSHARD_BENCH_PETSC
+/// PETSc's side: the same rows (AIJ), a KSP of the variant's method with PCJACOBI, the block as a
+/// dense matrix and its columns as vectors.
+struct Petsc {
+  Mat A = nullptr, B = nullptr, X = nullptr;
+  std::vector<Vec> b, x;
+  KSP ksp = nullptr;
+
+  Petsc(const Problem& p, std::int64_t n, const at::Tensor& block, const std::string& method, int restart, int iters) {
+    const auto nloc = static_cast<std::int64_t>(p.rowptr.size()) - 1;
+    A = einshard_bench::petsc_matrix(p.rowptr, p.col, p.val, p.lo, nloc, n, n, 27, 27);
+    const auto k = block.size(1);
+    PETSC(MatCreateDense(PETSC_COMM_WORLD, static_cast<PetscInt>(nloc), PETSC_DECIDE, static_cast<PetscInt>(n),
+                         static_cast<PetscInt>(k), nullptr, &B));
+    PETSC(MatDuplicate(B, MAT_DO_NOT_COPY_VALUES, &X));
+    PetscScalar* a = nullptr;
+    PETSC(MatDenseGetArray(B, &a));  // column-major, leading dimension nloc
+    const auto t = block.t().contiguous();
+    std::copy(t.data_ptr<double>(), t.data_ptr<double>() + t.numel(), a);
+    PETSC(MatDenseRestoreArray(B, &a));
+    for (std::int64_t j = 0; j < k; ++j) {
+      Vec bj = nullptr, xj = nullptr;
+      PETSC(MatCreateVecs(A, &xj, &bj));
+      PetscScalar* v = nullptr;
+      PETSC(VecGetArray(bj, &v));
+      std::copy(t.data_ptr<double>() + j * nloc, t.data_ptr<double>() + (j + 1) * nloc, v);
+      PETSC(VecRestoreArray(bj, &v));
+      b.push_back(bj);
+      x.push_back(xj);
+    }
+    PETSC(KSPCreate(PETSC_COMM_WORLD, &ksp));
+    PETSC(KSPSetOperators(ksp, A, A));
+    PETSC(KSPSetType(ksp, method == "gmres" ? KSPGMRES : KSPCG));
+    if (method == "gmres") {
+      PETSC(KSPSetPCSide(ksp, PC_RIGHT));
+      PETSC(KSPGMRESSetRestart(ksp, restart));
+    }
+    PC pc = nullptr;
+    PETSC(KSPGetPC(ksp, &pc));
+    PETSC(PCSetType(pc, PCJACOBI));
+    PETSC(KSPSetNormType(ksp, KSP_NORM_UNPRECONDITIONED));
+    PETSC(KSPSetTolerances(ksp, 0.0, 0.0, PETSC_DEFAULT, iters));
+    PETSC(KSPSetUp(ksp));
+  }
+  void mat_solve() { PETSC(KSPMatSolve(ksp, B, X)); }
+  void singles() {
+    for (std::size_t j = 0; j < b.size(); ++j) (void)einshard_bench::ksp_solve(ksp, b[j], x[j]);
+  }
+  ~Petsc() {
+    KSPDestroy(&ksp);
+    for (auto& v : b) VecDestroy(&v);
+    for (auto& v : x) VecDestroy(&v);
+    MatDestroy(&X);
+    MatDestroy(&B);
+    MatDestroy(&A);
+  }
+};
+#endif
+
+/// Every variant with k right-hand sides.
+void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
+  const auto& D = problem.D;
   const int P = world_size();
-  const es::Mesh mesh(MPI_COMM_WORLD, {P}, {"x"});
-  const auto D = matrix(cfg.grid, cfg.stencil, mesh);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1 + world_rank());
   const auto B = D.vector(at::rand({D.layout()->local_size(), k}, gen, at::kDouble));
   std::vector<sp::DVector> cols;
@@ -162,36 +246,85 @@ void run(const Config& cfg) {
       if (isa == "avx2" ? !listed(cfg.isa, isa) || !avx2 : !listed(cfg.isa, isa) && (avx2 || !listed(cfg.isa, "avx2")))
         continue;
       sp::detail::block_force_portable() = isa == "portable";
-      (void)D.solve(B, o);
-      std::vector<double> t_block, t_single;
+#if EINSHARD_BENCH_PETSC
+      const bool petsc = cfg.petsc && method != sp::Method::bicgstab && method != sp::Method::minres &&
+                         variant == sp::CgVariant::standard;
+      std::unique_ptr<Petsc> anchor;
+      if (petsc)
+        anchor = std::make_unique<Petsc>(problem, D.shape()[0], B.local(), method == sp::Method::gmres ? "gmres" : "cg",
+                                         cfg.restart, cfg.iters);
+#else
+      const bool petsc = false;
+#endif
+      std::vector<double> t[4];
       double ar_block = 0.0, ar_single = 0.0;
-      for (int rep = 0; rep < cfg.reps; ++rep) {
-        const double a0 = allreduce_calls();
-        t_block.push_back(timed([&] { (void)D.solve(B, o); }));
-        const double a1 = allreduce_calls();
-        t_single.push_back(timed([&] {
-          for (const auto& c : cols) (void)D.solve(c, o);
-        }));
-        ar_block = (a1 - a0) / cfg.iters;
-        ar_single = (allreduce_calls() - a1) / cfg.iters;
-      }
+      const auto side = [&](int which) {
+        switch (which) {
+          case 0: {
+            const double a0 = allreduce_calls();
+            t[0].push_back(timed([&] { (void)D.solve(B, o); }));
+            ar_block = (allreduce_calls() - a0) / cfg.iters;
+            break;
+          }
+          case 1: {
+            const double a0 = allreduce_calls();
+            t[1].push_back(timed([&] {
+              for (const auto& c : cols) (void)D.solve(c, o);
+            }));
+            ar_single = (allreduce_calls() - a0) / cfg.iters;
+            break;
+          }
+#if EINSHARD_BENCH_PETSC
+          case 2: t[2].push_back(timed([&] { anchor->mat_solve(); })); break;
+          case 3: t[3].push_back(timed([&] { anchor->singles(); })); break;
+#endif
+          default: break;
+        }
+      };
+      const int sides = petsc ? 4 : 2;
+      for (int s = 0; s < sides; ++s) side(s);  // untimed warm-up (the samples are overwritten below)
+      for (auto& v : t) v.clear();
+      for (int rep = 0; rep < cfg.reps; ++rep)
+        for (int s = 0; s < sides; ++s) side((s + rep) % sides);
       sp::detail::block_force_portable() = false;
+      const double best_petsc = petsc ? std::min(median(t[2]), median(t[3])) : -1.0;
       if (world_rank() == 0)
         std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"stencil\":%d,"
                     "\"n\":%lld,\"isa\":\"%s\",\"restart\":%d,\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,"
-                    "\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"allreduces_per_step_block\":%.2f,"
+                    "\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"petsc_matsolve_ms\":%.3f,\"petsc_singles_ms\":%.3f,"
+                    "\"vs_petsc\":%.3f,\"allreduces_per_step_block\":%.2f,"
                     "\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
                     name, P, static_cast<long long>(cfg.grid), cfg.stencil, static_cast<long long>(D.shape()[0]),
-                    isa.c_str(), cfg.restart, static_cast<long long>(k), cfg.iters, median(t_block) * 1e3,
-                    median(t_single) * 1e3, median(t_single) / median(t_block), ar_block, ar_single, cfg.reps);
+                    isa.c_str(), cfg.restart, static_cast<long long>(k), cfg.iters, median(t[0]) * 1e3,
+                    median(t[1]) * 1e3, median(t[1]) / median(t[0]), petsc ? median(t[2]) * 1e3 : -1.0,
+                    petsc ? median(t[3]) * 1e3 : -1.0, petsc ? best_petsc / median(t[0]) : -1.0, ar_block, ar_single,
+                    cfg.reps);
       std::fflush(stdout);
     }
+  }
+}
+
+void run(const Config& cfg) {
+  const es::Mesh mesh(MPI_COMM_WORLD, {world_size()}, {"x"});
+  const auto problem = matrix(cfg.grid, cfg.stencil, mesh);
+  std::size_t start = 0;
+  for (;;) {  // each width of --k
+    const auto end = cfg.k.find(',', start);
+    run_width(cfg, problem, std::stoll(cfg.k.substr(start, end == std::string::npos ? std::string::npos : end - start)));
+    if (end == std::string::npos) break;
+    start = end + 1;
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+#if EINSHARD_BENCH_PETSC
+  return einshard_bench::petsc_main(argc, argv, "einshard_bench_sparse_multi_rhs", parse, [](const Config& c) {
+    run(c);
+    return 0;
+  });
+#else
   MPI_Init(&argc, &argv);
   int code = 0;
   try {
@@ -205,4 +338,5 @@ int main(int argc, char** argv) {
   if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
   MPI_Finalize();
   return code;
+#endif
 }

@@ -21,8 +21,11 @@
 #                    CG + PCJACOBI and CG + BoomerAMG, time to solution at rtol 1e-8; 1, 2, 4 ranks
 #   pipecg           pipelined CG against KSPPIPECG, 1000², 1, 2 and 4 ranks
 #   lsqr             LSQR and LSMR per iteration against KSPLSQR, and the two products alone
-#   multi_rhs        8 right-hand sides as one block against 8 single solves, 10⁴ to 10⁶ unknowns,
-#                    5-, 7- and 27-point stencils, CG and BiCGStab; 1, 2 and 4 ranks
+#   multi_rhs        k = 8, 16, 32 right-hand sides as one block against k single solves and PETSc's
+#                    KSPMatSolve, 10⁴ to 10⁶ unknowns, 5-, 7- and 27-point stencils, CG, GMRES
+#                    (up to 10⁵) and BiCGStab; 1, 2 and 4 ranks
+#   stencil          CG per iteration with the matrix-free StencilOperator against the CSR path and
+#                    KSPCG on AIJ: 2-D 5-point 1000², 3-D 7-point 100³, none and Jacobi; 1, 2, 4 ranks
 #   backward         the differentiable solve: backward time over forward time
 #   eigsh            eigsh against SLEPc's LOBPCG (needs SLEPc)
 #   operations       save/load against write()/read(), connected components against label
@@ -57,7 +60,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 
-suites="spmv krylov preconditioners history scaling amg amg_vs_jacobi mixed pipecg lsqr multi_rhs backward eigsh operations real"
+suites="spmv krylov preconditioners history scaling amg amg_vs_jacobi mixed pipecg lsqr multi_rhs stencil backward eigsh operations real"
 if [[ "${1:-}" == --list ]]; then
   sed -n '/^#   spmv /,/^#$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   exit 0
@@ -170,19 +173,28 @@ case "${suite}" in
     bench "${lsqr}" "1 2" --cases backward --reps 5 --backward-grid 150
     ;;
   multi_rhs)
-    # 200 / 60 / 20 iterations at 10⁴ / 10⁵ / ≥ 5·10⁵ unknowns; at 1 rank the largest 5-point and
-    # the 27-point problems also run with the portable block product (a CPU without AVX2).
+    # k = 8, 16 and 32 right-hand sides; 200 / 60 / 20 iterations at 10⁴ / 10⁵ / ≥ 5·10⁵ unknowns;
+    # GMRES(30) up to 10⁵ only (its block basis is 31 blocks of (n_local, k)); PETSc's KSPMatSolve
+    # and k KSPSolves beside CG and GMRES. At 1 rank the largest 5-point and the 27-point problems
+    # also run with the portable block product (a CPU without AVX2).
     built einshard_bench_sparse_multi_rhs || exit 0
     for p in ${EINSHARD_BENCH_RANKS-1 2 4}; do
       isa=avx2
       [[ "${p}" == 1 ]] && isa=avx2,portable
-      m=(--variants standard,bicgstab)
-      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${m[@]}" --grid 100 --iters 200 --reps 3
-      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${m[@]}" --grid 316 --iters 60 --reps 3
-      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${m[@]}" --grid 1000 --iters 20 --reps 2 --isa "${isa}"
-      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${m[@]}" --grid 100 --stencil 7 --iters 20 --reps 2
-      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${m[@]}" --grid 80 --stencil 27 --iters 20 --reps 2 --isa "${isa}"
+      k=(--k 8,16,32)
+      small=(--variants standard,gmres,bicgstab "${k[@]}")
+      large=(--variants standard,bicgstab "${k[@]}")
+      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${small[@]}" --grid 100 --iters 200 --reps 3
+      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${small[@]}" --grid 316 --iters 60 --reps 3
+      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${small[@]}" --grid 46 --stencil 7 --iters 60 --reps 3
+      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${large[@]}" --grid 1000 --iters 20 --reps 3 --isa "${isa}"
+      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${large[@]}" --grid 100 --stencil 7 --iters 20 --reps 3
+      EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${large[@]}" --grid 80 --stencil 27 --iters 20 --reps 2 --isa "${isa}"
     done
+    ;;
+  stencil)
+    bench einshard_bench_sparse_stencil "1 2 4" --dims 2 --grid 1000 --iters 200 --reps 3
+    bench einshard_bench_sparse_stencil "1 2 4" --dims 3 --grid 100 --iters 200 --reps 3
     ;;
   eigsh)
     bench einshard_bench_sparse_eigsh "1 2 4" --grid 50 --k 4 --which LA --tol 1e-8 --reps 1

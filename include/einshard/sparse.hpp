@@ -18,6 +18,8 @@
 #include "einshard/sparse/matrix/linear_operator.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
 #include "einshard/sparse/matrix/sparse_tensor.hpp"
+#include "einshard/sparse/matrix/stencil.hpp"
+#include "einshard/sparse/matrix/stencil_operator.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/preconditioner/factory.hpp"
 #include "einshard/sparse/preconditioner/rigid_body_modes.hpp"

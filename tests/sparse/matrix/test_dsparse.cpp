@@ -377,7 +377,7 @@ TEST_CASE("the block product A X equals the dense product, both instruction sets
   const auto mesh = world_mesh();
   // Long-range couplings (every rank has ghosts and boundary rows), duplicates, and an uneven
   // ownership: rank r owns [n r² / P², n (r+1)² / P²), and rank 1 owns nothing from 3 ranks up.
-  const auto coo = es::testing::unsymmetric_with_duplicates(53);
+  const auto coo = es::testing::unsymmetric_with_duplicates(290);  // several row tiles of the block product
   const auto n = coo.n;
   std::vector<std::int64_t> bound(static_cast<std::size_t>(w.size) + 1);
   for (int r = 0; r <= w.size; ++r) bound[static_cast<std::size_t>(r)] = n * r * r / (w.size * w.size);
@@ -395,7 +395,7 @@ TEST_CASE("the block product A X equals the dense product, both instruction sets
     const auto D = sp::DSparseTensor::from_local(values, mine.rows, mine.cols, {n, n}, mesh, {.owned_rows = owned});
     const auto all_values = complex ? at::complex(coo.values, 0.5 * imag.index_select(0, coo.rows)) : coo.values;
     const auto dense = at::zeros({n, n}, all_values.options()).index_put_({coo.rows, coo.cols}, all_values, true);
-    for (const std::int64_t k : {1, 3, 4, 8, 12, 16, 19}) {
+    for (const std::int64_t k : {1, 3, 4, 8, 12, 16, 19, 24, 32}) {
       auto X = at::randn({n, k}, gen, at::kDouble), Wt = at::randn({n, k}, gen, at::kDouble);
       if (complex) {
         X = at::complex(X, at::randn({n, k}, gen, at::kDouble));

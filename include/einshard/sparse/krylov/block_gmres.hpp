@@ -77,16 +77,21 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, const Precon
         if (!M.identity) apply_block_preconditioner(M, vj, z);
         if (keep_z) Z.select(1, j).copy_(z.t());
         (void)A.apply_block(M.identity ? vj : z, w, {});
-        auto wt = w.t().contiguous();  // (k, n)
+        // w is orthogonalized where it ends: the basis's next vector of every column, (k, n).
+        auto wt = V.select(1, j + 1);
+        wt.copy_(w.t());
         const auto basis = V.narrow(1, 0, j + 1);  // (k, j + 1, n)
         // Classical Gram–Schmidt for every column with <w, w> in the same reduction; a second
         // pass for the columns whose first left no more than `keep` of ‖w‖².
         std::vector<double> norm2(kk, 0.0);
         std::vector<char> pass_on(in_cycle);
         for (int pass = 0; pass < 2; ++pass) {
-          // Per column: h = Vᴴ w (j + 1 values) and <w, w>, all k columns in one reduction.
-          auto local = at::empty({k, j + 2}, wt.options());
+          // Per column: h = Vᴴ w (j + 1 values) and <w, w>, all k columns in one reduction; a
+          // column out of the cycle, or not needing this second pass, reads no basis (zeros).
+          const auto on = pass_on;
+          auto local = at::zeros({k, j + 2}, wt.options());
           for (std::int64_t c = 0; c < k; ++c) {
+            if (!on[static_cast<std::size_t>(c)]) continue;
             const auto wc = wt[c];
             auto hc = local[c].narrow(0, 0, j + 1);
             at::mv_out(hc, basis[c].conj(), wc);
@@ -111,7 +116,8 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, const Precon
           }
           // w −= V h, per column (a column out of the cycle has h = 0).
           const auto ht = tensor_like(coef, bl).view({k, j + 1});
-          for (std::int64_t c = 0; c < k; ++c) wt[c].addmv_(basis[c].t(), ht[c], 1, -1);
+          for (std::int64_t c = 0; c < k; ++c)
+            if (on[static_cast<std::size_t>(c)]) wt[c].addmv_(basis[c].t(), ht[c], 1, -1);
           if (!again) break;
         }
         for (std::size_t c = 0; c < kk; ++c) {
@@ -146,7 +152,6 @@ inline SolveResult block_gmres(const Operator& A, const DVector& B, const Precon
           scale[c] = 1.0 / hn;
         }
         wt.mul_(scale_column());
-        V.select(1, j + 1).copy_(wt);
         vj.copy_(wt.t());
       }
       // x += M⁻¹ V y (Z y for FGMRES) per column, y from H y = g on the columns it built.

@@ -14,7 +14,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -28,6 +30,7 @@
 #include "einshard/sparse/matrix/assembly.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/linear_operator.hpp"
+#include "einshard/sparse/matrix/stencil_operator.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/preconditioner/cache.hpp"
 #include "einshard/sparse/preconditioner/factory.hpp"
@@ -97,6 +100,11 @@ struct SolvePipeline {
                                           const LeastSquaresOptions& options, Method method);
 
   static SolveResult solve(const DSparseTensor& A, const DVector& b, const SolveOptions& options);
+  /// A stencil's solve: Jacobi and Chebyshev from its diagonal, the other preconditioners from its
+  /// assembled rows (kept for the solve only); lsqr and lsmr are an Error (no adjoint product).
+  static SolveResult solve(const StencilOperator& A, const DVector& b, const SolveOptions& options);
+  static LeastSquaresResult least_squares(const StencilOperator& A, const DVector& b,
+                                          const LeastSquaresOptions& options, Method method);
   /// The solve without autograd, and the preconditioner it used (null: none).
   static std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> solve_detached(const DSparseTensor& A,
                                                                                         const DVector& b,
@@ -157,6 +165,44 @@ inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& 
   if (bl.local().dim() == 2) check_block_x0(bl, options, what);
   const auto m = custom_preconditioner(options, A.layout(), what);
   return run_method(A, bl, m.get(), options);
+}
+
+inline SolveResult SolvePipeline::solve(const StencilOperator& A, const DVector& b, const SolveOptions& options) {
+  const auto what = std::string("StencilOperator::solve");
+  if (is_least_squares(options.method))
+    throw Error(what + ": " + to_string(options.method) +
+                " needs the adjoint product, which a stencil does not offer; solve its assemble()d matrix");
+  A.check(b, what);
+  if (options.x0) A.check(*options.x0, what + " (x0)");
+  const auto bl = b.like(b.local().detach().to(A.dtype()).contiguous());
+  if (bl.local().dim() == 2) check_block_x0(bl, options, what);
+  const auto start = comm::wall_time();
+  std::shared_ptr<const PreconditionerOp> m = custom_preconditioner(options, A.layout(), what);
+  std::optional<DSparseTensor> assembled;  // what a preconditioner built from rows refers to
+  const auto kind = options.preconditioner;
+  if (!m && (kind == Preconditioner::jacobi || kind == Preconditioner::chebyshev)) {
+    // The diagonal as rows of one entry each: what these two read of a matrix.
+    const auto n = A.layout()->local_size();
+    const Csr diagonal{n, n, at::arange(n + 1, at::kLong), at::arange(n, at::kLong), A.diagonal_};
+    m = detail::make_preconditioner(kind, LocalRows{diagonal, n, A.layout()->comm()},
+                            [&A](const at::Tensor& x, at::Tensor& y) { (void)A.apply(x, y, {}); },
+                            options.preconditioner_options);
+  } else if (!m && kind != Preconditioner::none) {
+    assembled.emplace(A.assemble());
+    m = make_preconditioner(*assembled, options);
+  }
+  const double setup = comm::wall_time() - start;
+  auto result = run_method(A, bl, m.get(), options);
+  result.info.setup_seconds = setup;
+  if (m) std::tie(result.info.levels, result.info.operator_complexity) = m->hierarchy();
+  return result;
+}
+
+inline LeastSquaresResult SolvePipeline::least_squares(const StencilOperator& A, const DVector& /*b*/,
+                                                       const LeastSquaresOptions& /*options*/, Method method) {
+  (void)A;  // the same Error on every rank: nothing to agree on
+  throw Error(std::string("StencilOperator::") + to_string(method) +
+              ": needs the adjoint product, which a stencil does not offer; solve its assemble()d matrix");
 }
 
 template <class Op>

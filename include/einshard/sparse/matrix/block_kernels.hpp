@@ -69,8 +69,9 @@ inline BlockIsa block_isa() {
 }
 
 /// What one column window of a block product reads and writes: Y[:, j0 + [0, W)] = A [X; G] over
-/// the interior rows (`boundary_phase` false: those not in `boundary`) or the `boundary` rows, all
-/// blocks row-major with leading dimension ld; dots[j0 + j] += Re <wt_j, y_j> when wt is set.
+/// the interior rows of [row0, row1) (`boundary_phase` false: those not in `boundary`) or the
+/// `boundary` rows at positions [q0, q1), all blocks row-major with leading dimension ld;
+/// dots[j0 + j] += Re <wt_j, y_j> when wt is set.
 template <class V>
 struct SpmmWindow {
   const V* x;
@@ -82,6 +83,7 @@ struct SpmmWindow {
   const std::int64_t* boundary;
   std::int64_t nb;
   bool boundary_phase;
+  std::int64_t row0, row1, q0, q1;
 };
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -205,15 +207,15 @@ EINSHARD_BLOCK_INLINE void spmm_window_body(const View& m, const SpmmWindow<V>& 
   D d = {};
   const V* x = s.x + s.j0;
   if (!s.boundary_phase) {
-    std::int64_t begin = 0;
-    for (std::int64_t q = 0; q <= s.nb; ++q) {
-      const std::int64_t end = q < s.nb ? s.boundary[q] : m.rows;
+    std::int64_t begin = s.row0;
+    for (std::int64_t q = s.q0; begin < s.row1; ++q) {
+      const std::int64_t end = q < s.nb ? std::min(s.boundary[q], s.row1) : s.row1;
       for (std::int64_t i = begin; i < end; ++i) spmm_row<W, VB, Dot, false>(m, s, i, x, x, d);
       begin = end + 1;
     }
   } else {
     const V* g = s.g + s.j0;
-    for (std::int64_t q = 0; q < s.nb; ++q) spmm_row<W, VB, Dot, true>(m, s, s.boundary[q], x, g, d);
+    for (std::int64_t q = s.q0; q < s.q1; ++q) spmm_row<W, VB, Dot, true>(m, s, s.boundary[q], x, g, d);
   }
   if constexpr (Dot) {
     double out[W];
@@ -252,10 +254,12 @@ void spmm_window(const View& m, const SpmmWindow<V>& s, BlockIsa isa) {
 /// (the shape of Y), also adds Re <wt_j, Y_j> over these rows to dots[j]: the product's own dot,
 /// as the single-vector kernels return it.
 ///
-/// The columns go through fixed-width windows of 16, 8, 4 (k = 4, 8, 16 in one pass over the
-/// matrix; other k in a few), each entry's W multiply-adds kept in vector registers, with AVX2 +
-/// FMA for real values where the CPU has them (`block_isa`); the last k mod 4 columns go through
-/// the width-generic loop.
+/// The columns go through fixed-width windows of 16, 8, 4, each entry's W multiply-adds kept in
+/// vector registers, with AVX2 + FMA for real values where the CPU has them (`block_isa`); the last
+/// k mod 4 columns go through the width-generic loop. When k needs several windows (k = 32: two of
+/// 16), the rows go in tiles and every window runs over a tile before the next tile: the tile's
+/// entries stay in L1 between windows, so the matrix streams from memory once for all k columns,
+/// and each row of X and Y is read or written whole.
 inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& x,
                       const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt = {},
                       double* dots = nullptr) {
@@ -269,14 +273,36 @@ inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t own
     const V* wv = wt.defined() ? wt.data_ptr<V>() : nullptr;
     const auto* b = boundary.data_ptr<std::int64_t>();
     const auto nb = boundary.numel();
-    SpmmWindow<V> s{xv, gv, yv, wv, dots, k, 0, owned, b, nb, boundary_phase};
-    for (; k - s.j0 >= 4;) {
-      const auto left = k - s.j0;
-      const int width = left >= 16 ? 16 : left >= 8 ? 8 : 4;
-      width == 16 ? spmm_window<16>(m, s, isa) : width == 8 ? spmm_window<8>(m, s, isa) : spmm_window<4>(m, s, isa);
-      s.j0 += width;
+    SpmmWindow<V> s{xv, gv, yv, wv, dots, k, 0, owned, b, nb, boundary_phase, 0, a.rows, 0, nb};
+    const std::int64_t windowed = k - k % 4;  // the columns the fixed-width windows take
+    // One window (k = 4, 8, 16) runs over every row at once; several go tile by tile.
+    const bool tiled = windowed > 16 || (windowed > 0 && windowed != 4 && windowed != 8 && windowed != 16);
+    const std::int64_t tile = tiled ? 128 : std::max<std::int64_t>(a.rows, nb);
+    const auto run_windows = [&] {
+      for (s.j0 = 0; s.j0 < windowed;) {
+        const auto left = windowed - s.j0;
+        const int width = left >= 16 ? 16 : left >= 8 ? 8 : 4;
+        width == 16 ? spmm_window<16>(m, s, isa) : width == 8 ? spmm_window<8>(m, s, isa) : spmm_window<4>(m, s, isa);
+        s.j0 += width;
+      }
+    };
+    if (windowed > 0) {
+      if (!boundary_phase) {
+        for (std::int64_t r0 = 0; r0 < a.rows; r0 += tile) {
+          s.row0 = r0;
+          s.row1 = std::min(r0 + tile, a.rows);
+          s.q0 = std::lower_bound(b, b + nb, r0) - b;
+          run_windows();
+        }
+      } else {
+        for (std::int64_t q0 = 0; q0 < nb; q0 += tile) {
+          s.q0 = q0;
+          s.q1 = std::min(q0 + tile, nb);
+          run_windows();
+        }
+      }
     }
-    std::int64_t j0 = s.j0;
+    std::int64_t j0 = windowed;
     for (; j0 < k; j0 += chunk) {
       const auto w = std::min(chunk, k - j0);
       double d[chunk] = {};
@@ -319,19 +345,20 @@ inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t own
 }
 
 /// Re <a_j, b_j> of every column j of two (n, k) blocks, in one pass.
+///
+/// The block kernels below go once over the rows with a row's k values (contiguous) inner: the
+/// accumulators are per column, so the inner loop vectorizes without reassociating a sum, and
+/// every cache line of a block is used whole (a pass per chunk of columns would stride over the
+/// rows, and the adjacent-line prefetch would fetch each row's other lines once per pass).
 inline std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b) {
   const auto n = a.size(0), k = a.size(1);
   std::vector<double> out(static_cast<std::size_t>(k), 0.0);
   AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(a.scalar_type(), "einshard::sparse::block_dots", [&] {
     const auto* __restrict av = a.data_ptr<scalar_t>();
     const auto* __restrict bv = b.data_ptr<scalar_t>();
-    for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
-      const auto w = std::min(chunk, k - j0);
-      double acc[chunk] = {};
-      for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t j = 0; j < w; ++j) acc[j] += re_dot(av[i * k + j0 + j], bv[i * k + j0 + j]);
-      for (std::int64_t j = 0; j < w; ++j) out[static_cast<std::size_t>(j0 + j)] = acc[j];
-    }
+    double* __restrict acc = out.data();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < k; ++j) acc[j] += re_dot(av[i * k + j], bv[i * k + j]);
   });
   return out;
 }
@@ -351,25 +378,22 @@ inline std::vector<double> block_cg_update(at::Tensor& x, at::Tensor& r, const a
     const auto* __restrict pv = p.data_ptr<V>();
     const auto* __restrict qv = q.data_ptr<V>();
     const V* dv = d.defined() ? d.data_ptr<V>() : nullptr;
-    for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
-      const auto w = std::min(chunk, k - j0);
-      V a[chunk] = {};
-      for (std::int64_t j = 0; j < w; ++j) a[j] = static_cast<V>(alpha[static_cast<std::size_t>(j0 + j)]);
-      double rz[chunk] = {}, rr[chunk] = {};
-      for (std::int64_t i = 0; i < n; ++i) {
-        const V di = dv ? dv[i] : V(1);
-        for (std::int64_t j = 0; j < w; ++j) {
-          const auto e = i * k + j0 + j;
-          xv[e] += a[j] * pv[e];
-          const V ri = rv[e] - a[j] * qv[e];
-          rv[e] = ri;
-          rz[j] += re_dot(ri, di * ri);
-          rr[j] += re_dot(ri, ri);
-        }
-      }
-      for (std::int64_t j = 0; j < w; ++j) {
-        out[static_cast<std::size_t>(j0 + j)] = rz[j];
-        out[static_cast<std::size_t>(k + j0 + j)] = rr[j];
+    std::vector<V> av(alpha.begin(), alpha.end());
+    const V* __restrict a = av.data();
+    double* __restrict rz = out.data();
+    double* __restrict rr = out.data() + k;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const V di = dv ? dv[i] : V(1);
+      V* __restrict xr = xv + i * k;
+      V* __restrict rrow = rv + i * k;
+      const V* __restrict pr = pv + i * k;
+      const V* __restrict qr = qv + i * k;
+      for (std::int64_t j = 0; j < k; ++j) {
+        xr[j] += a[j] * pr[j];
+        const V ri = rrow[j] - a[j] * qr[j];
+        rrow[j] = ri;
+        rz[j] += re_dot(ri, di * ri);
+        rr[j] += re_dot(ri, ri);
       }
     }
   });
@@ -386,20 +410,19 @@ inline void block_cg_direction(at::Tensor& p, const at::Tensor& z, const at::Ten
     auto* __restrict pv = p.data_ptr<V>();
     const auto* __restrict zv = z.data_ptr<V>();
     const V* dv = d.defined() ? d.data_ptr<V>() : nullptr;
-    for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
-      const auto w = std::min(chunk, k - j0);
-      V b[chunk] = {}, on[chunk] = {};
-      for (std::int64_t j = 0; j < w; ++j) {
-        b[j] = static_cast<V>(beta[static_cast<std::size_t>(j0 + j)]);
-        on[j] = active[static_cast<std::size_t>(j0 + j)] ? V(1) : V(0);
-      }
-      for (std::int64_t i = 0; i < n; ++i) {
-        const V di = dv ? dv[i] : V(1);
-        for (std::int64_t j = 0; j < w; ++j) {
-          const auto e = i * k + j0 + j;
-          pv[e] = on[j] * (di * zv[e] + b[j] * pv[e]);
-        }
-      }
+    std::vector<V> bs(static_cast<std::size_t>(k)), ons(static_cast<std::size_t>(k));
+    for (std::int64_t j = 0; j < k; ++j) {
+      const auto c = static_cast<std::size_t>(j);
+      ons[c] = active[c] ? V(1) : V(0);
+      bs[c] = static_cast<V>(beta[c]);
+    }
+    const V* __restrict b = bs.data();
+    const V* __restrict on = ons.data();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const V di = dv ? dv[i] : V(1);
+      V* __restrict pr = pv + i * k;
+      const V* __restrict zr = zv + i * k;
+      for (std::int64_t j = 0; j < k; ++j) pr[j] = on[j] * (di * zr[j] + b[j] * pr[j]);
     }
   });
 }
@@ -423,37 +446,30 @@ inline std::vector<double> block_cgcg_update(at::Tensor& x, at::Tensor& r, at::T
     const auto* __restrict wv = w.data_ptr<V>();
     const V* dv = d.defined() ? d.data_ptr<V>() : nullptr;
     const bool write_u = dv != nullptr || identity;
-    for (std::int64_t j0 = 0; j0 < k; j0 += chunk) {
-      const auto c = std::min(chunk, k - j0);
-      V a[chunk] = {}, b[chunk] = {};
-      for (std::int64_t j = 0; j < c; ++j) {
-        a[j] = static_cast<V>(alpha[static_cast<std::size_t>(j0 + j)]);
-        b[j] = static_cast<V>(beta[static_cast<std::size_t>(j0 + j)]);
+    std::vector<V> as(alpha.begin(), alpha.end()), bs(beta.begin(), beta.end());
+    const V* __restrict a = as.data();
+    const V* __restrict b = bs.data();
+    double* __restrict ru = out.data();
+    double* __restrict rr = out.data() + k;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const V di = dv ? dv[i] : V(1);
+      const auto o = i * k;
+      for (std::int64_t j = 0; j < k; ++j) {
+        const V pi = uv[o + j] + b[j] * pv[o + j];
+        const V si = wv[o + j] + b[j] * sv[o + j];
+        pv[o + j] = pi;
+        sv[o + j] = si;
+        xv[o + j] += a[j] * pi;
+        const V ri = rv[o + j] - a[j] * si;
+        rv[o + j] = ri;
+        rr[j] += re_dot(ri, ri);
       }
-      double ru[chunk] = {}, rr[chunk] = {};
-      for (std::int64_t i = 0; i < n; ++i) {
-        const V di = dv ? dv[i] : V(1);
-        for (std::int64_t j = 0; j < c; ++j) {
-          const auto e = i * k + j0 + j;
-          const V pi = uv[e] + b[j] * pv[e];
-          const V si = wv[e] + b[j] * sv[e];
-          pv[e] = pi;
-          sv[e] = si;
-          xv[e] += a[j] * pi;
-          const V ri = rv[e] - a[j] * si;
-          rv[e] = ri;
-          rr[j] += re_dot(ri, ri);
-          if (write_u) {
-            const V ui = di * ri;
-            uv[e] = ui;
-            ru[j] += re_dot(ri, ui);
-          }
+      if (write_u)
+        for (std::int64_t j = 0; j < k; ++j) {
+          const V ui = di * rv[o + j];
+          uv[o + j] = ui;
+          ru[j] += re_dot(rv[o + j], ui);
         }
-      }
-      for (std::int64_t j = 0; j < c; ++j) {
-        out[static_cast<std::size_t>(j0 + j)] = ru[j];
-        out[static_cast<std::size_t>(k + j0 + j)] = rr[j];
-      }
     }
   });
   return out;
