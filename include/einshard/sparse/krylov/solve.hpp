@@ -172,6 +172,9 @@ inline SolveResult SolvePipeline::solve(const StencilOperator& A, const DVector&
   if (is_least_squares(options.method))
     throw Error(what + ": " + to_string(options.method) +
                 " needs the adjoint product, which a stencil does not offer; solve its assemble()d matrix");
+  if (options.precision == Precision::mixed)
+    throw Error(what + ": precision mixed refines with a matrix's float32 copy; solve the assemble()d matrix, or "
+                       "make the stencil in float32 and refine it yourself");
   A.check(b, what);
   if (options.x0) A.check(*options.x0, what + " (x0)");
   const auto bl = b.like(b.local().detach().to(A.dtype()).contiguous());
