@@ -196,6 +196,12 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   /// The same matrix structure with other stored values (same length and order as `values()`).
   [[nodiscard]] DSparseTensor with_values(at::Tensor values) const;
   [[nodiscard]] DSparseTensor to(at::ScalarType dtype) const { return with_values(local_.values.to(dtype)); }
+  /// The same matrix on `device` (values differentiably): a loaded or host-assembled matrix onto a GPU.
+  [[nodiscard]] DSparseTensor to(const at::Device& device) const {
+    DSparseTensor out = *this;
+    out.place_on(device);
+    return out;
+  }
 
   // Value operations act on the stored entries only (sparsity kept: A + 1.5 adds 1.5 to each
   // stored entry), as SparseTensor's; the result shares the partition and the halo plan.
