@@ -1,6 +1,6 @@
 // GPU benchmarks, each against its anchor in the same run (JSON lines on rank 0):
 //
-//   poisson  2-D 5-point Poisson, CG + Jacobi to rtol 1e-6 on CUDA DSparseTensors: time to
+//   poisson  2-D 5-point Poisson, CG + Jacobi to --rtol (1e-6) on CUDA DSparseTensors: time to
 //            solution, iterations, and the SpMV's bandwidth (a minimal-traffic model: values,
 //            column indices, row pointers, x and y read or written once) as a fraction of
 //            --peak-tbs (H200: 4.8 TB/s); anchors: torch's own CSR matvec (cuSPARSE) on the same
@@ -9,7 +9,7 @@
 //   tp       a tensor-parallel contraction's local product ("l f/tp, f/tp e -> l e") against
 //            torch::matmul of the same shards.
 //
-//   mpirun -n 1 build/release/bench/gpu/einshard_bench_gpu --case poisson --n 1415 [--maxiter M]
+//   mpirun -n 1 build/release/bench/gpu/einshard_bench_gpu --case poisson --n 1415 [--rtol 1e-8] [--maxiter M]
 //   build/release/bench/gpu/einshard_bench_gpu --case fft --n 512
 //   build/release/bench/gpu/einshard_bench_gpu --case tp --n 8192
 //
@@ -81,7 +81,7 @@ at::Device device() {
   return {at::kCUDA, static_cast<c10::DeviceIndex>(rank() % std::max<int>(1, static_cast<int>(at::getNumGPUs())))};
 }
 
-void poisson(std::int64_t n, double peak_tbs, int reps, int maxiter) {
+void poisson(std::int64_t n, double peak_tbs, int reps, int maxiter, double rtol) {
   const auto N = n * n;
   const auto dev = device();
   const es::Mesh mesh(MPI_COMM_WORLD, {world()}, {"p"});
@@ -107,7 +107,7 @@ void poisson(std::int64_t n, double peak_tbs, int reps, int maxiter) {
   const auto b = A.vector(at::ones({mine}, at::TensorOptions(at::kDouble).device(dev)));
   sp::SolveResult result;
   const double solve = seconds(values, [&] {
-    result = A.solve(b, {.method = sp::Method::cg, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-6,
+    result = A.solve(b, {.method = sp::Method::cg, .preconditioner = sp::Preconditioner::jacobi, .rtol = rtol,
                          .maxiter = maxiter});
   });
   // SpMV bandwidth, einshard's and torch's CSR (cuSPARSE) on this rank's rows.
@@ -125,11 +125,12 @@ void poisson(std::int64_t n, double peak_tbs, int reps, int maxiter) {
   const double published = N <= 3'000'000 ? 0.42 : 224.0;
   char line[1024];
   std::snprintf(line, sizeof line,
-                "\"case\": \"poisson\", \"status\": \"ok\", \"ranks\": %d, \"unknowns\": %lld, \"iterations\": %d, "
+                "\"case\": \"poisson\", \"status\": \"ok\", \"kernels\": \"%s\", \"ranks\": %d, \"unknowns\": %lld, "
+                "\"rtol\": %.1e, \"iterations\": %d, "
                 "\"converged\": %s, \"seconds\": %.6g, \"torch_sla_published_seconds\": %.6g, "
                 "\"spmv_seconds\": %.6g, \"spmv_tbs\": %.6g, \"spmv_fraction_of_peak\": %.4f, "
                 "\"torch_csr_spmv_seconds\": %.6g, \"torch_csr_fraction_of_peak\": %.4f, \"peak_tbs\": %.3g",
-                world(), static_cast<long long>(N), result.info.iterations, result.info.converged ? "true" : "false",
+                std::string(sp::kernels_for(values)).c_str(), world(), static_cast<long long>(N), rtol, result.info.iterations, result.info.converged ? "true" : "false",
                 solve, published, median(ours), bw / 1e12, bw / (peak_tbs * 1e12), median(theirs),
                 bw_torch / (peak_tbs * 1e12), peak_tbs);
   emit(line);
@@ -188,12 +189,14 @@ int main(int argc, char** argv) {
   std::int64_t n = 0;
   double peak = 4.8;
   int reps = 10, maxiter = 100000;
+  double rtol = 1e-6;
   for (int a = 1; a + 1 < argc; a += 2) {
     if (std::strcmp(argv[a], "--case") == 0) which = argv[a + 1];
     if (std::strcmp(argv[a], "--n") == 0) n = std::atoll(argv[a + 1]);
     if (std::strcmp(argv[a], "--peak-tbs") == 0) peak = std::atof(argv[a + 1]);
     if (std::strcmp(argv[a], "--reps") == 0) reps = std::atoi(argv[a + 1]);
     if (std::strcmp(argv[a], "--maxiter") == 0) maxiter = std::atoi(argv[a + 1]);
+    if (std::strcmp(argv[a], "--rtol") == 0) rtol = std::atof(argv[a + 1]);
   }
   int have = at::hasCUDA() && at::getNumGPUs() > 0 ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -201,7 +204,7 @@ int main(int argc, char** argv) {
     emit("\"case\": \"" + which + "\", \"status\": \"skipped\", \"reason\": \"no CUDA device\"");
   } else {
     try {
-      if (which == "poisson") poisson(n > 0 ? n : 1415, peak, reps, maxiter);
+      if (which == "poisson") poisson(n > 0 ? n : 1415, peak, reps, maxiter, rtol);
       else if (which == "fft") fft(n > 0 ? n : 512, reps);
       else if (which == "tp") tp(n > 0 ? n : 8192, reps);
       else emit("\"case\": \"" + escaped(which) + "\", \"status\": \"error\", \"what\": \"unknown case\"");

@@ -40,14 +40,14 @@
 // is the maximum over the ranks of one variant's elapsed time (MPI_Barrier before each). Reported:
 // medians over `--reps` samples. Output: JSON lines on rank 0.
 //
-//   {"bench":"sparse_cg","ranks":P,"grid":g,"n":N,"precond":...,"iterations":200,
+//   {"bench":"sparse_cg","kernels":"native"|"generic","ranks":P,"grid":g,"n":N,"precond":...,"iterations":200,
 //    "einshard_ms_per_it":...,"petsc_ms_per_it":...,"einshard_mrow_it_s":...,"petsc_mrow_it_s":...,
 //    "ratio":einshard/PETSc throughput (of the medians),"ratio_paired":median of the same-rep
 //    ratios,"einshard_iter_only_ms_per_it":...,"ratio_iter_only":...,"einshard_setup_ms":...,
 //    "x_rel_diff":...}
 //   {"bench":"sparse_cg_solve","ranks":P,"precond":...,"einshard_iterations":...,"petsc_iterations":...,
 //    "einshard_s":...,"petsc_s":...,"ratio":PETSc time / einshard time (>1: einshard faster),"ratio_paired":...}
-//   {"bench":"sparse_spmv","ranks":P,...,"einshard_matvec_gbs":...,"einshard_apply_gbs":...,
+//   {"bench":"sparse_spmv","kernels":...,"ranks":P,...,"einshard_matvec_gbs":...,"einshard_apply_gbs":...,
 //    "petsc_gbs":...,"triad_gbs":...,"matvec_vs_triad":...,"apply_vs_triad":...,"petsc_vs_triad":...,
 //    "ratio":einshard matvec / PETSc}
 //
@@ -108,6 +108,10 @@ struct Config {
   std::string method = "cg";  ///< the Krylov method of the solve case: cg, bicgstab or gmres
   bool one_pass = false;      ///< gmres: one Gram–Schmidt pass (PETSc's default) instead of DGKS
 };
+
+/// The kernels einshard's side runs on these CPU tensors: "native", or "generic" under
+/// EINSHARD_SPARSE_KERNELS=generic (the ATen path of every other device).
+const char* kernels() { return sp::kernels_for(at::empty({0}, at::kDouble)) == "generic" ? "generic" : "native"; }
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -384,12 +388,12 @@ int run(const Config& cfg) {
     for (std::size_t i = 0; i < t_es.size(); ++i) paired.push_back(t_petsc[i] / t_es[i]);
     const double rows_it = static_cast<double>(n);
     if (rank == 0) {
-      std::printf("{\"bench\":\"sparse_cg\",\"method\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"precond\":\"%s\","
+      std::printf("{\"bench\":\"sparse_cg\",\"kernels\":\"%s\",\"method\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"precond\":\"%s\","
                   "\"iterations\":%d,\"einshard_ms_per_it\":%.4f,\"petsc_ms_per_it\":%.4f,"
                   "\"einshard_mrow_it_s\":%.1f,\"petsc_mrow_it_s\":%.1f,\"ratio\":%.3f,\"ratio_paired\":%.3f,"
                   "\"einshard_iter_only_ms_per_it\":%.4f,\"ratio_iter_only\":%.3f,\"einshard_setup_ms\":%.2f,"
                   "\"x_rel_diff\":%.2e,\"reps\":%d}\n",
-                  (cfg.method + (cfg.one_pass ? "-one-pass" : "")).c_str(), p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.iters,
+                  kernels(), (cfg.method + (cfg.one_pass ? "-one-pass" : "")).c_str(), p, static_cast<long long>(g), static_cast<long long>(n), name.c_str(), cfg.iters,
                   es_it * 1e3,
                   pe_it * 1e3, rows_it / es_it / 1e6, rows_it / pe_it / 1e6, pe_it / es_it, median(paired),
                   median(t_es_iter) / cfg.iters * 1e3, pe_it * cfg.iters / median(t_es_iter),
@@ -484,11 +488,11 @@ int run(const Config& cfg) {
   const double gbs_matvec = spmv_bytes / median(samples[0]) / 1e9, gbs_apply = spmv_bytes / median(samples[1]) / 1e9,
                gbs_petsc = spmv_bytes / median(samples[2]) / 1e9, gbs_triad = triad_bytes / median(samples[3]) / 1e9;
   if (rank == 0) {
-    std::printf("{\"bench\":\"sparse_spmv\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"products\":%d,"
+    std::printf("{\"bench\":\"sparse_spmv\",\"kernels\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"n\":%lld,\"products\":%d,"
                 "\"einshard_matvec_gbs\":%.2f,\"einshard_apply_gbs\":%.2f,\"petsc_gbs\":%.2f,\"triad_gbs\":%.2f,"
                 "\"matvec_vs_triad\":%.3f,\"apply_vs_triad\":%.3f,\"petsc_vs_triad\":%.3f,\"ratio\":%.3f,"
                 "\"ratio_apply\":%.3f,\"ratio_paired\":%.3f,\"reps\":%d}\n",
-                p, static_cast<long long>(g), static_cast<long long>(n), k, gbs_matvec, gbs_apply, gbs_petsc,
+                kernels(), p, static_cast<long long>(g), static_cast<long long>(n), k, gbs_matvec, gbs_apply, gbs_petsc,
                 gbs_triad, gbs_matvec / gbs_triad, gbs_apply / gbs_triad, gbs_petsc / gbs_triad,
                 gbs_matvec / gbs_petsc, gbs_apply / gbs_petsc, median(paired), cfg.reps);
     std::fflush(stdout);

@@ -15,6 +15,7 @@
 #include "einshard/sparse/matrix/csr_autograd.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/matrix/kernels.hpp"
 #include "einshard/sparse/matrix/linear_operator.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
 #include "einshard/sparse/matrix/sparse_tensor.hpp"

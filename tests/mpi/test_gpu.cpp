@@ -14,11 +14,14 @@
 #include <einshard/comm/collectives.hpp>
 #include <einshard/comm/nccl.hpp>
 #include <einshard/einshard.hpp>
+#include <einshard/sparse.hpp>
 
 #include "test_support.hpp"
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
 
+#include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -193,4 +196,96 @@ TEST_CASE("gpu: a CUDA tensor on one rank and a CPU tensor on another is the sam
     what = e.what();
   }
   CHECK_THAT(what, Catch::Contains("one device kind"));
+}
+
+namespace {
+
+/// This rank's rows (contiguous blocks) of the 2-D 5-point Poisson matrix on an n x n grid, as
+/// COO on `device`.
+std::array<at::Tensor, 3> poisson_rows(std::int64_t n, const at::Device& device) {
+  const auto [first, last] = einshard::sparse::simple_rows(n * n, MPI_COMM_WORLD);
+  std::vector<std::int64_t> r, c;
+  std::vector<double> v;
+  for (auto i = first; i < last; ++i) {
+    const auto x = i % n, y = i / n;
+    r.push_back(i), c.push_back(i), v.push_back(4.0);
+    if (x > 0) r.push_back(i), c.push_back(i - 1), v.push_back(-1.0);
+    if (x + 1 < n) r.push_back(i), c.push_back(i + 1), v.push_back(-1.0);
+    if (y > 0) r.push_back(i), c.push_back(i - n), v.push_back(-1.0);
+    if (y + 1 < n) r.push_back(i), c.push_back(i + n), v.push_back(-1.0);
+  }
+  const auto k = static_cast<std::int64_t>(v.size());
+  return {at::tensor(v, at::kDouble).view({k}).to(device), at::tensor(r, at::kLong).view({k}).to(device),
+          at::tensor(c, at::kLong).view({k}).to(device)};
+}
+
+}  // namespace
+
+TEST_CASE("gpu: sparse solves on CUDA tensors equal the CPU's, every method and device preconditioner",
+          "[gpu][sparse]") {
+  namespace sp = einshard::sparse;
+  if (no_gpu()) return;
+  const auto dev = *rank_device();
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  const std::int64_t n = 12;
+  const auto [vc, rc, cc] = poisson_rows(n, at::kCPU);
+  const auto [vg, rg, cg] = poisson_rows(n, dev);
+  const auto Dc = sp::DSparseTensor::from_local(vc, rc, cc, {n * n, n * n}, mesh);
+  const auto Dg = sp::DSparseTensor::from_local(vg, rg, cg, {n * n, n * n}, mesh);
+  CHECK(sp::kernels_for(Dg.values()) == "generic");
+  CHECK(Dg.values().device() == dev);
+  CHECK(Dc.to(dev).values().device() == dev);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto b = at::randn({n * n}, gen, at::kDouble);
+  const auto bc = Dc.scatter(b);
+  const auto bg = Dg.vector(bc.local().to(dev));
+  CHECK((Dg.matvec(bg).local().cpu() - Dc.matvec(bc).local()).abs().max().item<double>() < 1e-12);
+  CHECK((Dg.rmatvec(bg).local().cpu() - Dc.rmatvec(bc).local()).abs().max().item<double>() < 1e-12);
+  CHECK((Dc.to(dev).matvec(bg).local().cpu() - Dc.matvec(bc).local()).abs().max().item<double>() < 1e-12);
+  using M = sp::Method;
+  using P = sp::Preconditioner;
+  for (auto m : {M::cg, M::minres, M::gmres, M::fgmres, M::bicgstab})
+    for (auto pc : {P::none, P::jacobi, P::l1_jacobi, P::chebyshev, P::neumann}) {
+      CAPTURE(sp::to_string(m), sp::to_string(pc));
+      const sp::SolveOptions o{.method = m, .preconditioner = pc, .rtol = 1e-10};
+      const auto sc = Dc.solve(bc, o);
+      const auto sg = Dg.solve(bg, o);
+      CHECK(sg.info.converged);
+      CHECK(sg.x.local().device() == dev);
+      CHECK((sg.x.local().cpu() - sc.x.local()).norm().item<double>() <= 1e-8 * sc.x.local().norm().item<double>() + 1e-12);
+    }
+  // Block CG and pipelined CG, three right-hand sides.
+  const auto B = at::randn({n * n, 3}, gen, at::kDouble);
+  const auto Bc = Dc.scatter(B);
+  const auto sc = Dc.solve(Bc, {.preconditioner = P::jacobi, .rtol = 1e-10});
+  const auto sg = Dg.solve(Dg.vector(Bc.local().to(dev)), {.preconditioner = P::jacobi, .rtol = 1e-10});
+  CHECK((sg.x.local().cpu() - sc.x.local()).abs().max().item<double>() < 1e-8);
+  const auto pc = Dg.solve(bg, {.rtol = 1e-10, .cg_variant = sp::CgVariant::pipelined});
+  CHECK(pc.info.converged);
+  // A host-only preconditioner names the device ones, on every rank.
+  std::string what;
+  try {
+    (void)Dg.solve(bg, {.preconditioner = P::amg});
+  } catch (const es::Error& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Contains("runs on the host only") && Catch::Contains("jacobi, l1_jacobi, chebyshev or neumann"));
+}
+
+TEST_CASE("gpu: a sparse matrix with CUDA values on one rank and CPU values on another is the same error everywhere",
+          "[gpu][sparse]") {
+  namespace sp = einshard::sparse;
+  if (no_gpu()) return;
+  const auto w = et::world();
+  if (w.size < 2) return;
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  const auto [v, r, c] = poisson_rows(6, w.rank == 1 ? *rank_device() : at::Device(at::kCPU));
+  std::string what;
+  try {
+    (void)sp::DSparseTensor::from_local(v, r, c, {36, 36}, mesh);
+  } catch (const es::Error& e) {
+    what = e.what();
+  }
+  CHECK_THAT(what, Catch::Contains("ranks pass values on different kinds of device"));
 }

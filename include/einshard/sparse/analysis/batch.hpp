@@ -28,6 +28,7 @@
 #include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/matrix/csr_autograd.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/matrix/generic_kernels.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/krylov/options.hpp"
@@ -53,15 +54,16 @@ DBatchSparseTensor partition_batch(const BatchSparseTensor& A, const Mesh& mesh)
 
 namespace detail {
 
-/// Throws unless `x` is (batch, length), or (batch, length, k) when `columns`.
-inline void check_batched(const at::Tensor& x, std::int64_t batch, std::int64_t length, const std::string& what,
-                          bool columns = true) {
+/// Throws unless `x` is (batch, length), or (batch, length, k) when `columns`, on `device` (the values').
+inline void check_batched(const at::Tensor& x, std::int64_t batch, std::int64_t length, const at::Device& device,
+                          const std::string& what, bool columns = true) {
   const auto expected = "(" + std::to_string(batch) + ", " + std::to_string(length);
   if (!x.defined() || (x.dim() != 2 && !(columns && x.dim() == 3)) || x.size(0) != batch || x.size(1) != length)
     throw Error(what + ": expected a tensor of shape " + expected + ")" +
                 (columns ? " or " + expected + ", k)" : std::string()) + ", got " +
                 (x.defined() ? "shape " + std::string(c10::str(x.sizes())) : std::string("an undefined tensor")));
-  if (!x.device().is_cpu()) throw Error(what + ": expected a CPU tensor, got one on " + x.device().str());
+  if (x.device() != device)
+    throw Error(what + ": expected a tensor on " + device.str() + " (the values' device), got one on " + x.device().str());
 }
 
 /// `x` (batch, n) or (batch, n, k), solved already for `rhs` with `values` (batch, nnz) on one
@@ -224,7 +226,7 @@ class DBatchSparseTensor {
   /// Differentiable. No communication, so an x of the wrong shape raises on the ranks that pass it
   /// (every rank, when the mistake is everywhere).
   [[nodiscard]] at::Tensor matvec(const at::Tensor& x_local) const {
-    detail::check_batched(x_local, local_batch_size(), cols(),
+    detail::check_batched(x_local, local_batch_size(), cols(), local_.values().device(),
                           "DBatchSparseTensor::matvec (this rank's slice [" + std::to_string(first_) + ", " +
                               std::to_string(first_ + local_batch_size()) + ") of the batch)");
     return local_.matvec(x_local);
@@ -280,9 +282,13 @@ class LocalOperator final : public Operator {
   LocalOperator(std::shared_ptr<const RowLayout> layout, Csr a) : layout_(std::move(layout)), a_(std::move(a)) {}
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
   std::complex<double> apply(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
-    return spmv_dot(a_, x, y, w);
+    return uses_generic(x) ? generic_spmv_dot(a_, x, y, w) : spmv_dot(a_, x, y, w);
   }
   std::vector<double> apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const override {
+    if (uses_generic(x)) {
+      generic_product_into(aten_csr(a_, a_.values), x, y);
+      return w.defined() ? to_host_real({column_dots(w, y)}) : std::vector<double>{};
+    }
     std::vector<double> dots(w.defined() ? static_cast<std::size_t>(x.size(1)) : 0, 0.0);
     // Every column is owned: no boundary rows, so the interior pass is the whole product.
     spmm_halo(a_, no_boundary_, a_.cols, x, {}, y, /*boundary_phase=*/false, w, dots.data());
@@ -290,6 +296,10 @@ class LocalOperator final : public Operator {
   }
   /// x = Aᴴ y, so lsqr and lsmr run on a batch item too.
   void apply_adjoint(const at::Tensor& y, at::Tensor& x) const override {
+    if (uses_generic(y)) {
+      x.copy_(generic_spmv_transpose(a_, y, /*conjugate=*/true));
+      return;
+    }
     x.zero_();
     spmv_transpose_add(a_, y, x, 0, a_.rows, /*conjugate=*/true);
   }
@@ -320,7 +330,7 @@ EINSHARD_INLINE BatchSparseTensor::BatchSparseTensor(const at::Tensor& values, c
 }
 
 EINSHARD_INLINE at::Tensor BatchSparseTensor::matvec(const at::Tensor& x) const {
-  detail::check_batched(x, batch_size(), cols(), "BatchSparseTensor::matvec");
+  detail::check_batched(x, batch_size(), cols(), values_.device(), "BatchSparseTensor::matvec");
   const auto t = at::promote_types(dtype(), x.scalar_type());
   auto out_shape = x.sizes().vec();
   out_shape[1] = rows();
@@ -346,8 +356,7 @@ EINSHARD_INLINE BatchSparseTensor::BatchSparseTensor(Csr pattern, at::Tensor row
   if (t != at::kFloat && t != at::kDouble && t != at::kComplexFloat && t != at::kComplexDouble)
     throw Error(std::string("BatchSparseTensor: values must be float32, float64, complex64 or complex128, got ") +
                 c10::toString(t));
-  if (!values.device().is_cpu())
-    throw Error("BatchSparseTensor: values must be a CPU tensor, got one on " + values.device().str());
+  if (values.is_meta()) throw Error("BatchSparseTensor: values must hold data, got a tensor on the meta device");
 }
 
 EINSHARD_INLINE BatchSolveResult BatchSparseTensor::solve_as(const at::Tensor& rhs, const SolveOptions& options, const at::Tensor& x0,
@@ -355,9 +364,9 @@ EINSHARD_INLINE BatchSolveResult BatchSparseTensor::solve_as(const at::Tensor& r
   if (!is_square())
     throw Error(what + ": the matrices must be square, got (" + std::to_string(rows()) + ", " +
                 std::to_string(cols()) + ")");
-  detail::check_batched(rhs, batch_size(), rows(), what + " (right-hand sides)");
+  detail::check_batched(rhs, batch_size(), rows(), values_.device(), what + " (right-hand sides)");
   if (x0.defined()) {
-    detail::check_batched(x0, batch_size(), rows(), what + " (initial guesses)");
+    detail::check_batched(x0, batch_size(), rows(), values_.device(), what + " (initial guesses)");
     if (x0.sizes() != rhs.sizes())
       throw Error(what + ": the initial guesses must have the right-hand sides' shape " +
                   std::string(c10::str(rhs.sizes())) + ", got " + std::string(c10::str(x0.sizes())));

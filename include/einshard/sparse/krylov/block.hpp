@@ -20,6 +20,7 @@
 #include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/sparse/matrix/block_kernels.hpp"
+#include "einshard/sparse/matrix/generic_kernels.hpp"
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
@@ -74,6 +75,7 @@ std::vector<std::complex<double>> block_pass(const at::Tensor& like, Make&& make
 
 /// <a_j, b_j> (a conjugated) of every column, this rank's part.
 inline std::vector<std::complex<double>> block_cdots(const at::Tensor& a, const at::Tensor& b) {
+  if (uses_generic(a)) return generic_block_cdots(a, b);
   return block_pass<1>(a, [&](auto v0) {
     using V = decltype(v0);
     const auto* __restrict av = a.data_ptr<V>();

@@ -72,13 +72,16 @@ inline CooEntries send_to_owners(const RowLayout& layout, CooEntries t) {
           at::cat({t.cols.index_select(0, kept), at::tensor(c, at::kLong).view({n})})};
 }
 
-/// Global shape and dtype must be the same on every rank: a fault string, empty when they agree.
-inline std::string disagreement(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype) {
-  const auto d = static_cast<std::int64_t>(dtype);
-  std::array<std::int64_t, 6> v{shape[0], -shape[0], shape[1], -shape[1], d, -d};
+/// Global shape, dtype and the values' device type must be the same on every rank: a fault
+/// string, empty when they agree.
+inline std::string disagreement(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype,
+                                c10::DeviceType device) {
+  const auto d = static_cast<std::int64_t>(dtype), e = static_cast<std::int64_t>(device);
+  std::array<std::int64_t, 8> v{shape[0], -shape[0], shape[1], -shape[1], d, -d, e, -e};
   comm::all_reduce_values(std::span<std::int64_t>(v), comm::Reduction::max, comm);
   if (v[0] != -v[1] || v[2] != -v[3]) return "DSparseTensor::from_local: ranks disagree on the global shape";
   if (v[4] != -v[5]) return "DSparseTensor::from_local: ranks pass values of different dtypes";
+  if (v[6] != -v[7]) return "DSparseTensor::from_local: ranks pass values on different kinds of device";
   return {};
 }
 
@@ -94,10 +97,10 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::from_local(const at::Tensor& values
   if (!mesh) throw Error("DSparseTensor::from_local: needs a mesh");
   const MPI_Comm comm = mesh.comm();
   std::string fault;
-  // First: the checks below read the indices, which a tensor of another device (or the meta
-  // device, which has no data) would fail on this rank alone, leaving the others in the collective.
-  if (!values.device().is_cpu() || !rows.device().is_cpu() || !cols.device().is_cpu())
-    fault = "DSparseTensor::from_local: values, rows and cols must be CPU tensors, got devices " +
+  // First: the checks below read the indices, which a tensor of the meta device (no data) would
+  // fail on this rank alone, leaving the others in the collective.
+  if (values.is_meta() || rows.is_meta() || cols.is_meta())
+    fault = "DSparseTensor::from_local: values, rows and cols must hold data, got devices " +
             std::string(c10::str(values.device(), ", ", rows.device(), ", ", cols.device()));
   else if (values.dim() != 1 || rows.dim() != 1 || cols.dim() != 1 || values.numel() != rows.numel() ||
       values.numel() != cols.numel())
@@ -120,7 +123,7 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::from_local(const at::Tensor& values
     if (fault.empty()) range(cols, "column", shape[1]);
   }
   // Collective on every rank, faulty or not, so the checks stay matched.
-  const auto differ = detail::disagreement(comm, shape, values.scalar_type());
+  const auto differ = detail::disagreement(comm, shape, values.scalar_type(), values.device().type());
   comm::raise_if_any(comm, fault.empty() ? differ : fault);
 
   auto layout = options.owned_rows ? std::make_shared<const RowLayout>(*options.owned_rows, shape[0], comm)
@@ -128,8 +131,12 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::from_local(const at::Tensor& values
   auto domain = options.owned_cols ? std::make_shared<const RowLayout>(*options.owned_cols, shape[1], comm)
                 : shape[0] == shape[1] ? layout
                                        : RowLayout::simple(shape[1], comm);
-  auto t = detail::send_to_owners(*layout, {values, rows.to(at::kLong), cols.to(at::kLong)});
-  return DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(t));
+  // Assembly runs on the host (routing, sorting, the halo plan); the matrix then lives on the
+  // values' device, with the generic kernels' copies of its indices there.
+  auto t = detail::send_to_owners(*layout, {values.cpu(), rows.cpu().to(at::kLong), cols.cpu().to(at::kLong)});
+  auto out = DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(t));
+  if (!values.device().is_cpu()) out.place_on(values.device());
+  return out;
 }
 
 EINSHARD_INLINE DSparseTensor DSparseTensor::partition(const SparseTensor& A, const Mesh& mesh, const PartitionOptions& options) {

@@ -16,6 +16,7 @@
 #include <c10/util/complex.h>
 
 #include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/generic_kernels.hpp"
 
 namespace einshard::sparse::detail {
 
@@ -351,6 +352,7 @@ inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t own
 /// every cache line of a block is used whole (a pass per chunk of columns would stride over the
 /// rows, and the adjacent-line prefetch would fetch each row's other lines once per pass).
 inline std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b) {
+  if (uses_generic(a)) return generic_block_dots(a, b);
   const auto n = a.size(0), k = a.size(1);
   std::vector<double> out(static_cast<std::size_t>(k), 0.0);
   AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(a.scalar_type(), "einshard::sparse::block_dots", [&] {
@@ -369,6 +371,7 @@ inline std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b) 
 /// With a general preconditioner the caller forms z and its dots afterwards.
 inline std::vector<double> block_cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p, const at::Tensor& q,
                                            const std::vector<double>& alpha, const at::Tensor& d) {
+  if (uses_generic(x)) return generic_block_cg_update(x, r, p, q, alpha, d);
   const auto n = x.size(0), k = x.size(1);
   std::vector<double> out(static_cast<std::size_t>(2 * k), 0.0);
   AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(x.scalar_type(), "einshard::sparse::block_cg_update", [&] {
@@ -404,6 +407,7 @@ inline std::vector<double> block_cg_update(at::Tensor& x, at::Tensor& r, const a
 /// stopped one.
 inline void block_cg_direction(at::Tensor& p, const at::Tensor& z, const at::Tensor& d, const std::vector<double>& beta,
                                const std::vector<char>& active) {
+  if (uses_generic(p)) return generic_block_cg_direction(p, z, d, beta, active);
   const auto n = p.size(0), k = p.size(1);
   AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(p.scalar_type(), "einshard::sparse::block_cg_direction", [&] {
     using V = scalar_t;
@@ -434,6 +438,7 @@ inline void block_cg_direction(at::Tensor& p, const at::Tensor& z, const at::Ten
 inline std::vector<double> block_cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s, at::Tensor& u,
                                              const at::Tensor& w, const std::vector<double>& alpha,
                                              const std::vector<double>& beta, const at::Tensor& d, bool identity) {
+  if (uses_generic(x)) return generic_block_cgcg_update(x, r, p, s, u, w, alpha, beta, d, identity);
   const auto n = x.size(0), k = x.size(1);
   std::vector<double> out(static_cast<std::size_t>(2 * k), 0.0);
   AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(x.scalar_type(), "einshard::sparse::block_cgcg_update", [&] {

@@ -70,7 +70,7 @@ inline Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at:
   out.cols = cols;
   out.col = (ukey - urow * cols).to(index_type_for(cols));
   out.values = v;
-  out.rowptr = at::zeros({rows + 1}, at::kLong);
+  out.rowptr = at::zeros({rows + 1}, r.options());
   if (rows > 0) out.rowptr.slice(0, 1).copy_(at::bincount(urow, {}, rows).cumsum(0));
   return out;
 }
@@ -85,7 +85,7 @@ inline Csr compact_rowptr(Csr a) {
 /// CSR back to COO (row, col as int64; values shared).
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_to_coo(const Csr& a) {
   const auto counts = a.rowptr.slice(0, 1) - a.rowptr.slice(0, 0, a.rows);
-  const auto row = at::repeat_interleave(at::arange(a.rows, at::kLong), counts, {}, a.nnz());
+  const auto row = at::repeat_interleave(at::arange(a.rows, counts.options()), counts, {}, a.nnz());
   return {a.values, row, a.col.to(at::kLong)};
 }
 

@@ -13,6 +13,7 @@
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/generic_kernels.hpp"
 
 // Compiled (config.hpp), the autograd node and <torch/csrc/autograd/custom_function.h> stay
 // inside einshard_compiled.
@@ -42,6 +43,7 @@ inline Csr with_values(const Csr& pattern, const at::Tensor& values) {
 /// (rows,) or (rows, m) and v of shape (cols,) or (cols, m): u v^T sampled on the pattern, the
 /// gradient of a product w.r.t. the values. One pass over the pattern, no row index materialized.
 inline at::Tensor sampled_product(const Csr& pattern, const at::Tensor& u, const at::Tensor& v) {
+  if (uses_generic(u)) return generic_sampled_product(pattern, u, v);
   const auto uc = u.resolve_conj().contiguous(), vc = v.resolve_conj().contiguous();
   const std::int64_t m = uc.dim() == 2 ? uc.size(1) : 1;
   const Csr out = with_values(pattern, at::empty({pattern.col.numel()}, uc.options()));
@@ -65,6 +67,15 @@ inline at::Tensor sampled_product(const Csr& pattern, const at::Tensor& u, const
 }
 
 #if EINSHARD_DEFINE_SPARSE
+/// A x or Aᵀ x (Aᴴ x with `conjugate`) by the kernels `x` takes: the generic ones take a whole
+/// block at once, the native ones a column at a time.
+inline at::Tensor csr_product(const Csr& a, const at::Tensor& x, bool transpose, bool conjugate = false) {
+  if (uses_generic(x)) return transpose ? generic_spmv_transpose(a, x, conjugate) : generic_spmv(a, x);
+  if (transpose)
+    return columnwise(x, a.cols, [&](const at::Tensor& v) { return spmv_transpose(a, v, conjugate); });
+  return columnwise(x, a.rows, [&](const at::Tensor& v) { return spmv(a, v); });
+}
+
 /// y = A x (`transpose` false) or y = A^T x (true); A is the pattern with `values`.
 struct CsrProduct : torch::autograd::Function<CsrProduct> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& values,
@@ -74,10 +85,7 @@ struct CsrProduct : torch::autograd::Function<CsrProduct> {
     ctx->saved_data["rows"] = rows;
     ctx->saved_data["cols"] = cols;
     ctx->saved_data["transpose"] = transpose;
-    const Csr a = with_values(Csr{rows, cols, rowptr, col, {}}, values);
-    if (transpose)
-      return columnwise(x, cols, [&](const at::Tensor& v) { return spmv_transpose(a, v); });
-    return columnwise(x, rows, [&](const at::Tensor& v) { return spmv(a, v); });
+    return csr_product(with_values(Csr{rows, cols, rowptr, col, {}}, values), x, transpose);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -99,14 +107,10 @@ struct CsrProduct : torch::autograd::Function<CsrProduct> {
     }
     if (ctx->needs_input_grad(1)) {
       // (A)^H g = conj(A)^T g for A x; (A^T)^H g = conj(A) g for A^T x.
-      if (transpose) {
-        const Csr conj_a = with_values(pattern, values.conj().resolve_conj());
-        grad_x = columnwise(g, rows, [&](const at::Tensor& v) { return spmv(conj_a, v); });
-      } else {
-        const Csr a = with_values(pattern, values);
-        grad_x = columnwise(
-            g, cols, [&](const at::Tensor& v) { return spmv_transpose(a, v, /*conjugate=*/true); });
-      }
+      if (transpose)
+        grad_x = csr_product(with_values(pattern, values.conj().resolve_conj()), g, false);
+      else
+        grad_x = csr_product(with_values(pattern, values), g, true, /*conjugate=*/true);
     }
     return {grad_values, grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor()};
@@ -123,8 +127,8 @@ inline void check_product_operands(const Csr& pattern, const at::Tensor& values,
     throw Error(std::string(what) + ": expected a vector of length " +
                 std::to_string(length) + " or a multi-vector (" + std::to_string(length) +
                 ", k), found shape " + std::string(c10::str(x.sizes())));
-  if (!values.device().is_cpu() || !x.device().is_cpu())
-    throw Error(std::string(what) + ": expected CPU tensors, found values on " +
+  if (values.device() != x.device())
+    throw Error(std::string(what) + ": expected the values and x on one device, found values on " +
                 values.device().str() + " and x on " + x.device().str());
 }
 

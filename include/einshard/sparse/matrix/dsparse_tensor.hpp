@@ -33,6 +33,7 @@
 #include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/matrix/csr_autograd.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
+#include "einshard/sparse/matrix/generic_kernels.hpp"
 #include "einshard/sparse/matrix/halo.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/matrix/partition.hpp"
@@ -199,6 +200,12 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   /// The same matrix structure with other stored values (same length and order as `values()`).
   [[nodiscard]] DSparseTensor with_values(at::Tensor values) const;
   [[nodiscard]] DSparseTensor to(at::ScalarType dtype) const { return with_values(local_.values.to(dtype)); }
+  /// The same matrix on `device` (values differentiably): a loaded or host-assembled matrix onto a GPU.
+  [[nodiscard]] DSparseTensor to(const at::Device& device) const {
+    DSparseTensor out = *this;
+    out.place_on(device);
+    return out;
+  }
 
   // Value operations act on the stored entries only (sparsity kept: A + 1.5 adds 1.5 to each
   // stored entry), as SparseTensor's; the result shares the partition and the halo plan.
@@ -281,6 +288,8 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const;
   /// apply and apply_update: y = A x (+ *update y), interior rows while the halo travels.
   std::complex<double> halo_product(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const double* update) const;
+  /// The generic kernels' halo: x (a vector or an owned block) with its ghosts appended.
+  [[nodiscard]] at::Tensor with_ghosts(const at::Tensor& x) const;
 
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
   /// One pass in stored order, no sort: the diagonal block is each row's entries with a column
@@ -288,6 +297,9 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   /// besides reading, and a chain of torch passes would cost several times as much).
   void split_blocks();
   void refresh_blocks();
+  /// Moves the stored entries (values differentiably) to `device` after a host assembly; the
+  /// native kernels' row lists stay on the host, unused there.
+  void place_on(const at::Device& device);
 
   /// The values of `b`, after checking it has this matrix's structure (same halo plan: the
   /// results of value operations on one matrix, or the same assembly).
@@ -311,6 +323,7 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   at::Tensor boundary_;  // local rows with ghost columns, ascending
   at::Tensor ghost_starts_;  // each boundary row's first ghost entry (ghost_starts)
   at::Tensor boundary_with_owned_;         // positions in boundary_ of the rows with owned columns too (mixed_rows)
+  at::Tensor generic_;  // product_csr_ as ATen's sparse CSR tensor, when the values take the generic kernels
   mutable detail::HaloScratch scratch_;
   mutable detail::SolveCaches solve_caches_;
 };
@@ -360,7 +373,18 @@ EINSHARD_INLINE DVector DSparseTensor::rmatvec(const DVector& y) const {
   return {domain_, w};
 }
 
+EINSHARD_INLINE at::Tensor DSparseTensor::with_ghosts(const at::Tensor& x) const {
+  auto& ghosts = scratch_.ghosts(x);
+  scratch_.exchange()->start(x, ghosts);
+  scratch_.exchange()->finish();
+  return ghosts.numel() > 0 ? at::cat({x, ghosts}) : x;
+}
+
 EINSHARD_INLINE std::vector<double> DSparseTensor::apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const {
+  if (generic_.defined()) {
+    detail::generic_product_into(generic_, with_ghosts(x), y);
+    return w.defined() ? detail::to_host_real({detail::column_dots(w, y)}) : std::vector<double>{};
+  }
   const auto k = x.size(1);
   auto& ghosts = scratch_.ghosts(x);
   std::vector<double> dots(w.defined() ? static_cast<std::size_t>(k) : 0, 0.0);
@@ -387,6 +411,7 @@ EINSHARD_INLINE double DSparseTensor::apply_update(const at::Tensor& x, at::Tens
 
 EINSHARD_INLINE std::complex<double> DSparseTensor::halo_product(const at::Tensor& x, at::Tensor& y, const at::Tensor& w,
                                                                 const double* update) const {
+  if (generic_.defined()) return detail::generic_halo_product(generic_, with_ghosts(x), y, w, update);
   auto& ghosts = scratch_.ghosts(x);
   const auto owned = domain_->local_size();
   scratch_.exchange()->start(x, ghosts);
@@ -483,6 +508,15 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
 
 EINSHARD_INLINE void DSparseTensor::transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
   const auto owned = domain_->local_size();
+  if (generic_.defined()) {
+    const auto& v = product_csr_.values;
+    const auto a = conjugate && v.is_complex() ? detail::aten_csr(product_csr_, v.conj().resolve_conj()) : generic_;
+    const auto full = at::mv(a.t(), y);
+    x.copy_(full.narrow(0, 0, owned));
+    scratch_.exchange()->start_reverse(full.narrow(0, owned, full.numel() - owned));
+    scratch_.exchange()->finish_reverse(x);
+    return;
+  }
   auto& ghosts = scratch_.ghosts(y);
   detail::spmv_transpose_halo(product_csr_, boundary_, ghost_starts_, boundary_with_owned_, owned, y, x, ghosts, /*ghost_phase=*/true, conjugate);
   scratch_.exchange()->start_reverse(ghosts);
@@ -499,7 +533,19 @@ EINSHARD_INLINE void DSparseTensor::split_blocks() {
   product_csr_ = detail::compact_rowptr(std::move(product_csr_));
 }
 
-EINSHARD_INLINE void DSparseTensor::refresh_blocks() { product_csr_.values = local_.values.detach().contiguous(); }
+EINSHARD_INLINE void DSparseTensor::place_on(const at::Device& device) {
+  local_.values = local_.values.to(device);
+  local_.rowptr = local_.rowptr.to(device);
+  local_.col = local_.col.to(device);
+  product_csr_.rowptr = product_csr_.rowptr.to(device);
+  product_csr_.col = product_csr_.col.to(device);
+  refresh_blocks();
+}
+
+EINSHARD_INLINE void DSparseTensor::refresh_blocks() {
+  product_csr_.values = local_.values.detach().contiguous();
+  generic_ = detail::uses_generic(product_csr_.values) ? detail::aten_csr(product_csr_, product_csr_.values) : at::Tensor();
+}
 
 EINSHARD_INLINE const at::Tensor& DSparseTensor::same_structure(const DSparseTensor& b, const char* op) const {
   if (plan_ != b.plan_ || !at::equal(local_.col, b.local_.col) || !at::equal(local_.rowptr, b.local_.rowptr))

@@ -18,10 +18,12 @@
 #include <vector>
 
 #include "einshard/comm/autograd.hpp"
+#include "einshard/comm/backend.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/messages.hpp"
 #include "einshard/comm/mpi.hpp"
+#include "einshard/sparse/matrix/kernels.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 
 namespace einshard::sparse {
@@ -95,6 +97,11 @@ struct HaloPlan {
 /// complete before the sends (`finish_receives`), so a product goes on with the rows that need
 /// the ghosts while its neighbours read its data: with more ranks than cores, waiting for the
 /// sends' acknowledgement first costs a time slice of the receiver's.
+///
+/// Tensors on the generic kernels (kernels.hpp: any device) are packed with `index_select` on
+/// their device and travel through the comm/ backend their device calls for (MPI direct,
+/// CUDA-aware or staged through host buffers; NCCL), in one blocking exchange: start() and
+/// start_reverse() complete it, finish*() only add what came back.
 class HaloExchange {
  public:
   explicit HaloExchange(std::shared_ptr<const HaloPlan> plan) : plan_(std::move(plan)) {
@@ -117,6 +124,13 @@ class HaloExchange {
   /// finish(). Both may be contiguous blocks (rows, m): then whole rows travel.
   void start(const at::Tensor& owned, const at::Tensor& ghosts) {
     const auto& p = *plan_;
+    if (detail::uses_generic(owned)) {
+      messages_.wait();
+      const auto src = owned.contiguous();
+      const auto packed = p.send_count() > 0 ? src.index_select(0, send_rows_on(src)) : src;
+      exchange(packed, p.send_ranks, p.send_offsets, ghosts, p.recv_ranks, p.recv_offsets);
+      return;
+    }
     const auto elem = comm::datatype(owned.scalar_type());
     const auto width = row_width(owned);
     const auto size = owned.element_size() * width;
@@ -163,6 +177,12 @@ class HaloExchange {
   /// `ghosts` must stay unchanged until finish_reverse().
   void start_reverse(const at::Tensor& ghosts) {
     const auto& p = *plan_;
+    if (detail::uses_generic(ghosts)) {
+      messages_.wait();
+      exchange(ghosts.contiguous(), p.recv_ranks, p.recv_offsets, buffer_for(ghosts, p.send_count()), p.send_ranks,
+               p.send_offsets);
+      return;
+    }
     const auto elem = comm::datatype(ghosts.scalar_type());
     const auto width = row_width(ghosts);
     const auto size = ghosts.element_size() * width;
@@ -197,6 +217,10 @@ class HaloExchange {
   /// row sent to several neighbours gets their contributions one after another).
   void add_received(at::Tensor& owned) {
     const auto& p = *plan_;
+    if (detail::uses_generic(owned)) {
+      owned.index_add_(0, send_rows_on(owned), buffer_);
+      return;
+    }
     const auto t = owned.scalar_type();
     const bool plain = t == at::kDouble || t == at::kFloat || t == at::kComplexDouble || t == at::kComplexFloat ||
                        t == at::kLong || t == at::kInt;
@@ -221,6 +245,28 @@ class HaloExchange {
           for (std::int64_t j = 0; j < width; ++j) to[rows[k] * width + j] += from[k * width + j];
       }
     });
+  }
+  /// send_rows on `like`'s device (the generic kernels' pack and add).
+  const at::Tensor& send_rows_on(const at::Tensor& like) {
+    if (!rows_on_device_.defined() || rows_on_device_.device() != like.device())
+      rows_on_device_ = plan_->send_rows.to(like.device(), at::kLong);
+    return rows_on_device_;
+  }
+  /// The generic kernels' exchange: the rows [send_offsets[i], send_offsets[i+1]) of `from` to
+  /// send_ranks[i], those of `to` from recv_ranks[i], through the backend of `from`'s device.
+  void exchange(const at::Tensor& from, const std::vector<int>& send_ranks, const std::vector<std::int64_t>& send_offsets,
+                const at::Tensor& to, const std::vector<int>& recv_ranks, const std::vector<std::int64_t>& recv_offsets) {
+    const auto width = row_width(from);
+    const auto size = from.element_size() * width;
+    auto* out = static_cast<char*>(to.data_ptr());
+    auto* in = static_cast<char*>(from.data_ptr());
+    std::vector<comm::Message> sends, recvs;
+    for (std::size_t i = 0; i < send_ranks.size(); ++i)
+      sends.push_back({send_ranks[i], in + send_offsets[i] * size, (send_offsets[i + 1] - send_offsets[i]) * width});
+    for (std::size_t i = 0; i < recv_ranks.size(); ++i)
+      recvs.push_back({recv_ranks[i], out + recv_offsets[i] * size, (recv_offsets[i + 1] - recv_offsets[i]) * width});
+    const auto comm = plan_->layout->comm();
+    comm::backend_for(from, comm).exchange(sends, recvs, from, tag, comm, nullptr, nullptr);
   }
   /// n rows shaped like `like`'s (1-D, or rows of like.size(1) values).
   at::Tensor& buffer_for(const at::Tensor& like, std::int64_t n) {
@@ -248,6 +294,7 @@ class HaloExchange {
   comm::Messages messages_;
   at::Tensor buffer_;
   at::Tensor rows_;  ///< send_rows as int64, for packing and adding
+  at::Tensor rows_on_device_;  ///< send_rows on the generic kernels' device
   at::Tensor held_;  ///< what the sends read (a contiguous copy if need be), kept alive until they finish
 };
 

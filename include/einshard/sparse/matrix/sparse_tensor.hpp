@@ -243,9 +243,9 @@ class SparseTensor {
         at::isFloatingType(col.scalar_type()) || at::isComplexType(col.scalar_type()))
       throw Error(std::string("SparseTensor: expected integer row and col tensors, found ") +
                   c10::toString(row.scalar_type()) + " and " + c10::toString(col.scalar_type()));
-    if (!values.device().is_cpu() || !row.device().is_cpu() || !col.device().is_cpu())
-      throw Error("SparseTensor: expected CPU tensors, found values on " +
-                  values.device().str());
+    if (values.device() != row.device() || values.device() != col.device() || values.is_meta())
+      throw Error("SparseTensor: expected values, row and col on one device that holds data, found them on " +
+                  std::string(c10::str(values.device(), ", ", row.device(), ", ", col.device())));
     return detail::coo_to_csr(values, row, col, shape[0], shape[1]);
   }
 

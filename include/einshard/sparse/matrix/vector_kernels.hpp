@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/generic_kernels.hpp"
 
 namespace einshard::sparse::detail {
 
@@ -25,6 +26,7 @@ void dispatch_values(at::ScalarType t, F&& f) {
 inline std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p,
                                                      const at::Tensor& q, double alpha, const at::Tensor& d,
                                                      at::Tensor& z) {
+  if (uses_generic(x)) return generic_cg_update(x, r, p, q, alpha, d, z);
   std::array<std::complex<double>, 2> out{};
   dispatch_values(x.scalar_type(), [&](auto v0) {
     using V = decltype(v0);
@@ -73,6 +75,7 @@ std::array<std::complex<double>, 3> one_reduction_step(at::Tensor& x, at::Tensor
                                                        at::Tensor& p, at::Tensor& s, at::Tensor* z, at::Tensor* q,
                                                        at::Tensor* m, const at::Tensor* n, double alpha, double beta,
                                                        const at::Tensor& d, bool identity) {
+  if (uses_generic(x)) return generic_one_reduction_step<Pipelined>(x, r, u, w, p, s, z, q, m, n, alpha, beta, d, identity);
   std::array<std::complex<double>, 3> out{};
   dispatch_values(x.scalar_type(), [&](auto v0) {
     using V = decltype(v0);
@@ -184,6 +187,7 @@ std::array<std::complex<double>, ND> vector_pass(at::ScalarType t, std::int64_t 
 
 /// y = a x + c y in one pass, returning this rank's ‖y‖² of the result (a, c real).
 inline double axpby_norm(double a, const at::Tensor& x, double c, at::Tensor& y) {
+  if (uses_generic(y)) return generic_axpby_norm(a, x, c, y);
   return vector_pass<1>(y.scalar_type(), y.numel(), [&](auto v0) {
            using V = decltype(v0);
            const auto* __restrict xp = x.data_ptr<V>();

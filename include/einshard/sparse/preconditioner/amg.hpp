@@ -518,6 +518,7 @@ class AmgOp final : public PreconditionerOp {
 inline std::unique_ptr<PreconditionerOp> make_amg(const LocalRows& rows, std::int64_t global_rows,
                                                   std::int64_t global_cols, const GhostsOf& ghosts_of,
                                                   const AmgOptions& options) {
+  require_host(rows, "amg", "hypre BoomerAMG is a host library");
 #if defined(EINSHARD_HAS_HYPRE)
   return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options);
 #else

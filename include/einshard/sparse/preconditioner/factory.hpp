@@ -31,9 +31,13 @@ inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind
     case Preconditioner::none: return std::make_unique<IdentityOp>();
     case Preconditioner::jacobi: return std::make_unique<DiagonalOp>(inverse_diagonal(rows), "jacobi");
     case Preconditioner::l1_jacobi: return std::make_unique<DiagonalOp>(inverse_l1_norms(rows), "l1_jacobi");
-    case Preconditioner::block_jacobi: return std::make_unique<BlockJacobiOp>(rows, opts.ic0);
+    case Preconditioner::block_jacobi:
+      require_host(rows, "block_jacobi", "ILU(0)/IC(0) factors by row loops: ATen has no incomplete factorization");
+      return std::make_unique<BlockJacobiOp>(rows, opts.ic0);
     case Preconditioner::chebyshev: return std::make_unique<ChebyshevOp>(rows, matvec, opts);
-    case Preconditioner::ssor: return std::make_unique<SsorOp>(rows, opts.ssor_omega);
+    case Preconditioner::ssor:
+      require_host(rows, "ssor", "sequential sweeps by row loops");
+      return std::make_unique<SsorOp>(rows, opts.ssor_omega);
     case Preconditioner::neumann: return std::make_unique<NeumannOp>(rows, matvec, opts);
     case Preconditioner::amg:
       // Its hierarchy spans the ranks: it needs the global numbering of the halo columns, which

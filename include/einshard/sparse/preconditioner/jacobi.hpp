@@ -11,6 +11,7 @@
 
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/generic_kernels.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
 
 namespace einshard::sparse::detail {
@@ -40,7 +41,7 @@ class DiagonalOp final : public PreconditionerOp {
 /// when a row stores a zero one or none (local: call it inside agreed_setup).
 inline at::Tensor nonzero_diagonal(const LocalRows& rows, const std::string& who) {
   check_rows(rows);
-  auto d = diagonal(rows.a);
+  auto d = uses_generic(rows.a.values) ? generic_diagonal(rows.a) : diagonal(rows.a);
   const auto fault = first_bad_row(d == 0, who + " preconditioner setup: expected a nonzero diagonal, found a zero one in");
   if (!fault.empty()) throw Error(fault);
   return d;

@@ -75,6 +75,19 @@ void agreed_setup(MPI_Comm comm, F&& local) {
   comm::raise_if_any(comm, fault);
 }
 
+/// The preconditioners that run on any device, through the generic kernels (kernels.hpp).
+inline constexpr const char* device_preconditioners = "none, jacobi, l1_jacobi, chebyshev or neumann";
+
+/// Throws unless the rows are on the CPU: `who` runs on the host only (`why`). The device kind,
+/// which every rank agreed on at assembly, is named without its index, so every rank throws the
+/// same message.
+inline void require_host(const LocalRows& rows, const std::string& who, const std::string& why) {
+  const auto t = rows.a.values.device().type();
+  if (t == c10::DeviceType::CPU) return;
+  throw Error(who + " preconditioner: runs on the host only (" + why + "), found a matrix on " +
+              c10::DeviceTypeName(t, /*lower_case=*/true) + "; on a device use " + device_preconditioners);
+}
+
 inline void check_rows(const LocalRows& rows) {
   if (!rows.a.values.defined() || !rows.a.rowptr.defined() || !rows.a.col.defined())
     throw Error("preconditioner setup: expected the local rows of a matrix, found an uninitialised block");

@@ -1,0 +1,315 @@
+// The two kernel paths (native loops, generic ATen operations) against each other and against
+// dense references: kernels_for, the CSR products, the fused vector updates, the distributed
+// products with their halo, every Krylov method with every device preconditioner, and the faults
+// of tensors on other devices. The generic path is forced on CPU tensors here
+// (detail::force_generic_kernels); the whole suite runs once more under
+// EINSHARD_SPARSE_KERNELS=generic (tests/CMakeLists.txt: sparse.generic.*).
+
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collective_error.hpp"
+#include "einshard/sparse.hpp"
+#include "operations_support.hpp"
+#include "sparse_problems.hpp"
+#include "test_support.hpp"
+
+namespace es = einshard;
+namespace sp = einshard::sparse;
+
+namespace {
+
+using es::testing::random_vector;
+using es::testing::relative_error;
+using es::testing::world_mesh;
+
+/// Forces the generic kernels (or not) for its lifetime.
+class Kernels {
+ public:
+  explicit Kernels(bool generic) : before_(sp::detail::force_generic_kernels()) {
+    sp::detail::force_generic_kernels() = generic;
+  }
+  Kernels(const Kernels&) = delete;
+  Kernels& operator=(const Kernels&) = delete;
+  ~Kernels() { sp::detail::force_generic_kernels() = before_; }
+
+ private:
+  bool before_;
+};
+
+bool environment_generic() {
+  const char* v = std::getenv("EINSHARD_SPARSE_KERNELS");
+  return v != nullptr && std::string_view(v) == "generic";
+}
+
+/// A 7 x 5 CSR with an empty row, duplicates summed, of `dtype`.
+sp::Csr small_csr(at::ScalarType dtype) {
+  const auto rows = at::tensor({0, 0, 1, 1, 3, 3, 4, 5, 6, 6, 6}, at::kLong);
+  const auto cols = at::tensor({0, 3, 1, 1, 4, 0, 2, 3, 0, 4, 2}, at::kLong);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const auto values = at::randn({rows.numel()}, gen, dtype);
+  return sp::detail::coo_to_csr(values, rows, cols, 7, 5);
+}
+
+at::Tensor dense_of(const sp::Csr& a) {
+  const auto [v, r, c] = sp::detail::csr_to_coo(a);
+  return at::zeros({a.rows, a.cols}, v.options()).index_put_({r, c}, v, /*accumulate=*/true);
+}
+
+at::Tensor random_like(std::vector<std::int64_t> shape, at::ScalarType dtype, std::uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, gen, dtype);
+}
+
+double gap(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+sp::DSparseTensor poisson(std::int64_t nx, std::int64_t ny, const es::Mesh& mesh) {
+  const auto coo = es::testing::poisson2d(nx, ny);
+  return sp::DSparseTensor::partition(sp::SparseTensor(coo.values, coo.rows, coo.cols, {coo.n, coo.n}), mesh);
+}
+
+}  // namespace
+
+TEST_CASE("kernels_for names the generic kernels under EINSHARD_SPARSE_KERNELS=generic or when forced",
+          "[sparse][kernels][unit]") {
+  const auto t = at::ones({3}, at::kDouble);
+  CHECK(sp::kernels_for(t) == (environment_generic() ? "generic" : "native"));
+  {
+    const Kernels forced(true);
+    CHECK(sp::kernels_for(t) == "generic");
+  }
+  CHECK(sp::kernels_for(t) == (environment_generic() ? "generic" : "native"));
+  // Any device but the CPU takes the generic kernels (the meta device stands for one here).
+  CHECK(sp::kernels_for(at::empty({3}, at::TensorOptions().device(at::kMeta))) == "generic");
+}
+
+TEST_CASE("generic CSR kernels equal the native ones and a dense product", "[sparse][kernels][unit]") {
+  for (auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
+    CAPTURE(c10::toString(dtype));
+    const double tol = dtype == at::kFloat ? 1e-5 : 1e-12;
+    const auto a = small_csr(dtype);
+    const auto A = dense_of(a);
+    const auto x = random_like({5}, dtype, 1), y = random_like({7}, dtype, 2);
+    const auto X = random_like({5, 3}, dtype, 4);
+    CHECK(gap(sp::detail::generic_spmv(a, x), at::mv(A, x)) < tol);
+    CHECK(gap(sp::detail::generic_spmv(a, x), sp::detail::spmv(a, x)) < tol);
+    CHECK(gap(sp::detail::generic_spmv(a, X), at::mm(A, X)) < tol);
+    CHECK(gap(sp::detail::generic_spmv_transpose(a, y), at::mv(A.t(), y)) < tol);
+    CHECK(gap(sp::detail::generic_spmv_transpose(a, y, true), at::mv(A.conj().t(), y)) < tol);
+    CHECK(gap(sp::detail::generic_spmv_transpose(a, y, true), sp::detail::spmv_transpose(a, y, true)) < tol);
+    CHECK(gap(sp::detail::generic_diagonal(a), sp::detail::diagonal(a)) < tol);
+    CHECK(gap(sp::detail::generic_diagonal(a, 1), sp::detail::diagonal(a, 1)) < tol);
+    const auto U = random_like({7, 2}, dtype, 5), V = random_like({5, 2}, dtype, 6);
+    CHECK(gap(sp::detail::generic_sampled_product(a, U, V), sp::detail::sampled_product(a, U, V)) < tol);
+    CHECK(gap(sp::detail::generic_sampled_product(a, y, x), sp::detail::sampled_product(a, y, x)) < tol);
+    auto yn = at::empty({7}, a.values.options()), yg = at::empty({7}, a.values.options());
+    const auto dn = sp::detail::spmv_dot(a, x, yn, y), dg = sp::detail::generic_spmv_dot(a, x, yg, y);
+    CHECK(gap(yn, yg) < tol);
+    CHECK(std::abs(dn - dg) < 10 * tol);
+  }
+}
+
+TEST_CASE("generic vector updates equal the native fused kernels", "[sparse][kernels][unit]") {
+  for (auto dtype : {at::kDouble, at::kComplexDouble}) {
+    CAPTURE(c10::toString(dtype));
+    const std::int64_t n = 37;
+    std::vector<at::Tensor> v;
+    for (std::uint64_t s = 0; s < 10; ++s) v.push_back(random_like({n}, dtype, 10 + s));
+    const auto d = random_like({n}, dtype, 30);
+    const auto copies = [&] {
+      std::vector<at::Tensor> c;
+      for (const auto& t : v) c.push_back(t.clone());
+      return c;
+    };
+    const auto same = [&](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+      for (std::size_t i = 0; i < a.size(); ++i) CHECK(gap(a[i], b[i]) < 1e-12);
+    };
+    const auto close = [](auto a, auto b) {
+      for (std::size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) < 1e-10 * (1 + std::abs(a[i])));
+    };
+    for (bool diagonal : {false, true}) {
+      CAPTURE(diagonal);
+      const auto dd = diagonal ? d : at::Tensor();
+      auto n1 = copies(), g1 = copies();
+      const auto on = sp::detail::cg_update(n1[0], n1[1], n1[2], n1[3], 0.7, dd, n1[4]);
+      const auto og = [&] {
+        const Kernels forced(true);
+        return sp::detail::cg_update(g1[0], g1[1], g1[2], g1[3], 0.7, dd, g1[4]);
+      }();
+      close(on, og);
+      same(diagonal ? n1 : std::vector<at::Tensor>(n1.begin(), n1.begin() + 4),
+           diagonal ? g1 : std::vector<at::Tensor>(g1.begin(), g1.begin() + 4));
+      for (bool identity : {false, true}) {
+        CAPTURE(identity);
+        auto n2 = copies(), g2 = copies();
+        close(sp::detail::cgcg_update(n2[0], n2[1], n2[2], n2[3], n2[4], n2[5], 0.3, 0.6, dd, identity),
+              [&] {
+                const Kernels forced(true);
+                return sp::detail::cgcg_update(g2[0], g2[1], g2[2], g2[3], g2[4], g2[5], 0.3, 0.6, dd, identity);
+              }());
+        same(n2, g2);
+        auto n3 = copies(), g3 = copies();
+        close(sp::detail::pipecg_update(n3[0], n3[1], n3[2], n3[3], n3[4], n3[5], n3[6], n3[7], n3[8], n3[9], 0.3,
+                                        0.6, dd, identity),
+              [&] {
+                const Kernels forced(true);
+                return sp::detail::pipecg_update(g3[0], g3[1], g3[2], g3[3], g3[4], g3[5], g3[6], g3[7], g3[8], g3[9],
+                                                 0.3, 0.6, dd, identity);
+              }());
+        same(n3, g3);
+      }
+    }
+    auto n4 = copies(), g4 = copies();
+    const auto a4 = sp::detail::axpby_norm(0.4, n4[0], -1.5, n4[1]);
+    const auto b4 = [&] {
+      const Kernels forced(true);
+      return sp::detail::axpby_norm(0.4, g4[0], -1.5, g4[1]);
+    }();
+    CHECK(std::abs(a4 - b4) < 1e-10 * a4);
+    same(n4, g4);
+  }
+  // The block kernels, one column stopped.
+  const std::int64_t n = 23, k = 5;
+  std::vector<at::Tensor> b;
+  for (std::uint64_t s = 0; s < 6; ++s) b.push_back(random_like({n, k}, at::kDouble, 40 + s));
+  const auto d = random_like({n}, at::kDouble, 50).abs() + 0.5;
+  const std::vector<double> alpha{0.1, 0.2, 0.0, 0.4, 0.5}, beta{0.9, 0.8, 0.0, 0.6, 0.5};
+  const std::vector<char> active{1, 1, 0, 1, 1};
+  const auto run = [&](bool generic) {
+    const Kernels forced(generic);
+    std::vector<at::Tensor> c;
+    for (const auto& t : b) c.push_back(t.clone());
+    std::vector<double> out = sp::detail::block_dots(c[0], c[1]);
+    for (auto v : sp::detail::block_cg_update(c[0], c[1], c[2], c[3], alpha, d)) out.push_back(v);
+    sp::detail::block_cg_direction(c[2], c[4], d, beta, active);
+    for (auto v : sp::detail::block_cgcg_update(c[0], c[1], c[2], c[3], c[4], c[5], alpha, beta, d, false))
+      out.push_back(v);
+    for (auto v : sp::detail::block_cgcg_update(c[0], c[1], c[2], c[3], c[4], c[5], alpha, beta, {}, true))
+      out.push_back(v);
+    return std::make_pair(out, c);
+  };
+  const auto [native_dots, native_blocks] = run(false);
+  const auto [generic_dots, generic_blocks] = run(true);
+  REQUIRE(native_dots.size() == generic_dots.size());
+  for (std::size_t i = 0; i < native_dots.size(); ++i)
+    CHECK(std::abs(native_dots[i] - generic_dots[i]) < 1e-10 * (1 + std::abs(native_dots[i])));
+  for (std::size_t i = 0; i < native_blocks.size(); ++i) CHECK(gap(native_blocks[i], generic_blocks[i]) < 1e-12);
+}
+
+TEST_CASE("generic distributed products equal the native ones, with the halo and gradients", "[sparse][kernels]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 11, ny = 7;  // 77 rows: uneven shards, the last empty at 8 ranks
+  const auto coo = es::testing::unsymmetric_with_duplicates(nx * ny);
+  const auto dense = es::testing::dense(coo);
+  const auto x = random_vector(coo.n, 3), X = at::stack({x, random_vector(coo.n, 4), random_vector(coo.n, 5)}, 1);
+  const auto share = es::testing::my_share(coo);
+  for (bool generic : {false, true}) {
+    CAPTURE(generic);
+    const Kernels forced(generic);
+    const auto values = share.values.clone().requires_grad_(true);
+    const auto D = es::testing::assemble(share, values, mesh);
+    CHECK(relative_error(D.matvec(D.scatter(x)).full_tensor(), at::mv(dense, x)) < 1e-13);
+    CHECK(relative_error(D.rmatvec(D.scatter(x)).full_tensor(), at::mv(dense.t(), x)) < 1e-13);
+    const auto Y = D.apply_block(D.scatter(X).local());
+    CHECK(relative_error(sp::DVector(D.layout(), Y).full_tensor(), at::mm(dense, X)) < 1e-13);
+    // The solvers' product with its fused dot and the update form.
+    const auto xl = D.scatter(x).local();
+    auto y = at::empty_like(xl);
+    const auto dot = D.apply(xl, y, xl);
+    double total = dot.real();
+    MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(std::abs(total - at::dot(x, at::mv(dense, x)).item<double>()) < 1e-10);
+    // Gradients through the halo in values and x.
+    const auto xg = D.scatter(x).local().clone().requires_grad_(true);
+    const auto w = random_vector(coo.n, 9);
+    const auto loss = (D.matvec(sp::DVector(D.layout(), xg)).local() * D.scatter(w).local()).sum();
+    loss.backward();
+    const auto grad_x = sp::DVector(D.layout(), xg.grad()).full_tensor();
+    CHECK(relative_error(grad_x, at::mv(dense.t(), w)) < 1e-13);
+    const auto expect_values = w.index_select(0, share.rows) * x.index_select(0, share.cols);
+    CHECK(relative_error(values.grad(), expect_values) < 1e-13);
+  }
+}
+
+TEST_CASE("every Krylov method with every device preconditioner on the generic kernels", "[sparse][kernels]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 13, ny = 9;
+  const auto ref_dense = es::testing::dense(es::testing::poisson2d(nx, ny));
+  const auto b = random_vector(nx * ny, 21);
+  const auto ref = at::linalg_solve(ref_dense, b);
+  using P = sp::Preconditioner;
+  using M = sp::Method;
+  struct Run {
+    M method;
+    sp::CgVariant variant;
+  };
+  const std::vector<Run> runs{{M::cg, sp::CgVariant::standard}, {M::cg, sp::CgVariant::single_reduction},
+                              {M::cg, sp::CgVariant::pipelined}, {M::minres, {}}, {M::gmres, {}},
+                              {M::fgmres, {}}, {M::bicgstab, {}}};
+  const auto native = poisson(nx, ny, mesh);
+  const auto generic = [&] {
+    const Kernels forced(true);
+    return poisson(nx, ny, mesh);
+  }();
+  for (const auto& r : runs)
+    for (auto pc : {P::none, P::jacobi, P::l1_jacobi, P::chebyshev, P::neumann}) {
+      CAPTURE(sp::to_string(r.method), static_cast<int>(r.variant), sp::to_string(pc));
+      const sp::SolveOptions o{.method = r.method, .preconditioner = pc, .rtol = 1e-10, .cg_variant = r.variant};
+      const auto sn = native.solve(native.scatter(b), o);
+      const Kernels forced(true);
+      const auto sg = generic.solve(generic.scatter(b), o);
+      CHECK(sg.info.converged);
+      CHECK(relative_error(sg.x.full_tensor(), ref) < 1e-8);
+      CHECK(relative_error(sg.x.full_tensor(), sn.x.full_tensor()) < 1e-8);
+      CHECK(std::abs(sg.info.iterations - sn.info.iterations) <= 2);
+    }
+  // Block methods: three right-hand sides, one of them zero.
+  const auto B = at::stack({b, random_vector(nx * ny, 22), at::zeros({nx * ny}, at::kDouble)}, 1);
+  const auto refB = at::linalg_solve(ref_dense, B);
+  for (auto m : {M::cg, M::minres, M::gmres, M::bicgstab})
+    for (auto pc : {P::none, P::jacobi, P::chebyshev}) {
+      CAPTURE(sp::to_string(m), sp::to_string(pc));
+      const Kernels forced(true);
+      const auto s = generic.solve(generic.scatter(B), {.method = m, .preconditioner = pc, .rtol = 1e-10});
+      CHECK(s.info.converged);
+      CHECK(relative_error(s.x.full_tensor(), refB) < 1e-8);
+    }
+  // Least squares on a rectangular matrix, through the generic adjoint product.
+  const Kernels forced(true);
+  const auto R = es::testing::rectangular_13x9(mesh);
+  const auto Rd = es::testing::rectangular_13x9_dense();
+  const auto c = random_vector(13, 23);
+  const auto lsq = std::get<0>(at::linalg_lstsq(Rd, c.unsqueeze(1))).squeeze(1);
+  CHECK(relative_error(R.lsqr(R.scatter(c), {.atol = 1e-12, .btol = 1e-12}).x.full_tensor(), lsq) < 1e-8);
+  CHECK(relative_error(R.lsmr(R.scatter(c), {.atol = 1e-12, .btol = 1e-12}).x.full_tensor(), lsq) < 1e-8);
+}
+
+TEST_CASE("tensors on another device: the same error on every rank", "[sparse][kernels][faults]") {
+  const auto mesh = world_mesh();
+  const auto coo = es::testing::my_share(es::testing::poisson2d(5, 4));
+  // Rank 0 passes values without data (the meta device stands for a device this rank alone uses).
+  const bool odd_one = es::testing::world().rank == 0;
+  const auto values = odd_one ? at::empty({coo.values.numel()}, coo.values.options().device(at::kMeta)) : coo.values;
+  const auto message = es::testing::collective_error(
+      [&] { (void)sp::DSparseTensor::from_local(values, coo.rows, coo.cols, {20, 20}, mesh); }, MPI_COMM_WORLD);
+  CHECK_THAT(message, Catch::Contains("DSparseTensor::from_local"));
+  CHECK_THAT(message, Catch::Contains("meta"));
+  // The host-only preconditioners name the device ones.
+  const sp::Csr meta{2, 2, at::zeros({3}, at::kLong), at::zeros({0}, at::kInt),
+                     at::empty({0}, at::TensorOptions(at::kDouble).device(at::kMeta))};
+  const sp::detail::LocalRows rows{meta, 2, MPI_COMM_SELF};
+  for (auto pc : {sp::Preconditioner::block_jacobi, sp::Preconditioner::ssor}) {
+    CAPTURE(sp::to_string(pc));
+    CHECK_THROWS_WITH(sp::detail::make_preconditioner(pc, rows, {}, {}),
+                      Catch::Contains("runs on the host only") && Catch::Contains("found a matrix on meta") &&
+                          Catch::Contains("jacobi, l1_jacobi, chebyshev or neumann"));
+  }
+  CHECK_THROWS_WITH(sp::detail::make_amg(rows, 2, 2, {}, {}),
+                    Catch::Contains("amg preconditioner: runs on the host only (hypre BoomerAMG is a host library)"));
+}
