@@ -46,12 +46,17 @@ bool representative(at::ScalarType t) {
 bool is_complex(at::ScalarType t) { return at::isComplexType(t); }
 
 /// Rank `r`'s deterministic contribution of shape `shape` in dtype `dt`. Values are small multiples
-/// of 0.5 (floats) or small integers, so sums over 8 ranks stay exact in every dtype.
+/// of 0.5 (floats) or small integers, so sums over 8 ranks stay exact in every dtype (one-byte
+/// integers over 63).
 at::Tensor pattern(at::ScalarType dt, at::IntArrayRef shape, int r, int salt = 0) {
   std::int64_t n = 1;
   for (auto s : shape) n *= s;
   const auto i = at::arange(n, at::kLong);
   if (dt == at::kBool) return ((i + r + salt) % 3 == 0).reshape(shape);
+  // One-byte integers: 0, 1 or 2, so that sums stay in range up to 63 ranks (MPI's int8 sums may
+  // saturate or wrap on overflow, depending on the implementation's vector code).
+  if (at::elementSize(dt) == 1 && dt != at::kBool && !at::isFloatingType(dt))
+    return ((i + salt + r) % 3).to(dt).reshape(shape);
   const bool integral = at::isIntegralType(dt, /*includeBool=*/false);
   const auto step = integral ? 1.0 : 0.5;
   const auto real = ((i + salt) % 5).to(at::kDouble) * step + r;
@@ -63,14 +68,16 @@ at::Tensor pattern(at::ScalarType dt, at::IntArrayRef shape, int r, int salt = 0
 }
 
 /// The sum over ranks 0..P-1 of `pattern`, computed in double (or complex double) and rounded to
-/// `dt` once; for bool, the logical or.
+/// `dt` once; for bool, the logical or; integers in int64.
 at::Tensor pattern_sum(at::ScalarType dt, at::IntArrayRef shape, int P, int salt = 0) {
   if (dt == at::kBool) {
     auto acc = at::zeros(shape, at::kBool);
     for (int r = 0; r < P; ++r) acc = at::logical_or(acc, pattern(dt, shape, r, salt));
     return acc;
   }
-  const auto wide = is_complex(dt) ? at::kComplexDouble : at::kDouble;
+  const auto wide = is_complex(dt) ? at::kComplexDouble
+                    : at::isIntegralType(dt, /*includeBool=*/false) ? at::kLong
+                                                                   : at::kDouble;
   auto acc = at::zeros(shape, wide);
   for (int r = 0; r < P; ++r) acc = acc + pattern(dt, shape, r, salt).to(wide);
   return acc.to(dt);

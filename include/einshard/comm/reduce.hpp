@@ -110,6 +110,19 @@ template <std::ranges::contiguous_range Values>
   return out;
 }
 
+/// Every rank's `values` (the same length on every rank), rank-major, on rank `root`; empty on
+/// the others, which hold nothing of size P.
+template <std::ranges::contiguous_range Values>
+[[nodiscard]] auto gather_values(const Values& values, int root, MPI_Comm comm) {
+  using T = std::remove_cv_t<std::ranges::range_value_t<Values>>;
+  const auto n = count(static_cast<std::int64_t>(std::ranges::size(values)));
+  std::vector<T> out(rank_of(comm) == root ? std::ranges::size(values) * static_cast<std::size_t>(size_of(comm)) : 0);
+  check(MPI_Gather(std::ranges::data(values), n, detail::plain_datatype<T>(), out.data(), n,
+                   detail::plain_datatype<T>(), root, comm),
+        "MPI_Gather");
+  return out;
+}
+
 /// A personalized exchange of `n` values per rank: block r of `values` (values[r*n, (r+1)*n))
 /// goes to rank r, and block r of the result came from rank r. Small metadata only.
 template <class T>

@@ -210,7 +210,9 @@ TEST_CASE("halo products whose neighbours take runs of rows and gathered rows, s
         kinds[run ? 1 : 0] = 1;
       }
       MPI_Allreduce(MPI_IN_PLACE, kinds, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-      if (w.size >= 2) CHECK(kinds[0] == 1);
+      // Past 8 ranks a holder has 4 rows or fewer and the round-robin rows alone rarely make a
+      // gathered neighbour: the products below still cover whatever kinds occur.
+      if (w.size >= 2 && w.size <= 8) CHECK(kinds[0] == 1);
       if (w.size >= 4) CHECK(kinds[1] == 1);
       const auto x = global_vector(n, 3).to(dtype), y = global_vector(m, 4).to(dtype);
       CHECK(max_abs(D.matvec(D.scatter(x)).full_tensor() - dense.mv(x)) < 1e-12);
@@ -294,17 +296,17 @@ TEST_CASE("bad input raises the same error on every rank", "[sparse][dsparse][er
   const auto w = es::testing::world();
   const auto mesh = world_mesh();
   const auto mine = my_rows(es::testing::poisson2d(6, 6), w.rank, w.size);
-  const auto last = w.size - 1;
+  // The faulty rank: the last one with rows (from 13 ranks up the simple partition of 36 rows
+  // leaves the last ones empty, and an empty rank has no entry to spoil).
+  const auto last = sp::detail::block_owner(35, 36, w.size);
   SECTION("mismatched lengths on one rank") {
-    const auto v = w.rank == last ? mine.values.narrow(0, 0, std::max<std::int64_t>(mine.values.numel() - 1, 0)) : mine.values;
-    if (w.rank == last && mine.values.numel() == 0) return;  // nothing to truncate: no fault
+    const auto v = w.rank == last ? mine.values.narrow(0, 0, mine.values.numel() - 1) : mine.values;
     CHECK_THROWS_WITH(sp::DSparseTensor::from_local(v, mine.rows, mine.cols, {36, 36}, mesh),
                       Catch::Contains("1-D of one length"));
   }
   SECTION("a column index out of range on one rank") {
     auto cols = mine.cols.clone();
-    if (w.rank == last && cols.numel() > 0) cols[0] = 36;
-    if (w.rank == last && cols.numel() == 0) return;
+    if (w.rank == last) cols[0] = 36;
     CHECK_THROWS_WITH(sp::DSparseTensor::from_local(mine.values, mine.rows, cols, {36, 36}, mesh),
                       Catch::Contains("column index 36 is out of range [0, 36)"));
   }

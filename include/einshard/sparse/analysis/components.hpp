@@ -20,7 +20,7 @@
 
 #include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
-#include "einshard/comm/exchange.hpp"
+#include "einshard/comm/sparse_exchange.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
@@ -64,20 +64,22 @@ inline BlockGraph block_graph(const DSparseTensor& a) {
   const auto gr = to_vector(entries.rows);
   const auto gc = to_vector(entries.cols);
   // Both directions of every edge go to the block owner of their first vertex.
-  std::vector<std::vector<std::int64_t>> send(static_cast<std::size_t>(p));
+  std::vector<std::pair<int, std::pair<std::int64_t, std::int64_t>>> halves;
   for (std::size_t k = 0; k < gr.size(); ++k) {
     if (gr[k] == gc[k]) continue;
-    auto& to_r = send[static_cast<std::size_t>(block_owner(gr[k], n, p))];
-    to_r.push_back(gr[k]);
-    to_r.push_back(gc[k]);
-    auto& to_c = send[static_cast<std::size_t>(block_owner(gc[k], n, p))];
-    to_c.push_back(gc[k]);
-    to_c.push_back(gr[k]);
+    halves.push_back({block_owner(gr[k], n, p), {gr[k], gc[k]}});
+    halves.push_back({block_owner(gc[k], n, p), {gc[k], gr[k]}});
   }
-  const auto got = comm::alltoallv(send, comm);
+  std::sort(halves.begin(), halves.end());
+  std::vector<comm::Parcel<std::int64_t>> send;
+  for (const auto& [d, e] : halves) {
+    if (send.empty() || send.back().peer != d) send.push_back({d, {}});
+    send.back().values.push_back(e.first);
+    send.back().values.push_back(e.second);
+  }
   std::vector<std::pair<std::int64_t, std::int64_t>> edges;
-  for (const auto& g : got)
-    for (std::size_t k = 0; k < g.size(); k += 2) edges.emplace_back(g[k], g[k + 1]);
+  for (const auto& g : comm::sparse_exchange(send, comm))
+    for (std::size_t k = 0; k < g.values.size(); k += 2) edges.emplace_back(g.values[k], g.values[k + 1]);
   std::sort(edges.begin(), edges.end());
   edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
 
@@ -120,31 +122,34 @@ std::vector<std::int64_t> block_request(const std::vector<std::int64_t>& ids, co
                                         std::int64_t n, MPI_Comm comm, bool reply, Answer&& answer) {
   const int p = comm::size_of(comm);
   const std::size_t width = payload ? 2 : 1;
-  std::vector<std::vector<std::int64_t>> ask(static_cast<std::size_t>(p));
-  for (std::size_t k = 0; k < ids.size(); ++k) {
-    auto& a = ask[static_cast<std::size_t>(block_owner(ids[k], n, p))];
-    a.push_back(ids[k]);
-    if (payload) a.push_back((*payload)[k]);
+  std::vector<std::size_t> order(ids.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return block_owner(ids[a], n, p) < block_owner(ids[b], n, p);
+  });
+  std::vector<comm::Parcel<std::int64_t>> ask;
+  for (auto k : order) {
+    const int d = block_owner(ids[k], n, p);
+    if (ask.empty() || ask.back().peer != d) ask.push_back({d, {}});
+    ask.back().values.push_back(ids[k]);
+    if (payload) ask.back().values.push_back((*payload)[k]);
   }
-  const auto asked = comm::alltoallv(ask, comm);
-  std::vector<std::vector<std::int64_t>> told(static_cast<std::size_t>(p));
-  for (int r = 0; r < p; ++r) {
-    const auto& a = asked[static_cast<std::size_t>(r)];
-    auto& t = told[static_cast<std::size_t>(r)];
-    for (std::size_t k = 0; k < a.size(); k += width) {
-      const auto value = answer(a[k], payload ? a[k + 1] : 0);
-      if (reply) t.push_back(value);
+  std::vector<comm::Parcel<std::int64_t>> told;
+  for (const auto& a : comm::sparse_exchange(ask, comm)) {
+    auto& t = told.emplace_back(comm::Parcel<std::int64_t>{a.peer, {}});
+    for (std::size_t k = 0; k < a.values.size(); k += width) {
+      const auto value = answer(a.values[k], payload ? a.values[k + 1] : 0);
+      if (reply) t.values.push_back(value);
     }
   }
   if (!reply) return {};
-  const auto back = comm::alltoallv(told, comm);
-  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
-  std::vector<std::int64_t> out;
-  out.reserve(ids.size());
-  for (auto g : ids) {
-    const auto d = static_cast<std::size_t>(block_owner(g, n, p));
-    out.push_back(back[d][next[d]++]);
-  }
+  // Each block owner answers every parcel, in its order: the answers, ascending by block owner,
+  // line up with the parcels asked.
+  const auto back = comm::sparse_exchange(told, comm);
+  std::vector<std::int64_t> out(ids.size());
+  std::size_t next = 0;
+  for (std::size_t j = 0; j < ask.size(); ++j)
+    for (auto value : back.at(j).values) out[order[next++]] = value;
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
+#include "einshard/comm/sparse_exchange.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
@@ -363,39 +365,44 @@ inline std::vector<std::int64_t> neighbour_pairs(const std::vector<int>& ranks, 
 /// What a load at the saved world size must agree on before it builds anything: whether each
 /// rank's read failed, whether each domain has a partition of its own, and whether each rank's
 /// file sends what its neighbours' files expect to receive (a mismatched plan would hang or
-/// truncate the exchange). One all-to-all carries all three, then one all-reduce finds the first
-/// mismatched plan; each fault is the same Error on every rank. `read` is this rank's file, or
-/// null when reading it failed with `fault`.
+/// truncate the exchange). One all-reduce settles the first two; for the third each rank tells the
+/// ranks it receives from how much it expects (a sparse exchange with its neighbours only) and one
+/// all-reduce finds the first mismatched plan; each fault is the same Error on every rank. `read`
+/// is this rank's file, or null when reading it failed with `fault`.
 inline void agree_saved(const LoadedPartition* read, const std::string& fault, const Metadata& meta,
                         const std::filesystem::path& dir, MPI_Comm comm) {
-  const int p = comm::size_of(comm);
-  const auto q = static_cast<std::size_t>(p);
-  std::vector<std::int64_t> out(3 * q, 0), sends(q, 0);
-  for (std::size_t r = 0; r < q; ++r) {
-    out[3 * r + 1] = read ? 0 : 1;
-    out[3 * r + 2] = read && read->header.C >= 0 ? 1 : 0;
-  }
-  if (read) {
-    const auto& h = read->header;
-    const auto recv = read->view(read->sections.recv, at::kLong), send = read->view(read->sections.send, at::kLong);
-    const auto* rp = recv.data_ptr<std::int64_t>();
-    const auto* sp = send.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < h.NR; ++i) out[3 * static_cast<std::size_t>(rp[2 * i])] = rp[2 * i + 1];
-    for (std::int64_t i = 0; i < h.NS; ++i) sends[static_cast<std::size_t>(sp[2 * i])] = sp[2 * i + 1];
-  }
-  const auto in = comm::all_to_all_values(std::span<const std::int64_t>(out), 3, comm);
-  for (int r = 0; r < p; ++r)
-    if (in[3 * static_cast<std::size_t>(r) + 1] != 0) comm::raise_from(comm, r, fault);
-  bool same = in[2] != 0 || meta.m == meta.n;  // a rectangular matrix always has its own
-  for (std::size_t r = 1; r < q; ++r) same = same && in[3 * r + 2] == in[2];
+  const int p = comm::size_of(comm), me = comm::rank_of(comm);
+  const int own = read && read->header.C >= 0 ? 1 : 0;
+  std::array<int, 3> v{read ? p : me, own, -own};  // first failed rank; every rank's own-domain flag alike
+  comm::all_reduce_values(std::span<int>(v), comm::Reduction::min, comm);
+  if (v[0] < p) comm::raise_from(comm, v[0], fault);
+  const bool same = v[1] == -v[2] && (v[1] != 0 || meta.m == meta.n);  // a rectangular matrix always has its own
   if (!same)
     throw Error("DSparseTensor::load: " + dir.string() +
                 ": expected partition files that agree on the columns' partition, found files that disagree "
                 "(files of different saves mixed?)");
-  int first = p;
-  for (std::size_t r = 0; r < q && first == p; ++r)
-    if (in[3 * r] != sends[r]) first = comm::rank_of(comm);
-  first = comm::all_reduce_value(first, comm::Reduction::min, comm);
+  const auto& h = read->header;
+  const auto recv = read->view(read->sections.recv, at::kLong), send = read->view(read->sections.send, at::kLong);
+  const auto* rp = recv.data_ptr<std::int64_t>();
+  const auto* sp = send.data_ptr<std::int64_t>();
+  std::vector<comm::Parcel<std::int64_t>> expect;
+  for (std::int64_t i = 0; i < h.NR; ++i)
+    if (rp[2 * i + 1] != 0) expect.push_back({static_cast<int>(rp[2 * i]), {rp[2 * i + 1]}});
+  std::vector<std::pair<std::int64_t, std::int64_t>> sends;  // (rank, count) this file sends
+  for (std::int64_t i = 0; i < h.NS; ++i)
+    if (sp[2 * i + 1] != 0) sends.emplace_back(sp[2 * i], sp[2 * i + 1]);
+  std::sort(sends.begin(), sends.end());
+  bool agree = true;
+  for (const auto& e : expect) agree = agree && e.peer >= 0 && e.peer < p;
+  if (agree) {  // a peer out of range is this file's mismatch, not the exchange's error
+    const auto expected = comm::sparse_exchange(expect, comm);
+    agree = expected.size() == sends.size();
+    for (std::size_t k = 0; agree && k < sends.size(); ++k)
+      agree = expected[k].peer == sends[k].first && expected[k].values.at(0) == sends[k].second;
+  } else {
+    (void)comm::sparse_exchange(std::vector<comm::Parcel<std::int64_t>>{}, comm);
+  }
+  const int first = comm::all_reduce_value(agree ? p : me, comm::Reduction::min, comm);
   if (first < p)
     throw Error("DSparseTensor::load: " + (dir / meta.parts[static_cast<std::size_t>(first)].file).string() +
                 ": expected the halo plan the other partitions' files expect, found another "
@@ -444,17 +451,19 @@ EINSHARD_INLINE void DSparseTensor::save(const std::string& directory) const {
                               local_.values};
   detail::PartitionEntry mine;
   comm::raise_if_any(comm, detail::write_partition(dir, me, p, m_, n_, part, mine));
-  // Rank 0 learns every partition's line, then writes the metadata last.
-  std::vector<std::vector<std::int64_t>> to_root(static_cast<std::size_t>(p));
+  // Rank 0 learns every partition's line (a gather: the other ranks hold nothing of size P), then
+  // writes the metadata last.
   const auto sum = std::stoull(mine.checksum, nullptr, 16);
-  to_root[0] = {mine.id, mine.rows, mine.nnz, mine.bytes, static_cast<std::int64_t>(sum)};
-  const auto got = comm::alltoallv(to_root, comm);
+  const std::array<std::int64_t, 5> line{mine.id, mine.rows, mine.nnz, mine.bytes, static_cast<std::int64_t>(sum)};
+  const auto got = comm::gather_values(line, 0, comm);
   std::string fault;
   if (me == 0) {
     std::vector<detail::PartitionEntry> parts;
-    for (const auto& g : got)
+    for (std::size_t r = 0; r < got.size(); r += line.size()) {
+      const auto* g = got.data() + r;
       parts.push_back({g[0], g[1], g[2], g[3], detail::partition_file_name(g[0]),
                        detail::hex(static_cast<std::uint64_t>(g[4]))});
+    }
     fault = detail::write_metadata(dir, detail::metadata_text(m_, n_, detail::dtype_name(dtype()), parts));
   }
   comm::raise_if_any(comm, fault);

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/reduce.hpp"
+#include "einshard/comm/sparse_exchange.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
@@ -28,8 +30,8 @@
 namespace einshard::sparse {
 namespace detail {
 
-/// Entries a rank holds for rows it does not own travel to their owners (two all-to-alls, only
-/// when some rank holds such entries).
+/// Entries a rank holds for rows it does not own travel to their owners (two sparse exchanges with
+/// those owners only, and only when some rank holds such entries).
 inline CooEntries send_to_owners(const RowLayout& layout, CooEntries t) {
   const auto mine = layout.is_owned(t.rows);
   if (!comm::any_rank(!mine.all().item<bool>(), layout.comm())) return t;
@@ -38,31 +40,32 @@ inline CooEntries send_to_owners(const RowLayout& layout, CooEntries t) {
   const auto cols = to_vector(t.cols.index_select(0, away));
   const auto vals = t.values.detach().index_select(0, away).contiguous();
   const auto owner = layout.owners(rows);
-  const int p = layout.size();
   const auto esize = static_cast<std::size_t>(vals.element_size());
-  std::vector<std::vector<std::int64_t>> idx(static_cast<std::size_t>(p));
-  std::vector<std::vector<char>> bytes(static_cast<std::size_t>(p));
+  std::vector<std::size_t> order(rows.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return owner[a] < owner[b]; });
+  std::vector<comm::Parcel<std::int64_t>> idx;
+  std::vector<comm::Parcel<char>> bytes;
   const auto* raw = static_cast<const char*>(vals.data_ptr());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    auto& d = idx[static_cast<std::size_t>(owner[i])];
-    d.push_back(rows[i]);
-    d.push_back(cols[i]);
-    auto& b = bytes[static_cast<std::size_t>(owner[i])];
-    b.insert(b.end(), raw + i * esize, raw + (i + 1) * esize);
+  for (auto i : order) {
+    if (idx.empty() || idx.back().peer != owner[i]) {
+      idx.push_back({owner[i], {}});
+      bytes.push_back({owner[i], {}});
+    }
+    idx.back().values.push_back(rows[i]);
+    idx.back().values.push_back(cols[i]);
+    bytes.back().values.insert(bytes.back().values.end(), raw + i * esize, raw + (i + 1) * esize);
   }
-  const auto got_idx = comm::alltoallv(idx, layout.comm());
-  const auto got_bytes = comm::alltoallv(bytes, layout.comm());
+  const auto got_idx = comm::sparse_exchange(idx, layout.comm());
+  const auto got_bytes = comm::sparse_exchange(bytes, layout.comm());
   std::vector<std::int64_t> r, c;
   std::vector<char> v;
-  for (int s = 0; s < p; ++s) {
-    const auto& gi = got_idx[static_cast<std::size_t>(s)];
-    for (std::size_t k = 0; k < gi.size(); k += 2) {
-      r.push_back(gi[k]);
-      c.push_back(gi[k + 1]);
+  for (const auto& gi : got_idx)
+    for (std::size_t k = 0; k < gi.values.size(); k += 2) {
+      r.push_back(gi.values[k]);
+      c.push_back(gi.values[k + 1]);
     }
-    const auto& gb = got_bytes[static_cast<std::size_t>(s)];
-    v.insert(v.end(), gb.begin(), gb.end());
-  }
+  for (const auto& gb : got_bytes) v.insert(v.end(), gb.values.begin(), gb.values.end());
   const auto kept = mine.nonzero().flatten();
   const auto n = static_cast<std::int64_t>(r.size());
   auto received = at::empty({n}, t.values.options().requires_grad(false));

@@ -20,8 +20,8 @@
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/backend.hpp"
 #include "einshard/comm/check.hpp"
-#include "einshard/comm/exchange.hpp"
 #include "einshard/comm/messages.hpp"
+#include "einshard/comm/sparse_exchange.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/sparse/matrix/kernels.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
@@ -47,37 +47,33 @@ struct HaloPlan {
   static std::shared_ptr<const HaloPlan> build(std::shared_ptr<const RowLayout> layout,
                                                const at::Tensor& ghosts_sorted) {
     auto plan = std::make_shared<HaloPlan>();
-    const int p = layout->size();
     const auto ids = detail::to_vector(ghosts_sorted);
     const auto owner = layout->owners(ids);
     // Group by owner; a stable sort keeps ascending global order within each owner.
     std::vector<std::size_t> order(ids.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return owner[a] < owner[b]; });
-    std::vector<std::vector<std::int64_t>> request(static_cast<std::size_t>(p));
+    std::vector<comm::Parcel<std::int64_t>> request;
     std::vector<std::int64_t> local_order;
     local_order.reserve(ids.size());
     for (auto i : order) {
-      request[static_cast<std::size_t>(owner[i])].push_back(ids[i]);
+      if (request.empty() || request.back().peer != owner[i]) request.push_back({owner[i], {}});
+      request.back().values.push_back(ids[i]);
       local_order.push_back(ids[i]);
     }
     plan->ghosts = at::tensor(local_order, at::kLong);
     plan->recv_offsets.push_back(0);
-    for (int r = 0; r < p; ++r)
-      if (!request[static_cast<std::size_t>(r)].empty()) {
-        plan->recv_ranks.push_back(r);
-        plan->recv_offsets.push_back(plan->recv_offsets.back() +
-                                     static_cast<std::int64_t>(request[static_cast<std::size_t>(r)].size()));
-      }
-    // The handshake: each owner learns, in the requester's order, which rows to send.
-    const auto asked = comm::alltoallv(request, layout->comm());
+    for (const auto& r : request) {
+      plan->recv_ranks.push_back(r.peer);
+      plan->recv_offsets.push_back(plan->recv_offsets.back() + static_cast<std::int64_t>(r.values.size()));
+    }
+    // The handshake: each owner learns, in the requester's order, which rows to send; only the
+    // ranks that ask write to it (a sparse exchange: no step costs a rank O(P)).
     std::vector<std::int64_t> send;
     plan->send_offsets.push_back(0);
-    for (int r = 0; r < p; ++r) {
-      const auto& a = asked[static_cast<std::size_t>(r)];
-      if (a.empty()) continue;
-      plan->send_ranks.push_back(r);
-      send.insert(send.end(), a.begin(), a.end());
+    for (const auto& a : comm::sparse_exchange(request, layout->comm())) {
+      plan->send_ranks.push_back(a.peer);
+      send.insert(send.end(), a.values.begin(), a.values.end());
       plan->send_offsets.push_back(static_cast<std::int64_t>(send.size()));
     }
     plan->send_rows = layout->local_index(at::tensor(send, at::kLong)).contiguous();

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/mpi.hpp"
 #include "einshard/comm/reduce.hpp"
+#include "einshard/comm/sparse_exchange.hpp"
 #include "einshard/error.hpp"
 
 namespace einshard::sparse {
@@ -38,6 +40,8 @@ inline int block_owner(std::int64_t g, std::int64_t n, int parts) {
 
 /// Tag of the RowLayout constructor that keeps the rows' storage.
 struct AdoptRows {};
+/// Tag of the RowLayout constructor of the simple partition (every rank its own simple block).
+struct SimpleRows {};
 
 inline std::vector<std::int64_t> to_vector(const at::Tensor& t) {
   const auto c = t.to(at::kLong).contiguous();
@@ -88,12 +92,16 @@ class RowLayout {
                   o[owned_.numel() - 1] - o[0] + 1 == owned_.numel();
     build_directory();
   }
+  RowLayout(detail::SimpleRows, std::int64_t n, MPI_Comm comm) : n_(n), comm_(comm), simple_(true) {
+    const auto [first, last] = simple_rows(n, comm_);
+    owned_ = at::arange(first, last, at::kLong);
+  }
 
  public:
-  /// The simple contiguous partition of [0, n).
+  /// The simple contiguous partition of [0, n). Its owners are arithmetic: no directory, and
+  /// nothing but the communicator's duplicate is collective.
   static std::shared_ptr<const RowLayout> simple(std::int64_t n, MPI_Comm comm) {
-    const auto [first, last] = simple_rows(n, comm);
-    return std::make_shared<const RowLayout>(at::arange(first, last, at::kLong), n, comm);
+    return std::shared_ptr<const RowLayout>(new RowLayout(detail::SimpleRows{}, n, comm));
   }
 
   [[nodiscard]] std::int64_t global_size() const { return n_; }
@@ -123,26 +131,43 @@ class RowLayout {
     return owned_.index_select(0, pos.flatten()).view(g.sizes()) == g;
   }
 
-  /// The owning rank of each global row in `ids` (collective: two small all-to-alls through the
-  /// directory, whose rank d holds the owners of the rows of simple block d).
+  /// The owning rank of each global row in `ids`. Collective: two sparse exchanges with the
+  /// directory ranks the ids fall in (rank d holds the owners of the rows of simple block d), or
+  /// nothing at all for the simple partition (every rank's layout is simple or none is).
   [[nodiscard]] std::vector<int> owners(const std::vector<std::int64_t>& ids) const {
     const int p = size();
-    std::vector<std::vector<std::int64_t>> ask(static_cast<std::size_t>(p));
-    for (auto g : ids) ask[static_cast<std::size_t>(detail::block_owner(g, n_, p))].push_back(g);
-    const auto asked = comm::alltoallv(ask, comm_);
-    const auto first = detail::block_first(n_, p, rank());
-    std::vector<std::vector<int>> answer(static_cast<std::size_t>(p));
-    for (int r = 0; r < p; ++r)
-      for (auto g : asked[static_cast<std::size_t>(r)])
-        answer[static_cast<std::size_t>(r)].push_back(directory_[static_cast<std::size_t>(g - first)]);
-    const auto answered = comm::alltoallv(answer, comm_);
-    std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
-    std::vector<int> out;
-    out.reserve(ids.size());
-    for (auto g : ids) {
-      const auto d = static_cast<std::size_t>(detail::block_owner(g, n_, p));
-      out.push_back(answered[d][next[d]++]);
+    std::vector<int> out(ids.size());
+    if (simple_) {
+      for (std::size_t i = 0; i < ids.size(); ++i) out[i] = detail::block_owner(ids[i], n_, p);
+      return out;
     }
+    // The ids grouped by directory rank (ascending, stable), one parcel per directory rank.
+    std::vector<std::size_t> order(ids.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return detail::block_owner(ids[a], n_, p) < detail::block_owner(ids[b], n_, p);
+    });
+    std::vector<comm::Parcel<std::int64_t>> ask;
+    for (auto i : order) {
+      const int d = detail::block_owner(ids[i], n_, p);
+      if (ask.empty() || ask.back().peer != d) ask.push_back({d, {}});
+      ask.back().values.push_back(ids[i]);
+    }
+    const auto asked = comm::sparse_exchange(ask, comm_);
+    const auto first = detail::block_first(n_, p, rank());
+    std::vector<comm::Parcel<int>> answer;
+    answer.reserve(asked.size());
+    for (const auto& a : asked) {
+      auto& reply = answer.emplace_back(comm::Parcel<int>{a.peer, {}});
+      reply.values.reserve(a.values.size());
+      for (auto g : a.values) reply.values.push_back(directory_[static_cast<std::size_t>(g - first)]);
+    }
+    // Each directory rank answers every parcel it was sent, in its order: the answers, ascending
+    // by directory rank, line up with the parcels asked.
+    const auto answered = comm::sparse_exchange(answer, comm_);
+    std::size_t k = 0;
+    for (std::size_t j = 0; j < ask.size(); ++j)
+      for (auto owner : answered.at(j).values) out[order[k++]] = owner;
     return out;
   }
 
@@ -194,76 +219,55 @@ class RowLayout {
   }
 
  private:
+  /// The directory: rank d learns the owner of each row of its simple block d. One all-reduce
+  /// decides the case on every rank alike: the simple partition needs no directory; when every
+  /// rank owns one range, a rank sends its range to the directory ranks it overlaps (usually one
+  /// or two); otherwise its rows travel to their directory ranks. Either way each directory rank
+  /// checks that its block is owned exactly once, the same error on every rank; no rank handles
+  /// anything of size P.
   void build_directory() {
     const int p = size();
     const auto first = detail::block_first(n_, p, rank());
     const auto rows = detail::block_first(n_, p, rank() + 1) - first;
-    if (build_directory_from_ranges(first, rows)) return;
-    std::vector<std::vector<std::int64_t>> mine(static_cast<std::size_t>(p));
+    const auto n_owned = owned_.numel();
     const auto* o = owned_.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < owned_.numel(); ++i)
-      mine[static_cast<std::size_t>(detail::block_owner(o[i], n_, p))].push_back(o[i]);
-    const auto got = comm::alltoallv(mine, comm_);
+    const bool simple_block = contiguous_ && n_owned == rows && (rows == 0 || o[0] == first);
+    std::array<int, 2> every{simple_block ? 1 : 0, contiguous_ ? 1 : 0};
+    comm::all_reduce_values(std::span<int>(every), comm::Reduction::min, comm_);
+    if (every[0] == 1) {
+      simple_ = true;
+      return;
+    }
     directory_.assign(static_cast<std::size_t>(rows), -1);
     std::string fault;
-    for (int r = 0; r < p && fault.empty(); ++r)
-      for (auto g : got[static_cast<std::size_t>(r)]) {
-        auto& slot = directory_[static_cast<std::size_t>(g - first)];
-        if (slot >= 0) {
-          fault = "row " + std::to_string(g) + " is owned by ranks " + std::to_string(slot) + " and " +
-                  std::to_string(r);
-          break;
-        }
-        slot = r;
+    const auto own = [&](std::int64_t g, int r) {
+      auto& slot = directory_[static_cast<std::size_t>(g - first)];
+      if (slot >= 0 && fault.empty())
+        fault = "row " + std::to_string(g) + " is owned by ranks " + std::to_string(slot) + " and " + std::to_string(r);
+      slot = r;
+    };
+    if (every[1] == 1) {  // ranges [first row, row count)
+      std::vector<comm::Parcel<std::int64_t>> ranges;
+      if (n_owned > 0)
+        for (int d = detail::block_owner(o[0], n_, p); d <= detail::block_owner(o[n_owned - 1], n_, p); ++d)
+          ranges.push_back({d, {o[0], n_owned}});
+      for (const auto& got : comm::sparse_exchange(ranges, comm_)) {
+        const auto lo = std::max(got.values[0], first), hi = std::min(got.values[0] + got.values[1], first + rows);
+        for (auto g = lo; g < hi; ++g) own(g, got.peer);
       }
+    } else {
+      std::vector<comm::Parcel<std::int64_t>> mine;
+      for (std::int64_t i = 0; i < n_owned; ++i) {  // ascending rows: nondecreasing directory ranks
+        const int d = detail::block_owner(o[i], n_, p);
+        if (mine.empty() || mine.back().peer != d) mine.push_back({d, {}});
+        mine.back().values.push_back(o[i]);
+      }
+      for (const auto& got : comm::sparse_exchange(mine, comm_))
+        for (auto g : got.values) own(g, got.peer);
+    }
     for (std::size_t i = 0; i < directory_.size() && fault.empty(); ++i)
       if (directory_[i] < 0) fault = "row " + std::to_string(first + static_cast<std::int64_t>(i)) + " is owned by no rank";
-    comm::raise_if_any(comm_, fault);
-  }
-
-  /// When every rank owns one range of rows (a simple partition, a load at the saved world size),
-  /// the directory follows from the p ranges: one all-gather of three numbers per rank instead of
-  /// every row travelling (that took most of a load's time). Checks that the ranges tile [0, n),
-  /// the same verdict on every rank (every rank sees every range). False when some rank's rows
-  /// are not one range: then the rows travel.
-  bool build_directory_from_ranges(std::int64_t first, std::int64_t rows) {
-    const int p = size();
-    const std::array<std::int64_t, 3> mine{contiguous_ ? 1 : 0,
-                                           owned_.numel() > 0 ? owned_.data_ptr<std::int64_t>()[0] : 0,
-                                           owned_.numel()};
-    const auto all = comm::all_gather_values(mine, comm_);
-    std::vector<int> order;
-    for (int r = 0; r < p; ++r) {
-      if (all[3 * static_cast<std::size_t>(r)] == 0) return false;
-      if (all[3 * static_cast<std::size_t>(r) + 2] > 0) order.push_back(r);
-    }
-    const auto begin = [&](int r) { return all[3 * static_cast<std::size_t>(r) + 1]; };
-    const auto count = [&](int r) { return all[3 * static_cast<std::size_t>(r) + 2]; };
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return begin(a) < begin(b); });
-    std::string fault;
-    std::int64_t next = 0;
-    int last = -1;
-    for (auto r : order) {
-      if (begin(r) > next) {
-        fault = "row " + std::to_string(next) + " is owned by no rank";
-        break;
-      }
-      if (begin(r) < next) {
-        fault = "row " + std::to_string(begin(r)) + " is owned by ranks " + std::to_string(std::min(last, r)) +
-                " and " + std::to_string(std::max(last, r));
-        break;
-      }
-      next = begin(r) + count(r);
-      last = r;
-    }
-    if (fault.empty() && next < n_) fault = "row " + std::to_string(next) + " is owned by no rank";
-    if (!fault.empty()) throw Error("RowLayout: expected the ranks to own each row once; " + fault);
-    directory_.assign(static_cast<std::size_t>(rows), -1);
-    for (auto r : order) {
-      const auto lo = std::max(begin(r), first), hi = std::min(begin(r) + count(r), first + rows);
-      for (auto g = lo; g < hi; ++g) directory_[static_cast<std::size_t>(g - first)] = r;
-    }
-    return true;
+    comm::raise_if_any(comm_, fault.empty() ? fault : "RowLayout: expected the ranks to own each row once; " + fault);
   }
 
   /// Every rank's row count, rank-major (one all-gather, the first time).
@@ -287,7 +291,8 @@ class RowLayout {
   comm::OwnedComm comm_;
   at::Tensor owned_;
   bool contiguous_ = true;
-  std::vector<int> directory_;  // owners of the rows of this rank's simple block
+  bool simple_ = false;         // every rank owns its simple block: owners are arithmetic
+  std::vector<int> directory_;  // owners of the rows of this rank's simple block, unless simple_
   mutable std::vector<std::int64_t> counts_;
   mutable at::Tensor order_;
   mutable bool order_known_ = false;
