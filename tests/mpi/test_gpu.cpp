@@ -20,9 +20,12 @@
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
 
+#include <unistd.h>
+
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -263,6 +266,23 @@ TEST_CASE("gpu: sparse solves on CUDA tensors equal the CPU's, every method and 
   CHECK((sg.x.local().cpu() - sc.x.local()).abs().max().item<double>() < 1e-8);
   const auto pc = Dg.solve(bg, {.rtol = 1e-10, .cg_variant = sp::CgVariant::pipelined});
   CHECK(pc.info.converged);
+  // Mixed precision on the device: the float32 copy and its iterations stay there.
+  const auto reference = Dc.solve(bc, {.preconditioner = P::jacobi, .rtol = 1e-10});
+  const auto mixed = Dg.solve(bg, {.preconditioner = P::jacobi, .rtol = 1e-10, .precision = sp::Precision::mixed});
+  CHECK(mixed.info.converged);
+  CHECK((mixed.x.local().cpu() - reference.x.local()).norm().item<double>() <=
+        1e-8 * reference.x.local().norm().item<double>() + 1e-12);
+  // Saved from the host, loaded onto the device.
+  long id = static_cast<long>(::getpid());
+  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = (std::filesystem::temp_directory_path() / ("einshard_gpu_load_" + std::to_string(id))).string();
+  Dc.save(dir);
+  const auto loaded = sp::DSparseTensor::load(dir, mesh, {.device = dev});
+  CHECK(loaded.values().device() == dev);
+  CHECK((loaded.matvec(loaded.vector(bc.local().to(dev))).local().cpu() - Dc.matvec(bc).local()).abs().max().item<double>() <
+        1e-12);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w.rank == 0) std::filesystem::remove_all(dir);
   // A host-only preconditioner names the device ones, on every rank.
   std::string what;
   try {

@@ -109,6 +109,10 @@ TEST_CASE("save / load: a loaded matrix keeps its bits when its directory is sav
   const auto G = sp::DSparseTensor::load(dir.str(), mesh);
   CHECK(at::equal(G.values(), F.values()));
   CHECK(at::equal(product(G), product(F)));
+  // .device names where the matrix lives (test_gpu.cpp loads onto CUDA).
+  const auto H = sp::DSparseTensor::load(dir.str(), mesh, {.device = at::Device(at::kCPU)});
+  CHECK(H.values().device().is_cpu());
+  CHECK(at::equal(product(H), product(F)));
 }
 
 TEST_CASE("save / load: files of 4 partitions load at 1, 2, 3 ranks and the whole world", "[sparse][io]") {

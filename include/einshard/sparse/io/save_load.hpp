@@ -469,8 +469,10 @@ EINSHARD_INLINE void DSparseTensor::save(const std::string& directory) const {
   comm::raise_if_any(comm, fault);
 }
 
-EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, const Mesh& mesh) {
+EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, const Mesh& mesh,
+                                                  const LoadOptions& options) {
   if (!mesh) throw Error("DSparseTensor::load: expected a mesh, found an empty one");
+  const auto placed = [&options](DSparseTensor m) { return options.device.is_cpu() ? m : m.to(options.device); };
   const MPI_Comm comm = mesh.comm();
   const std::filesystem::path dir(directory);
   const auto meta = detail::read_metadata(dir, comm);
@@ -495,8 +497,7 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, 
     auto plan = detail::saved_plan(d, domain);
     Csr local{h.R, h.domain_owned() + h.G, d.view(s.rowptr, detail::LoadedPartition::index_type(h.rowptr_size)),
               d.view(s.col, detail::LoadedPartition::index_type(h.col_size)), d.view(s.values, dtype)};
-    auto out = DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(plan), std::move(local));
-    return out;
+    return placed(DSparseTensor(mesh, std::move(layout), std::move(domain), std::move(plan), std::move(local)));
   }
   comm::raise_if_any(comm, fault);
   std::vector<at::Tensor> values, rows, cols;
@@ -510,7 +511,7 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, 
     return v.empty() ? at::empty({0}, t) : at::cat(v);
   };
   const std::array<std::int64_t, 2> shape{meta.m, meta.n};
-  return from_local(cat(values, dtype), cat(rows, at::kLong), cat(cols, at::kLong), shape, mesh);
+  return placed(from_local(cat(values, dtype), cat(rows, at::kLong), cat(cols, at::kLong), shape, mesh));
 }
 
 EINSHARD_INLINE void save_partitioned(const SparseTensor& A, const std::string& directory, int parts,

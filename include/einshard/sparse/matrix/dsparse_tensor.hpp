@@ -69,6 +69,13 @@ struct FromLocalOptions {
   std::optional<at::Tensor> owned_cols{};
 };
 
+/// Options of `DSparseTensor::load`.
+struct LoadOptions {
+  /// Where the loaded matrix lives: the files are read into host memory (mapped where they can
+  /// be), then the matrix moves there as `to(device)` moves it.
+  at::Device device = at::kCPU;
+};
+
 namespace detail {
 
 /// Stored entries in global numbering (COO): what assembly routes to the rows' owners and what
@@ -241,8 +248,8 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   [[nodiscard]] Components connected_components() const;
   /// Writes `directory` (created if needed): one file per partition, then the metadata (save_load.hpp).
   void save(const std::string& directory) const;
-  /// Reads a saved matrix at any world size (save_load.hpp). Collective over `mesh`.
-  static DSparseTensor load(const std::string& directory, const Mesh& mesh);
+  /// Reads a saved matrix at any world size onto `options.device` (save_load.hpp). Collective over `mesh`.
+  static DSparseTensor load(const std::string& directory, const Mesh& mesh, const LoadOptions& options = {});
   /// k eigenpairs by LOBPCG with a sharded basis (eigsh.hpp). Collective.
   [[nodiscard]] EigshResult eigsh() const;
   [[nodiscard]] EigshResult eigsh(const EigshOptions& options) const;
