@@ -37,7 +37,7 @@ clang_unit() {
 # they cost its wall time only the CPU they take (their 30 s are wall time either way). Their
 # report comes after the sanitizers' so the two do not interleave.
 sanitize_and_fuzz() {
-  local seconds="${EINSHARD_CI_FUZZ_SECONDS:-30}"
+  local seconds="${EINSHARD_CI_FUZZ_SECONDS:-20}"
   if [[ "${EINSHARD_CI_FUZZ_ALONGSIDE:-1}" == 0 ]]; then
     "${here}/sanitize.sh"
     "${here}/fuzz.sh" "${seconds}"
