@@ -37,8 +37,17 @@ import scipy.sparse as sps
 import skfem
 from skfem import (Basis, BilinearForm, ElementTetP1, ElementTetP2, ElementTriP1, ElementTriP2, ElementVector,
                    LinearForm, MeshTet, MeshTri, asm, condense)
-from skfem.helpers import dot, grad
 from skfem.models.elasticity import lame_parameters, linear_elasticity
+
+
+def grad(u):
+    """The gradient of a basis function in a form (scikit-fem keeps it on the function)."""
+    return u.grad
+
+
+def dot(a, b):
+    """Σ_i a_i b_i over the leading (spatial) axis."""
+    return sum(a[i] * b[i] for i in range(a.shape[0]))
 
 
 def jitter(mesh, amount, seed):
