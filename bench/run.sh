@@ -9,7 +9,7 @@
 #   compile_time   compile time of one TU against the ATen-only TU (installed package, compiled mode)
 #   distributed    collectives and repartitions against hand-written MPI (bench/distributed/run.sh)
 #   contraction    the tensor-parallel MLP step and a tiny cached call against the same by hand
-#   fft            einfft against FFTW-MPI: 3-D 128³ and 256³, 1-D 2^20 and 2^22
+#   fft            einfft against FFTW-MPI: 3-D 128³ and 256³ complex and real (r2c, c2r), 1-D 2^20 and 2^22
 #   halo           einhalo against a hand-written neighbour exchange
 #   model          a data-parallel step with gradient hooks against MPI_Allreduce per bucket
 # The sparse suites are bench/sparse/run.sh's (bench/sparse/run.sh --list).
@@ -57,9 +57,10 @@ if [[ ${1:-} == --suite ]]; then
       build einshard_bench_contraction
       for p in 2 4; do "${mpi[@]}" -n $p "$b/contraction/einshard_bench_contraction" --widths 512,1024,2048 --iters 21 "$@"; done ;;
     fft)
-      build einshard_bench_fft einshard_bench_fft1d
+      build einshard_bench_fft einshard_bench_rfft einshard_bench_fft1d
       for p in 1 2 4; do "${mpi[@]}" -n $p "$b/fft/einshard_bench_fft" --n 128 --iters 9 "$@"; done
       for p in 1 2 4; do "${mpi[@]}" -n $p "$b/fft/einshard_bench_fft" --n 256 --iters 5 "$@"; done
+      for p in 1 2 4; do "${mpi[@]}" -n $p "$b/fft/einshard_bench_rfft" --n 256 --iters 5 "$@"; done
       for p in 1 2 4; do "${mpi[@]}" -n $p "$b/fft/einshard_bench_fft1d" --log2n 20 --iters 9 --prime "$@"; done
       for p in 2 4; do "${mpi[@]}" -n $p "$b/fft/einshard_bench_fft1d" --log2n 22 --iters 7 "$@"; done ;;
     halo)

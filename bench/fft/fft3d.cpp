@@ -4,7 +4,12 @@
 // transposed; einfft gets them as shapes metadata), y and z whole. Two output layouts:
 //   standard    kx split as x was (FFTW's default plan; einfft "x/p y z -> kx/p ky kz": 2 transposes)
 //   transposed  ky split (FFTW_MPI_TRANSPOSED_OUT; einfft "x/p y z -> kx ky/p kz": 1 transpose)
-// FFTW plans with FFTW_MEASURE, out of place. Every timed operation starts after an MPI_Barrier and
+//   ky_first    the same, in FFTW's memory order (einfft "x/p y z -> ky/p kx kz": 1 transpose, and the
+//               last FFT writes ky first, as FFTW does)
+// FFTW plans with FFTW_MEASURE, out of place and in place (FFTW-MPI's in-place plans are its fastest
+// at one rank, and the anchor of the headline ratio). einfft runs as einfft (a new tensor per call)
+// and as einfft_out: in place where the output block has the input's shape (the standard layout, and
+// every layout at one rank), else into a kept output tensor. Every timed operation starts after an MPI_Barrier and
 // its time is the maximum over the ranks; variants are interleaved round by round and the median is
 // reported. Before timing, einfft's output is compared with FFTW's (relative max error).
 //
@@ -22,7 +27,10 @@
 //   {"bench":"fft3d","n":N,"ranks":P,"layout":...,"einshard_ms":...,"fftw_ms":...,"ratio":...,
 //    "ratio_paired" (median of the per-round ratios),"einshard_min_ms":...,"fftw_min_ms":...,
 //    "einshard_local_fft_ms":...,"einshard_transpose_ms":...,"einshard_transposes":...,
-//    "fftw_transpose_ms":...,"fftw_local_fft_ms":...,"max_rel_err":...}
+//    "fftw_transpose_ms":...,"fftw_local_fft_ms":...,"max_rel_err":...,
+//    "fftw_inplace_ms":..., "einshard_out_ms":..., "out_in_place":bool,
+//    "ratio_inplace" (einfft / FFTW in place), "ratio_out_inplace" (einfft_out / FFTW in place),
+//    both also paired}
 // Environment: EINSHARD_NUM_THREADS (intra-op threads per rank, default 1; FFTW runs one thread).
 
 #include <ATen/ATen.h>
@@ -94,6 +102,9 @@ int main(int argc, char** argv) {
     fftw_plan standard = fftw_mpi_plan_dft_3d(n, n, n, in, out, MPI_COMM_WORLD, FFTW_FORWARD, FFTW_MEASURE);
     fftw_plan transposed = fftw_mpi_plan_dft_3d(n, n, n, in, out, MPI_COMM_WORLD, FFTW_FORWARD,
                                                 FFTW_MEASURE | FFTW_MPI_TRANSPOSED_OUT);
+    fftw_plan standard_ip = fftw_mpi_plan_dft_3d(n, n, n, in, in, MPI_COMM_WORLD, FFTW_FORWARD, FFTW_MEASURE);
+    fftw_plan transposed_ip = fftw_mpi_plan_dft_3d(n, n, n, in, in, MPI_COMM_WORLD, FFTW_FORWARD,
+                                                   FFTW_MEASURE | FFTW_MPI_TRANSPOSED_OUT);
     // FFTW's global transpose of the same data: an n x n matrix (x, y) of n complex (2n doubles).
     fftw_plan transpose = fftw_mpi_plan_many_transpose(
         n, n, 2 * n, FFTW_MPI_DEFAULT_BLOCK, FFTW_MPI_DEFAULT_BLOCK, reinterpret_cast<double*>(tin),
@@ -114,17 +125,23 @@ int main(int argc, char** argv) {
     struct Layout {
       const char* name;
       const char* notation;
-      fftw_plan plan;
-      bool transposed;
+      fftw_plan plan, in_place;
+      bool transposed, ky_first;
     };
-    for (const Layout& l : {Layout{"standard", "x/p y z -> kx/p ky kz", standard, false},
-                            Layout{"transposed", "x/p y z -> kx ky/p kz", transposed, true}}) {
+    for (const Layout& l : {Layout{"standard", "x/p y z -> kx/p ky kz", standard, standard_ip, false, false},
+                            Layout{"transposed", "x/p y z -> kx ky/p kz", transposed, transposed_ip, true, false},
+                            Layout{"ky_first", "x/p y z -> ky/p kx kz", transposed, transposed_ip, true, true}}) {
       const auto run_einshard = [&] { return es::einfft(l.notation, {x}, o); };
+      // einfft_out: in place when the output block is the input block's shape, else into `kept`.
+      auto work = x.clone();
+      const bool in_place = !l.transposed || P == 1 || (l.ky_first && n0 == n1);
+      auto kept = in_place ? work : l.ky_first ? at::empty({n1, n, n}, x.options()) : at::empty({n, n1, n}, x.options());
+      const auto run_out = [&] { es::einfft_out(l.notation, kept, work, o); };
       // Correctness first.
       fill();
       fftw_execute(l.plan);
       auto ours = run_einshard();
-      const auto theirs = l.transposed ? fftw_out(n1, n).permute({1, 0, 2}) : fftw_out(n0, n);
+      const auto theirs = l.ky_first ? fftw_out(n1, n) : l.transposed ? fftw_out(n1, n).permute({1, 0, 2}) : fftw_out(n0, n);
       const double err = max_rel_err(ours, theirs);
       const auto names = es::explain_fft(l.notation, {x}, o).names();
       const auto transposes = static_cast<int>(std::count(names.begin(), names.end(), std::string("alltoall_repartition")));
@@ -132,7 +149,13 @@ int main(int argc, char** argv) {
       const auto a = at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2});
       const auto b = es::einshard("x/p ky kz -> x ky/p kz", {a}, move);
       const auto c = at::fft_fft(b, std::nullopt, 0);
-      std::vector<double> t_es, t_es_torch, t_fftw, t_fft1, t_t1, t_fft2, t_t2, t_ftr, t_fft3;
+      {
+        work.copy_(x);
+        run_out();
+        const double out_err = max_rel_err(kept, ours);
+        if (rank == 0 && out_err > 1e-12) std::fprintf(stderr, "einfft_out differs from einfft: %.2e\n", out_err);
+      }
+      std::vector<double> t_es, t_es_torch, t_fftw, t_fft1, t_t1, t_fft2, t_t2, t_ftr, t_fft3, t_ip, t_out;
       for (int r = 0; r < iters + 1; ++r) {
         const bool warm = r == 0;
         auto keep = [&](std::vector<double>& v, double t) {
@@ -144,6 +167,10 @@ int main(int argc, char** argv) {
         es::exec::local_fft_backend() = es::exec::LocalFft::automatic;
         fill();
         keep(t_fftw, timed_ms([&] { fftw_execute(l.plan); }));
+        fill();
+        keep(t_ip, timed_ms([&] { fftw_execute(l.in_place); }));
+        work.copy_(x);
+        keep(t_out, timed_ms(run_out));
         keep(t_fft1, timed_ms([&] { (void)at::fft_fftn(x, std::nullopt, at::IntArrayRef{1, 2}); }));
         keep(t_t1, timed_ms([&] { (void)es::einshard("x/p ky kz -> x ky/p kz", {a}, move); }));
         keep(t_fft2, timed_ms([&] { (void)at::fft_fft(b, std::nullopt, 0); }));
@@ -154,7 +181,12 @@ int main(int argc, char** argv) {
       // On one rank neither library transposes: einfft runs one 3-D torch FFT, FFTW its serial plan.
       const double es_ms = median(t_es), fftw_ms = median(t_fftw);
       std::vector<double> paired;  // the same round's ratio: robust to load that drifts between rounds
-      for (std::size_t i = 0; i < t_es.size(); ++i) paired.push_back(t_es[i] / t_fftw[i]);
+      std::vector<double> paired_ip, paired_out_ip;
+      for (std::size_t i = 0; i < t_es.size(); ++i) {
+        paired.push_back(t_es[i] / t_fftw[i]);
+        paired_ip.push_back(t_es[i] / t_ip[i]);
+        paired_out_ip.push_back(t_out[i] / t_ip[i]);
+      }
       const double local_ms = P == 1 ? median(t_fft3) : median(t_fft1) + median(t_fft2);
       const double trans_ms = P == 1 ? 0.0 : median(t_t1) + (l.transposed ? 0.0 : median(t_t2));
       const double fftw_tr_ms = P == 1 ? 0.0 : median(t_ftr) * (l.transposed ? 1 : 2);
@@ -165,16 +197,22 @@ int main(int argc, char** argv) {
             "\"einshard_min_ms\":%.3f,\"fftw_min_ms\":%.3f,\"einshard_local_fft_ms\":%.3f,"
             "\"einshard_transpose_ms\":%.3f,\"einshard_transposes\":%d,\"fftw_transpose_ms\":%.3f,"
             "\"fftw_local_fft_ms\":%.3f,\"einshard_torch_fft_ms\":%.3f,\"local_fft\":\"%s\",\"iters\":%d,"
-            "\"max_rel_err\":%.2e}\n",
+            "\"max_rel_err\":%.2e,\"fftw_inplace_ms\":%.3f,\"einshard_out_ms\":%.3f,\"out_in_place\":%s,"
+            "\"ratio_inplace\":%.3f,\"ratio_inplace_paired\":%.3f,\"ratio_out_inplace\":%.3f,"
+            "\"ratio_out_inplace_paired\":%.3f}\n",
             static_cast<long long>(n), P, l.name, es_ms, fftw_ms, es_ms / fftw_ms, median(paired),
             *std::min_element(t_es.begin(), t_es.end()), *std::min_element(t_fftw.begin(), t_fftw.end()),
             local_ms, trans_ms,
             transposes, fftw_tr_ms, fftw_ms - fftw_tr_ms, median(t_es_torch),
-            es::exec::has_fftw() ? "fftw" : "torch", iters, err);
+            es::exec::has_fftw() ? "fftw" : "torch", iters, err, median(t_ip), median(t_out),
+            in_place ? "true" : "false", es_ms / median(t_ip), median(paired_ip), median(t_out) / median(t_ip),
+            median(paired_out_ip));
       std::fflush(stdout);
     }
     fftw_destroy_plan(standard);
     fftw_destroy_plan(transposed);
+    fftw_destroy_plan(standard_ip);
+    fftw_destroy_plan(transposed_ip);
     fftw_destroy_plan(transpose);
     fftw_free(in);
     fftw_free(out);

@@ -407,3 +407,278 @@ TEST_CASE("einfft distributed: faults raise the same error on every rank", "[spe
   same_everywhere([&] { (void)es::einfft("b/dp x -> b k", {at::randn({2, 4}, at::kComplexDouble)}, {.mesh = m, .axes = {{"x", "k"}}}); },
                   "keep its sharding");
 }
+
+namespace {
+
+/// A real transform of `full` over its three axes (x y z; z the half axis) against torch's
+/// rfftn/irfftn on the whole tensor: values with autograd off (FFTW's r2c/c2r passes where einshard
+/// has FFTW) and on (torch's), and the input gradient for one random upstream gradient.
+void check_real(const std::string& notation, const at::Tensor& full, bool inverse, const es::Mesh& mesh,
+                const Given& given, const std::optional<std::string>& norm = std::nullopt,
+                std::optional<std::int64_t> signal = std::nullopt, double tol = 1e-9) {
+  const auto in = side(notation, false), out = side(notation, true);
+  std::optional<c10::string_view> n;
+  if (norm) n = c10::string_view(norm->data(), norm->size());
+  const std::vector<std::int64_t> dims{0, 1, 2};
+  auto torch_fft = [&](const at::Tensor& t) {
+    if (!inverse) return at::fft_rfftn(t, std::nullopt, dims, n);
+    const std::vector<std::int64_t> s{t.size(0), t.size(1), signal.value_or(2 * (t.size(2) - 1))};
+    return at::fft_irfftn(t, s, dims, n);
+  };
+  auto leaf = full.detach().clone().requires_grad_(true);
+  auto ref = torch_fft(leaf);
+  at::manual_seed(98);
+  const auto G = at::randn(ref.sizes(), ref.options());
+  ref.backward(G);
+
+  // The shapes metadata of the axes this notation shards.
+  es::Shapes shapes;
+  for (const auto& l : {in, out})
+    for (const auto& [axis, group] : l)
+      if (!group.empty() && given.contains(axis)) shapes[group].by_axis[axis] = given.at(axis);
+  const auto names = inverse ? es::AxisMap{{"kx", "x"}, {"ky", "y"}, {"kz", "z"}}
+                             : es::AxisMap{{"x", "kx"}, {"y", "ky"}, {"z", "kz"}};
+  es::Options o{.mesh = mesh, .shapes = shapes, .axes = names, .inverse = inverse, .real = true, .norm = norm};
+  if (signal) o.signal_sizes = {{"z", *signal}};
+  INFO(notation << " on " << label(mesh) << (inverse ? " c2r" : " r2c") << " norm " << norm.value_or("(unset)"));
+  const auto want = block(ref.detach(), out, mesh, given);
+  const auto x = block(full, in, mesh, given);
+  {
+    at::NoGradGuard no_grad;
+    const auto y = es::einfft(notation, {x}, o);
+    REQUIRE(y.sizes() == want.sizes());
+    CHECK(y.scalar_type() == want.scalar_type());
+    CHECK(at::allclose(y, want, tol, tol));
+  }
+  auto xg = x.clone().requires_grad_(true);
+  auto y = es::einfft(notation, {xg}, o);
+  REQUIRE(y.sizes() == want.sizes());
+  CHECK(at::allclose(y.detach(), want, tol, tol));
+  y.backward(block(G, out, mesh, given));
+  REQUIRE(xg.grad().defined());
+  CHECK(at::allclose(xg.grad(), block(leaf.grad(), in, mesh, given), tol, tol));
+}
+
+/// Shard sizes of n over P with the first rank empty (n on the others by the split rule).
+I64 first_empty(std::int64_t n, int P) {
+  if (P == 1) return {n};
+  auto rest = es::compute_split_shapes(n, P - 1);
+  rest.insert(rest.begin(), 0);
+  return rest;
+}
+
+}  // namespace
+
+TEST_CASE("einfft distributed: r2c and c2r against torch's rfftn and irfftn, uneven and empty shards", "[spectral][fft]") {
+  at::manual_seed(12);
+  const auto W = es::testing::world().size;
+  const auto& m = mesh_of({W});
+  const auto full = at::randn({5, 3, 6}, at::kDouble);
+  const auto spectrum = at::fft_rfftn(at::randn({5, 3, 6}, at::kDouble));  // (5, 3, 4)
+  // x: the first rank empty, kx by the split rule; kz: 4 bins, reversed split.
+  auto kz = es::compute_split_shapes(4, W);
+  std::reverse(kz.begin(), kz.end());
+  const Given uneven{{"x", first_empty(5, W)}, {"kx", es::compute_split_shapes(5, W)}, {"ky", first_empty(3, W)}};
+  for (const auto& norm : {std::optional<std::string>{}, std::optional<std::string>{"ortho"}}) {
+    check_real("x/dp y z -> kx/dp ky kz", full, false, m, uneven, norm);
+    check_real("x/dp y z -> kx ky/dp kz", full, false, m, uneven, norm);
+    check_real("x y z/dp -> kx ky kz/dp", full, false, m, {{"z", es::compute_split_shapes(6, W)}, {"kz", kz}}, norm);
+    check_real("kx/dp ky kz -> x/dp y z", spectrum, true, m, uneven, norm);
+    check_real("kx ky/dp kz -> x/dp y z", spectrum, true, m, uneven, norm);
+  }
+  // An odd signal length (no Nyquist bin), the forward norm, single precision.
+  check_real("kx/dp ky kz -> x/dp y z", spectrum, true, m, uneven, "forward", 7);
+  check_real("x/dp y z -> kx ky/dp kz", full.to(at::kFloat), false, m, uneven, std::nullopt, std::nullopt, 1e-4);
+  check_real("kx ky/dp kz -> x/dp y z", spectrum.to(at::kComplexFloat), true, m, uneven, std::nullopt, std::nullopt, 1e-4);
+  // The half axis is transformed before the first transpose, so the transpose moves n/2+1 of n
+  // along it: a real transform of 8x4x16 moves 9/16 of what a complex one does.
+  const auto r = block(at::randn({8, 4, 16}, at::kDouble), side("x/dp y z -> x", false), m, {});
+  const es::Options real{.mesh = m, .axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}, .real = true};
+  const es::Options complex{.mesh = m, .axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}};
+  const auto sent_real = es::explain_fft<"x/dp y z -> kx ky/dp kz">(r, real).total_forward().bytes_sent;
+  const auto sent_complex =
+      es::explain_fft<"x/dp y z -> kx ky/dp kz">(r.to(at::kComplexDouble), complex).total_forward().bytes_sent;
+  CHECK(sent_real * 16 == sent_complex * 9);
+}
+
+TEST_CASE("einfft distributed: into an output tensor, and in place", "[spectral][fft]") {
+  at::manual_seed(13);
+  for (const auto* m : meshes()) {
+    const auto g = m->names()[0];
+    const es::AxisMap xyz{{"x", "kx"}, {"y", "ky"}, {"z", "kz"}};
+    for (const bool grad_mode : {false, true}) {
+      at::AutoGradMode mode(grad_mode);
+      auto same = [&](const std::string& notation, const at::Tensor& full, const es::Options& o) {
+        INFO(notation << " on " << label(*m) << (grad_mode ? " grad mode" : " no grad"));
+        const auto x = block(full, side(notation, false), *m, {});
+        const auto want = es::einfft(notation, {x}, o);
+        auto out = at::full(want.sizes(), 7, want.options());
+        auto& back = es::einfft_out(notation, out, x, o);
+        CHECK(back.is_same(out));
+        CHECK(at::allclose(out, want, 1e-9, 1e-9));
+        return want;
+      };
+      es::Options o{.mesh = *m, .axes = xyz};
+      const auto c = at::randn({8, 6, 5}, at::kComplexDouble);
+      same("x/" + g + " y z -> kx/" + g + " ky kz", c, o);  // last stage: the transpose back
+      same("x/" + g + " y z -> kx ky/" + g + " kz", c, o);  // last stage: a local FFT
+      o.inverse = true;
+      same("x/" + g + " y z -> kx ky/" + g + " kz", c, o);
+      o.inverse = false;
+      o.real = true;
+      same("x/" + g + " y z -> kx ky/" + g + " kz", at::real(c).contiguous(), o);  // r2c
+      o.inverse = true;
+      same("x/" + g + " y z -> kx/" + g + " ky kz", c.narrow(2, 0, 3), o);  // c2r
+      // In place: the output block is the input's shape (x and kx split alike).
+      const es::Options c2c{.mesh = *m, .axes = xyz};
+      const auto notation = "x/" + g + " y z -> kx/" + g + " ky kz";
+      auto x = block(c, side(notation, false), *m, {});
+      const auto want = es::einfft(notation, {x}, c2c);
+      const auto storage = x.data_ptr();
+      es::einfft_out(notation, x, x, c2c);
+      CHECK(x.data_ptr() == storage);
+      CHECK(at::allclose(x, want, 1e-9, 1e-9));
+    }
+    // An output that orders its axes otherwise (FFTW_MPI_TRANSPOSED_OUT's ky-first slabs): the last
+    // FFT writes in that order, so the result is contiguous; forward and inverse, into a tensor too.
+    {
+      at::NoGradGuard no_grad;
+      const auto full = at::randn({8, 6, 5}, at::kComplexDouble);
+      const auto spectrum = at::fft_fftn(full).permute({1, 0, 2});
+      const auto notation = "x/" + g + " y z -> ky/" + g + " kx kz";
+      const auto y = es::einfft(notation, {block(full, side(notation, false), *m, {})}, {.mesh = *m, .axes = xyz});
+      const auto want = block(spectrum.contiguous(), side(notation, true), *m, {});
+      if (m->size(g) == 1) CHECK(y.is_contiguous());  // else the last FFT runs in place, the permute a view
+      CHECK(at::allclose(y, want, 1e-9, 1e-9));
+      auto out = at::empty_like(want);
+      es::einfft_out(notation, out, block(full, side(notation, false), *m, {}), {.mesh = *m, .axes = xyz});
+      CHECK(at::allclose(out, want, 1e-9, 1e-9));
+      const auto back = es::einfft("ky/" + g + " kx kz -> z y/" + g + " x", {y},
+                                   {.mesh = *m, .axes = {{"kx", "x"}, {"ky", "y"}, {"kz", "z"}}, .inverse = true});
+      CHECK(at::allclose(back, block(full.permute({2, 1, 0}).contiguous(), side("z y/" + g + " x -> z", false), *m, {}),
+                         1e-9, 1e-9));
+    }
+    // In place on one process, and a compile-time notation.
+    auto x = at::randn({4, 6, 5}, at::kComplexDouble);
+    const auto want = at::fft_fftn(x);
+    es::einfft_out<"x y z -> kx ky kz">(x, x, {.axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}});
+    CHECK(at::allclose(x, want, 1e-9, 1e-9));
+  }
+}
+
+TEST_CASE("einfft distributed: several fields in one exchange", "[spectral][fft]") {
+  at::manual_seed(14);
+  for (const auto* m : meshes()) {
+    const auto g = m->names()[0];
+    for (const auto& [notation, real] : {std::pair{"x/" + g + " y z -> kx ky/" + g + " kz", false},
+                                        std::pair{"x/" + g + " y z -> kx/" + g + " ky kz", true}}) {
+      const es::Options o{.mesh = *m, .axes = {{"x", "kx"}, {"y", "ky"}, {"z", "kz"}}, .real = real};
+      const auto dtype = real ? at::kDouble : at::kComplexDouble;
+      std::vector<at::Tensor> full, leaves, xs;
+      for (int f = 0; f < 3; ++f) {
+        full.push_back(at::randn({7, 5, 6}, dtype));
+        leaves.push_back(full.back().clone().requires_grad_(true));
+        xs.push_back(block(full.back(), side(notation, false), *m, {}).requires_grad_(true));
+      }
+      INFO(notation << " on " << label(*m));
+      const auto ys = es::einfft_many(notation, xs, o);
+      const auto many = es::last_plan();
+      REQUIRE(ys.size() == 3);
+      // One exchange per transpose for all fields: a single field's count, three times its bytes.
+      const auto one = es::explain_fft(notation, {xs[0].detach()}, o);
+      CHECK(count(many, "alltoall_repartition") == count(one, "alltoall_repartition"));
+      CHECK(many.total_forward().bytes_sent == 3 * one.total_forward().bytes_sent);
+      at::Tensor loss = at::zeros({}, at::kDouble), ref_loss = at::zeros({}, at::kDouble);
+      for (int f = 0; f < 3; ++f) {
+        const auto ref = real ? at::fft_rfftn(leaves[static_cast<std::size_t>(f)])
+                              : at::fft_fftn(leaves[static_cast<std::size_t>(f)]);
+        at::manual_seed(50 + static_cast<std::uint64_t>(f));
+        const auto G = at::randn(ref.sizes(), ref.options());
+        const auto& y = ys[static_cast<std::size_t>(f)];
+        const auto want = block(ref.detach(), side(notation, true), *m, {});
+        REQUIRE(y.sizes() == want.sizes());
+        CHECK(at::allclose(y.detach(), want, 1e-9, 1e-9));
+        loss = loss + at::real(at::sum(y * block(G, side(notation, true), *m, {}).conj()));
+        ref_loss = ref_loss + at::real(at::sum(ref * G.conj()));
+      }
+      loss.backward();
+      ref_loss.backward();
+      for (std::size_t f = 0; f < 3; ++f) {
+        REQUIRE(xs[f].grad().defined());
+        CHECK(at::allclose(xs[f].grad(), block(leaves[f].grad(), side(notation, false), *m, {}), 1e-9, 1e-9));
+      }
+    }
+  }
+}
+
+TEST_CASE("einfft distributed: bad output tensors and real-transform inputs raise the same error on every rank",
+          "[spectral][fft]") {
+  const auto w = es::testing::world();
+  const auto& m = mesh_of({w.size});
+  auto same_everywhere = [&](auto f, const std::string& part) {
+    std::string message;
+    try {
+      f();
+    } catch (const es::Error& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK(message.find(part) != std::string::npos);
+    const auto h = static_cast<std::int64_t>(std::hash<std::string>{}(message));
+    std::int64_t lo = h, hi = h;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(lo == hi);
+  };
+  const es::Options o{.mesh = m, .axes = {{"x", "kx"}, {"y", "ky"}}};
+  // y of 4 split over the ranks in and out (so an output block is an input block's shape).
+  const auto rows = es::compute_split_shapes(4, w.size)[static_cast<std::size_t>(w.rank)];
+  const auto x = at::randn({3, rows}, at::kComplexDouble);
+  // A wrong shape on the last rank only.
+  same_everywhere(
+      [&] {
+        auto out = at::empty({3, rows + (w.rank == w.size - 1 ? 1 : 0)}, at::kComplexDouble);
+        es::einfft_out("x y/dp -> kx ky/dp", out, x, o);
+      },
+      "the output tensor on rank " + std::to_string(w.size - 1) + " is");
+  // A wrong dtype on rank 0 only.
+  same_everywhere(
+      [&] {
+        auto out = at::empty({3, rows}, w.rank == 0 ? at::kComplexFloat : at::kComplexDouble);
+        es::einfft_out("x y/dp -> kx ky/dp", out, x, o);
+      },
+      "the output tensor on rank 0 is");
+  // An output that would be recorded by autograd.
+  same_everywhere(
+      [&] {
+        auto out = at::empty({3, rows}, at::kComplexDouble);
+        if (w.rank == 0) out.requires_grad_(true);
+        es::einfft_out("x y/dp -> kx ky/dp", out, x, o);
+      },
+      "under autograd");
+  // An output overlapping the input without being it.
+  same_everywhere(
+      [&] {
+        auto big = at::randn({3, 8}, at::kComplexDouble);
+        auto in = big.narrow(1, 0, rows);
+        auto out = w.rank == w.size - 1 ? big.narrow(1, 1, rows) : at::empty({3, rows}, at::kComplexDouble);
+        es::einfft_out("x y/dp -> kx ky/dp", out, in, o);
+      },
+      "overlaps the input");
+  // A c2r whose half axis has a single bin gives a signal of length 2(1-1) = 0 unless one is given.
+  same_everywhere(
+      [&] {
+        const auto spectrum = at::randn({3, 1}, at::kComplexDouble);
+        (void)es::einfft("kx/dp ky -> x/dp y", {spectrum},
+                         {.mesh = m, .axes = {{"kx", "x"}, {"ky", "y"}}, .inverse = true, .real = true});
+      },
+      "give .signal_sizes");
+  // Fields of different shapes (on the last rank).
+  same_everywhere(
+      [&] {
+        const auto u = at::randn({3, rows}, at::kComplexDouble);
+        const auto v = at::randn({3, rows + (w.rank == w.size - 1 ? 1 : 0)}, at::kComplexDouble);
+        (void)es::einfft_many("x y/dp -> kx ky/dp", {u, v}, o);
+      },
+      "differs from field 1");
+}

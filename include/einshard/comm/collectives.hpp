@@ -224,14 +224,16 @@ inline std::int64_t contiguous_offset(const at::Tensor& t, const Box& box) {
 /// place; the others are packed into (sender) or unpacked from (receiver) the thread's reused
 /// scratch buffer, because OpenMPI moves strided datatypes much slower than contiguous bytes
 /// (docs/performance.md). Only the pairs that exchange data post messages, all packed first.
+/// `into`, when given, is the result (of `out_shape` and x's dtype, not overlapping x): the caller's
+/// output tensor, filled without a copy.
 inline at::Tensor exchange_boxes(const at::Tensor& x, at::IntArrayRef out_shape,
                                  const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
-                                 MPI_Comm comm, int tag = 7101) {
+                                 MPI_Comm comm, int tag = 7101, const at::Tensor& into = {}) {
   // Elements no message covers are zero: the reverse of a schedule that drops elements (a clipped
   // range's backward) gives them no gradient.
   std::int64_t covered = 0;
   for (const auto& r : recvs) covered += r.box.numel();
-  auto out = pooled_empty(out_shape, x.options());
+  auto out = into.defined() ? into : pooled_empty(out_shape, x.options());
   if (covered != c10::multiply_integers(out_shape)) out.zero_();
   const int me = rank_of(comm);
   const bool x_flat = x.is_contiguous();

@@ -40,7 +40,28 @@ struct FftCall {
   std::vector<Program> programs;  ///< by stage (empty for FFT stages)
   std::vector<std::shared_ptr<const FactoredFftCall>> factored;  ///< by stage (null but for factored stages)
   std::optional<std::string> norm;
+  SizeTable output;  ///< the output's lengths and shard sizes
 };
+
+/// The output block of rank `r` of the mesh (output order), or the whole output without a mesh.
+inline std::vector<std::int64_t> output_block(const FftCall& call, const Mesh& mesh, int r) {
+  std::vector<std::int64_t> out;
+  for (const auto& [axis, group] : call.plan.out.axes) {
+    if (group.empty()) {
+      out.push_back(call.output.global.at(axis));
+      continue;
+    }
+    const auto c = mesh.shape().coordinate(group, mesh.coordinates_of(r));
+    out.push_back(call.output.of(axis, group)[static_cast<std::size_t>(c)]);
+  }
+  return out;
+}
+
+/// The output's dtype for an input of `dtype`: complex, or real after an inverse real transform.
+inline at::ScalarType output_dtype(const FftCall& call, at::ScalarType dtype) {
+  const auto complex = c10::isComplexType(dtype) ? dtype : c10::toComplexType(dtype);
+  return call.problem.real && call.problem.inverse ? c10::toRealValueType(complex) : complex;
+}
 
 /// The input layout a problem states (input order, input names and groups).
 inline plan::Layout input_layout(const plan::FftProblem& p) {
@@ -198,16 +219,71 @@ inline FftCall prepare_fft(plan::FftProblem p, const SizeTable& in, const Mesh& 
   call.plan.stages = std::move(kept);
   call.factored.resize(call.plan.stages.size());
   call.problem = std::move(p);
+  call.output = std::move(out);
   return call;
 }
 
-/// Runs a prepared call on this rank's block `x`.
-inline at::Tensor run_fft(const FftCall& call, at::Tensor x) {
+/// The permutation a layout-change program amounts to when it only permutes (the composition of its
+/// permute steps), else nothing.
+inline std::optional<std::vector<std::int64_t>> final_permutation(const Program& p) {
+  std::optional<std::vector<std::int64_t>> order;
+  for (const auto& st : p.steps) {
+    if (st.kind != plan::StepKind::permute) return std::nullopt;
+    if (!order) {
+      order = st.permutation;
+      continue;
+    }
+    std::vector<std::int64_t> next;
+    for (auto j : st.permutation) next.push_back((*order)[static_cast<std::size_t>(j)]);
+    order = std::move(next);
+  }
+  return order;
+}
+
+/// Runs a prepared call on this rank's block `x`. `into`, when given, receives the result (this
+/// rank's output block, of the output dtype; it may be `x` itself): the last stage writes there
+/// directly where it can — a local FFT on FFTW, an all-to-all outside autograd — and copies once
+/// otherwise.
+inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const at::Tensor& into = {}) {
   const auto input = x;
-  for (std::size_t i = 0; i < call.plan.stages.size(); ++i) {
-    const auto& s = call.plan.stages[i];
+  const auto& stages = call.plan.stages;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const auto& s = stages[i];
+    const bool last = i + 1 == stages.size();
+    if (s.kind == plan::FftStage::Kind::fft && !comm::records(x) && i + 2 == stages.size() &&
+        (into.defined() || x.is_alias_of(input))) {
+      // The last FFT stage followed by nothing but a permute (the output orders its axes otherwise,
+      // as FFTW_MPI_TRANSPOSED_OUT's ky-first slabs), where it writes out of place anyway (into the
+      // caller's tensor, or from the caller's input): it writes in the output's order, so the
+      // result is contiguous and no copy into `into` follows. A stage that could run in place on
+      // its own temporary does so and leaves the permute a view: measured faster than a strided
+      // out-of-place write.
+      if (const auto order = final_permutation(call.programs[i + 1])) {
+        auto sizes = x.sizes().vec();
+        std::vector<std::int64_t> lengths;
+        for (auto d : s.dims) {
+          const auto n = call.problem.axes[static_cast<std::size_t>(d)].out_length;
+          sizes[static_cast<std::size_t>(d)] = n;
+          lengths.push_back(n);
+        }
+        std::vector<std::int64_t> permuted, inverse(order->size());
+        for (std::size_t j = 0; j < order->size(); ++j) {
+          permuted.push_back(sizes[static_cast<std::size_t>((*order)[j])]);
+          inverse[static_cast<std::size_t>((*order)[j])] = static_cast<std::int64_t>(j);
+        }
+        const auto dtype = s.op == plan::FftOp::real_inverse ? c10::toRealValueType(x.scalar_type())
+                           : x.is_complex()                   ? x.scalar_type()
+                                                              : c10::toComplexType(x.scalar_type());
+        const auto target = into.defined() ? into : comm::pooled_empty(permuted, x.options().dtype(dtype));
+        (void)local_fft(x, s.op, s.dims, lengths, call.norm, !x.is_alias_of(input), target.permute(inverse));
+        return target;
+      }
+    }
     if (s.kind == plan::FftStage::Kind::move) {
-      x = run(call.programs[i], x);
+      const auto& p = call.programs[i];
+      const bool direct = last && into.defined() && !comm::records(x) && !into.is_alias_of(x) &&
+                          p.steps.size() == 1 && p.steps[0].kind == plan::StepKind::redistribute;
+      x = direct ? static_cast<const RedistributeOp&>(*p.ops[0]).forward_into(x, into) : run(p, x);
       continue;
     }
     if (s.kind == plan::FftStage::Kind::factored) {
@@ -217,8 +293,10 @@ inline at::Tensor run_fft(const FftCall& call, at::Tensor x) {
     std::vector<std::int64_t> lengths;
     for (auto d : s.dims) lengths.push_back(call.problem.axes[static_cast<std::size_t>(d)].out_length);
     // A stage's own result (not the input, nor a view of it) may be transformed in place.
-    x = local_fft(x, s.op, s.dims, lengths, call.norm, !comm::records(x) && !x.is_alias_of(input));
+    x = local_fft(x, s.op, s.dims, lengths, call.norm, !comm::records(x) && !x.is_alias_of(input),
+                  last ? into : at::Tensor());
   }
+  if (into.defined() && !x.is_same(into)) return into.copy_(x);
   return x;
 }
 

@@ -2,12 +2,14 @@
 /// @file
 /// The local FFTs of einfft: torch's `at::fft_*` (MKL or pocketfft on the CPU, cuFFT on CUDA
 /// tensors), and, when einshard is built with FFTW 3 (`EINSHARD_HAS_FFTW`), planned FFTW transforms
-/// for the complex CPU passes that autograd does not record.
+/// for the CPU passes that autograd does not record: complex, real to half-complex (r2c) and back
+/// (c2r).
 ///
 /// Why FFTW: torch plans nothing ahead on the CPU, and its strided passes (the axis a transpose
 /// left outermost) run slower than an `FFTW_MEASURE` plan of the same batched transform
 /// (docs/performance.md). FFTW's guru interface takes the strides as they are, so no pass copies the
-/// data first. Plans are made once per (shape, strides, axes, direction, precision) and kept for the
+/// data first, and it writes where it is told: into the caller's output tensor, or in place. Plans are
+/// made once per (kind, shapes, strides, axes, direction, precision) and kept for the
 /// process; planning measures on scratch arrays, never on the caller's data. Where a gradient is
 /// recorded torch's FFT runs, so its autograd (the adjoint transform with torch's norm conventions)
 /// stays the one definition of the backward.
@@ -17,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -60,6 +63,10 @@ constexpr bool has_fftw() noexcept {
 #if defined(EINSHARD_HAS_FFTW)
 namespace detail {
 
+/// The three transform kinds FFTW plans for einfft: complex to complex, real to half-complex
+/// (r2c, the last transformed axis halved to n/2+1) and back (c2r).
+enum class FftwKind { c2c, r2c, c2r };
+
 template <class Real>
 struct Fftw;
 
@@ -67,12 +74,29 @@ template <>
 struct Fftw<double> {
   using Complex = fftw_complex;
   using Plan = fftw_plan;
-  static Plan plan(int rank, const fftw_iodim64* dims, int howmany, const fftw_iodim64* batch, Complex* in,
-                   Complex* out, int sign, unsigned flags) {
-    return fftw_plan_guru64_dft(rank, dims, howmany, batch, in, out, sign, flags);
+  static Plan plan(FftwKind kind, int rank, const fftw_iodim64* dims, int howmany, const fftw_iodim64* batch,
+                   void* in, void* out, int sign, unsigned flags) {
+    switch (kind) {
+      case FftwKind::c2c:
+        return fftw_plan_guru64_dft(rank, dims, howmany, batch, static_cast<Complex*>(in), static_cast<Complex*>(out),
+                                    sign, flags);
+      case FftwKind::r2c:
+        return fftw_plan_guru64_dft_r2c(rank, dims, howmany, batch, static_cast<double*>(in),
+                                        static_cast<Complex*>(out), flags);
+      case FftwKind::c2r:
+        return fftw_plan_guru64_dft_c2r(rank, dims, howmany, batch, static_cast<Complex*>(in),
+                                        static_cast<double*>(out), flags);
+    }
+    return nullptr;
   }
-  static void execute(Plan p, Complex* in, Complex* out) { fftw_execute_dft(p, in, out); }
-  static Complex* alloc(std::size_t n) { return fftw_alloc_complex(n); }
+  static void execute(FftwKind kind, Plan p, void* in, void* out) {
+    switch (kind) {
+      case FftwKind::c2c: fftw_execute_dft(p, static_cast<Complex*>(in), static_cast<Complex*>(out)); break;
+      case FftwKind::r2c: fftw_execute_dft_r2c(p, static_cast<double*>(in), static_cast<Complex*>(out)); break;
+      case FftwKind::c2r: fftw_execute_dft_c2r(p, static_cast<Complex*>(in), static_cast<double*>(out)); break;
+    }
+  }
+  static void* alloc(std::size_t bytes) { return fftw_malloc(bytes); }
   static void free(void* p) { fftw_free(p); }
   static int alignment(void* p) { return fftw_alignment_of(static_cast<double*>(p)); }
 };
@@ -81,24 +105,51 @@ template <>
 struct Fftw<float> {
   using Complex = fftwf_complex;
   using Plan = fftwf_plan;
-  static Plan plan(int rank, const fftw_iodim64* dims, int howmany, const fftw_iodim64* batch, Complex* in,
-                   Complex* out, int sign, unsigned flags) {
-    return fftwf_plan_guru64_dft(rank, dims, howmany, batch, in, out, sign, flags);
+  static Plan plan(FftwKind kind, int rank, const fftw_iodim64* dims, int howmany, const fftw_iodim64* batch,
+                   void* in, void* out, int sign, unsigned flags) {
+    switch (kind) {
+      case FftwKind::c2c:
+        return fftwf_plan_guru64_dft(rank, dims, howmany, batch, static_cast<Complex*>(in),
+                                     static_cast<Complex*>(out), sign, flags);
+      case FftwKind::r2c:
+        return fftwf_plan_guru64_dft_r2c(rank, dims, howmany, batch, static_cast<float*>(in),
+                                         static_cast<Complex*>(out), flags);
+      case FftwKind::c2r:
+        return fftwf_plan_guru64_dft_c2r(rank, dims, howmany, batch, static_cast<Complex*>(in),
+                                         static_cast<float*>(out), flags);
+    }
+    return nullptr;
   }
-  static void execute(Plan p, Complex* in, Complex* out) { fftwf_execute_dft(p, in, out); }
-  static Complex* alloc(std::size_t n) { return fftwf_alloc_complex(n); }
+  static void execute(FftwKind kind, Plan p, void* in, void* out) {
+    switch (kind) {
+      case FftwKind::c2c: fftwf_execute_dft(p, static_cast<Complex*>(in), static_cast<Complex*>(out)); break;
+      case FftwKind::r2c: fftwf_execute_dft_r2c(p, static_cast<float*>(in), static_cast<Complex*>(out)); break;
+      case FftwKind::c2r: fftwf_execute_dft_c2r(p, static_cast<Complex*>(in), static_cast<float*>(out)); break;
+    }
+  }
+  static void* alloc(std::size_t bytes) { return fftwf_malloc(bytes); }
   static void free(void* p) { fftwf_free(p); }
   static int alignment(void* p) { return fftwf_alignment_of(static_cast<float*>(p)); }
 };
 
+/// The elements a tensor of `sizes` and `strides` reaches (its span in memory).
+inline std::int64_t span_of(at::IntArrayRef sizes, at::IntArrayRef strides) {
+  std::int64_t span = 1;
+  for (std::size_t d = 0; d < sizes.size(); ++d) span += (sizes[d] - 1) * strides[d];
+  return span;
+}
+
 /// The process's FFTW plans of one precision. FFTW's planner is not thread-safe, so planning holds
-/// the mutex; executing a plan on new arrays is (fftw_execute_dft).
+/// the mutex; executing a plan on new arrays is (fftw_execute_dft and its r2c/c2r forms).
 template <class Real>
 class FftwPlans {
   using Api = Fftw<Real>;
 
  public:
-  using Key = std::tuple<std::vector<std::int64_t>, std::vector<std::int64_t>, std::vector<std::int64_t>, int, bool>;
+  /// kind, sign, in place, input sizes and strides, output sizes and strides, transformed dims (in
+  /// order). An out-of-place plan must never run in place (FFTW may use its output as scratch).
+  using Key = std::tuple<int, int, bool, std::vector<std::int64_t>, std::vector<std::int64_t>,
+                         std::vector<std::int64_t>, std::vector<std::int64_t>, std::vector<std::int64_t>>;
 
   static FftwPlans& instance() {
     static FftwPlans plans;
@@ -107,29 +158,28 @@ class FftwPlans {
   FftwPlans(const FftwPlans&) = delete;
   FftwPlans& operator=(const FftwPlans&) = delete;
 
-  /// The plan of a transform over `dims` of `x` (its sizes and strides) into a contiguous output,
-  /// or `in_place`, for data with the 64-byte alignment fftw_malloc gives (callers check theirs);
-  /// null if FFTW cannot plan it.
-  typename Api::Plan get(const at::Tensor& x, at::IntArrayRef dims, int sign, bool in_place) {
-    Key key{x.sizes().vec(), x.strides().vec(), dims.vec(), sign, in_place};
+  /// The plan of a transform over `dims` (the half axis last for r2c and c2r) from `x` into `y`
+  /// (their sizes and strides; in place when they share data), for data with the alignment
+  /// fftw_malloc gives (callers check theirs); null if FFTW cannot plan it.
+  typename Api::Plan get(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at::IntArrayRef dims, int sign) {
+    const bool in_place = x.data_ptr() == y.data_ptr();
+    Key key{static_cast<int>(kind), sign, in_place, x.sizes().vec(), x.strides().vec(), y.sizes().vec(),
+            y.strides().vec(), dims.vec()};
     std::lock_guard lock(mutex_);
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-    std::vector<bool> transformed(static_cast<std::size_t>(x.dim()), false);
-    for (auto d : dims) transformed[static_cast<std::size_t>(d)] = true;
-    const auto contiguous = c10::contiguous_strides(x.sizes());
-    const std::vector<std::int64_t> out_strides =
-        in_place ? x.strides().vec() : std::vector<std::int64_t>(contiguous.begin(), contiguous.end());
+    // FFTW's logical length of an axis is the real one: the input's for r2c, the output's for c2r.
+    const auto& real = kind == FftwKind::c2r ? y : x;
     std::vector<fftw_iodim64> along, batch;
-    std::int64_t span = 1;  // elements the input's strides reach
-    for (std::int64_t d = 0; d < x.dim(); ++d) {
-      span += (x.size(d) - 1) * x.stride(d);
-      const fftw_iodim64 io{x.size(d), x.stride(d), out_strides[static_cast<std::size_t>(d)]};
-      if (transformed[static_cast<std::size_t>(d)]) along.push_back(io);
-      else if (x.size(d) > 1) batch.push_back(io);
-    }
-    auto* in = Api::alloc(static_cast<std::size_t>(span));
-    auto* out = in_place ? in : Api::alloc(static_cast<std::size_t>(x.numel()));
-    const auto plan = Api::plan(static_cast<int>(along.size()), along.data(), static_cast<int>(batch.size()),
+    for (auto d : dims) along.push_back({real.size(d), x.stride(d), y.stride(d)});
+    for (std::int64_t d = 0; d < x.dim(); ++d)
+      if (std::find(dims.begin(), dims.end(), d) == dims.end() && x.size(d) > 1)
+        batch.push_back({x.size(d), x.stride(d), y.stride(d)});
+    const auto in_bytes = static_cast<std::size_t>(span_of(x.sizes(), x.strides()) * x.element_size());
+    const auto out_bytes = static_cast<std::size_t>(span_of(y.sizes(), y.strides()) * y.element_size());
+    // Planning measures on scratch arrays: never on the caller's data.
+    auto* in = Api::alloc(in_place ? std::max(in_bytes, out_bytes) : in_bytes);
+    auto* out = in_place ? in : Api::alloc(out_bytes);
+    const auto plan = Api::plan(kind, static_cast<int>(along.size()), along.data(), static_cast<int>(batch.size()),
                                 batch.data(), in, out, sign, FFTW_MEASURE);
     Api::free(in);
     if (!in_place) Api::free(out);
@@ -143,21 +193,81 @@ class FftwPlans {
   std::map<Key, typename Api::Plan> plans_;
 };
 
-/// FFTW's transform of `x` over `dims` (unnormalized, sign −1 forward), in place when `in_place`,
-/// or nothing when FFTW does not take this tensor (a CPU complex tensor whose data is 64-byte
-/// aligned).
+/// FFTW's unnormalized transform (sign −1 forward) of `x` over `dims` into `y` (in place when they
+/// are the same tensor); false, with nothing written, when FFTW does not take these tensors (CPU,
+/// non-conjugate, non-empty, aligned as fftw_malloc aligns).
 template <class Real>
-std::optional<at::Tensor> fftw_c2c(at::Tensor x, at::IntArrayRef dims, bool inverse, bool in_place) {
+bool fftw_transform(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at::IntArrayRef dims, bool inverse) {
   using Api = Fftw<Real>;
-  in_place = in_place && !x.is_conj();
-  x = x.resolve_conj();
-  auto out = in_place ? x : comm::pooled_empty(x.sizes(), x.options());
-  if (x.numel() == 0 || Api::alignment(x.data_ptr()) != 0 || Api::alignment(out.data_ptr()) != 0)
-    return std::nullopt;
-  const auto plan = FftwPlans<Real>::instance().get(x, dims, inverse ? FFTW_BACKWARD : FFTW_FORWARD, in_place);
-  if (plan == nullptr) return std::nullopt;
-  Api::execute(plan, static_cast<typename Api::Complex*>(x.data_ptr()),
-               static_cast<typename Api::Complex*>(out.data_ptr()));
+  if (x.numel() == 0 || x.is_conj() || y.is_conj() || Api::alignment(x.data_ptr()) != 0 ||
+      Api::alignment(y.data_ptr()) != 0)
+    return false;
+  const auto plan = FftwPlans<Real>::instance().get(kind, x, y, dims, inverse ? FFTW_BACKWARD : FFTW_FORWARD);
+  if (plan == nullptr) return false;
+  Api::execute(kind, plan, x.data_ptr(), y.data_ptr());
+  return true;
+}
+
+/// The local transform on FFTW, or nothing when FFTW does not take it (see local_fft). `into`, when
+/// given, is the destination (the output's shape and dtype, checked by the caller).
+inline std::optional<at::Tensor> fftw_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef dims,
+                                          at::IntArrayRef lengths, bool owned, const at::Tensor& into) {
+  const bool complex_in = x.scalar_type() == at::kComplexDouble || x.scalar_type() == at::kComplexFloat;
+  const bool real_in = x.scalar_type() == at::kDouble || x.scalar_type() == at::kFloat;
+  FftwKind kind = FftwKind::c2c;
+  std::vector<std::int64_t> out_sizes = x.sizes().vec();
+  switch (op) {
+    case plan::FftOp::forward:
+    case plan::FftOp::inverse:
+      if (!complex_in) return std::nullopt;
+      break;
+    case plan::FftOp::real_forward:
+      if (!real_in) return std::nullopt;
+      kind = FftwKind::r2c;
+      out_sizes[static_cast<std::size_t>(dims.back())] = x.size(dims.back()) / 2 + 1;
+      break;
+    case plan::FftOp::real_inverse: {
+      if (!complex_in) return std::nullopt;
+      kind = FftwKind::c2r;
+      for (std::size_t i = 0; i < dims.size(); ++i) {
+        const auto d = static_cast<std::size_t>(dims[i]);
+        // FFTW's c2r reads exactly n/2+1 bins of the half axis and the other axes whole; torch's
+        // cropping and zero padding to other lengths stay torch's.
+        const bool half = i + 1 == dims.size();
+        if (half ? x.size(dims[i]) != lengths[i] / 2 + 1 : x.size(dims[i]) != lengths[i]) return std::nullopt;
+        out_sizes[d] = lengths[i];
+      }
+      break;
+    }
+  }
+  const auto complex = complex_in ? x.scalar_type() : c10::toComplexType(x.scalar_type());
+  const auto out_dtype = kind == FftwKind::c2r ? c10::toRealValueType(complex) : complex;
+  // c2r overwrites its input (FFTW_DESTROY_INPUT, the only choice for more than one axis), so it
+  // works on a copy unless the input is the caller's temporary.
+  auto source = x;
+  if (kind == FftwKind::c2r && !owned) {
+    source = comm::pooled_empty(x.sizes(), x.options());
+    source.copy_(x);
+  }
+  source = source.resolve_conj();
+  // The destination: `into` when FFTW can write there (not overlapping the input unless it is the
+  // input itself, for a pass in place), the owned input for a complex pass, else a pooled block.
+  const bool into_fits = into.defined() && into.sizes() == at::IntArrayRef(out_sizes) &&
+                         into.scalar_type() == out_dtype && !into.is_conj() &&
+                         (into.data_ptr() == source.data_ptr() ? kind == FftwKind::c2c && into.strides() == source.strides()
+                                                               : !into.is_alias_of(source));
+  at::Tensor out;
+  if (into_fits) out = into;
+  else if (kind == FftwKind::c2c && owned && source.is_same(x)) out = x;
+  else out = comm::pooled_empty(out_sizes, x.options().dtype(out_dtype));
+  // Complex passes go in tensor order (FFTW's plans for them are measured that way); the real
+  // ones keep the half axis last.
+  std::vector<std::int64_t> order = dims.vec();
+  if (kind == FftwKind::c2c) std::sort(order.begin(), order.end());
+  const bool done = complex == at::kComplexDouble
+                        ? fftw_transform<double>(kind, source, out, order, op == plan::FftOp::inverse || kind == FftwKind::c2r)
+                        : fftw_transform<float>(kind, source, out, order, op == plan::FftOp::inverse || kind == FftwKind::c2r);
+  if (!done) return std::nullopt;
   return out;
 }
 
@@ -167,35 +277,38 @@ std::optional<at::Tensor> fftw_c2c(at::Tensor x, at::IntArrayRef dims, bool inve
 /// The local FFT over `dims` of `x` (c2r: `lengths` are the output lengths of `dims`), with torch's
 /// norm conventions. `owned`: `x` is a temporary of the caller's that nothing else refers to, so
 /// FFTW may transform it in place (a fresh output costs its page faults, a large share of a big
-/// transform, docs/performance.md).
+/// transform, docs/performance.md). `into`: where to write the result (the output's shape and dtype;
+/// it may be `x` itself for a complex pass, which then runs in place); the result is returned.
+/// Where autograd records, torch's FFT runs, so its autograd (the adjoint transform with torch's
+/// norm conventions) stays the one definition of the backward.
 inline at::Tensor local_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef dims, at::IntArrayRef lengths,
-                            const std::optional<std::string>& norm, bool owned = false) {
+                            const std::optional<std::string>& norm, bool owned = false, const at::Tensor& into = {}) {
 #if defined(EINSHARD_HAS_FFTW)
-  const bool complex_pass = op == plan::FftOp::forward || op == plan::FftOp::inverse;
-  if (complex_pass && local_fft_backend() == LocalFft::automatic && !comm::records(x) && x.device().is_cpu()) {
-    const bool inverse = op == plan::FftOp::inverse;
-    std::optional<at::Tensor> y;
-    if (x.scalar_type() == at::kComplexDouble) y = detail::fftw_c2c<double>(x, dims, inverse, owned);
-    else if (x.scalar_type() == at::kComplexFloat) y = detail::fftw_c2c<float>(x, dims, inverse, owned);
-    if (y) {
+  if (local_fft_backend() == LocalFft::automatic && !comm::records(x) && x.device().is_cpu() &&
+      (!into.defined() || !comm::records(into))) {
+    if (auto y = detail::fftw_fft(x, op, dims, lengths, owned, into)) {
+      const bool inverse = op == plan::FftOp::inverse || op == plan::FftOp::real_inverse;
       double n = 1;
-      for (auto d : dims) n *= static_cast<double>(x.size(d));
+      for (std::size_t i = 0; i < dims.size(); ++i)
+        n *= static_cast<double>(op == plan::FftOp::real_inverse ? lengths[i] : x.size(dims[i]));
       const auto mode = norm.value_or("backward");
       const double scale = mode == "ortho" ? 1 / std::sqrt(n) : (mode == "forward") != inverse ? 1 / n : 1;
       if (scale != 1) y->mul_(scale);
+      if (into.defined() && !y->is_same(into)) return into.copy_(*y);
       return *y;
     }
   }
 #endif
   std::optional<c10::string_view> n;
   if (norm) n = c10::string_view(norm->data(), norm->size());
+  at::Tensor y;
   switch (op) {
-    case plan::FftOp::forward: return at::fft_fftn(x, std::nullopt, dims, n);
-    case plan::FftOp::inverse: return at::fft_ifftn(x, std::nullopt, dims, n);
-    case plan::FftOp::real_forward: return at::fft_rfftn(x, std::nullopt, dims, n);
-    case plan::FftOp::real_inverse: return at::fft_irfftn(x, lengths, dims, n);
+    case plan::FftOp::forward: y = at::fft_fftn(x, std::nullopt, dims, n); break;
+    case plan::FftOp::inverse: y = at::fft_ifftn(x, std::nullopt, dims, n); break;
+    case plan::FftOp::real_forward: y = at::fft_rfftn(x, std::nullopt, dims, n); break;
+    case plan::FftOp::real_inverse: y = at::fft_irfftn(x, lengths, dims, n); break;
   }
-  return x;
+  return into.defined() ? into.copy_(y) : y;
 }
 
 }  // namespace einshard::exec

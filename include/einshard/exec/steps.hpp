@@ -36,6 +36,12 @@ struct RedistributeOp final : comm::CommOp {
     return comm::exchange_boxes(g, backward_schedule.out_shape, backward_schedule.sends,
                                 backward_schedule.recvs, comm);
   }
+  /// The forward exchange into `out` (the result's shape and dtype, not overlapping `x`), outside
+  /// autograd.
+  at::Tensor forward_into(const at::Tensor& x, const at::Tensor& out) const {
+    return comm::exchange_boxes(x, forward_schedule.out_shape, forward_schedule.sends, forward_schedule.recvs,
+                                comm, 7101, out);
+  }
 };
 
 }  // namespace einshard::exec

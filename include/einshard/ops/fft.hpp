@@ -6,7 +6,10 @@
 /// (`b x/tp y z -> b kx ky/tp kz` leaves the result transposed, as FFTW_MPI_TRANSPOSED_OUT does).
 /// Locally it is torch's fftn/ifftn/rfftn/irfftn; on a mesh the transform runs as local FFTs between
 /// all-to-all(v) transposes (plan/fft.hpp), for any shard sizes and lengths, with the adjoint
-/// transform as its backward.
+/// transform as its backward. `.real` transforms (r2c forward, c2r inverse) halve the last
+/// transform axis to n/2+1 before anything moves, so they move and transform half the data.
+/// `einfft_out` writes into a given tensor (in place where the layout allows); `einfft_many`
+/// transforms several fields with one exchange per transpose.
 
 #include <ATen/ATen.h>
 
@@ -15,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <span>
 #include <vector>
 
 #include "einshard/error.hpp"
@@ -41,6 +45,10 @@ namespace detail {
 /// The operation's entry points (defined with its executor, below or in einshard_compiled).
 EINSHARD_INLINE at::Tensor run_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
                                    const Options& o);
+EINSHARD_INLINE at::Tensor& run_fft_out(const notation::ExpressionView& e, std::string_view source, at::Tensor& out,
+                                        const at::Tensor& x, const Options& o);
+EINSHARD_INLINE std::vector<at::Tensor> run_fft_many(const notation::ExpressionView& e, std::string_view source,
+                                                     at::TensorList xs, const Options& o);
 EINSHARD_INLINE Plan explain_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
                                  const Options& o);
 
@@ -88,36 +96,143 @@ struct PreparedFft {
   at::ScalarType dtype;
 };
 
+/// The leading axis einfft_many stacks its fields on: not a name the notation can spell.
+inline constexpr const char* fields_axis = "(fields)";
+
+/// What a call transforms: its fields (one for einfft; einfft_many's several are stacked on a
+/// leading axis and moved in one exchange per transpose) and, for einfft_out, the output tensor.
+struct FftOperands {
+  at::TensorList fields;
+  at::Tensor out{};
+  bool stacked = false;
+};
+
+/// The faults of an output tensor that one rank can see and the others cannot: carried on the
+/// agreement so that every rank raises the same error.
+enum class OutFault : std::int64_t { none = 0, records = 1, overlaps = 2 };
+
+inline OutFault out_fault(const FftOperands& ops) {
+  if (!ops.out.defined()) return OutFault::none;
+  const auto& x = ops.fields[0];
+  if (at::GradMode::is_enabled() && (ops.out.requires_grad() || x.requires_grad())) return OutFault::records;
+  const bool same = ops.out.data_ptr() == x.data_ptr() && ops.out.sizes() == x.sizes() && ops.out.strides() == x.strides();
+  if (ops.out.is_alias_of(x) && !same) return OutFault::overlaps;
+  return OutFault::none;
+}
+
+/// Checks every rank's output tensor (`infos[r]`, `faults[r]`) against the output block the call
+/// gives rank r; every rank reads the same descriptions, so every rank raises the same error.
+inline void check_out(const exec::FftCall& call, const Mesh& mesh, at::ScalarType dtype,
+                      const std::vector<comm::RankInfo>& infos, const std::vector<std::int64_t>& faults,
+                      const std::string& what) {
+  const auto want_dtype = exec::output_dtype(call, dtype);
+  for (std::size_t r = 0; r < infos.size(); ++r) {
+    const auto on = mesh ? " on rank " + std::to_string(r) : std::string();
+    switch (static_cast<OutFault>(faults[r])) {
+      case OutFault::none: break;
+      case OutFault::records:
+        throw Error(what + ": the output tensor" + on +
+                    " would be written under autograd (the input or the output requires grad); "
+                    "call einfft, which returns a new tensor, where gradients are wanted");
+      case OutFault::overlaps:
+        throw Error(what + ": the output tensor" + on +
+                    " overlaps the input without being it; pass the input itself for a transform in place, "
+                    "or a separate tensor");
+    }
+    const auto& info = infos[r];
+    const auto want = exec::output_block(call, mesh, static_cast<int>(r));
+    std::vector<std::int64_t> have(info.sizes.begin(),
+                                   info.sizes.begin() + std::min<std::int64_t>(info.ndim, comm::RankInfo::max_dims));
+    if (have != want || info.dtype != static_cast<std::int64_t>(want_dtype)) {
+      auto text = [](const std::vector<std::int64_t>& v) {
+        std::string t = "[";
+        for (std::size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
+        return t + "]";
+      };
+      throw Error(what + ": the output tensor" + on + " is " + text(have) + " " +
+                  std::string(c10::toString(static_cast<at::ScalarType>(info.dtype))) + ", but the output block there is " +
+                  text(want) + " " + std::string(c10::toString(want_dtype)));
+    }
+  }
+}
+
 /// Agrees (on a mesh), checks and prepares; collective over the mesh when there is one.
 inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::string_view source,
-                                    const at::Tensor& x, const Options& o) {
+                                    const FftOperands& ops, const Options& o) {
   const auto what = "einfft '" + std::string(source) + "'";
   const auto axes = expand_fft_axes(o.axes, o.families);
   const Mesh& mesh = o.mesh;
   auto problem = plan::fft_problem(e, source, axes, o.inverse.value_or(false), o.real.value_or(false),
                                    mesh ? &mesh.shape() : nullptr);
-  const auto ndim = static_cast<std::int64_t>(problem.axes.size());
-  const auto key_text = fft_options_key(axes, o);
+  const auto fields = ops.fields.size();
+  const auto ndim = static_cast<std::int64_t>(problem.axes.size());  // of each field
+  if (ops.stacked) {
+    problem.axes.insert(problem.axes.begin(), plan::FftAxis{fields_axis, fields_axis, false, false, 0, 0, {}, {}});
+    problem.out_order.insert(problem.out_order.begin(), fields_axis);
+  }
+  auto key_text = fft_options_key(axes, o);
+  if (ops.stacked) key_text += "fields=" + std::to_string(fields) + ';';
   exec::SizeTable in;
   std::vector<std::int64_t> lengths;
-  at::ScalarType dtype = x.scalar_type();
+  at::ScalarType dtype = ops.fields[0].scalar_type();
   std::string key;
+  std::vector<comm::RankInfo> out_infos;
+  std::vector<std::int64_t> out_faults;
+  // Every field of einfft_many must be one shape and dtype (rank r's fields in `infos`).
+  auto check_fields = [&](std::span<const comm::RankInfo> infos, const std::string& on) {
+    for (std::size_t i = 1; i < infos.size(); ++i)
+      if (infos[i].dtype != infos[0].dtype || infos[i].ndim != infos[0].ndim || infos[i].sizes != infos[0].sizes)
+        throw Error(what + ": field " + std::to_string(i + 1) + on +
+                    " differs from field 1 in shape or dtype; einfft_many transforms fields of one shape and dtype");
+  };
   if (!mesh) {
-    if (x.dim() != ndim)
-      throw Error(what + ": the notation names " + std::to_string(ndim) + " dimensions, but the tensor has " +
-                  std::to_string(x.dim()));
-    for (std::int64_t d = 0; d < ndim; ++d) {
-      lengths.push_back(x.size(d));
-      in.global[problem.axes[static_cast<std::size_t>(d)].in] = x.size(d);
+    std::vector<comm::RankInfo> infos;
+    for (const auto& x : ops.fields) {
+      if (x.dim() != ndim)
+        throw Error(what + ": the notation names " + std::to_string(ndim) + " dimensions, but the tensor has " +
+                    std::to_string(x.dim()));
+      infos.push_back(comm::describe(x, 0, comm::LocalFault::none));
     }
+    check_fields(infos, "");
+    if (ops.stacked) lengths.push_back(static_cast<std::int64_t>(fields));
+    for (std::int64_t d = 0; d < ndim; ++d) lengths.push_back(ops.fields[0].size(d));
+    for (std::size_t d = 0; d < lengths.size(); ++d) in.global[problem.axes[d].in] = lengths[d];
     key = std::string(e.source) + '\x1f' + key_text + '\x1f' + std::to_string(static_cast<int>(dtype));
     for (auto n : lengths) key += ',' + std::to_string(n);
+    if (ops.out.defined()) {
+      out_infos.push_back(comm::describe(ops.out, 0, comm::LocalFault::none));
+      out_faults.push_back(static_cast<std::int64_t>(out_fault(ops)));
+    }
   } else {
-    const comm::RankInfo mine = comm::describe(
-        x, exec::fingerprint(std::string(e.source) + '\x1f' + key_text, 0),
-        x.dim() == ndim ? comm::LocalFault::none : comm::LocalFault::rank_mismatch);
-    const std::vector<std::string> expected{std::to_string(ndim)};
-    const auto ranks = comm::agree(mesh.comm(), {&mine, 1}, what, expected);
+    const auto print = exec::fingerprint(std::string(e.source) + '\x1f' + key_text, 0);
+    std::vector<comm::RankInfo> mine;
+    for (const auto& x : ops.fields)
+      mine.push_back(comm::describe(x, print, x.dim() == ndim ? comm::LocalFault::none : comm::LocalFault::rank_mismatch));
+    if (ops.out.defined()) mine.push_back(comm::describe(ops.out, print, comm::LocalFault::none));
+    std::vector<std::int64_t> flags;
+    auto all = comm::gather_infos(mesh.comm(), mine, static_cast<std::int64_t>(out_fault(ops)), &flags);
+    if (ops.out.defined()) {
+      for (auto& r : all) {
+        out_infos.push_back(r.back());
+        r.pop_back();
+      }
+      out_faults = flags;
+    }
+    comm::check_agreed(all, what, [&](std::size_t) { return std::to_string(ndim); });
+    for (std::size_t r = 0; r < all.size(); ++r) check_fields(all[r], " on rank " + std::to_string(r));
+    // The stacked tensor as every rank holds it: the fields' leading axis, then a field's axes.
+    comm::Agreed ranks(all.size(), std::vector<comm::RankInfo>(1));
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      auto& info = ranks[r][0];
+      info = all[r][0];
+      if (!ops.stacked) continue;
+      if (info.ndim + 1 > static_cast<std::int64_t>(comm::RankInfo::max_dims))
+        throw Error(what + ": einfft_many's fields have more than " +
+                    std::to_string(comm::RankInfo::max_dims - 1) + " dimensions");
+      std::copy_backward(info.sizes.begin(), info.sizes.end() - 1, info.sizes.end());
+      info.sizes[0] = static_cast<std::int64_t>(fields);
+      ++info.ndim;
+    }
     dtype = static_cast<at::ScalarType>(ranks[0][0].dtype);
     exec::measure(in, exec::input_layout(problem), ranks, 0, mesh, o.shapes, what);
     for (const auto& a : problem.axes) lengths.push_back(in.global.at(a.in));
@@ -128,6 +243,7 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     exec::set_lengths(problem, lengths, o.signal_sizes, what);
     return exec::prepare_fft(std::move(problem), in, mesh, o.shapes, o.norm, dtype, what);
   });
+  if (ops.out.defined()) check_out(*call, mesh, dtype, out_infos, out_faults, what);
   return {std::move(call), dtype};
 }
 
@@ -142,11 +258,9 @@ inline std::optional<Options> layout_only(std::string_view source, const Options
   return Options{.mesh = o.mesh, .shapes = o.shapes, .families = o.families};
 }
 
-EINSHARD_INLINE at::Tensor run_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
-                          const Options& o) {
-  check_fft_options(o);
-  if (const auto layout = layout_only(source, o)) return einshard(source, {x}, *layout);
-  const auto prepared = prepare_fft_call(e, source, x, o);
+/// Keeps what `last_plan()` describes (on a mesh), then runs the call.
+inline at::Tensor run_prepared(const PreparedFft& prepared, std::string_view source, const at::Tensor& x,
+                               const Options& o, const at::Tensor& into = {}) {
   if (o.mesh) {
     auto& last = last_plan_storage();
     last.plan.reset();
@@ -155,14 +269,43 @@ EINSHARD_INLINE at::Tensor run_fft(const notation::ExpressionView& e, std::strin
       return exec::describe_fft(source, *call, mesh, element, complex);
     };
   }
-  return exec::run_fft(*prepared.call, x);
+  return exec::run_fft(*prepared.call, x, into);
+}
+
+EINSHARD_INLINE at::Tensor run_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
+                          const Options& o) {
+  check_fft_options(o);
+  if (const auto layout = layout_only(source, o)) return einshard(source, {x}, *layout);
+  return run_prepared(prepare_fft_call(e, source, {{x}}, o), source, x, o);
+}
+
+EINSHARD_INLINE at::Tensor& run_fft_out(const notation::ExpressionView& e, std::string_view source, at::Tensor& out,
+                                        const at::Tensor& x, const Options& o) {
+  check_fft_options(o);
+  if (expand_fft_axes(o.axes, o.families).empty())
+    throw Error("einfft_out '" + std::string(source) +
+                "': no transform axes (.axes) given; a layout change has no output tensor form (call einshard)");
+  (void)run_prepared(prepare_fft_call(e, source, {{x}, out}, o), source, x, o, out);
+  return out;
+}
+
+EINSHARD_INLINE std::vector<at::Tensor> run_fft_many(const notation::ExpressionView& e, std::string_view source,
+                                                     at::TensorList xs, const Options& o) {
+  check_fft_options(o);
+  if (xs.empty()) throw Error("einfft_many '" + std::string(source) + "': no fields given");
+  if (expand_fft_axes(o.axes, o.families).empty())
+    throw Error("einfft_many '" + std::string(source) +
+                "': no transform axes (.axes) given; change the fields' layout with einshard");
+  const auto prepared = prepare_fft_call(e, source, {xs, {}, true}, o);
+  const auto stacked = at::stack(xs);
+  return run_prepared(prepared, source, stacked, o).unbind(0);
 }
 
 EINSHARD_INLINE Plan explain_fft(const notation::ExpressionView& e, std::string_view source, const at::Tensor& x,
                         const Options& o) {
   check_fft_options(o);
   if (const auto layout = layout_only(source, o)) return explain(source, {x}, *layout);
-  const auto prepared = prepare_fft_call(e, source, x, o);
+  const auto prepared = prepare_fft_call(e, source, {{x}}, o);
   return exec::describe_fft(source, *prepared.call, o.mesh, x.element_size(), x.is_complex());
 }
 
@@ -222,6 +365,51 @@ EINSHARD_INLINE at::Tensor einfft(std::string_view notation, at::TensorList xs, 
 EINSHARD_INLINE at::Tensor einfft(std::string_view notation, at::TensorList xs, const Options& o) {
   const auto compiled = detail::runtime_fft_notation(notation, xs, o);
   return detail::run_fft(compiled->view(), notation, xs[0], o);
+}
+#endif
+
+/// `einfft_out<S>(out, x, o)`: einfft written into `out`, this rank's output block (its shape and
+/// dtype, as einfft would return it), which is returned. `out` may be `x` itself when the output
+/// block has the input's shape and dtype (a complex transform whose sharded axes keep their shard
+/// sizes, or any complex transform on one process): the transform then runs in place, as FFTW's
+/// in-place plans do. Like torch's `out=` forms it is not differentiable: with grad mode on, neither
+/// `x` nor `out` may require grad. A wrong shape or dtype of `out` on any rank raises the same
+/// `Error` on every rank, before any data moves.
+template <fixed_string S>
+at::Tensor& einfft_out(at::Tensor& out, const at::Tensor& x, const Options& o = {}) {
+  constexpr auto e = notation::static_expression<detail::fft_form_v<S>>.view();
+  static_assert(e.input_count() == 2, "einfft: the notation must have exactly one input");
+  return detail::run_fft_out(e, S.view(), out, x, o);
+}
+
+EINSHARD_INLINE at::Tensor& einfft_out(std::string_view notation, at::Tensor& out, const at::Tensor& x,
+                                       const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE at::Tensor& einfft_out(std::string_view notation, at::Tensor& out, const at::Tensor& x,
+                                       const Options& o) {
+  const auto compiled = detail::runtime_fft_notation(notation, {x}, o);
+  return detail::run_fft_out(compiled->view(), notation, out, x, o);
+}
+#endif
+
+/// `einfft_many<S>({u, v, w}, o)`: the same transform of several fields (each of one shape and
+/// dtype, every field laid out as `S`'s input), with one exchange per transpose for all of them
+/// instead of one per field: fewer, larger messages. Returns the transformed fields in order;
+/// differentiable like einfft.
+template <fixed_string S>
+std::vector<at::Tensor> einfft_many(at::TensorList xs, const Options& o = {}) {
+  constexpr auto e = notation::static_expression<detail::fft_form_v<S>>.view();
+  static_assert(e.input_count() == 2, "einfft: the notation must have exactly one input");
+  return detail::run_fft_many(e, S.view(), xs, o);
+}
+
+EINSHARD_INLINE std::vector<at::Tensor> einfft_many(std::string_view notation, at::TensorList xs,
+                                                    const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE std::vector<at::Tensor> einfft_many(std::string_view notation, at::TensorList xs,
+                                                    const Options& o) {
+  const auto compiled = detail::runtime_fft_notation(notation, xs.empty() ? xs : xs.slice(0, 1), o);
+  return detail::run_fft_many(compiled->view(), notation, xs, o);
 }
 #endif
 
