@@ -1,6 +1,6 @@
 // What the MPI benchmarks share (bench/*.cpp, bench/*/*.cpp): the timing of a collective step,
-// medians, the world's rank and size, the torch thread count, and the rows of the Poisson matrices
-// the sparse benchmarks solve.
+// medians, the world's rank and size, the torch thread count, the command-line walk, and the rows
+// of the Poisson matrices the sparse benchmarks solve.
 #pragma once
 
 #include <mpi.h>
@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -64,6 +66,21 @@ inline int threads_from_env() {
   const char* v = std::getenv("EINSHARD_NUM_THREADS");
   const int t = v ? std::atoi(v) : 1;
   return t > 0 ? t : 1;
+}
+
+/// Walks the `--name [value]` arguments: `on(name, value)` for each, where `value()` takes the next
+/// argument (an error naming the option when there is none) and `on` returns false for a name it
+/// does not know (an error naming it).
+template <class On>
+void for_each_option(int argc, char** argv, On&& on) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string name = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + name);
+      return argv[++i];
+    };
+    if (!on(name, value)) throw std::runtime_error("unknown argument " + name);
+  }
 }
 
 /// Row i of the Dirichlet Poisson matrix on a g × g grid (5-point) or, with `three`, a g × g × g

@@ -43,7 +43,6 @@
 #include <complex>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -53,27 +52,13 @@
 #include <einshard/exec/local_fft.hpp>  // the local FFT backend switch
 
 #include "../common.hpp"
+#include "fft_support.hpp"
 
 namespace es = einshard;
 using einshard_bench::all_sizes;
+using einshard_bench::max_rel_err;
 using einshard_bench::median;
 using einshard_bench::timed_ms;
-
-namespace {
-
-double max_rel_err(const at::Tensor& a, const at::Tensor& b) {
-  double err = (a - b).abs().max().item<double>(), ref = b.abs().max().item<double>();
-  MPI_Allreduce(MPI_IN_PLACE, &err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &ref, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return err / ref;
-}
-
-int env_threads() {
-  const char* v = std::getenv("EINSHARD_NUM_THREADS");
-  return v && std::atoi(v) > 0 ? std::atoi(v) : 1;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -81,12 +66,14 @@ int main(int argc, char** argv) {
   {
     std::int64_t n = 128;
     int iters = 0;
-    for (int i = 1; i < argc; ++i) {
-      if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atoll(argv[++i]);
-      else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
-    }
+    einshard_bench::for_each_option(argc, argv, [&](const std::string& a, const auto& value) {
+      if (a == "--n") n = std::stoll(value());
+      else if (a == "--iters") iters = std::stoi(value());
+      else return false;
+      return true;
+    });
     if (iters <= 0) iters = n >= 256 ? 7 : 15;
-    at::set_num_threads(env_threads());
+    at::set_num_threads(einshard_bench::threads_from_env());
     c10::InferenceMode inference;
     int P = 0, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &P);

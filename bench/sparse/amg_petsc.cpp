@@ -141,12 +141,7 @@ struct Config {
 
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
-      return argv[++i];
-    };
+  einshard_bench::for_each_option(argc, argv, [&](const std::string& a, const auto& value) {
     if (a == "--problem") c.problem = value();
     else if (a == "--grid") c.grid = std::stoll(value());
     else if (a == "--rtol") c.rtol = std::stod(value());
@@ -165,8 +160,9 @@ Config parse(int argc, char** argv) {
       c.amg = std::find(cases.begin(), cases.end(), "amg") != cases.end();
       c.pipecg = std::find(cases.begin(), cases.end(), "pipecg") != cases.end();
     } else
-      throw std::runtime_error("unknown argument " + a);
-  }
+      return false;
+    return true;
+  });
   if (c.partition != "slabs" && c.partition != "boxes")
     throw std::runtime_error("--partition: expected slabs or boxes, got " + c.partition);
   if (c.problem != "poisson2d" && c.problem != "poisson3d")

@@ -115,12 +115,7 @@ const char* kernels() { return sp::kernels_for(at::empty({0}, at::kDouble)) == "
 
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
-      return argv[++i];
-    };
+  einshard_bench::for_each_option(argc, argv, [&](const std::string& a, const auto& value) {
     if (a == "--grid") c.grid = std::stoll(value());
     else if (a == "--iters") c.iters = std::stoi(value());
     else if (a == "--reps") c.reps = std::stoi(value());
@@ -141,9 +136,10 @@ Config parse(int argc, char** argv) {
       c.reps = 3;
       c.triad_mib = 32;
     } else {
-      throw std::runtime_error("unknown argument " + a);
+      return false;
     }
-  }
+    return true;
+  });
   return c;
 }
 

@@ -80,12 +80,7 @@ struct Config {
 
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
-      return argv[++i];
-    };
+  einshard_bench::for_each_option(argc, argv, [&](const std::string& a, const auto& value) {
     if (a == "--dir") c.dir = value();
     else if (a == "--rtol") c.rtol = std::stod(value());
     else if (a == "--reps") c.reps = std::stoi(value());
@@ -94,8 +89,9 @@ Config parse(int argc, char** argv) {
     else if (a == "--write-solutions") c.write_solutions = true;
     else if (a == "--amg") c.amg_spec = value();
     else if (a == "--petsc-options") c.petsc_options = value();
-    else throw std::runtime_error("unknown argument " + a);
-  }
+    else return false;
+    return true;
+  });
   if (c.dir.empty()) throw std::runtime_error("--dir: a problem folder of generate.py is needed");
   return c;
 }

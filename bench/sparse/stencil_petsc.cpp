@@ -61,19 +61,15 @@ struct Config {
 
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
-      return std::string(argv[++i]);
-    };
+  einshard_bench::for_each_option(argc, argv, [&](const std::string& a, const auto& next) {
     if (a == "--dims") c.dims = std::stoi(next());
     else if (a == "--grid") c.grid = std::stoll(next());
     else if (a == "--iters") c.iters = std::stoi(next());
     else if (a == "--reps") c.reps = std::stoi(next());
     else if (a == "--precond") c.precond = next();
-    else throw std::runtime_error("unknown argument " + a);
-  }
+    else return false;
+    return true;
+  });
   if (c.dims != 2 && c.dims != 3) throw std::runtime_error("--dims: expected 2 or 3");
   if (c.reps < 1) throw std::runtime_error("--reps must be at least 1");
   return c;

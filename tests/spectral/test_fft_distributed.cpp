@@ -14,6 +14,7 @@
 
 #include <einshard/einshard.hpp>
 
+#include "fault_support.hpp"
 #include "test_support.hpp"
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
@@ -363,31 +364,16 @@ TEST_CASE("einfft distributed: without autograd (FFTW passes, in place on the tr
 TEST_CASE("einfft distributed: faults raise the same error on every rank", "[spectral][fft]") {
   const auto w = es::testing::world();
   const auto& m = mesh_of({w.size});
-  auto same_everywhere = [&](auto f, const std::string& part) {
-    std::string message;
-    try {
-      f();
-    } catch (const es::Error& e) {
-      message = e.what();
-    }
-    INFO(message);
-    CHECK(message.find(part) != std::string::npos);
-    const auto h = static_cast<std::int64_t>(std::hash<std::string>{}(message));
-    std::int64_t lo = h, hi = h;
-    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-    CHECK(lo == hi);
-  };
   const es::Options o{.mesh = m, .axes = {{"x", "kx"}, {"y", "ky"}}};
   // One rank passes a tensor of the wrong rank.
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         const auto x = w.rank == w.size - 1 ? at::randn({2, 3}, at::kComplexDouble) : at::randn({2, 3, 4}, at::kComplexDouble);
         (void)es::einfft("b x/dp y -> b kx ky/dp", {x}, o);
       },
       "dimensions");
   // Shard sizes that contradict the shapes metadata (on one rank).
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         const auto x = at::randn({2, w.rank == 0 ? 5 : 2, 4}, at::kComplexDouble);
         es::Options bad = o;
@@ -396,7 +382,7 @@ TEST_CASE("einfft distributed: faults raise the same error on every rank", "[spe
       },
       "shapes metadata");
   // A real forward transform of a complex tensor.
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         es::Options r = o;
         r.real = true;
@@ -404,7 +390,7 @@ TEST_CASE("einfft distributed: faults raise the same error on every rank", "[spe
       },
       "needs a real tensor");
   // A non-transform axis changing its sharding.
-  same_everywhere([&] { (void)es::einfft("b/dp x -> b k", {at::randn({2, 4}, at::kComplexDouble)}, {.mesh = m, .axes = {{"x", "k"}}}); },
+  es::testing::expect_error_everywhere([&] { (void)es::einfft("b/dp x -> b k", {at::randn({2, 4}, at::kComplexDouble)}, {.mesh = m, .axes = {{"x", "k"}}}); },
                   "keep its sharding");
 }
 
@@ -615,41 +601,26 @@ TEST_CASE("einfft distributed: bad output tensors and real-transform inputs rais
           "[spectral][fft]") {
   const auto w = es::testing::world();
   const auto& m = mesh_of({w.size});
-  auto same_everywhere = [&](auto f, const std::string& part) {
-    std::string message;
-    try {
-      f();
-    } catch (const es::Error& e) {
-      message = e.what();
-    }
-    INFO(message);
-    CHECK(message.find(part) != std::string::npos);
-    const auto h = static_cast<std::int64_t>(std::hash<std::string>{}(message));
-    std::int64_t lo = h, hi = h;
-    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-    CHECK(lo == hi);
-  };
   const es::Options o{.mesh = m, .axes = {{"x", "kx"}, {"y", "ky"}}};
   // y of 4 split over the ranks in and out (so an output block is an input block's shape).
   const auto rows = es::compute_split_shapes(4, w.size)[static_cast<std::size_t>(w.rank)];
   const auto x = at::randn({3, rows}, at::kComplexDouble);
   // A wrong shape on the last rank only.
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         auto out = at::empty({3, rows + (w.rank == w.size - 1 ? 1 : 0)}, at::kComplexDouble);
         es::einfft_out("x y/dp -> kx ky/dp", out, x, o);
       },
       "the output tensor on rank " + std::to_string(w.size - 1) + " is");
   // A wrong dtype on rank 0 only.
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         auto out = at::empty({3, rows}, w.rank == 0 ? at::kComplexFloat : at::kComplexDouble);
         es::einfft_out("x y/dp -> kx ky/dp", out, x, o);
       },
       "the output tensor on rank 0 is");
   // An output that would be recorded by autograd.
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         auto out = at::empty({3, rows}, at::kComplexDouble);
         if (w.rank == 0) out.requires_grad_(true);
@@ -657,7 +628,7 @@ TEST_CASE("einfft distributed: bad output tensors and real-transform inputs rais
       },
       "under autograd");
   // An output overlapping the input without being it.
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         auto big = at::randn({3, 8}, at::kComplexDouble);
         auto in = big.narrow(1, 0, rows);
@@ -666,7 +637,7 @@ TEST_CASE("einfft distributed: bad output tensors and real-transform inputs rais
       },
       "overlaps the input");
   // A c2r whose half axis has a single bin gives a signal of length 2(1-1) = 0 unless one is given.
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         const auto spectrum = at::randn({3, 1}, at::kComplexDouble);
         (void)es::einfft("kx/dp ky -> x/dp y", {spectrum},
@@ -674,7 +645,7 @@ TEST_CASE("einfft distributed: bad output tensors and real-transform inputs rais
       },
       "give .signal_sizes");
   // Fields of different shapes (on the last rank).
-  same_everywhere(
+  es::testing::expect_error_everywhere(
       [&] {
         const auto u = at::randn({3, rows}, at::kComplexDouble);
         const auto v = at::randn({3, rows + (w.rank == w.size - 1 ? 1 : 0)}, at::kComplexDouble);
