@@ -293,6 +293,85 @@ TEST_CASE("gpu: sparse solves on CUDA tensors equal the CPU's, every method and 
   CHECK_THAT(what, Catch::Contains("runs on the host only") && Catch::Contains("jacobi, l1_jacobi, chebyshev or neumann"));
 }
 
+TEST_CASE("gpu: the sparse methods with passes of their own on CUDA tensors equal the CPU's", "[gpu][sparse]") {
+  // Block BiCGStab and MINRES, LSQR, LSMR, eigsh, logdet, connected components, Newton, save and
+  // load, a Matrix Market read: their arithmetic besides the products is ATen operations on the
+  // device, their bookkeeping explicit host copies.
+  namespace sp = einshard::sparse;
+  if (no_gpu()) return;
+  const auto dev = *rank_device();
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"x"});
+  const std::int64_t n = 10, N = n * n;
+  const auto [vc, rc, cc] = poisson_rows(n, at::kCPU);
+  const auto Dc = sp::DSparseTensor::from_local(vc, rc, cc, {N, N}, mesh);
+  const auto Dg = Dc.to(dev);
+  REQUIRE(sp::kernels_for(Dg.values()) == "generic");
+  const auto close = [](const at::Tensor& got, const at::Tensor& want, double tol) {
+    CHECK(got.device().is_cuda());
+    CHECK((got.cpu() - want).abs().max().item<double>() <= tol * (1.0 + want.abs().max().item<double>()));
+  };
+  using P = sp::Preconditioner;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const auto Bc = Dc.scatter(at::randn({N, 3}, gen, at::kDouble));
+  const auto Bg = Dg.vector(Bc.local().to(dev));
+  for (auto m : {sp::Method::bicgstab, sp::Method::minres})
+    for (auto pc : {P::none, P::jacobi, P::neumann}) {
+      CAPTURE(sp::to_string(m), sp::to_string(pc));
+      const sp::SolveOptions o{.method = m, .preconditioner = pc, .rtol = 1e-10};
+      const auto sg = Dg.solve(Bg, o);
+      CHECK(sg.info.converged);
+      close(sg.x.local(), Dc.solve(Bc, o).x.local(), 1e-8);
+    }
+  const auto bc = Dc.scatter(at::randn({N}, gen, at::kDouble));
+  const auto bg = Dg.vector(bc.local().to(dev));
+  const sp::LeastSquaresOptions lo{.damp = 0.5, .atol = 1e-12, .btol = 1e-12};
+  close(Dg.lsqr(bg, lo).x.local(), Dc.lsqr(bc, lo).x.local(), 1e-8);
+  close(Dg.lsmr(bg, lo).x.local(), Dc.lsmr(bc, lo).x.local(), 1e-8);
+  for (auto which : {sp::Which::largest_algebraic, sp::Which::smallest_magnitude}) {
+    const sp::EigshOptions eo{.k = 3, .which = which, .tol = 1e-9};
+    const auto eg = Dg.eigsh(eo);
+    CHECK(eg.converged);
+    close(eg.eigenvalues, Dc.eigsh(eo).eigenvalues, 1e-7);
+  }
+  const sp::LogdetOptions lg{.probes = 8, .lanczos_steps = 20, .seed = 2};
+  close(Dg.logdet(lg), Dc.logdet(lg), 1e-9);
+  const auto cg = Dg.connected_components();
+  const auto ccpu = Dc.connected_components();
+  CHECK(cg.count == ccpu.count);
+  CHECK(at::equal(cg.labels.local().cpu(), ccpu.labels.local()));
+  const auto g = [](const at::Tensor& u) { return u.pow(3) - 1.0; };
+  const auto dg = [](const at::Tensor& u) { return 3 * u.square(); };
+  const sp::NewtonOptions no{.rtol = 1e-11, .linear_rtol = 1e-12, .preconditioner = P::jacobi};
+  const auto ng = Dg.nonlinear_solve(g, dg, Dg.zeros(), no);
+  CHECK(ng.info.converged);
+  close(ng.u.local(), Dc.nonlinear_solve(g, dg, Dc.zeros(), no).u.local(), 1e-8);
+  // Saved from the device, loaded onto it; a Matrix Market file read onto it.
+  long id = static_cast<long>(::getpid());
+  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = std::filesystem::temp_directory_path() / ("einshard_gpu_methods_" + std::to_string(id));
+  const auto dense = Dc.full_tensor();
+  if (w.rank == 0) {
+    std::filesystem::create_directories(dir);
+    const auto nz = dense.nonzero();
+    const auto r = nz.select(1, 0).contiguous(), c = nz.select(1, 1).contiguous();
+    sp::write_matrix_market((dir / "a.mtx").string(),
+                            sp::SparseTensor(dense.flatten().index_select(0, r * N + c), r, c, {N, N}));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  Dg.save((dir / "saved").string());
+  const auto loaded = sp::DSparseTensor::load((dir / "saved").string(), mesh, {.device = dev});
+  const auto read = sp::read_matrix_market((dir / "a.mtx").string(), mesh, {}, {.device = dev});
+  const auto xc = Dc.scatter(at::randn({N}, gen, at::kDouble));
+  const auto want = Dc.matvec(xc).local();
+  for (const auto* M : {&loaded, &read}) {
+    CHECK(M->values().device() == dev);
+    close(M->matvec(M->vector(xc.local().to(dev))).local(), want, 1e-13);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w.rank == 0) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("gpu: a sparse matrix with CUDA values on one rank and CPU values on another is the same error everywhere",
           "[gpu][sparse]") {
   namespace sp = einshard::sparse;

@@ -8,8 +8,10 @@
 #include <catch2/catch.hpp>
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +27,7 @@ namespace sp = einshard::sparse;
 
 namespace {
 
+using es::testing::max_abs;
 using es::testing::random_vector;
 using es::testing::relative_error;
 using es::testing::world_mesh;
@@ -288,6 +291,96 @@ TEST_CASE("every Krylov method with every device preconditioner on the generic k
   const auto lsq = std::get<0>(at::linalg_lstsq(Rd, c.unsqueeze(1))).squeeze(1);
   CHECK(relative_error(R.lsqr(R.scatter(c), {.atol = 1e-12, .btol = 1e-12}).x.full_tensor(), lsq) < 1e-8);
   CHECK(relative_error(R.lsmr(R.scatter(c), {.atol = 1e-12, .btol = 1e-12}).x.full_tensor(), lsq) < 1e-8);
+}
+
+TEST_CASE("the methods with passes of their own on the generic kernels equal dense references", "[sparse][kernels]") {
+  // Block BiCGStab and MINRES, LSQR and LSMR, eigsh, logdet, connected components, Newton, save
+  // and load onto a device, and a Matrix Market read onto one: each has arithmetic or bookkeeping
+  // besides the products, which on the generic kernels is ATen operations with explicit host copies.
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 13, ny = 9, n = nx * ny;
+  const auto coo = es::testing::poisson2d(nx, ny);
+  const auto A = es::testing::dense(coo);
+  const Kernels forced(true);
+  const auto D = poisson(nx, ny, mesh);
+  REQUIRE(sp::kernels_for(D.values()) == "generic");
+  using P = sp::Preconditioner;
+  const auto B = at::stack({random_vector(n, 31), random_vector(n, 32), at::zeros({n}, at::kDouble)}, 1);
+  const auto refB = at::linalg_solve(A, B);
+  for (auto m : {sp::Method::bicgstab, sp::Method::minres})
+    for (auto pc : {P::none, P::jacobi, P::neumann}) {  // neumann: a general M, its own pass
+      CAPTURE(sp::to_string(m), sp::to_string(pc));
+      const auto s = D.solve(D.scatter(B), {.method = m, .preconditioner = pc, .rtol = 1e-10});
+      CHECK(s.info.converged);
+      CHECK(relative_error(s.x.full_tensor(), refB) < 1e-8);
+    }
+  // Damped least squares: min ‖A x − c‖² + damp² ‖x‖², the dense normal equations' solution.
+  const auto R = es::testing::rectangular_13x9(mesh);
+  const auto Rd = es::testing::rectangular_13x9_dense();
+  const auto c = random_vector(13, 33);
+  const double damp = 0.5;
+  const auto damped = at::linalg_solve(at::mm(Rd.t(), Rd) + damp * damp * at::eye(9, at::kDouble), at::mv(Rd.t(), c));
+  const sp::LeastSquaresOptions lo{.damp = damp, .atol = 1e-12, .btol = 1e-12};
+  CHECK(relative_error(R.lsqr(R.scatter(c), lo).x.full_tensor(), damped) < 1e-8);
+  CHECK(relative_error(R.lsmr(R.scatter(c), lo).x.full_tensor(), damped) < 1e-8);
+  // eigsh: the largest algebraic and the smallest magnitude (block CG inside) against eigh.
+  const auto spectrum = at::linalg_eigvalsh(A);
+  const auto la = D.eigsh({.k = 3, .which = sp::Which::largest_algebraic, .tol = 1e-9});
+  CHECK(la.converged);
+  CHECK(max_abs(la.eigenvalues - spectrum.flip(0).narrow(0, 0, 3)) < 1e-7);
+  const auto sm = D.eigsh({.k = 2, .which = sp::Which::smallest_magnitude, .tol = 1e-9});
+  CHECK(sm.converged);
+  CHECK(max_abs(sm.eigenvalues - spectrum.narrow(0, 0, 2)) < 1e-7);
+  // logdet: the native kernels' estimate from the same probes, near the exact value.
+  const sp::LogdetOptions lg{.probes = 16, .lanczos_steps = 25, .seed = 5};
+  const double exact = std::get<1>(at::linalg_slogdet(A)).item<double>();
+  const double generic_estimate = D.logdet(lg).item<double>();
+  const double native_estimate = [&] {
+    const Kernels native(false);
+    return poisson(nx, ny, mesh).logdet(lg).item<double>();
+  }();
+  CHECK(std::abs(generic_estimate - native_estimate) < 1e-9 * std::abs(exact));
+  CHECK(std::abs(generic_estimate - exact) < 0.05 * std::abs(exact));
+  // Connected components: rows i and i + 1 joined unless i + 1 is a multiple of 5 (labels i / 5).
+  {
+    const auto share = es::testing::my_share(es::testing::Coo{at::ones({n - 1}, at::kDouble), at::arange(n - 1),
+                                                              at::arange(1, n), n});
+    const auto keep = (at::remainder(share.cols, 5) != 0).nonzero().flatten();
+    const auto G = sp::DSparseTensor::from_local(share.values.index_select(0, keep), share.rows.index_select(0, keep),
+                                                 share.cols.index_select(0, keep), {n, n}, mesh);
+    const auto comp = G.connected_components();
+    CHECK(comp.count == (n + 4) / 5);
+    CHECK(at::equal(comp.labels.full_tensor(), at::div(at::arange(n), 5, "floor")));
+  }
+  // Newton on A u + u³ = b against a dense Newton iteration.
+  const auto b = random_vector(n, 34);
+  const auto g = [b_local = D.scatter(b).local()](const at::Tensor& u) { return u.pow(3) - b_local; };
+  const auto dg = [](const at::Tensor& u) { return 3 * u.square(); };
+  const auto newton = D.nonlinear_solve(g, dg, D.zeros(), {.rtol = 1e-11, .linear_rtol = 1e-12, .preconditioner = P::jacobi});
+  CHECK(newton.info.converged);
+  auto u = at::zeros({n}, at::kDouble);
+  for (int it = 0; it < 30; ++it)
+    u -= at::linalg_solve(A + at::diag(3 * u.square()), at::mv(A, u) + u.pow(3) - b);
+  CHECK(relative_error(newton.u.full_tensor(), u) < 1e-8);
+  // Save from the generic matrix, load with the device option; a Matrix Market read likewise.
+  long id = static_cast<long>(::getpid());
+  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = std::filesystem::temp_directory_path() / ("einshard_generic_" + std::to_string(id));
+  if (es::testing::world().rank == 0) {
+    std::filesystem::create_directories(dir);
+    sp::write_matrix_market((dir / "a.mtx").string(), sp::SparseTensor(coo.values, coo.rows, coo.cols, {n, n}));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  D.save((dir / "saved").string());
+  const auto x = random_vector(n, 35);
+  const auto loaded = sp::DSparseTensor::load((dir / "saved").string(), mesh, {.device = at::kCPU});
+  const auto read = sp::read_matrix_market((dir / "a.mtx").string(), mesh, {}, {.device = at::kCPU});
+  for (const auto* M : {&loaded, &read}) {
+    CHECK(sp::kernels_for(M->values()) == "generic");
+    CHECK(relative_error(M->matvec(M->scatter(x)).full_tensor(), at::mv(A, x)) < 1e-13);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (es::testing::world().rank == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("tensors on another device: the same error on every rank", "[sparse][kernels][faults]") {

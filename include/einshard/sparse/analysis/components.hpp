@@ -232,7 +232,7 @@ EINSHARD_INLINE Components DSparseTensor::connected_components() const {
                                             return label[static_cast<std::size_t>(id - first)];
                                           });
   const auto m = static_cast<std::int64_t>(mine.size());
-  return {DVector(layout_, at::tensor(mine, at::kLong).view({m})), count, rounds};
+  return {DVector(layout_, at::tensor(mine, at::kLong).view({m}).to(local_.values.device())), count, rounds};
 }
 
 #endif  // EINSHARD_DEFINE_SPARSE

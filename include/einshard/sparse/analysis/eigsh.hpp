@@ -91,12 +91,25 @@ LobpcgResult lobpcg(const std::function<at::Tensor(const at::Tensor&)>& op, at::
 #if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
-/// Z^H [Z, A Z] summed over the ranks: the Gram block and the projected matrix in one reduction.
+/// Z^H [Z, A Z] summed over the ranks: the Gram block and the projected matrix in one reduction,
+/// on the host in one copy (the small replicated work below runs there, on every rank alike,
+/// whatever device the blocks live on).
 inline std::pair<at::Tensor, at::Tensor> reduced_gram(const at::Tensor& z, const at::Tensor& az, MPI_Comm comm) {
   auto g = at::matmul(z.conj().transpose(0, 1), at::cat({z, az}, 1)).contiguous();
-  g = comm::all_reduce(g, comm);
+  g = comm::all_reduce(g, comm).cpu();
   const auto p = z.size(1);
   return {g.narrow(1, 0, p), g.narrow(1, p, p)};
+}
+
+/// The residual block A X − X diag(θ), θ on the host.
+inline at::Tensor ritz_residual(const at::Tensor& x, const at::Tensor& ax, const at::Tensor& theta) {
+  return ax - x * theta.to(x.device(), x.scalar_type()).unsqueeze(0);
+}
+
+/// The norms of r's columns, reduced, on the host in one copy.
+inline at::Tensor column_norms(const at::Tensor& r, MPI_Comm comm) {
+  const auto norms = (r.is_complex() ? at::real(r.conj() * r) : r * r).sum(0).to(at::kDouble).contiguous();
+  return comm::all_reduce(norms, comm).cpu().sqrt();
 }
 
 /// Rayleigh-Ritz on span(Z) given S = Z^H Z and H = Z^H A Z: coefficients C (p x q) with Z C
@@ -170,7 +183,7 @@ EINSHARD_INLINE LobpcgResult lobpcg(const std::function<at::Tensor(const at::Ten
   {
     auto [s, h] = reduced_gram(x, ax, comm);
     const auto rr = rayleigh_ritz(s, h, largest);
-    const auto q = rr.coefficients.narrow(1, 0, std::min<std::int64_t>(m, rr.coefficients.size(1)));
+    const auto q = rr.coefficients.narrow(1, 0, std::min<std::int64_t>(m, rr.coefficients.size(1))).to(x.device());
     x = at::matmul(x, q);
     ax = at::matmul(ax, q);
     out.theta = rr.theta.narrow(0, 0, q.size(1));
@@ -178,10 +191,8 @@ EINSHARD_INLINE LobpcgResult lobpcg(const std::function<at::Tensor(const at::Ten
   at::Tensor p, ap;
   for (out.iterations = 0;; ++out.iterations) {
     const auto mm = x.size(1);
-    const auto r = ax - x * out.theta.to(x.scalar_type()).unsqueeze(0);
-    auto norms = (r.is_complex() ? at::real(r.conj() * r) : r * r).sum(0).to(at::kDouble).contiguous();
-    norms = comm::all_reduce(norms, comm);
-    out.residual_norms = norms.sqrt();
+    const auto r = ritz_residual(x, ax, out.theta);
+    out.residual_norms = column_norms(r, comm);
     const auto scale = out.theta.abs().to(at::kDouble);
     const auto floor = std::max(scale.max().item<double>(), 1e-300) * 1e-10;
     const auto wanted = std::min(k, mm);
@@ -211,7 +222,7 @@ EINSHARD_INLINE LobpcgResult lobpcg(const std::function<at::Tensor(const at::Ten
       rr = rayleigh_ritz(s.narrow(0, 0, q).narrow(1, 0, q), h.narrow(0, 0, q).narrow(1, 0, q), largest);
     }
     const auto keep = std::min<std::int64_t>(mm, rr.coefficients.size(1));
-    const auto c = rr.coefficients.narrow(1, 0, keep);
+    const auto c = rr.coefficients.narrow(1, 0, keep).to(z.device());
     const auto cx = c.narrow(0, mm, c.size(0) - mm);  // the W and P parts: the new search direction
     p = at::matmul(z.narrow(1, mm, z.size(1) - mm), cx);
     ap = at::matmul(az.narrow(1, mm, az.size(1) - mm), cx);
@@ -272,7 +283,9 @@ EINSHARD_INLINE EigshResult DSparseTensor::eigsh(const EigshOptions& options) co
     op = [this](const at::Tensor& x) { return apply_block(x); };
   }
   const bool largest = options.which != W::smallest_algebraic;
-  const auto x0 = detail::counter_random(*layout_, m, options.seed, false, dtype());
+  // The start is drawn on the host (per global row), then lives on the matrix's device.
+  const auto device = local_.values.device();
+  const auto x0 = detail::counter_random(*layout_, m, options.seed, false, dtype()).to(device);
   auto run = detail::lobpcg(op, x0, k, largest, options.tol, options.maxiter, options.preconditioner, comm,
                             options.which == W::largest_magnitude ? 2 : options.which == W::smallest_magnitude ? 0 : 1);
   run.matvecs += inner;
@@ -284,21 +297,18 @@ EINSHARD_INLINE EigshResult DSparseTensor::eigsh(const EigshOptions& options) co
     auto [s, h] = detail::reduced_gram(x, ax, comm);
     const auto rr = detail::rayleigh_ritz(s, h, false);
     const auto order = at::argsort(rr.theta.abs(), 0, options.which == W::largest_magnitude);
-    const auto c = rr.coefficients.index_select(1, order);
+    const auto c = rr.coefficients.index_select(1, order).to(device);
     x = at::matmul(x, c);
     ax = at::matmul(ax, c);
     theta = rr.theta.index_select(0, order);
-    auto r = ax - x * theta.to(x.scalar_type()).unsqueeze(0);
-    auto norms = (r.is_complex() ? at::real(r.conj() * r) : r * r).sum(0).to(at::kDouble).contiguous();
-    norms = comm::all_reduce(norms, comm);
-    residuals = norms.sqrt();
+    residuals = detail::column_norms(detail::ritz_residual(x, ax, theta), comm);
   }
   const auto kk = std::min<std::int64_t>(k, x.size(1));
   x = x.narrow(1, 0, kk).contiguous();
-  theta = theta.narrow(0, 0, kk).contiguous();
+  theta = theta.narrow(0, 0, kk).to(device).contiguous();
   EigshResult result;
   result.eigenvectors = DVector(layout_, x);
-  result.residual_norms = residuals.narrow(0, 0, kk).clone();
+  result.residual_norms = residuals.narrow(0, 0, kk).to(device).clone();
   result.iterations = run.iterations;
   result.matvecs = run.matvecs;
   result.converged = run.converged;

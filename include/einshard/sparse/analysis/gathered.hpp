@@ -51,7 +51,7 @@ inline at::Tensor gather_dense(const DSparseTensor& a, int root) {
   const auto& layout = *a.layout();
   const MPI_Comm comm = layout.comm();
   const auto values = t.values.detach().contiguous();
-  const auto index = (t.rows * a.cols() + t.cols).contiguous();  // row-major position
+  const auto index = (t.rows * a.cols() + t.cols).to(values.device()).contiguous();  // row-major position
   const bool here = root < 0 || layout.rank() == root;
   std::vector<std::int64_t> counts;
   if (root < 0) counts = comm::all_gather_values(std::array<std::int64_t, 1>{values.numel()}, comm);
@@ -105,7 +105,7 @@ EINSHARD_INLINE at::Tensor DSparseTensor::svd(std::int64_t k) const {
   if (k < 1) throw Error("DSparseTensor::svd: expected k >= 1, found " + std::to_string(k));
   const auto kk = std::min<std::int64_t>(k, std::min(m_, n_));
   const auto s = detail::on_root(*this, "svd", static_cast<std::size_t>(kk), [kk](const at::Tensor& d) {
-    const auto sv = at::linalg_svdvals(d).to(at::kDouble).narrow(0, 0, kk).contiguous();
+    const auto sv = at::linalg_svdvals(d).to(at::kDouble).narrow(0, 0, kk).cpu().contiguous();
     return std::vector<double>(sv.data_ptr<double>(), sv.data_ptr<double>() + kk);
   });
   return at::tensor(s, at::kDouble).view({kk});

@@ -52,7 +52,7 @@ inline double slq_trace_log(const std::function<at::Tensor(const at::Tensor&)>& 
   const auto p = z.size(1);
   auto norms = (z.is_complex() ? at::real(z.conj() * z) : z * z).sum(0).to(at::kDouble).contiguous();
   norms = comm::all_reduce(norms, comm);
-  const auto znorm2 = norms.clone();
+  const auto znorm2 = norms.cpu().contiguous();
   auto q = z / norms.sqrt().to(z.scalar_type()).unsqueeze(0);
   at::Tensor q_prev = at::zeros_like(q);
   std::vector<std::vector<double>> alpha(static_cast<std::size_t>(p)), beta(static_cast<std::size_t>(p));
@@ -67,8 +67,10 @@ inline double slq_trace_log(const std::function<at::Tensor(const at::Tensor&)>& 
     auto b = (w.is_complex() ? at::real(w.conj() * w) : w * w).sum(0).to(at::kDouble).contiguous();
     b = comm::all_reduce(b, comm);
     b = b.sqrt();
-    const auto* av = a.data_ptr<double>();
-    const auto* bv = b.data_ptr<double>();
+    // The step's p alphas and betas to the host in one copy (the tridiagonals are built there).
+    const auto ab = at::cat({a, b}).cpu().contiguous();
+    const auto* av = ab.data_ptr<double>();
+    const auto* bv = av + p;
     bool any = false;
     for (std::int64_t j = 0; j < p; ++j) {
       if (!active[static_cast<std::size_t>(j)]) continue;
@@ -117,12 +119,13 @@ EINSHARD_INLINE at::Tensor DSparseTensor::logdet(const LogdetOptions& options) c
     fault = "DSparseTensor::logdet: expected probes >= 1 and lanczos_steps >= 1, got " +
             std::to_string(options.probes) + " and " + std::to_string(options.lanczos_steps);
   comm::raise_if_any(layout_->comm(), fault);
-  const auto z = detail::counter_random(*layout_, options.probes, options.seed, true, dtype());
+  // The probes are drawn on the host (per global row), then live on the matrix's device.
+  const auto z = detail::counter_random(*layout_, options.probes, options.seed, true, dtype()).to(local_.values.device());
   const double value = n_ == 0 ? 0.0
                                : detail::slq_trace_log([this](const at::Tensor& x) { return apply_block(x); }, z,
                                                        options.lanczos_steps, layout_->comm());
   const auto real_dtype = c10::toRealValueType(dtype());
-  auto out = at::scalar_tensor(value, at::TensorOptions().dtype(real_dtype));
+  auto out = at::scalar_tensor(value, at::TensorOptions().dtype(real_dtype).device(local_.values.device()));
   if (!(at::GradMode::is_enabled() && local_.values.requires_grad()) || n_ == 0) return out;
   // A^{-1} z_j by CG, then (1/p) sum_j (u_j z_j^H + z_j u_j^H)/2 sampled on the stored entries.
   std::vector<at::Tensor> solved;

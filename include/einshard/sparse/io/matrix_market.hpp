@@ -52,6 +52,9 @@ struct MatrixMarketReadOptions {
   /// Values' dtype: float32, float64, complex64 or complex128. Default: float64, or complex128 for a
   /// complex file (integer and pattern files read as float64; pattern entries are 1).
   std::optional<at::ScalarType> dtype{};
+  /// Where a distributed read's matrix lives: the file is parsed and assembled on the host, then the
+  /// matrix moves there as `DSparseTensor::to(device)` moves it.
+  at::Device device = at::kCPU;
 };
 
 struct MatrixMarketWriteOptions {
@@ -215,7 +218,8 @@ EINSHARD_INLINE DSparseTensor read_matrix_market(const std::string& path, const 
   comm::raise_if_any(comm, fault);
   FromLocalOptions fl;
   if (ids.defined()) fl.owned_rows = (ids == me).nonzero().flatten();
-  return DSparseTensor::from_local(t.values, t.rows, t.cols, {h.rows, h.cols}, mesh, fl);
+  const auto read = DSparseTensor::from_local(t.values, t.rows, t.cols, {h.rows, h.cols}, mesh, fl);
+  return o.device.is_cpu() ? read : read.to(o.device);
 }
 
 namespace detail {
@@ -248,8 +252,9 @@ EINSHARD_INLINE void write_matrix_market(std::ostream& out, const SparseTensor& 
     throw Error("write_matrix_market: a " + std::string(detail::MatrixMarketReader::symmetry_name(o.symmetry)) +
                 " matrix must be square, got " + std::to_string(A.rows()) + " x " + std::to_string(A.cols()));
 
-  const auto values = A.values().detach().to(at::kComplexDouble).contiguous();
-  const auto rows = A.row_indices().contiguous(), cols = A.col_indices().contiguous();
+  // Written from the host: a matrix on a device is copied there once.
+  const auto values = A.values().detach().to(at::kComplexDouble).cpu().contiguous();
+  const auto rows = A.row_indices().cpu().contiguous(), cols = A.col_indices().cpu().contiguous();
   const auto* v = values.data_ptr<c10::complex<double>>();
   const auto* r = rows.data_ptr<std::int64_t>();
   const auto* c = cols.data_ptr<std::int64_t>();
@@ -299,7 +304,7 @@ EINSHARD_INLINE void write_matrix_market(std::ostream& out, const SparseTensor& 
     return;
   }
   out << A.rows() << ' ' << A.cols() << '\n';
-  const auto dense = A.to_dense().detach().to(at::kComplexDouble).contiguous();
+  const auto dense = A.to_dense().detach().to(at::kComplexDouble).cpu().contiguous();
   const auto* dv = dense.data_ptr<c10::complex<double>>();
   for (std::int64_t j = 0; j < A.cols(); ++j)
     for (std::int64_t i = 0; i < A.rows(); ++i)

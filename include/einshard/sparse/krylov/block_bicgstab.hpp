@@ -28,6 +28,10 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, const Pre
     const auto kk = static_cast<std::size_t>(k);
     const PreconditionerUse M(m, r);
     const bool separate = M.general();  // a general M runs in its own pass; a diagonal is fused
+    // The generic kernels make each fused pass of ATen operations (the same arithmetic) whose dots
+    // come to the host in one copy.
+    const bool generic = uses_generic(r);
+    const at::NoGradGuard no_grad;
     const auto rhat = r.clone();
     std::vector<C> rho(kk), alpha(kk, 0.0), omega(kk, 0.0), beta(kk, 0.0);
     for (std::size_t c = 0; c < kk; ++c) rho[c] = st.rnorm[c] * st.rnorm[c];
@@ -48,7 +52,10 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, const Pre
         alpha[c] = rho[c] / rv[c];
       }
       // s = r − α v, and ŝ = d .* s for a diagonal M.
-      block_pass<0>(r, [&](auto v0) {
+      if (generic) {
+        at::sub_out(s, r, v * tensor_like(alpha, r));
+        if (M.diagonal.defined()) at::mul_out(shat, s, M.diagonal.unsqueeze(1));
+      } else block_pass<0>(r, [&](auto v0) {
         using V = decltype(v0);
         auto a = as_values<V>(alpha);
         const auto* ap = a.data();
@@ -74,7 +81,12 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, const Pre
         omega[c] = !progress.active(static_cast<std::int64_t>(c)) || ttc == 0.0 ? C(0) : std::conj(st_dots[c]) / ttc;
       }
       // x += α p̂ + ω ŝ; r = s − ω t; with <r̂, r> and <r, r> of the new r.
-      auto next = block_pass<2>(r, [&](auto v0) {
+      auto next = generic ? [&] {
+        const auto w = tensor_like(omega, r);
+        x.add_(phat * tensor_like(alpha, r)).add_(shat * w);
+        at::sub_out(r, s, t * w);
+        return to_host({column_cdots(rhat, r), column_cdots(r, r)});
+      }() : block_pass<2>(r, [&](auto v0) {
         using V = decltype(v0);
         auto a = as_values<V>(alpha), w = as_values<V>(omega);
         const auto *ap = a.data(), *wp = w.data();
@@ -110,7 +122,10 @@ inline SolveResult block_bicgstab(const Operator& A, const DVector& B, const Pre
       if (!progress.any()) break;
       // p = r + β (p − ω v) for the columns going on, and p̂ = d .* p for a diagonal M.
       const auto on = progress.mask();
-      block_pass<0>(r, [&](auto v0) {
+      if (generic) {
+        p.sub_(v * tensor_like(omega, r)).mul_(tensor_like(beta, r)).add_(r).mul_(tensor_like(on, r));
+        if (M.diagonal.defined()) at::mul_out(phat, p, M.diagonal.unsqueeze(1));
+      } else block_pass<0>(r, [&](auto v0) {
         using V = decltype(v0);
         auto b = as_values<V>(beta), w = as_values<V>(omega), u = as_values<V>(on);
         const auto *bp = b.data(), *wp = w.data(), *up = u.data();

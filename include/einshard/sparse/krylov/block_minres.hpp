@@ -37,6 +37,10 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, const Preco
     r1.sub_(q);
   }
   const PreconditionerUse M(m, bl);
+  // The generic kernels make each fused pass of ATen operations (the same arithmetic) whose dots
+  // come to the host in one copy.
+  const bool generic = uses_generic(bl);
+  const at::NoGradGuard no_grad;
   const auto t0 = comm::wall_time();
   auto y = at::empty_like(bl);
   apply_block_preconditioner(M, r1, y);
@@ -78,7 +82,10 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, const Preco
     (void)A.apply_block(v, y, {});
     // y −= (β / β_old) r1 (from the second iteration), with α = <v, y> of the result.
     for (std::size_t c = 0; c < kk; ++c) c1[c] = it >= 2 && progress.active(static_cast<std::int64_t>(c)) ? beta[c] / oldb[c] : 0.0;
-    auto alfa = block_pass<1>(y, [&](auto v0) {
+    auto alfa = generic ? [&] {
+      y.sub_(r1 * tensor_like(c1, y));
+      return to_host({column_cdots(v, y)});
+    }() : block_pass<1>(y, [&](auto v0) {
       using V = decltype(v0);
       auto a = as_values<V>(c1);
       const V* ap = a.data();
@@ -96,7 +103,14 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, const Preco
     for (std::size_t c = 0; c < kk; ++c)
       c2[c] = progress.active(static_cast<std::int64_t>(c)) ? alfa[c].real() / beta[c] : 0.0;
     std::swap(r1, r2);  // r1 <- r2; the old r1's storage takes the new r2
-    auto b2 = block_pass<1>(y, [&](auto v0) {
+    auto b2 = generic ? [&] {
+      at::sub_out(r2, y, r1 * tensor_like(c2, y));
+      if (M.diagonal.defined())
+        at::mul_out(y, r2, M.diagonal.unsqueeze(1));
+      else if (M.identity)
+        y.copy_(r2);
+      return M.general() ? std::vector<C>{} : to_host({column_cdots(r2, y)});
+    }() : block_pass<1>(y, [&](auto v0) {
       using V = decltype(v0);
       auto a = as_values<V>(c2);
       const V* ap = a.data();
@@ -148,7 +162,10 @@ inline SolveResult block_minres(const Operator& A, const DVector& B, const Preco
     // w1 <- w2, w2 <- w, w = (v − ε w1 − δ w2) / γ, x += φ w.
     std::swap(w1, w2);
     std::swap(w2, w);
-    block_pass<0>(v, [&](auto v0) {
+    if (generic) {
+      at::mul_out(w, v - w1 * tensor_like(c3, v) - w2 * tensor_like(c4, v), tensor_like(c5, v));
+      x.add_(w * tensor_like(c1, v));
+    } else block_pass<0>(v, [&](auto v0) {
       using V = decltype(v0);
       auto e3 = as_values<V>(c3), e4 = as_values<V>(c4), e5 = as_values<V>(c5), e1 = as_values<V>(c1);
       const V *p3 = e3.data(), *p4 = e4.data(), *p5 = e5.data(), *p1 = e1.data();

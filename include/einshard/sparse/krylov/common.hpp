@@ -109,17 +109,18 @@ inline at::Scalar scalar(std::complex<double> v, const at::Tensor& like) {
   return like.is_complex() ? at::Scalar(c10::complex<double>(v)) : at::Scalar(v.real());
 }
 
-/// Host values as a 1-D tensor of `like`'s dtype (their real parts for a real one).
+/// Host values as a 1-D tensor of `like`'s dtype on its device (their real parts for a real one):
+/// one copy of a few coefficients to the device.
 inline at::Tensor tensor_like(const std::vector<std::complex<double>>& v, const at::Tensor& like) {
   auto t = at::from_blob(const_cast<std::complex<double>*>(v.data()), {static_cast<std::int64_t>(v.size())},
                          at::kComplexDouble)
                .clone();
-  return (like.is_complex() ? t : at::real(t)).to(like.scalar_type());
+  return (like.is_complex() ? t : at::real(t)).to(like.device(), like.scalar_type());
 }
 
-/// A 1-D tensor's values as complex<double>.
+/// A 1-D tensor's values as complex<double>, copied to the host in one copy.
 inline std::vector<std::complex<double>> host_complex(const at::Tensor& t) {
-  const auto c = t.to(at::kComplexDouble).contiguous();
+  const auto c = t.to(at::kComplexDouble).cpu().contiguous();
   const auto* p = reinterpret_cast<const std::complex<double>*>(c.data_ptr());
   return {p, p + c.numel()};
 }

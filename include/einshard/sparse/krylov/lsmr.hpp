@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <complex>
 
@@ -46,6 +47,17 @@ inline LeastSquaresResult lsmr(const Operator& A, const DVector& b, const LeastS
   // h̄ = h − δ h̄, x += γ h̄, h = v − κ h in one pass (v normalized by its scale), with this rank's
   // <x,x>, <x,h>, <x,h̄>, <h,h>, <h,h̄>, <h̄,h̄> of the new vectors, the next step's dots.
   const auto update = [&](double delta, double gamma, double kappa) {
+    if (uses_generic(x)) {  // the same pass of ATen operations, its dots in one host copy
+      const at::NoGradGuard no_grad;
+      hbar.mul_(-delta).add_(h);
+      x.add_(hbar, gamma);
+      h.mul_(-kappa).add_(v, gk.v_scale());
+      const auto d = to_host({at::vdot(x, x), at::vdot(x, h), at::vdot(x, hbar), at::vdot(h, h), at::vdot(h, hbar),
+                              at::vdot(hbar, hbar)});
+      std::array<std::complex<double>, 6> out;
+      std::copy(d.begin(), d.end(), out.begin());
+      return out;
+    }
     return vector_pass<6>(x.scalar_type(), x.numel(), [&](auto v0) {
       using V = decltype(v0);
       auto* __restrict xp = x.data_ptr<V>();

@@ -78,7 +78,12 @@ inline LeastSquaresResult lsqr(const Operator& A, const DVector& b, const LeastS
     const double tau = sn * phi;
     // x += (φ/ρ) w, w = v − (θ/ρ) w in one pass, with ‖w‖² of the new w for the next step's
     // reduction; ‖d_k‖² = ‖w‖²/ρ² for the condition estimate.
-    w_local2 = vector_pass<1>(x.scalar_type(), x.numel(), [&](auto v0) {
+    w_local2 = uses_generic(x) ? [&] {  // the same pass of ATen operations, its dot in one host copy
+      const at::NoGradGuard no_grad;
+      x.add_(w, phi / rho);
+      w.mul_(-theta / rho).add_(v, gk.v_scale());
+      return to_host_real({at::vdot(w, w)})[0];
+    }() : vector_pass<1>(x.scalar_type(), x.numel(), [&](auto v0) {
                  using V = decltype(v0);
                  auto* __restrict xp = x.data_ptr<V>();
                  auto* __restrict wp = w.data_ptr<V>();

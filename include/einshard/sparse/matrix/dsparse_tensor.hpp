@@ -295,8 +295,9 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   void transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const;
   /// apply and apply_update: y = A x (+ *update y), interior rows while the halo travels.
   std::complex<double> halo_product(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const double* update) const;
-  /// The generic kernels' halo: x (a vector or an owned block) with its ghosts appended.
-  [[nodiscard]] at::Tensor with_ghosts(const at::Tensor& x) const;
+  /// The generic kernels' y = A x + beta y (x a vector or an owned block): the interior product
+  /// while the halo travels, then the boundary rows' ghost columns added.
+  void generic_product(const at::Tensor& x, at::Tensor& y, double beta) const;
 
   /// The diagonal / off-diagonal split of `local_` (structure once; values via refresh_blocks).
   /// One pass in stored order, no sort: the diagonal block is each row's entries with a column
@@ -330,7 +331,7 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   at::Tensor boundary_;  // local rows with ghost columns, ascending
   at::Tensor ghost_starts_;  // each boundary row's first ghost entry (ghost_starts)
   at::Tensor boundary_with_owned_;         // positions in boundary_ of the rows with owned columns too (mixed_rows)
-  at::Tensor generic_;  // product_csr_ as ATen's sparse CSR tensor, when the values take the generic kernels
+  detail::GenericHaloCsr generic_;  // product_csr_ split for ATen, when the values take the generic kernels
   mutable detail::HaloScratch scratch_;
   mutable detail::SolveCaches solve_caches_;
 };
@@ -380,16 +381,18 @@ EINSHARD_INLINE DVector DSparseTensor::rmatvec(const DVector& y) const {
   return {domain_, w};
 }
 
-EINSHARD_INLINE at::Tensor DSparseTensor::with_ghosts(const at::Tensor& x) const {
+EINSHARD_INLINE void DSparseTensor::generic_product(const at::Tensor& x, at::Tensor& y, double beta) const {
+  const at::NoGradGuard no_grad;
   auto& ghosts = scratch_.ghosts(x);
-  scratch_.exchange()->start(x, ghosts);
-  scratch_.exchange()->finish();
-  return ghosts.numel() > 0 ? at::cat({x, ghosts}) : x;
+  scratch_.exchange()->exchange_overlapped(x, ghosts, [&] { detail::generic_product_into(generic_.interior, x, y, beta); });
+  if (generic_.rows.numel() == 0) return;
+  const auto& g = generic_.boundary;
+  y.index_add_(0, generic_.rows, x.dim() == 1 ? at::mv(g, ghosts) : at::mm(g, ghosts));
 }
 
 EINSHARD_INLINE std::vector<double> DSparseTensor::apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const {
   if (generic_.defined()) {
-    detail::generic_product_into(generic_, with_ghosts(x), y);
+    generic_product(x, y, 0.0);
     return w.defined() ? detail::to_host_real({detail::column_dots(w, y)}) : std::vector<double>{};
   }
   const auto k = x.size(1);
@@ -418,7 +421,10 @@ EINSHARD_INLINE double DSparseTensor::apply_update(const at::Tensor& x, at::Tens
 
 EINSHARD_INLINE std::complex<double> DSparseTensor::halo_product(const at::Tensor& x, at::Tensor& y, const at::Tensor& w,
                                                                 const double* update) const {
-  if (generic_.defined()) return detail::generic_halo_product(generic_, with_ghosts(x), y, w, update);
+  if (generic_.defined()) {
+    generic_product(x, y, update != nullptr ? *update : 0.0);
+    return detail::generic_product_dot(y, w, update != nullptr);
+  }
   auto& ghosts = scratch_.ghosts(x);
   const auto owned = domain_->local_size();
   scratch_.exchange()->start(x, ghosts);
@@ -516,12 +522,16 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
 EINSHARD_INLINE void DSparseTensor::transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
   const auto owned = domain_->local_size();
   if (generic_.defined()) {
-    const auto& v = product_csr_.values;
-    const auto a = conjugate && v.is_complex() ? detail::aten_csr(product_csr_, v.conj().resolve_conj()) : generic_;
-    const auto full = at::mv(a.t(), y);
-    x.copy_(full.narrow(0, 0, owned));
-    scratch_.exchange()->start_reverse(full.narrow(0, owned, full.numel() - owned));
-    scratch_.exchange()->finish_reverse(x);
+    // The ghost columns' part first, sent back while the owned columns' part is formed; Aᴴ y is
+    // conj(Aᵀ conj(y)), which needs no conjugated copy of the matrix.
+    const at::NoGradGuard no_grad;
+    const bool conj = conjugate && product_csr_.values.is_complex();
+    const auto yc = conj && y.is_complex() ? y.conj().resolve_conj() : y;
+    const auto ghosts = generic_.rows.numel() > 0
+                            ? at::mv(generic_.boundary.t(), yc.index_select(0, generic_.rows))
+                            : at::zeros({plan_->ghost_count()}, y.options());
+    scratch_.exchange()->reverse_overlapped(ghosts, x, [&] { x.copy_(at::mv(generic_.interior.t(), yc)); });
+    if (conj) x.conj_physical_();
     return;
   }
   auto& ghosts = scratch_.ghosts(y);
@@ -551,7 +561,9 @@ EINSHARD_INLINE void DSparseTensor::place_on(const at::Device& device) {
 
 EINSHARD_INLINE void DSparseTensor::refresh_blocks() {
   product_csr_.values = local_.values.detach().contiguous();
-  generic_ = detail::uses_generic(product_csr_.values) ? detail::aten_csr(product_csr_, product_csr_.values) : at::Tensor();
+  generic_ = detail::uses_generic(product_csr_.values)
+                 ? detail::generic_halo_csr(product_csr_, product_csr_.values, domain_->local_size())
+                 : detail::GenericHaloCsr{};
 }
 
 EINSHARD_INLINE const at::Tensor& DSparseTensor::same_structure(const DSparseTensor& b, const char* op) const {

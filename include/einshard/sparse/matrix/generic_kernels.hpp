@@ -59,13 +59,44 @@ inline at::Tensor row_index(const Csr& a) {
                                a.col.numel());
 }
 
-/// `a`'s pattern holding `values` as ATen's sparse CSR tensor on the values' device: 32-bit
-/// indices when the entry count and the columns fit (ATen wants both index tensors of one type).
-inline at::Tensor aten_csr(const Csr& a, const at::Tensor& values) {
-  const auto small = a.col.scalar_type() == at::kInt && values.numel() <= std::numeric_limits<std::int32_t>::max();
+/// A rows x cols pattern (row pointers, columns) holding `values` as ATen's sparse CSR tensor on
+/// the values' device: 32-bit indices when the entry count and the columns fit (ATen wants both
+/// index tensors of one type).
+inline at::Tensor aten_csr(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& values, std::int64_t rows,
+                           std::int64_t cols) {
+  constexpr auto most = std::numeric_limits<std::int32_t>::max();
+  const auto small = cols <= most && values.numel() <= most;
   const auto index = at::TensorOptions(small ? at::kInt : at::kLong).device(values.device());
-  return at::_sparse_csr_tensor_unsafe(a.rowptr.to(index), a.col.to(index), values.contiguous(), {a.rows, a.cols},
+  return at::_sparse_csr_tensor_unsafe(rowptr.to(index), col.to(index), values.contiguous(), {rows, cols},
                                        values.options().layout(at::kSparseCsr));
+}
+
+/// `a`'s pattern holding `values`.
+inline at::Tensor aten_csr(const Csr& a, const at::Tensor& values) {
+  return aten_csr(a.rowptr, a.col, values, a.rows, a.cols);
+}
+
+/// A matrix's local rows (owned columns first, then the ghosts') split for the generic product's
+/// overlap, as ATen sparse CSR tensors on the values' device: `interior` holds every row's entries
+/// on owned columns (rows x owned), `boundary` the ghost-column entries of the rows that have some,
+/// those rows compacted (`rows` lists them, ascending). A [x; g] = interior x, then boundary g
+/// added into rows `rows`: the interior product needs no ghost, so it runs while they travel.
+struct GenericHaloCsr {
+  at::Tensor interior, boundary, rows;
+  [[nodiscard]] bool defined() const { return interior.defined(); }
+};
+
+inline GenericHaloCsr generic_halo_csr(const Csr& a, const at::Tensor& values, std::int64_t owned) {
+  const auto row = row_index(a);
+  const auto col = a.col.to(at::kLong);
+  const auto on = col < owned, off = col >= owned;
+  const auto interior_ptr = at::_convert_indices_from_coo_to_csr(row.masked_select(on), a.rows);
+  const auto [rows, inverse, counts] = at::unique_consecutive(row.masked_select(off), false, true);
+  (void)inverse;
+  const auto boundary_ptr = at::cat({at::zeros({1}, counts.options()), counts.cumsum(0)});
+  return {aten_csr(interior_ptr, col.masked_select(on), values.masked_select(on), a.rows, owned),
+          aten_csr(boundary_ptr, col.masked_select(off) - owned, values.masked_select(off), rows.numel(), a.cols - owned),
+          rows};
 }
 
 /// y = A x for a vector or an (cols, k) block, written into y (beta y added with `beta` nonzero).
@@ -109,20 +140,17 @@ inline at::Tensor generic_sampled_product(const Csr& pattern, const at::Tensor& 
   return (u2.index_select(0, row_index(pattern)) * v2.index_select(0, pattern.col.to(at::kLong))).sum(1);
 }
 
-/// csr.hpp's spmv_dot: y = A x, returning the partial <w, y> when `w` is defined.
-inline std::complex<double> generic_spmv_dot(const Csr& a, const at::Tensor& x, at::Tensor& y, const at::Tensor& w) {
-  generic_product_into(aten_csr(a, a.values), x, y);
+/// A product's own reduction, on the host: ‖y‖² after an update (y = A x + β y), else the partial
+/// <w, y> (w conjugated) when `w` is defined.
+inline std::complex<double> generic_product_dot(const at::Tensor& y, const at::Tensor& w, bool update) {
+  if (update) return to_host({at::vdot(y, y)})[0];
   return w.defined() ? to_host({at::vdot(w, y)})[0] : std::complex<double>{};
 }
 
-/// The local product of a matrix with a halo (`a`: aten_csr of the local rows, x with its ghosts
-/// appended): y = A x, or y = A x + *update y. Returns the partial <w, y> (w conjugated) when `w`
-/// is defined, ‖y‖² with `update`: the product's own reduction, on the host.
-inline std::complex<double> generic_halo_product(const at::Tensor& a, const at::Tensor& x, at::Tensor& y,
-                                                 const at::Tensor& w, const double* update) {
-  generic_product_into(a, x, y, update != nullptr ? *update : 0.0);
-  if (update != nullptr) return to_host({at::vdot(y, y)})[0];
-  return w.defined() ? to_host({at::vdot(w, y)})[0] : std::complex<double>{};
+/// csr.hpp's spmv_dot: y = A x, returning the partial <w, y> when `w` is defined.
+inline std::complex<double> generic_spmv_dot(const Csr& a, const at::Tensor& x, at::Tensor& y, const at::Tensor& w) {
+  generic_product_into(aten_csr(a, a.values), x, y);
+  return generic_product_dot(y, w, false);
 }
 
 /// vector_kernels.hpp's cg_update: {<r, z or r>, <r, r>}.
@@ -196,9 +224,14 @@ inline std::vector<double> generic_block_dots(const at::Tensor& a, const at::Ten
   return to_host_real({column_dots(a, b)});
 }
 
+/// <a_j, b_j> (a conjugated) of every column of (n, k) blocks, on the device.
+inline at::Tensor column_cdots(const at::Tensor& a, const at::Tensor& b) {
+  return (a.is_complex() ? a.conj() * b : a * b).sum(0);
+}
+
 /// <a_j, b_j> (a conjugated) of every column, complex (krylov/block.hpp's block_cdots).
 inline std::vector<std::complex<double>> generic_block_cdots(const at::Tensor& a, const at::Tensor& b) {
-  return to_host({(a.is_complex() ? a.conj() * b : a * b).sum(0)});
+  return to_host({column_cdots(a, b)});
 }
 
 /// block_kernels.hpp's block_cg_update: {Re<r_j, d .* r_j>..., ‖r_j‖²...}.

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "einshard/comm/autograd.hpp"
@@ -120,13 +121,7 @@ class HaloExchange {
   /// finish(). Both may be contiguous blocks (rows, m): then whole rows travel.
   void start(const at::Tensor& owned, const at::Tensor& ghosts) {
     const auto& p = *plan_;
-    if (detail::uses_generic(owned)) {
-      messages_.wait();
-      const auto src = owned.contiguous();
-      const auto packed = p.send_count() > 0 ? src.index_select(0, send_rows_on(src)) : src;
-      exchange(packed, p.send_ranks, p.send_offsets, ghosts, p.recv_ranks, p.recv_offsets);
-      return;
-    }
+    if (detail::uses_generic(owned)) return exchange_overlapped(owned, ghosts, [] {});
     const auto elem = comm::datatype(owned.scalar_type());
     const auto width = row_width(owned);
     const auto size = owned.element_size() * width;
@@ -153,6 +148,17 @@ class HaloExchange {
                      p.layout->comm());
     }
   }
+  /// The generic kernels' forward exchange: the ghosts of `owned` into `ghosts`, complete on
+  /// return, with `overlap()` (work that needs no ghost: the interior rows' product) run while the
+  /// messages travel. The backend posts every message, calls it, then waits (comm::Backend::exchange).
+  template <class Overlap>
+  void exchange_overlapped(const at::Tensor& owned, const at::Tensor& ghosts, Overlap&& overlap) {
+    const auto& p = *plan_;
+    messages_.wait();
+    const auto src = owned.contiguous();
+    const auto packed = p.send_count() > 0 ? src.index_select(0, send_rows_on(src)) : src;
+    exchange(packed, p.send_ranks, p.send_offsets, ghosts, p.recv_ranks, p.recv_offsets, overlap);
+  }
   /// The ghosts have arrived (the sends may still be in flight: finish() completes them).
   void finish_receives() { messages_.wait_receives(); }
   void finish() {
@@ -176,7 +182,7 @@ class HaloExchange {
     if (detail::uses_generic(ghosts)) {
       messages_.wait();
       exchange(ghosts.contiguous(), p.recv_ranks, p.recv_offsets, buffer_for(ghosts, p.send_count()), p.send_ranks,
-               p.send_offsets);
+               p.send_offsets, [] {});
       return;
     }
     const auto elem = comm::datatype(ghosts.scalar_type());
@@ -193,6 +199,17 @@ class HaloExchange {
     for (std::size_t i = 0; i < p.recv_ranks.size(); ++i)
       messages_.send(send + p.recv_offsets[i] * size, (p.recv_offsets[i + 1] - p.recv_offsets[i]) * width, elem,
                      p.recv_ranks[i], tag, p.layout->comm());
+  }
+  /// The generic kernels' reverse exchange: `ghosts` back to their owners, `overlap()` (which
+  /// writes `owned`'s own part: the owned columns' product) run while the messages travel, then
+  /// what arrived added into `owned`.
+  template <class Overlap>
+  void reverse_overlapped(const at::Tensor& ghosts, at::Tensor& owned, Overlap&& overlap) {
+    const auto& p = *plan_;
+    messages_.wait();
+    exchange(ghosts.contiguous(), p.recv_ranks, p.recv_offsets, buffer_for(ghosts, p.send_count()), p.send_ranks,
+             p.send_offsets, overlap);
+    if (p.send_count() > 0) add_received(owned);
   }
   /// Adds what arrived into `owned` (the rows each neighbour's slice belongs to), then completes
   /// the sends.
@@ -249,9 +266,12 @@ class HaloExchange {
     return rows_on_device_;
   }
   /// The generic kernels' exchange: the rows [send_offsets[i], send_offsets[i+1]) of `from` to
-  /// send_ranks[i], those of `to` from recv_ranks[i], through the backend of `from`'s device.
+  /// send_ranks[i], those of `to` from recv_ranks[i], through the backend of `from`'s device,
+  /// `overlap()` run once every message is posted.
+  template <class Overlap>
   void exchange(const at::Tensor& from, const std::vector<int>& send_ranks, const std::vector<std::int64_t>& send_offsets,
-                const at::Tensor& to, const std::vector<int>& recv_ranks, const std::vector<std::int64_t>& recv_offsets) {
+                const at::Tensor& to, const std::vector<int>& recv_ranks, const std::vector<std::int64_t>& recv_offsets,
+                Overlap&& overlap) {
     const auto width = row_width(from);
     const auto size = from.element_size() * width;
     auto* out = static_cast<char*>(to.data_ptr());
@@ -262,7 +282,9 @@ class HaloExchange {
     for (std::size_t i = 0; i < recv_ranks.size(); ++i)
       recvs.push_back({recv_ranks[i], out + recv_offsets[i] * size, (recv_offsets[i + 1] - recv_offsets[i]) * width});
     const auto comm = plan_->layout->comm();
-    comm::backend_for(from, comm).exchange(sends, recvs, from, tag, comm, nullptr, nullptr);
+    using F = std::remove_reference_t<Overlap>;
+    comm::backend_for(from, comm).exchange(sends, recvs, from, tag, comm, [](void* f) { (*static_cast<F*>(f))(); },
+                                           const_cast<void*>(static_cast<const void*>(&overlap)));
   }
   /// n rows shaped like `like`'s (1-D, or rows of like.size(1) values).
   at::Tensor& buffer_for(const at::Tensor& like, std::int64_t n) {

@@ -28,14 +28,15 @@ CooEntries global_entries(const DSparseTensor& a);
 #if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
-/// This rank's stored entries in global indices (the values as stored, differentiable).
+/// This rank's stored entries in global indices (the values as stored, differentiable, on their
+/// device; the indices on the host, where assembly and the layouts live).
 EINSHARD_INLINE CooEntries global_entries(const DSparseTensor& a) {
   const auto [v, r, c] = csr_to_coo(a.local());
   const auto& owned = a.layout()->owned();
   // Local columns are the domain's owned entries, then the ghosts (the rows' partition only for a
   // square matrix without its own column partition).
   const auto local_to_global = at::cat({a.domain_layout()->owned(), a.halo().ghosts});
-  return {v, owned.index_select(0, r), local_to_global.index_select(0, c.to(at::kLong))};
+  return {v, owned.index_select(0, r.cpu()), local_to_global.index_select(0, c.cpu())};
 }
 
 /// max |a_ij - op(a_ji)| <= atol + rtol max |a_ij| over the whole matrix, where op conjugates
@@ -76,8 +77,8 @@ EINSHARD_INLINE bool DSparseTensor::is_hermitian(double atol, double rtol) const
 
 EINSHARD_INLINE DSparseTensor DSparseTensor::adjoint() const {
   const auto [v, r, c] = detail::csr_to_coo(local_);
-  const auto global_col = at::cat({domain_->owned(), plan_->ghosts}).index_select(0, c.to(at::kLong));
-  const auto global_row = layout_->owned().index_select(0, r.to(at::kLong));
+  const auto global_col = at::cat({domain_->owned(), plan_->ghosts}).index_select(0, c.cpu());
+  const auto global_row = layout_->owned().index_select(0, r.cpu().to(at::kLong));
   FromLocalOptions o{.owned_rows = domain_->owned()};
   if (domain_ != layout_) o.owned_cols = layout_->owned();
   return from_local(local_.values.is_complex() ? local_.values.conj().resolve_conj() : local_.values, global_col,

@@ -98,7 +98,7 @@ class ChebyshevOp final : public PreconditionerOp {
     }
     if (total == 0) return 1.0;
     const auto dot = [&](const at::Tensor& x, const at::Tensor& y) { return at::dot(x, y).item<double>(); };
-    auto r = pseudo_random(offset, rows.n_owned, rows.a.dtype());
+    auto r = pseudo_random(offset, rows.n_owned, rows.a.dtype()).to(inv_diag_.device());
     auto z = r * inv_diag_;
     auto p = z.clone();
     auto q = at::empty_like(p);
