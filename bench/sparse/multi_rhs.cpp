@@ -12,9 +12,11 @@
 //
 // Each method runs with Jacobi for exactly `--iters` iterations (rtol = atol = 0): CG in both
 // reduction organisations ("standard": two all-reduces per step; "single_reduction": one),
-// GMRES(--restart), BiCGStab and MINRES. The all-reduces are counted through MPI's profiling
-// interface (MPI_Allreduce and MPI_Iallreduce are defined in this file) and reported per step: the
-// block's for all k columns, the singles' summed over their k solves. `--isa avx2,portable` runs
+// GMRES(--restart) with its basis in float64 ("gmres") or float32 ("gmres_reduced":
+// GmresBasis::reduced for the block; its singles are einshard's GMRES with a float64 basis),
+// BiCGStab and MINRES. The all-reduces are counted through MPI's profiling interface
+// (MPI_Allreduce and MPI_Iallreduce are defined in this file) and reported per step: the block's
+// for all k columns, the singles' summed over their k solves. `--isa avx2,portable` runs
 // the block with each of the block product's instruction sets (AVX2 where the CPU has it; the
 // portable body is what a CPU without AVX2 runs); the singles are the same either way.
 //
@@ -22,14 +24,14 @@
 // (block, singles, and PETSc's two) run in an order rotating from rep to rep after one untimed
 // solve each; medians over `--reps`. JSON lines on rank 0:
 //
-//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
+//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"gmres_reduced"|"bicgstab"|"minres",
 //    "ranks":P,"grid":g,"stencil":5|7|27,"n":unknowns,"isa":"avx2"|"portable","restart":m,"k":k,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
 //    "petsc_matsolve_ms":...,"petsc_singles_ms":...,"vs_petsc":best PETSc / block (-1: no PETSc),
 //    "allreduces_per_step_block":...,"allreduces_per_step_singles":...,"reps":...}
 //
 //   mpirun -n P einshard_bench_sparse_multi_rhs [--grid 300] [--stencil 5|7|27] [--iters 100] [--reps 3]
-//        [--k 8,16,32] [--variants standard,single_reduction,gmres,bicgstab,minres] [--restart 30]
+//        [--k 8,16,32] [--variants standard,single_reduction,gmres,gmres_reduced,bicgstab,minres] [--restart 30]
 //        [--isa avx2,portable] [--petsc 1|0]
 //
 // GMRES's block basis is restart + 1 blocks of (n_local, 8): leave it out on a large grid, or
@@ -229,17 +231,23 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
     const char* name;
     sp::Method method;
     sp::CgVariant cg;
+    sp::GmresBasis basis;
   };
-  for (const auto& [name, method, variant] :
-       {Variant{"standard", sp::Method::cg, sp::CgVariant::standard},
-        Variant{"single_reduction", sp::Method::cg, sp::CgVariant::single_reduction},
-        Variant{"gmres", sp::Method::gmres, sp::CgVariant::standard},
-        Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard},
-        Variant{"minres", sp::Method::minres, sp::CgVariant::standard}}) {
+  const auto W = sp::GmresBasis::working;
+  for (const auto& [name, method, variant, basis] :
+       {Variant{"standard", sp::Method::cg, sp::CgVariant::standard, W},
+        Variant{"single_reduction", sp::Method::cg, sp::CgVariant::single_reduction, W},
+        Variant{"gmres", sp::Method::gmres, sp::CgVariant::standard, W},
+        Variant{"gmres_reduced", sp::Method::gmres, sp::CgVariant::standard, sp::GmresBasis::reduced},
+        Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard, W},
+        Variant{"minres", sp::Method::minres, sp::CgVariant::standard, W}}) {
     if (!listed(cfg.variants, name)) continue;
+    // The block's options; the singles run einshard's single GMRES (its basis in float64) either way.
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
                              .maxiter = cfg.iters, .cg_variant = variant, .restart = cfg.restart,
-                             .residual_history = false};
+                             .gmres_basis = basis, .residual_history = false};
+    auto single = o;
+    single.gmres_basis = W;
     for (const std::string isa : {"avx2", "portable"}) {
       // Without AVX2 the block runs portable: an avx2 request reports that instead of nothing.
       const bool avx2 = sp::detail::block_avx2_available();
@@ -269,7 +277,7 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
           case 1: {
             const double a0 = allreduce_calls();
             t[1].push_back(timed([&] {
-              for (const auto& c : cols) (void)D.solve(c, o);
+              for (const auto& c : cols) (void)D.solve(c, single);
             }));
             ar_single = (allreduce_calls() - a0) / cfg.iters;
             break;
