@@ -25,13 +25,15 @@
 // solve each; medians over `--reps`. JSON lines on rank 0:
 //
 //   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"gmres_reduced"|"bicgstab"|"minres",
-//    "ranks":P,"grid":g,"stencil":5|7|27,"n":unknowns,"isa":"avx2"|"portable","restart":m,"k":k,
+//    "ranks":P,"grid":g,"stencil":5|7|27,"n":unknowns,"isa":"avx2"|"portable","restart":m,
+//    "reorthogonalize":"if_needed"|"never","k":k,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
 //    "petsc_matsolve_ms":...,"petsc_singles_ms":...,"vs_petsc":best PETSc / block (-1: no PETSc),
 //    "allreduces_per_step_block":...,"allreduces_per_step_singles":...,"reps":...}
 //
 //   mpirun -n P einshard_bench_sparse_multi_rhs [--grid 300] [--stencil 5|7|27] [--iters 100] [--reps 3]
 //        [--k 8,16,32] [--variants standard,single_reduction,gmres,gmres_reduced,bicgstab,minres] [--restart 30]
+//        [--reorthogonalize if_needed|never]
 //        [--isa avx2,portable] [--petsc 1|0]
 //
 // GMRES's block basis is restart + 1 blocks of (n_local, 8): leave it out on a large grid, or
@@ -76,6 +78,9 @@ struct Config {
   /// Methods to run (comma-separated names of the JSON's "variant").
   std::string variants = "standard,single_reduction,gmres,bicgstab,minres";
   int restart = 30;
+  /// GMRES's second Gram–Schmidt pass (block and singles): if_needed (DGKS, einshard's default) or
+  /// never (one pass, as PETSc's KSPGMRES by default).
+  std::string reorthogonalize = "if_needed";
   /// Block-product instruction sets: avx2 (where the CPU has it; elsewhere portable instead)
   /// and/or portable.
   std::string isa = "avx2";
@@ -99,6 +104,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--reps") c.reps = std::stoi(next());
     else if (a == "--variants") c.variants = next();
     else if (a == "--restart") c.restart = std::stoi(next());
+    else if (a == "--reorthogonalize") c.reorthogonalize = next();
     else if (a == "--isa") c.isa = next();
     else if (a == "--k") c.k = next();
     else if (a == "--petsc") c.petsc = next() != "0";
@@ -107,6 +113,8 @@ Config parse(int argc, char** argv) {
   if (c.stencil != 5 && c.stencil != 7 && c.stencil != 27)
     throw std::runtime_error("--stencil: expected 5, 7 or 27, found " + std::to_string(c.stencil));
   if (c.reps < 1) throw std::runtime_error("--reps must be at least 1");
+  if (c.reorthogonalize != "if_needed" && c.reorthogonalize != "never")
+    throw std::runtime_error("--reorthogonalize: expected if_needed or never, found " + c.reorthogonalize);
   return c;
 }
 
@@ -245,6 +253,8 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
     // The block's options; the singles run einshard's single GMRES (its basis in float64) either way.
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
                              .maxiter = cfg.iters, .cg_variant = variant, .restart = cfg.restart,
+                             .reorthogonalize = cfg.reorthogonalize == "never" ? sp::Reorthogonalize::never
+                                                                              : sp::Reorthogonalize::if_needed,
                              .gmres_basis = basis, .residual_history = false};
     auto single = o;
     single.gmres_basis = W;
@@ -298,12 +308,12 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
       const double best_petsc = petsc ? std::min(median(t[2]), median(t[3])) : -1.0;
       if (world_rank() == 0)
         std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"stencil\":%d,"
-                    "\"n\":%lld,\"isa\":\"%s\",\"restart\":%d,\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,"
+                    "\"n\":%lld,\"isa\":\"%s\",\"restart\":%d,\"reorthogonalize\":\"%s\",\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,"
                     "\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"petsc_matsolve_ms\":%.3f,\"petsc_singles_ms\":%.3f,"
                     "\"vs_petsc\":%.3f,\"allreduces_per_step_block\":%.2f,"
                     "\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
                     name, P, static_cast<long long>(cfg.grid), cfg.stencil, static_cast<long long>(D.shape()[0]),
-                    isa.c_str(), cfg.restart, static_cast<long long>(k), cfg.iters, median(t[0]) * 1e3,
+                    isa.c_str(), cfg.restart, cfg.reorthogonalize.c_str(), static_cast<long long>(k), cfg.iters, median(t[0]) * 1e3,
                     median(t[1]) * 1e3, median(t[1]) / median(t[0]), petsc ? median(t[2]) * 1e3 : -1.0,
                     petsc ? median(t[3]) * 1e3 : -1.0, petsc ? best_petsc / median(t[0]) : -1.0, ar_block, ar_single,
                     cfg.reps);
