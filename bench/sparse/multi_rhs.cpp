@@ -12,24 +12,33 @@
 //
 // Each method runs with Jacobi for exactly `--iters` iterations (rtol = atol = 0): CG in both
 // reduction organisations ("standard": two all-reduces per step; "single_reduction": one),
-// GMRES(--restart), BiCGStab and MINRES. The all-reduces are counted through MPI's profiling
-// interface (MPI_Allreduce and MPI_Iallreduce are defined in this file) and reported per step: the
-// block's for all k columns, the singles' summed over their k solves. `--isa avx2,portable` runs
+// GMRES(--restart) with its basis in float64 ("gmres") or float32 ("gmres_reduced":
+// GmresBasis::reduced for the block; its singles are einshard's GMRES with a float64 basis),
+// BiCGStab and MINRES. The all-reduces are counted through MPI's profiling interface
+// (MPI_Allreduce and MPI_Iallreduce are defined in this file) and reported per step: the block's
+// for all k columns, the singles' summed over their k solves. `--isa avx2,portable` runs
 // the block with each of the block product's instruction sets (AVX2 where the CPU has it; the
 // portable body is what a CPU without AVX2 runs); the singles are the same either way.
+//
+// With --rtol r, nothing is timed: each variant's block and its k single solves run to rtol r and
+// one line per variant ("sparse_multi_rhs_convergence") gives the iterations (mean and largest
+// over the columns) and the largest true relative residual ‖b − A x‖ / ‖b‖ of each side.
+// --convection c makes the 2-D matrix nonsymmetric (c on each east neighbour, −c on each west).
 //
 // A sample is the maximum over the ranks of one side's elapsed time (MPI_Barrier first); the sides
 // (block, singles, and PETSc's two) run in an order rotating from rep to rep after one untimed
 // solve each; medians over `--reps`. JSON lines on rank 0:
 //
-//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"bicgstab"|"minres",
-//    "ranks":P,"grid":g,"stencil":5|7|27,"n":unknowns,"isa":"avx2"|"portable","restart":m,"k":k,
+//   {"bench":"sparse_multi_rhs","variant":"standard"|"single_reduction"|"gmres"|"gmres_reduced"|"bicgstab"|"minres",
+//    "ranks":P,"grid":g,"stencil":5|7|27,"n":unknowns,"isa":"avx2"|"portable","restart":m,
+//    "reorthogonalize":"if_needed"|"never","k":k,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
 //    "petsc_matsolve_ms":...,"petsc_singles_ms":...,"vs_petsc":best PETSc / block (-1: no PETSc),
 //    "allreduces_per_step_block":...,"allreduces_per_step_singles":...,"reps":...}
 //
 //   mpirun -n P einshard_bench_sparse_multi_rhs [--grid 300] [--stencil 5|7|27] [--iters 100] [--reps 3]
-//        [--k 8,16,32] [--variants standard,single_reduction,gmres,bicgstab,minres] [--restart 30]
+//        [--k 8,16,32] [--variants standard,single_reduction,gmres,gmres_reduced,bicgstab,minres] [--restart 30]
+//        [--reorthogonalize if_needed|never] [--convection c] [--rtol r]
 //        [--isa avx2,portable] [--petsc 1|0]
 //
 // GMRES's block basis is restart + 1 blocks of (n_local, 8): leave it out on a large grid, or
@@ -40,6 +49,7 @@
 #include <ATen/Parallel.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -74,6 +84,9 @@ struct Config {
   /// Methods to run (comma-separated names of the JSON's "variant").
   std::string variants = "standard,single_reduction,gmres,bicgstab,minres";
   int restart = 30;
+  /// GMRES's second Gram–Schmidt pass (block and singles): if_needed (DGKS, einshard's default) or
+  /// never (one pass, as PETSc's KSPGMRES by default).
+  std::string reorthogonalize = "if_needed";
   /// Block-product instruction sets: avx2 (where the CPU has it; elsewhere portable instead)
   /// and/or portable.
   std::string isa = "avx2";
@@ -81,6 +94,11 @@ struct Config {
   std::string k = "8";
   /// Whether to run PETSc beside (where it was found).
   bool petsc = true;
+  /// 2-D 5-point only: c added to each east neighbour and subtracted from each west one (a
+  /// nonsymmetric convection–diffusion matrix; GMRES variants only).
+  double convection = 0.0;
+  /// > 0: instead of timing, solve to this rtol and report iterations and true residuals.
+  double rtol = 0.0;
 };
 
 Config parse(int argc, char** argv) {
@@ -97,14 +115,21 @@ Config parse(int argc, char** argv) {
     else if (a == "--reps") c.reps = std::stoi(next());
     else if (a == "--variants") c.variants = next();
     else if (a == "--restart") c.restart = std::stoi(next());
+    else if (a == "--reorthogonalize") c.reorthogonalize = next();
     else if (a == "--isa") c.isa = next();
     else if (a == "--k") c.k = next();
     else if (a == "--petsc") c.petsc = next() != "0";
+    else if (a == "--convection") c.convection = std::stod(next());
+    else if (a == "--rtol") c.rtol = std::stod(next());
     else throw std::runtime_error("unknown argument " + a);
   }
   if (c.stencil != 5 && c.stencil != 7 && c.stencil != 27)
     throw std::runtime_error("--stencil: expected 5, 7 or 27, found " + std::to_string(c.stencil));
   if (c.reps < 1) throw std::runtime_error("--reps must be at least 1");
+  if (c.convection != 0.0 && c.stencil != 5)
+    throw std::runtime_error("--convection: only with --stencil 5");
+  if (c.reorthogonalize != "if_needed" && c.reorthogonalize != "never")
+    throw std::runtime_error("--reorthogonalize: expected if_needed or never, found " + c.reorthogonalize);
   return c;
 }
 
@@ -126,7 +151,7 @@ struct Problem {
   std::int64_t lo = 0;
 };
 
-Problem matrix(std::int64_t g, int points, const es::Mesh& mesh) {
+Problem matrix(std::int64_t g, int points, double convection, const es::Mesh& mesh) {
   const auto n = points == 5 ? g * g : g * g * g;
   const auto [lo, hi] = sp::simple_rows(n, MPI_COMM_WORLD);
   std::vector<std::int64_t> r, c, rowptr{0};
@@ -138,7 +163,9 @@ Problem matrix(std::int64_t g, int points, const es::Mesh& mesh) {
   };
   for (auto i = lo; i < hi; ++i) {
     if (points == 5) {
-      einshard_bench::poisson_row(g, i, [&](std::int64_t j, double value) { add(i, j, value); });
+      einshard_bench::poisson_row(g, i, [&](std::int64_t j, double value) {
+        add(i, j, value + (j == i + 1 ? convection : j == i - 1 ? -convection : 0.0));
+      });
       rowptr.push_back(static_cast<std::int64_t>(v.size()));
       continue;
     }
@@ -217,6 +244,58 @@ struct Petsc {
 };
 #endif
 
+/// --rtol: the block and its k columns' single solves to `cfg.rtol` (maxiter 10⁶), with every
+/// column's iterations and true relative residual ‖b − A x‖ / ‖b‖ (one JSON line per variant).
+void converge(const Config& cfg, const sp::DSparseTensor& D, const sp::DVector& B, const std::vector<sp::DVector>& cols,
+              const char* name, sp::SolveOptions block, sp::SolveOptions single) {
+  for (auto* o : {&block, &single}) {
+    o->rtol = cfg.rtol;
+    o->maxiter = 1000000;
+  }
+  const auto norms = [](const at::Tensor& t) {  // the global 2-norm of each column of an (n_local, k) block
+    const auto sq = t.square().sum(0).contiguous();
+    std::vector<double> v(sq.data_ptr<double>(), sq.data_ptr<double>() + sq.numel());
+    MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    for (auto& e : v) e = std::sqrt(e);
+    return v;
+  };
+  const auto& b = B.local();
+  const auto bn = norms(b);
+  const auto s = D.solve(B, block);
+  const auto rb = norms(b - D.apply_block(s.x.local()));
+  std::vector<at::Tensor> xs;
+  std::vector<int> its;
+  bool singles_converged = true;
+  for (const auto& c : cols) {
+    const auto r = D.solve(c, single);
+    xs.push_back(r.x.local());
+    its.push_back(r.info.iterations);
+    singles_converged = singles_converged && r.info.converged;
+  }
+  const auto rs = norms(b - D.apply_block(at::stack(xs, 1)));
+  double worst_b = 0.0, worst_s = 0.0, mean_b = 0.0, mean_s = 0.0;
+  int most_b = 0, most_s = 0;
+  const auto k = static_cast<std::size_t>(b.size(1));
+  for (std::size_t j = 0; j < k; ++j) {
+    worst_b = std::max(worst_b, rb[j] / bn[j]);
+    worst_s = std::max(worst_s, rs[j] / bn[j]);
+    most_b = std::max(most_b, s.info.columns[j].iterations);
+    most_s = std::max(most_s, its[j]);
+    mean_b += s.info.columns[j].iterations / static_cast<double>(k);
+    mean_s += its[j] / static_cast<double>(k);
+  }
+  if (world_rank() == 0)
+    std::printf("{\"bench\":\"sparse_multi_rhs_convergence\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,"
+                "\"stencil\":%d,\"convection\":%g,\"restart\":%d,\"reorthogonalize\":\"%s\",\"k\":%zu,\"rtol\":%g,"
+                "\"block_converged\":%s,\"block_iterations_mean\":%.1f,\"block_iterations_max\":%d,"
+                "\"block_true_relres_max\":%.3e,\"singles_converged\":%s,\"singles_iterations_mean\":%.1f,"
+                "\"singles_iterations_max\":%d,\"singles_true_relres_max\":%.3e}\n",
+                name, world_size(), static_cast<long long>(cfg.grid), cfg.stencil, cfg.convection, cfg.restart,
+                cfg.reorthogonalize.c_str(), k, cfg.rtol, s.info.converged ? "true" : "false", mean_b, most_b, worst_b,
+                singles_converged ? "true" : "false", mean_s, most_s, worst_s);
+  std::fflush(stdout);
+}
+
 /// Every variant with k right-hand sides.
 void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
   const auto& D = problem.D;
@@ -229,17 +308,29 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
     const char* name;
     sp::Method method;
     sp::CgVariant cg;
+    sp::GmresBasis basis;
   };
-  for (const auto& [name, method, variant] :
-       {Variant{"standard", sp::Method::cg, sp::CgVariant::standard},
-        Variant{"single_reduction", sp::Method::cg, sp::CgVariant::single_reduction},
-        Variant{"gmres", sp::Method::gmres, sp::CgVariant::standard},
-        Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard},
-        Variant{"minres", sp::Method::minres, sp::CgVariant::standard}}) {
+  const auto W = sp::GmresBasis::working;
+  for (const auto& [name, method, variant, basis] :
+       {Variant{"standard", sp::Method::cg, sp::CgVariant::standard, W},
+        Variant{"single_reduction", sp::Method::cg, sp::CgVariant::single_reduction, W},
+        Variant{"gmres", sp::Method::gmres, sp::CgVariant::standard, W},
+        Variant{"gmres_reduced", sp::Method::gmres, sp::CgVariant::standard, sp::GmresBasis::reduced},
+        Variant{"bicgstab", sp::Method::bicgstab, sp::CgVariant::standard, W},
+        Variant{"minres", sp::Method::minres, sp::CgVariant::standard, W}}) {
     if (!listed(cfg.variants, name)) continue;
+    // The block's options; the singles run einshard's single GMRES (its basis in float64) either way.
     const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
                              .maxiter = cfg.iters, .cg_variant = variant, .restart = cfg.restart,
-                             .residual_history = false};
+                             .reorthogonalize = cfg.reorthogonalize == "never" ? sp::Reorthogonalize::never
+                                                                              : sp::Reorthogonalize::if_needed,
+                             .gmres_basis = basis, .residual_history = false};
+    auto single = o;
+    single.gmres_basis = W;
+    if (cfg.rtol > 0.0) {
+      converge(cfg, D, B, cols, name, o, single);
+      continue;
+    }
     for (const std::string isa : {"avx2", "portable"}) {
       // Without AVX2 the block runs portable: an avx2 request reports that instead of nothing.
       const bool avx2 = sp::detail::block_avx2_available();
@@ -269,7 +360,7 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
           case 1: {
             const double a0 = allreduce_calls();
             t[1].push_back(timed([&] {
-              for (const auto& c : cols) (void)D.solve(c, o);
+              for (const auto& c : cols) (void)D.solve(c, single);
             }));
             ar_single = (allreduce_calls() - a0) / cfg.iters;
             break;
@@ -290,12 +381,12 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
       const double best_petsc = petsc ? std::min(median(t[2]), median(t[3])) : -1.0;
       if (world_rank() == 0)
         std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"stencil\":%d,"
-                    "\"n\":%lld,\"isa\":\"%s\",\"restart\":%d,\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,"
+                    "\"n\":%lld,\"isa\":\"%s\",\"restart\":%d,\"reorthogonalize\":\"%s\",\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,"
                     "\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"petsc_matsolve_ms\":%.3f,\"petsc_singles_ms\":%.3f,"
                     "\"vs_petsc\":%.3f,\"allreduces_per_step_block\":%.2f,"
                     "\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
                     name, P, static_cast<long long>(cfg.grid), cfg.stencil, static_cast<long long>(D.shape()[0]),
-                    isa.c_str(), cfg.restart, static_cast<long long>(k), cfg.iters, median(t[0]) * 1e3,
+                    isa.c_str(), cfg.restart, cfg.reorthogonalize.c_str(), static_cast<long long>(k), cfg.iters, median(t[0]) * 1e3,
                     median(t[1]) * 1e3, median(t[1]) / median(t[0]), petsc ? median(t[2]) * 1e3 : -1.0,
                     petsc ? median(t[3]) * 1e3 : -1.0, petsc ? best_petsc / median(t[0]) : -1.0, ar_block, ar_single,
                     cfg.reps);
@@ -306,7 +397,7 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
 
 void run(const Config& cfg) {
   const es::Mesh mesh(MPI_COMM_WORLD, {world_size()}, {"x"});
-  const auto problem = matrix(cfg.grid, cfg.stencil, mesh);
+  const auto problem = matrix(cfg.grid, cfg.stencil, cfg.convection, mesh);
   std::size_t start = 0;
   for (;;) {  // each width of --k
     const auto end = cfg.k.find(',', start);

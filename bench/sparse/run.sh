@@ -23,7 +23,7 @@
 #   lsqr             LSQR and LSMR per iteration against KSPLSQR, and the two products alone
 #   multi_rhs        k = 8, 16, 32 right-hand sides as one block against k single solves and PETSc's
 #                    KSPMatSolve, 10⁴ to 10⁶ unknowns, 5-, 7- and 27-point stencils, CG, GMRES
-#                    (up to 10⁵) and BiCGStab; 1, 2 and 4 ranks
+#                    (up to 10⁵, float64 and float32 basis) and BiCGStab; 1, 2 and 4 ranks
 #   stencil          CG per iteration with the matrix-free StencilOperator against the CSR path and
 #                    KSPCG on AIJ: 2-D 5-point 1000², 3-D 7-point 100³, none and Jacobi; 1, 2, 4 ranks
 #   backward         the differentiable solve: backward time over forward time
@@ -174,7 +174,8 @@ case "${suite}" in
     ;;
   multi_rhs)
     # k = 8, 16 and 32 right-hand sides; 200 / 60 / 20 iterations at 10⁴ / 10⁵ / ≥ 5·10⁵ unknowns;
-    # GMRES(30) up to 10⁵ only (its block basis is 31 blocks of (n_local, k)); PETSc's KSPMatSolve
+    # GMRES(30) up to 10⁵ only (its block basis is 31 blocks of (n_local, k)), its basis in float64
+    # and in float32 (gmres_reduced); PETSc's KSPMatSolve
     # and k KSPSolves beside CG and GMRES. At 1 rank the largest 5-point and the 27-point problems
     # also run with the portable block product (a CPU without AVX2).
     built einshard_bench_sparse_multi_rhs || exit 0
@@ -182,7 +183,7 @@ case "${suite}" in
       isa=avx2
       [[ "${p}" == 1 ]] && isa=avx2,portable
       k=(--k 8,16,32)
-      small=(--variants standard,gmres,bicgstab "${k[@]}")
+      small=(--variants standard,gmres,gmres_reduced,bicgstab "${k[@]}")
       large=(--variants standard,bicgstab "${k[@]}")
       EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${small[@]}" --grid 100 --iters 200 --reps 3
       EINSHARD_BENCH_RANKS="${p}" bench einshard_bench_sparse_multi_rhs "" "${small[@]}" --grid 316 --iters 60 --reps 3

@@ -322,6 +322,111 @@ TEST_CASE("several right-hand sides with every method: k coupled recurrences equ
   }
 }
 
+TEST_CASE("GMRES with a float32 basis (GmresBasis::reduced): dense references, the iterations of a float64 one",
+          "[sparse][multi_rhs][gmres_basis]") {
+  const auto mesh = world_mesh();
+  const auto spd = es::testing::poisson2d(16, 15);
+  const auto unsym = convection_diffusion(16, 15, 0.5);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(47);
+  auto B = at::randn({spd.n, 4}, gen, at::kDouble);
+  B.select(1, 1).zero_();     // x = 0 exactly
+  B.select(1, 2).mul_(1e-6);  // under atol early: converges before the others
+  // rtol 1e-8: the iterations of a float64 basis; the true residual is checked at 1e-11 below too,
+  // past float32's rounding, where false convergence claims cost restarts.
+  const double rtol = 1e-8, atol = 1e-10;
+  struct Case {
+    const es::testing::Coo* coo;
+    sp::Method method;
+    int restart;
+  };
+  for (const auto& c : {Case{&unsym, sp::Method::gmres, 30}, Case{&unsym, sp::Method::gmres, 8},
+                        Case{&unsym, sp::Method::fgmres, 12}, Case{&spd, sp::Method::gmres, 30}}) {
+    const auto share = my_share(*c.coo);
+    const auto D = assemble(share, share.values, mesh);
+    const auto dense = es::testing::dense(*c.coo);
+    const auto ref = at::linalg_solve(dense, B);
+    const auto dB = D.scatter(B);
+    for (const auto pc : {sp::Preconditioner::none, sp::Preconditioner::jacobi, sp::Preconditioner::block_jacobi}) {
+      CAPTURE(sp::to_string(c.method), c.restart, sp::to_string(pc));
+      const sp::SolveOptions working{.method = c.method, .preconditioner = pc, .rtol = rtol, .atol = atol,
+                                     .restart = c.restart};
+      auto o = working;
+      o.gmres_basis = sp::GmresBasis::reduced;
+      const auto s = D.solve(dB, o);
+      const auto w = D.solve(dB, working);
+      REQUIRE(s.info.columns.size() == 4);
+      CHECK(s.info.converged);
+      CHECK(s.info.columns[1].reason == sp::StopReason::zero_rhs);
+      const auto x = s.x.full_tensor();
+      CHECK(at::equal(x.select(1, 1), at::zeros({c.coo->n}, at::kDouble)));
+      CHECK(rel(x, ref) < 1e-6);
+      // Converged means by the true residual, the float32 basis notwithstanding.
+      const auto residual = at::linalg_vector_norm(B - at::mm(dense, x), 2, {0});
+      for (std::int64_t j : {0, 2, 3}) {
+        CAPTURE(j);
+        const auto& col = s.info.columns[static_cast<std::size_t>(j)];
+        const double bound = std::max(atol, rtol * B.select(1, j).norm().item<double>());
+        CHECK(col.converged);
+        CHECK(residual[j].item<double>() <= 1.01 * bound);
+        const int it = w.info.columns[static_cast<std::size_t>(j)].iterations;
+        CHECK(std::abs(col.iterations - it) <= 2 + it / 10);
+      }
+      CHECK(s.info.columns[2].iterations < s.info.columns[0].iterations);
+      // One right-hand side runs the block form with one column, reported as a vector's solve.
+      const auto one = D.solve(D.scatter(B.select(1, 0).contiguous()), o);
+      CHECK(one.info.converged);
+      CHECK(one.info.columns.empty());
+      CHECK(one.x.local().dim() == 1);
+      CHECK(std::abs(one.info.iterations - s.info.columns[0].iterations) <= 1);
+      CHECK(rel(one.x.full_tensor(), ref.select(1, 0)) < 1e-6);
+      auto tight = o;
+      tight.rtol = 1e-11;
+      const auto t = D.solve(dB, tight);
+      CHECK(t.info.converged);
+      const auto tx = t.x.full_tensor();
+      CHECK(rel(tx, ref) < 1e-9);
+      const auto tres = at::linalg_vector_norm(B - at::mm(dense, tx), 2, {0});
+      for (std::int64_t j : {0, 3})
+        CHECK(tres[j].item<double>() <= 1.01 * tight.rtol * B.select(1, j).norm().item<double>());
+    }
+    // A warm start at the solution, for a block and for a vector.
+    auto warm = sp::SolveOptions{.method = c.method, .rtol = rtol, .restart = c.restart,
+                                 .gmres_basis = sp::GmresBasis::reduced};
+    warm.x0 = D.scatter(ref);
+    for (const auto& col : D.solve(dB, warm).info.columns) CHECK(col.iterations == 0);
+    warm.x0 = D.scatter(ref.select(1, 0).contiguous());
+    CHECK(D.solve(D.scatter(B.select(1, 0).contiguous()), warm).info.iterations == 0);
+    // maxiter: every column that iterates stops there, unconverged.
+    const auto few = D.solve(dB, {.method = c.method, .rtol = rtol, .maxiter = 3, .restart = c.restart,
+                                  .gmres_basis = sp::GmresBasis::reduced});
+    CHECK(few.info.reason == sp::StopReason::maxiter);
+    for (std::int64_t j : {0, 3}) CHECK(few.info.columns[static_cast<std::size_t>(j)].iterations == 3);
+  }
+  // Complex128 with a complex64 basis; float32 solves store their own dtype (the same iterates).
+  const auto hp = es::testing::poisson2d(6, 5);
+  const auto shift = at::complex(at::zeros_like(hp.values), 0.05 * ((hp.cols > hp.rows).to(at::kDouble) -
+                                                                  (hp.cols < hp.rows).to(at::kDouble)));
+  const es::testing::Coo herm{(hp.values.to(at::kComplexDouble) + shift).contiguous(), hp.rows, hp.cols, hp.n};
+  const auto hshare = my_share(herm);
+  const auto Dh = sp::DSparseTensor::from_local(hshare.values, hshare.rows, hshare.cols, {herm.n, herm.n}, mesh);
+  const auto Bc = at::complex(at::randn({herm.n, 3}, gen, at::kDouble), at::randn({herm.n, 3}, gen, at::kDouble));
+  const auto dense_h = at::zeros({herm.n, herm.n}, at::kComplexDouble).index_put_({herm.rows, herm.cols}, herm.values);
+  const auto ref_c = at::linalg_solve(dense_h, Bc);
+  const auto sc = Dh.solve(Dh.scatter(Bc), {.method = sp::Method::gmres, .preconditioner = sp::Preconditioner::jacobi,
+                                            .rtol = 1e-11, .gmres_basis = sp::GmresBasis::reduced});
+  CHECK(sc.info.converged);
+  CHECK((sc.x.full_tensor() - ref_c).abs().max().item<double>() < 1e-8 * ref_c.abs().max().item<double>());
+  const auto share32 = my_share(spd);
+  const auto D32 = assemble(share32, share32.values.to(at::kFloat), mesh);
+  const auto B32 = D32.scatter(B.to(at::kFloat));
+  sp::SolveOptions o32{.method = sp::Method::gmres, .rtol = 1e-4};
+  const auto plain = D32.solve(B32, o32);
+  o32.gmres_basis = sp::GmresBasis::reduced;
+  const auto same = D32.solve(B32, o32);
+  CHECK(plain.info.converged);
+  CHECK(at::equal(plain.x.full_tensor(), same.x.full_tensor()));
+}
+
 TEST_CASE("the differentiable block solve: one block adjoint solve, gradients equal a dense solve's",
           "[sparse][multi_rhs][solve_autograd]") {
   const auto mesh = world_mesh();

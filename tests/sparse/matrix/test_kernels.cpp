@@ -189,8 +189,8 @@ TEST_CASE("generic vector updates equal the native fused kernels", "[sparse][ker
     std::vector<at::Tensor> c;
     for (const auto& t : b) c.push_back(t.clone());
     std::vector<double> out = sp::detail::block_dots(c[0], c[1]);
-    for (auto v : sp::detail::block_cg_update(c[0], c[1], c[2], c[3], alpha, d)) out.push_back(v);
-    sp::detail::block_cg_direction(c[2], c[4], d, beta, active);
+    for (auto v : sp::detail::block_cg_update(c[1], c[3], alpha, d)) out.push_back(v);
+    sp::detail::block_cg_direction(c[0], c[2], c[4], d, alpha, beta, active);
     for (auto v : sp::detail::block_cgcg_update(c[0], c[1], c[2], c[3], c[4], c[5], alpha, beta, d, false))
       out.push_back(v);
     for (auto v : sp::detail::block_cgcg_update(c[0], c[1], c[2], c[3], c[4], c[5], alpha, beta, {}, true))
@@ -203,6 +203,46 @@ TEST_CASE("generic vector updates equal the native fused kernels", "[sparse][ker
   for (std::size_t i = 0; i < native_dots.size(); ++i)
     CHECK(std::abs(native_dots[i] - generic_dots[i]) < 1e-10 * (1 + std::abs(native_dots[i])));
   for (std::size_t i = 0; i < native_blocks.size(); ++i) CHECK(gap(native_blocks[i], generic_blocks[i]) < 1e-12);
+}
+
+TEST_CASE("Gram–Schmidt sweeps over a basis in the solve's dtype or a reduced one equal torch's products",
+          "[sparse][kernels][unit]") {
+  const std::int64_t n = 9000, rows = 6;  // two whole tiles of 4096 and a partial one
+  for (const auto dtype : {at::kDouble, at::kComplexDouble, at::kFloat}) {
+    for (const bool reduced : {false, true}) {
+      const auto basis = random_like({rows + 1, n}, dtype, 60).to(sp::detail::basis_dtype(dtype, reduced));
+      const auto w0 = random_like({n}, dtype, 61);
+      const auto coef_t = random_like({rows}, dtype, 62);
+      const auto coef = sp::detail::host_complex(coef_t);
+      // The reference in the solve's dtype from the stored (rounded) basis.
+      const auto v = basis.narrow(0, 0, rows).to(dtype);
+      const auto updated = w0 - at::mv(v.t(), coef_t);
+      const auto ref = sp::detail::host_complex(at::cat({at::mv(v.conj(), updated), at::vdot(updated, updated).reshape({1})}));
+      const double tol = dtype == at::kFloat ? 1e-4 : 1e-11;  // relative to the values (w's about 10)
+      const auto near = [&](std::complex<double> a, std::complex<double> b) { return std::abs(a - b) <= tol * (1 + std::abs(b)); };
+      // Native with each instruction set (AVX2 where the CPU has it, and portable), and generic.
+      for (const int path : {0, 1, 2}) {
+        const bool generic = path == 2;
+        CAPTURE(c10::toString(dtype), reduced, path);
+        const Kernels forced(generic);
+        sp::detail::block_force_portable() = path == 1;
+        auto w = w0.clone();
+        std::vector<std::complex<double>> dots(static_cast<std::size_t>(rows + 1));
+        sp::detail::gram_schmidt_sweep(basis, rows, w, coef.data(), dots.data());
+        CHECK(gap(w, updated) < 10 * tol);
+        for (std::size_t i = 0; i < dots.size(); ++i) CHECK(near(dots[i], ref[i]));
+        // Dots alone, then an update alone (coefficients only), of a fresh w.
+        auto u = w0.clone();
+        std::vector<std::complex<double>> first(static_cast<std::size_t>(rows + 1));
+        sp::detail::gram_schmidt_sweep(basis, rows, u, nullptr, first.data());
+        CHECK(at::equal(u, w0));
+        CHECK(near(first[rows], sp::detail::host_complex(at::vdot(w0, w0).reshape({1}))[0]));
+        sp::detail::gram_schmidt_sweep(basis, rows, u, coef.data(), nullptr);
+        sp::detail::block_force_portable() = false;
+        CHECK(gap(u, updated) < 10 * tol);
+      }
+    }
+  }
 }
 
 TEST_CASE("generic distributed products equal the native ones, with the halo and gradients", "[sparse][kernels]") {

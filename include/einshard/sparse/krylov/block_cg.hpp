@@ -167,7 +167,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
         }
         alpha[c] = rz[c] / pq[c];
       }
-      auto s2 = block_cg_update(x, r, p, q, alpha, d);
+      auto s2 = block_cg_update(r, q, alpha, d);
       if (general) {
         apply_m();
         const auto rz_local = block_dots(r, z);
@@ -186,7 +186,7 @@ inline SolveResult block_cg(const Operator& A, const DVector& B, const Precondit
         beta[c] = s2[c] / rz[c];
         rz[c] = s2[c];
       }
-      block_cg_direction(p, z, d, beta, active);
+      block_cg_direction(x, p, z, d, alpha, beta, active);  // x += α p too, every step (the last included)
     }
   }
   summarize_columns(info);

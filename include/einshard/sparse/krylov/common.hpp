@@ -41,6 +41,8 @@ class Progress {
     info_.rhs_norm = rhs_norm;
     tol_ = std::max(o_.atol, o_.rtol * rhs_norm);
   }
+  /// Whether ||r|| = rnorm passes the convergence test (records nothing).
+  [[nodiscard]] bool met(double rnorm) const { return rnorm <= tol_; }
   /// Records ||r_k|| and says whether to stop (setting the reason).
   bool record(int k, double rnorm) {
     info_.iterations = k;

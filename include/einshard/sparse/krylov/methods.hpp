@@ -106,9 +106,19 @@ inline SolveResult krylov_solve_block(const Operator& A, const DVector& b, const
 }
 
 /// An (n_local, k) b runs the block form of the method (k coupled recurrences, one product and
-/// one reduction per step for all columns); a vector, the method itself.
+/// one reduction per step for all columns); a vector, the method itself, except (f)gmres with a
+/// reduced basis, which the block form holds: a block of one column, its record as a vector's.
 inline SolveResult run_method(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o) {
-  return b.local().dim() == 2 ? krylov_solve_block(A, b, m, o) : krylov_solve(A, b, m, o);
+  if (b.local().dim() == 2) return krylov_solve_block(A, b, m, o);
+  if (o.gmres_basis != GmresBasis::reduced || (o.method != Method::gmres && o.method != Method::fgmres))
+    return krylov_solve(A, b, m, o);
+  const auto column = [](const DVector& v) { return DVector(v.layout(), v.local().unsqueeze(1)); };
+  auto ob = o;
+  if (o.x0) ob.x0 = column(*o.x0);
+  auto r = krylov_solve_block(A, column(b), m, ob);
+  r.x = DVector(r.x.layout(), r.x.local().squeeze(1));
+  r.info.columns.clear();
+  return r;
 }
 
 /// AᴴA + damp² I as an operator on A's domain: two products per application.

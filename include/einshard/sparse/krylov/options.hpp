@@ -54,6 +54,16 @@ enum class CgVariant { standard, single_reduction, pipelined };
 /// residual below about 1e-9 relative.
 enum class Reorthogonalize { if_needed, never };
 
+/// What (f)gmres stores its Krylov basis in; the arithmetic is the solve's dtype either way.
+/// `working`: the solve's dtype. `reduced`: float32 for a float64 solve, complex64 for a complex128
+/// one (compressed-basis GMRES, as Ginkgo's CB-GMRES): the Gram–Schmidt passes, most of a step's
+/// memory traffic, read half the bytes. The Arnoldi relation then holds to float32 rounding, so a
+/// cycle's residual estimate can drift from the true residual near 1e-7 relative; each restart
+/// starts from the true residual, and the stop test of the last cycle is checked against it, so
+/// tight tolerances are still reached, in about as many iterations on the PDE matrices measured
+/// (docs/sparse.md). A float32 or complex64 solve stores its own dtype either way.
+enum class GmresBasis { working, reduced };
+
 /// The precision a solve iterates in (docs/sparse.md, "Mixed precision").
 enum class Precision {
   working,  ///< the matrix's dtype throughout
@@ -130,6 +140,7 @@ struct SolveOptions {
   CgVariant cg_variant = CgVariant::standard;
   int restart = detail::solve_defaults().restart;  ///< (f)gmres: Krylov vectors per cycle (PETSc's and SciPy's 30)
   Reorthogonalize reorthogonalize = Reorthogonalize::if_needed;  ///< gmres: see `Reorthogonalize`
+  GmresBasis gmres_basis = GmresBasis::working;                  ///< (f)gmres: see `GmresBasis`
   PreconditionerOptions preconditioner_options{};
   bool residual_history = true;      ///< record every residual norm in `SolveInfo`
   /// Your own preconditioner, used instead of `preconditioner` (which must then stay `none`).

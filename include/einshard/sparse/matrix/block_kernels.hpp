@@ -365,20 +365,19 @@ inline std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b) 
   return out;
 }
 
-/// Block CG's update in one pass: x_j += α_j p_j, r_j −= α_j q_j. Returns {Re<r_j, d .* r_j>...,
-/// ‖r_j‖²...} (d: (n,) diagonal preconditioner; the identity when undefined). z = d .* r is not
-/// stored: `block_cg_direction` forms it again where it is needed, saving a block's write and read.
-/// With a general preconditioner the caller forms z and its dots afterwards.
-inline std::vector<double> block_cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p, const at::Tensor& q,
-                                           const std::vector<double>& alpha, const at::Tensor& d) {
-  if (uses_generic(x)) return generic_block_cg_update(x, r, p, q, alpha, d);
-  const auto n = x.size(0), k = x.size(1);
+/// Block CG's residual update in one pass: r_j −= α_j q_j. Returns {Re<r_j, d .* r_j>...,
+/// ‖r_j‖²...} (d: (n,) diagonal preconditioner; the identity when undefined). x's update waits for
+/// `block_cg_direction`, which reads p anyway, and z = d .* r is not stored: the direction pass
+/// forms it again where it is needed (each saves a block's read or write per step). With a general
+/// preconditioner the caller forms z and its dots afterwards.
+inline std::vector<double> block_cg_update(at::Tensor& r, const at::Tensor& q, const std::vector<double>& alpha,
+                                           const at::Tensor& d) {
+  if (uses_generic(r)) return generic_block_cg_update(r, q, alpha, d);
+  const auto n = r.size(0), k = r.size(1);
   std::vector<double> out(static_cast<std::size_t>(2 * k), 0.0);
-  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(x.scalar_type(), "einshard::sparse::block_cg_update", [&] {
+  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(r.scalar_type(), "einshard::sparse::block_cg_update", [&] {
     using V = scalar_t;
-    auto* __restrict xv = x.data_ptr<V>();
     auto* __restrict rv = r.data_ptr<V>();
-    const auto* __restrict pv = p.data_ptr<V>();
     const auto* __restrict qv = q.data_ptr<V>();
     const V* dv = d.defined() ? d.data_ptr<V>() : nullptr;
     std::vector<V> av(alpha.begin(), alpha.end());
@@ -387,12 +386,9 @@ inline std::vector<double> block_cg_update(at::Tensor& x, at::Tensor& r, const a
     double* __restrict rr = out.data() + k;
     for (std::int64_t i = 0; i < n; ++i) {
       const V di = dv ? dv[i] : V(1);
-      V* __restrict xr = xv + i * k;
       V* __restrict rrow = rv + i * k;
-      const V* __restrict pr = pv + i * k;
       const V* __restrict qr = qv + i * k;
       for (std::int64_t j = 0; j < k; ++j) {
-        xr[j] += a[j] * pr[j];
         const V ri = rrow[j] - a[j] * qr[j];
         rrow[j] = ri;
         rz[j] += re_dot(ri, di * ri);
@@ -403,30 +399,39 @@ inline std::vector<double> block_cg_update(at::Tensor& x, at::Tensor& r, const a
   return out;
 }
 
-/// p_j = d .* z_j + β_j p_j for the active columns (d undefined: the identity); p_j = 0 for a
-/// stopped one.
-inline void block_cg_direction(at::Tensor& p, const at::Tensor& z, const at::Tensor& d, const std::vector<double>& beta,
+/// The rest of a block CG step in one pass: x_j += α_j p_j (the step `block_cg_update` made on r),
+/// then p_j = d .* z_j + β_j p_j for the active columns (d undefined: the identity) and p_j = 0 for
+/// a stopped one.
+inline void block_cg_direction(at::Tensor& x, at::Tensor& p, const at::Tensor& z, const at::Tensor& d,
+                               const std::vector<double>& alpha, const std::vector<double>& beta,
                                const std::vector<char>& active) {
-  if (uses_generic(p)) return generic_block_cg_direction(p, z, d, beta, active);
+  if (uses_generic(p)) return generic_block_cg_direction(x, p, z, d, alpha, beta, active);
   const auto n = p.size(0), k = p.size(1);
   AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(p.scalar_type(), "einshard::sparse::block_cg_direction", [&] {
     using V = scalar_t;
+    auto* __restrict xv = x.data_ptr<V>();
     auto* __restrict pv = p.data_ptr<V>();
     const auto* __restrict zv = z.data_ptr<V>();
     const V* dv = d.defined() ? d.data_ptr<V>() : nullptr;
-    std::vector<V> bs(static_cast<std::size_t>(k)), ons(static_cast<std::size_t>(k));
+    std::vector<V> as(alpha.begin(), alpha.end()), bs(static_cast<std::size_t>(k)), ons(static_cast<std::size_t>(k));
     for (std::int64_t j = 0; j < k; ++j) {
       const auto c = static_cast<std::size_t>(j);
       ons[c] = active[c] ? V(1) : V(0);
       bs[c] = static_cast<V>(beta[c]);
     }
+    const V* __restrict a = as.data();
     const V* __restrict b = bs.data();
     const V* __restrict on = ons.data();
     for (std::int64_t i = 0; i < n; ++i) {
       const V di = dv ? dv[i] : V(1);
+      V* __restrict xr = xv + i * k;
       V* __restrict pr = pv + i * k;
       const V* __restrict zr = zv + i * k;
-      for (std::int64_t j = 0; j < k; ++j) pr[j] = on[j] * (di * zr[j] + b[j] * pr[j]);
+      for (std::int64_t j = 0; j < k; ++j) {
+        const V pj = pr[j];
+        xr[j] += a[j] * pj;
+        pr[j] = on[j] * (di * zr[j] + b[j] * pj);
+      }
     }
   });
 }

@@ -235,21 +235,21 @@ inline std::vector<std::complex<double>> generic_block_cdots(const at::Tensor& a
 }
 
 /// block_kernels.hpp's block_cg_update: {Re<r_j, d .* r_j>..., ‖r_j‖²...}.
-inline std::vector<double> generic_block_cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p,
-                                                   const at::Tensor& q, const std::vector<double>& alpha,
+inline std::vector<double> generic_block_cg_update(at::Tensor& r, const at::Tensor& q, const std::vector<double>& alpha,
                                                    const at::Tensor& d) {
   const at::NoGradGuard no_grad;
-  const auto a = column_coefficients(alpha, x);
-  x.add_(p * a);
-  r.sub_(q * a);
+  r.sub_(q * column_coefficients(alpha, r));
   const auto rr = column_dots(r, r);
   return to_host_real({d.defined() ? column_dots(r, r * d.unsqueeze(1)) : rr, rr});
 }
 
-/// block_kernels.hpp's block_cg_direction: p_j = d .* z_j + β_j p_j, zero for a stopped column.
-inline void generic_block_cg_direction(at::Tensor& p, const at::Tensor& z, const at::Tensor& d,
-                                       const std::vector<double>& beta, const std::vector<char>& active) {
+/// block_kernels.hpp's block_cg_direction: x_j += α_j p_j, then p_j = d .* z_j + β_j p_j, zero
+/// for a stopped column.
+inline void generic_block_cg_direction(at::Tensor& x, at::Tensor& p, const at::Tensor& z, const at::Tensor& d,
+                                       const std::vector<double>& alpha, const std::vector<double>& beta,
+                                       const std::vector<char>& active) {
   const at::NoGradGuard no_grad;
+  x.add_(p * column_coefficients(alpha, x));
   std::vector<double> on(active.begin(), active.end());
   p.mul_(column_coefficients(beta, p)).add_(d.defined() ? z * d.unsqueeze(1) : z).mul_(column_coefficients(on, p));
 }
