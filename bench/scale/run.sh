@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling of einshard's sparse headline work to 1,024 simulated ranks, with SimGrid's SMPI.
+# Scaling of einshard's sparse headline work to 4,096 simulated ranks, with SimGrid's SMPI.
 #
 #   bench/scale/run.sh [all|build|validate|weak|comm|strong|summary]   (default: all)
 #
@@ -7,7 +7,7 @@
 #             mpicxx (the real runs), into $SCALE_BUILD (default build/scale)
 #   validate  1, 2, 4, 8 ranks: real mpirun on this machine beside SMPI on its model
 #             (platforms/this_machine.xml) and on the cluster model (platforms/fat_tree.xml)
-#   weak      fat tree, 1 ... $SCALE_MAX_P ranks: 2-D 5-point Poisson, a 64^2 box per rank, and
+#   weak      fat tree, 1, 4, 8, 16 ... $SCALE_MAX_P ranks: 2-D 5-point Poisson, a 64^2 box per rank, and
 #             3-D 7-point, a 16^3 box per rank
 #   comm      the weak series with no computation charged: the network and algorithms alone
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
@@ -17,7 +17,8 @@
 # Every run prints JSON lines (poisson_scaling.cpp's), each tagged here with "runner" (mpirun or
 # smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
 #
-# Environment: SCALE_MAX_P (default 1024), SCALE_TIMEOUT (seconds per simulation, default 470),
+# Environment: SCALE_MAX_P (default 4096), SCALE_TIMEOUT (seconds per simulation, default 470;
+# 1,800 at 4,096 ranks, SCALE_TIMEOUT_4096),
 # SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv).
 # Needs libsimgrid-dev (scripts/install-deps.sh installs it) and Open MPI for the real runs.
 #
@@ -33,8 +34,9 @@
 #     (SMPI's default factors are fitted to an Ethernet cluster).
 #   * smpi/host-speed 1Gf on 1 Gflop/s cores: measured CPU time is charged one to one.
 #   * smpi/iprobe and smpi/test 1e-7: SMPI charges each MPI_Iprobe / MPI_Test 100 us of simulated
-#     time by default (to stop busy loops from spinning); the sparse exchange's consensus loop
-#     polls with them, and a poll costs about 0.1 us on a real machine.
+#     time by default (to stop busy loops from spinning), where a poll costs about 0.1 us on a
+#     real machine. einshard's sparse exchange no longer polls (it waits in MPI_Waitany); any other
+#     poll is charged what a real one costs.
 #   * The programs are built with -fno-gnu-unique so that every simulated rank gets its own copy
 #     of the library's function-local statics (smpirun loads one copy of the program per rank).
 set -euo pipefail
@@ -43,8 +45,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="${ROOT}/bench/scale"
 BUILD="${SCALE_BUILD:-${ROOT}/build/scale}"
 OUT="${SCALE_OUT:-${BUILD}/results}"
-MAX_P="${SCALE_MAX_P:-1024}"
+MAX_P="${SCALE_MAX_P:-4096}"
 TIMEOUT="${SCALE_TIMEOUT:-470}"
+TIMEOUT_4096="${SCALE_TIMEOUT_4096:-1800}"
 VENV="${EINSHARD_VENV:-/opt/einshard-deps/venv}"
 mkdir -p "${BUILD}" "${OUT}"
 
@@ -105,8 +108,9 @@ sim() {
   local priv=dlopen
   ((p <= 512)) || priv=mmap
   log "smpi ${platform} P=${p} $* (privatization ${priv})"
-  local start=$SECONDS
-  if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" smpirun -np "${p}" \
+  local start=$SECONDS limit="${TIMEOUT}"
+  ((p < 4096)) || limit="${TIMEOUT_4096}"
+  if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n 19 timeout "${limit}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
         --cfg=smpi/privatization:${priv} "${EXTRA[@]}" \
         ./poisson_scaling_smpi "${COMMON[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
@@ -138,8 +142,9 @@ validate() {
   done
 }
 
+# Weak efficiency is against 8 ranks (a 4 x 2 / 2 x 2 x 2 grid: 3 neighbours at most).
 weak() {
-  for p in 1 4 16 64 256 1024 4096; do
+  for p in 1 4 8 16 64 256 1024 4096; do
     ((p <= MAX_P)) || break
     sim weak.jsonl fat_tree "$p" --dim 2 --box 64
     sim weak.jsonl fat_tree "$p" --dim 3 --box 16
@@ -159,7 +164,7 @@ strong() {
 comm() {
   EXTRA=(--cfg=smpi/simulate-computation:no)
   RUNNER=smpi_comm_only
-  for p in 1 4 16 64 256 1024 4096; do
+  for p in 1 4 8 16 64 256 1024 4096; do
     ((p <= MAX_P)) || break
     sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 64
     sim weak_comm_only.jsonl fat_tree "$p" --dim 3 --box 16

@@ -2,6 +2,7 @@
 """Markdown tables of bench/scale's results (the JSON lines run.sh writes).
 
     python3 bench/scale/summarize.py build/scale/results
+    python3 bench/scale/summarize.py bench/results/scale --plot docs/images/scale_weak.png
 
 Reads validate.jsonl, weak.jsonl and strong.jsonl (whichever exist) and prints: the simulated
 against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and the per-rank MPI
@@ -86,8 +87,8 @@ def scaling(runs, mode, title="", compute=None):
         if not rs:
             continue
         base = rs[0]
-        if mode == "weak":  # against the first P at which a rank has all its neighbours
-            base = next(d for d in rs if d["neighbours_max"] == rs[-1]["neighbours_max"])
+        if mode == "weak":  # against 8 ranks (a 4 x 2 or 2 x 2 x 2 grid), or the first P past 1
+            base = next((d for d in rs if d["ranks"] == 8), next((d for d in rs if d["ranks"] > 1), rs[0]))
         rows = []
         for d in rs:
             if mode == "weak":
@@ -153,8 +154,39 @@ def counts_table(counts, runs, comm_counts=()):
     return "\n".join(lines)
 
 
+def plot(comm_runs, weak_runs, path):
+    """Weak efficiency against ranks (log scale), against 8 ranks: the CG iteration (the simulated
+    communication plus the computation of one rank) and the halo exchange, 2-D and 3-D."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    one = {d["dim"]: d["cg_iter_us"] for d in weak_runs if d["ranks"] == 1}
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for dim, style in ((2, "-"), (3, "--")):
+        rs = sorted((d for d in comm_runs if d["dim"] == dim and d["ranks"] >= 8), key=key)
+        if not rs or dim not in one:
+            continue
+        base = rs[0]
+        ps = [d["ranks"] for d in rs]
+        ax.plot(ps, [(one[dim] + base["cg_iter_us"]) / (one[dim] + d["cg_iter_us"]) for d in rs], "o" + style,
+                label=f"{dim}-D CG + Jacobi, per iteration")
+        ax.plot(ps, [base["halo_us"] / d["halo_us"] for d in rs], "s" + style, label=f"{dim}-D halo exchange")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("simulated ranks (fat tree, 4,096 rows per rank)")
+    ax.set_ylabel("weak efficiency against 8 ranks")
+    ax.set_ylim(0, 1.3)
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/scale/results")
+    args = [a for a in sys.argv[1:] if a != "--plot"]
+    plot_to = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
+    if plot_to:
+        args.remove(plot_to)
+    out = Path(args[0] if args else "build/scale/results")
     vr, _ = load(out / "validate.jsonl")
     wr, wc = load(out / "weak.jsonl")
     # Reruns of single points (run.sh one weak_<name>.jsonl ...) replace those points.
@@ -183,6 +215,8 @@ def main():
     if wc:
         print("\n### Per-rank MPI counts against P (weak runs)\n")
         print(counts_table(wc, wr, cc))
+    if plot_to and cr:
+        plot(cr, wr, plot_to)
 
 
 if __name__ == "__main__":
