@@ -13,12 +13,14 @@
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
 #   summary   bench/scale/summarize.py: markdown tables of the results
 #   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
+#   one-comm FILE PLATFORM P ARGS...   the same with no computation charged
 #
 # Every run prints JSON lines (poisson_scaling.cpp's), each tagged here with "runner" (mpirun or
 # smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
 #
 # Environment: SCALE_MAX_P (default 4096), SCALE_TIMEOUT (seconds per simulation, default 470;
-# 1,800 at 4,096 ranks, SCALE_TIMEOUT_4096),
+# 1,800 at 4,096 ranks, SCALE_TIMEOUT_4096), SCALE_NICE (the simulations' niceness, default 19: at 19
+# a simulation gets almost no CPU while others' builds run at 0),
 # SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv).
 # Needs libsimgrid-dev (scripts/install-deps.sh installs it) and Open MPI for the real runs.
 #
@@ -48,6 +50,7 @@ OUT="${SCALE_OUT:-${BUILD}/results}"
 MAX_P="${SCALE_MAX_P:-4096}"
 TIMEOUT="${SCALE_TIMEOUT:-470}"
 TIMEOUT_4096="${SCALE_TIMEOUT_4096:-1800}"
+NICE="${SCALE_NICE:-19}"
 VENV="${EINSHARD_VENV:-/opt/einshard-deps/venv}"
 mkdir -p "${BUILD}" "${OUT}"
 
@@ -110,7 +113,7 @@ sim() {
   log "smpi ${platform} P=${p} $* (privatization ${priv})"
   local start=$SECONDS limit="${TIMEOUT}"
   ((p < 4096)) || limit="${TIMEOUT_4096}"
-  if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n 19 timeout "${limit}" smpirun -np "${p}" \
+  if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${limit}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
         --cfg=smpi/privatization:${priv} "${EXTRA[@]}" \
         ./poisson_scaling_smpi "${COMMON[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
@@ -161,9 +164,12 @@ strong() {
 
 # The weak series again with no computation charged (smpi/simulate-computation:no): what the
 # network and the algorithms cost alone, free of the CPU time measured on this shared machine.
-comm() {
+comm_only() {
   EXTRA=(--cfg=smpi/simulate-computation:no)
   RUNNER=smpi_comm_only
+}
+comm() {
+  comm_only
   for p in 1 4 8 16 64 256 1024 4096; do
     ((p <= MAX_P)) || break
     sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 64
@@ -182,7 +188,8 @@ case "${1:-all}" in
   strong) build && strong ;;
   comm) build && comm ;;
   one) shift && build && sim "$@" ;;  # one simulation: run.sh one weak.jsonl fat_tree 1024 --dim 2 --box 64
+  one-comm) shift && build && comm_only && sim "$@" ;;  # the same with no computation charged
   summary) summary ;;
   all) build && validate && weak && comm && strong && summary ;;
-  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary|one FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary|one|one-comm FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
 esac
