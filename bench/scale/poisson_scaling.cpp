@@ -229,11 +229,11 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"bench\":\"poisson_scaling\",\"ranks\":%d%s,\"rows_per_rank\":%lld,\"procs\":[%d,%d,%d],"
         "\"neighbours_max\":%lld,\"ghosts_max\":%lld,\"mesh_s\":%.6g,\"mesh3_s\":%.6g,\"triples_s\":%.6g,"
-        "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,"
+        "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"halo_reps\":%d,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,"
         "\"wall_s\":%.2f,\"wall_mesh_s\":%.2f,\"wall_assemble_s\":%.2f,\"wall_halo_s\":%.2f,\"wall_cg_s\":%.2f,"
         "\"wall_solve_s\":%.2f}\n",
         P, extra, static_cast<long long>(B), g.procs[0], g.procs[1], g.procs[2], static_cast<long long>(mx[0]),
-        static_cast<long long>(mx[1]), mesh_s, mesh3_s, triples_s, assemble_s, 1e6 * halo_s / halo_reps, cg_done,
+        static_cast<long long>(mx[1]), mesh_s, mesh3_s, triples_s, assemble_s, 1e6 * halo_s / halo_reps, halo_reps, cg_done,
         cg_done > 0 ? 1e6 * cg_s / cg_done : 0.0, solve_iters, solve_s, total_wall, wall_mesh, wall_assemble,
         wall_halo, wall_cg, wall_solve);
     std::fflush(stdout);

@@ -117,7 +117,7 @@ def counts_table(counts, runs, comm_counts=()):
     """Per rank (max over ranks): what each phase asks of MPI, against P (weak runs), and the
     simulated time inside MPI in the runs with no computation charged."""
     lines = []
-    iters = {(d["dim"], d["ranks"]): (d["cg_iters"], 20) for d in runs}
+    iters = {(d["dim"], d["ranks"]): (d["cg_iters"], d.get("halo_reps", 20)) for d in runs}
     for dim in (2, 3):
         cs = [c for c in counts if c["dim"] == dim and c.get("platform") == "fat_tree"]
         if not cs:
