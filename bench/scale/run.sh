@@ -19,8 +19,8 @@
 # smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
 #
 # Environment: SCALE_MAX_P (default 4096), SCALE_TIMEOUT (seconds per simulation, default 470;
-# 1,800 at 4,096 ranks, SCALE_TIMEOUT_4096), SCALE_NICE (the simulations' niceness, default 19: at 19
-# a simulation gets almost no CPU while others' builds run at 0),
+# 1,800 at 4,096 ranks, SCALE_TIMEOUT_4096), SCALE_NICE (the niceness of the simulations and real
+# runs, default 19: at 19 a run gets almost no CPU while others' builds run at 0),
 # SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv).
 # Needs libsimgrid-dev (scripts/install-deps.sh installs it) and Open MPI for the real runs.
 #
@@ -130,7 +130,7 @@ real() {
   local file="$1" p="$2"
   shift 2
   log "mpirun P=${p} $*"
-  OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" mpirun --allow-run-as-root --oversubscribe -np "${p}" \
+  OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${TIMEOUT}" mpirun --allow-run-as-root --oversubscribe -np "${p}" \
     -x OMP_NUM_THREADS "${BUILD}/poisson_scaling_mpi" "${COMMON[@]}" "$@" | tag mpirun this_machine >>"${OUT}/${file}" || log "  failed"
 }
 
