@@ -51,6 +51,33 @@ def key(d):
     return (d["dim"], d["ranks"])
 
 
+def standard(d):
+    return d.get("cg_variant", "standard") == "standard"
+
+
+def variants(comm_runs, compute):
+    """CG per iteration by variant (no computation charged), with the computation of one rank added,
+    and that estimate's efficiency against the same variant at 8 ranks."""
+    lines = []
+    for dim in (2, 3):
+        rs = [d for d in comm_runs if d["dim"] == dim and d["ranks"] >= 8 and dim in compute]
+        names = sorted({d.get("cg_variant", "standard") for d in rs})
+        if len(names) < 2:
+            continue
+        rows = []
+        for name in names:
+            vs = sorted((d for d in rs if d.get("cg_variant", "standard") == name), key=key)
+            base = next((d for d in vs if d["ranks"] == 8), None)
+            for d in vs:
+                est = compute[dim] + d["cg_iter_us"]
+                eff = (compute[dim] + base["cg_iter_us"]) / est if base else None
+                rows.append([name, d["ranks"], d["cg_iter_us"], est, eff])
+        lines.append(f"\n**{dim}-D Poisson, CG's variants, no computation charged** (+ {compute[dim]:.3g} us of "
+                     "computation per iteration, measured at one rank)\n")
+        lines.append(table(["variant", "ranks", "CG it. (us)", "+ computation (us)", "eff. against 8 ranks"], rows))
+    return "\n".join(lines)
+
+
 def validation(runs):
     by = {}
     for d in runs:
@@ -83,7 +110,7 @@ def scaling(runs, mode, title="", compute=None):
     communication, and its efficiency."""
     lines = []
     for dim in (2, 3):
-        rs = sorted((d for d in runs if d["dim"] == dim and d["platform"] == "fat_tree"), key=key)
+        rs = sorted((d for d in runs if d["dim"] == dim and d["platform"] == "fat_tree" and standard(d)), key=key)
         if not rs:
             continue
         base = rs[0]
@@ -117,9 +144,9 @@ def counts_table(counts, runs, comm_counts=()):
     """Per rank (max over ranks): what each phase asks of MPI, against P (weak runs), and the
     simulated time inside MPI in the runs with no computation charged."""
     lines = []
-    iters = {(d["dim"], d["ranks"]): (d["cg_iters"], d.get("halo_reps", 20)) for d in runs}
+    iters = {(d["dim"], d["ranks"]): (d["cg_iters"], d.get("halo_reps", 20)) for d in runs if standard(d)}
     for dim in (2, 3):
-        cs = [c for c in counts if c["dim"] == dim and c.get("platform") == "fat_tree"]
+        cs = [c for c in counts if c["dim"] == dim and c.get("platform") == "fat_tree" and standard(c)]
         if not cs:
             continue
         ranks = sorted({c["ranks"] for c in cs})
@@ -141,7 +168,8 @@ def counts_table(counts, runs, comm_counts=()):
                 elif per == "iteration":
                     div = iters.get((dim, p), (20, 20))[0] or 1
                 dense = sum(v["dense"] for v in c["fn"].values())
-                cc = next((x for x in comm_counts if x["dim"] == dim and x["ranks"] == p and x["phase"] == phase), None)
+                cc = next((x for x in comm_counts
+                           if x["dim"] == dim and x["ranks"] == p and x["phase"] == phase and standard(x)), None)
                 row = [p, c["collectives"] / div, c["sends"] / div, c["bytes"] / div, dense / div,
                        cc["mpi_seconds"] * 1e6 / div if cc else None]
                 row += [f"{c['fn'][f]['calls'] / div:g}" if f in c["fn"] else "-" for f in fns]
@@ -163,7 +191,7 @@ def plot(comm_runs, weak_runs, path):
     one = {d["dim"]: d["cg_iter_us"] for d in weak_runs if d["ranks"] == 1}
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for dim, style in ((2, "-"), (3, "--")):
-        rs = sorted((d for d in comm_runs if d["dim"] == dim and d["ranks"] >= 8), key=key)
+        rs = sorted((d for d in comm_runs if d["dim"] == dim and d["ranks"] >= 8 and standard(d)), key=key)
         if not rs or dim not in one:
             continue
         base = rs[0]
@@ -209,6 +237,7 @@ def main():
         print("\n### Weak scaling, communication only (no computation charged)\n")
         one = {d["dim"]: d["cg_iter_us"] for d in wr if d["ranks"] == 1}
         print(scaling(cr, "weak", ", no computation charged", one))
+        print(variants(cr, one))
     if sr:
         print("\n### Strong scaling\n")
         print(scaling(sr, "strong"))
