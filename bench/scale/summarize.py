@@ -241,6 +241,10 @@ def main():
     if sr:
         print("\n### Strong scaling\n")
         print(scaling(sr, "strong"))
+    # Where no run with computation charged reached a P, the counts of the communication-only run.
+    charged = {(c["dim"], c["ranks"]) for c in wc}
+    wc = wc + [c for c in cc if (c["dim"], c["ranks"]) not in charged]
+    wr = wr + [d for d in cr if (d["dim"], d["ranks"]) not in {(e["dim"], e["ranks"]) for e in wr}]
     if wc:
         print("\n### Per-rank MPI counts against P (weak runs)\n")
         print(counts_table(wc, wr, cc))
