@@ -204,8 +204,8 @@ std::vector<Parcel<T>> sparse_exchange(const std::vector<Parcel<T>>& send, MPI_C
     }
   }
   // Every message of this exchange was matched (by requests[0]) before the barrier completed: the
-  // posted receive holds the last one, or none will come. An empty message to itself closes it
-  // either way (not MPI_Cancel, after which SMPI crashes at exit).
+  // posted receive holds the last one, or none will come. An empty message to itself completes it
+  // either way, so every request ends matched (none cancelled) on any MPI and under SMPI.
   MPI_Request close = MPI_REQUEST_NULL;
   check(MPI_Isend(&token, 0, MPI_BYTE, me, tags.envelope, comm, &close), "MPI_Isend");
   MPI_Status status;
