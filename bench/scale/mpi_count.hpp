@@ -33,7 +33,7 @@
 namespace einshard_scale {
 
 enum Fn : int {
-  f_send, f_isend, f_issend, f_recv, f_irecv, f_sendrecv, f_wait, f_waitall, f_testall, f_test, f_iprobe,
+  f_send, f_isend, f_issend, f_recv, f_irecv, f_sendrecv, f_wait, f_waitall, f_waitany, f_testall, f_test, f_iprobe,
   f_allreduce, f_iallreduce, f_reduce, f_bcast, f_ibcast, f_barrier, f_ibarrier, f_exscan, f_scan,
   f_allgather, f_allgatherv, f_gather, f_gatherv, f_alltoall, f_alltoallv, f_reduce_scatter,
   f_comm_dup, f_comm_split, f_comm_free, f_cart_create, f_cart_sub, f_cart_coords,
@@ -42,7 +42,7 @@ enum Fn : int {
 
 inline const char* fn_name(int f) {
   static const char* names[f_count] = {
-      "Send", "Isend", "Issend", "Recv", "Irecv", "Sendrecv", "Wait", "Waitall", "Testall", "Test", "Iprobe",
+      "Send", "Isend", "Issend", "Recv", "Irecv", "Sendrecv", "Wait", "Waitall", "Waitany", "Testall", "Test", "Iprobe",
       "Allreduce", "Iallreduce", "Reduce", "Bcast", "Ibcast", "Barrier", "Ibarrier", "Exscan", "Scan",
       "Allgather", "Allgatherv", "Gather", "Gatherv", "Alltoall", "Alltoallv", "Reduce_scatter",
       "Comm_dup", "Comm_split", "Comm_free", "Cart_create", "Cart_sub", "Cart_coords"};
@@ -245,6 +245,10 @@ int MPI_Wait(MPI_Request* req, MPI_Status* status) {
 int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[]) {
   einshard_scale::Scope scope_(einshard_scale::f_waitall);
   return PMPI_Waitall(n, reqs, statuses);
+}
+int MPI_Waitany(int n, MPI_Request reqs[], int* index, MPI_Status* status) {
+  einshard_scale::Scope scope_(einshard_scale::f_waitany);
+  return PMPI_Waitany(n, reqs, index, status);
 }
 int MPI_Testall(int n, MPI_Request reqs[], int* flag, MPI_Status statuses[]) {
   einshard_scale::Scope scope_(einshard_scale::f_testall);

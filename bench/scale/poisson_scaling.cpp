@@ -20,6 +20,8 @@
 //   --iters k       CG iterations timed (default 50)
 //   --halo-reps k   halo exchanges timed (default 50)
 //   --rtol r        the solve to tolerance (default 0: skipped)
+//   --cg v          CG's variant: standard (2 all-reduces per iteration), single_reduction (1) or
+//                   pipelined (1 nonblocking, overlapped with the preconditioner and the product)
 //   --counts 1      also print the per-phase MPI counts of mpi_count.hpp (default 1)
 //   --mesh3 1       time the 3-D Mesh too (default 1; 0 skips it: under SMPI its communicators
 //                   cost the simulator O(P^2) real time each, minutes at 1,024 ranks)
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
   std::int64_t box = 64, grid = 0;
   int iters = 50, halo_reps = 50, counts = 1, mesh3 = 1;
   double rtol = 0;
+  std::string variant = "standard";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--dim") g.dim = std::stoi(argv[i + 1]);
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
     if (a == "--iters") iters = std::stoi(argv[i + 1]);
     if (a == "--halo-reps") halo_reps = std::stoi(argv[i + 1]);
     if (a == "--rtol") rtol = std::stod(argv[i + 1]);
+    if (a == "--cg") variant = argv[i + 1];
     if (a == "--counts") counts = std::stoi(argv[i + 1]);
     if (a == "--mesh3") mesh3 = std::stoi(argv[i + 1]);
   }
@@ -204,6 +208,9 @@ int main(int argc, char** argv) {
     const sp::DVector b(A->layout(), at::ones({A->layout()->local_size()}, at::kDouble));
     sp::SolveOptions fixed;
     fixed.method = sp::Method::cg;
+    fixed.cg_variant = variant == "pipelined"          ? sp::CgVariant::pipelined
+                       : variant == "single_reduction" ? sp::CgVariant::single_reduction
+                                                       : sp::CgVariant::standard;
     fixed.preconditioner = sp::Preconditioner::jacobi;
     fixed.rtol = 0.0;
     fixed.atol = 0.0;
@@ -222,18 +229,18 @@ int main(int argc, char** argv) {
   std::int64_t mx[2] = {neighbours, ghosts};
   MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   char extra[256];
-  std::snprintf(extra, sizeof extra, ",\"dim\":%d,\"mode\":\"%s\",\"rows\":%lld", g.dim, grid > 0 ? "strong" : "weak",
-                static_cast<long long>(N));
+  std::snprintf(extra, sizeof extra, ",\"dim\":%d,\"mode\":\"%s\",\"rows\":%lld,\"cg_variant\":\"%s\"", g.dim,
+                grid > 0 ? "strong" : "weak", static_cast<long long>(N), variant.c_str());
   const double total_wall = wall() - wall0;
   if (rank == 0) {
     std::printf(
         "{\"bench\":\"poisson_scaling\",\"ranks\":%d%s,\"rows_per_rank\":%lld,\"procs\":[%d,%d,%d],"
         "\"neighbours_max\":%lld,\"ghosts_max\":%lld,\"mesh_s\":%.6g,\"mesh3_s\":%.6g,\"triples_s\":%.6g,"
-        "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,"
+        "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"halo_reps\":%d,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,"
         "\"wall_s\":%.2f,\"wall_mesh_s\":%.2f,\"wall_assemble_s\":%.2f,\"wall_halo_s\":%.2f,\"wall_cg_s\":%.2f,"
         "\"wall_solve_s\":%.2f}\n",
         P, extra, static_cast<long long>(B), g.procs[0], g.procs[1], g.procs[2], static_cast<long long>(mx[0]),
-        static_cast<long long>(mx[1]), mesh_s, mesh3_s, triples_s, assemble_s, 1e6 * halo_s / halo_reps, cg_done,
+        static_cast<long long>(mx[1]), mesh_s, mesh3_s, triples_s, assemble_s, 1e6 * halo_s / halo_reps, halo_reps, cg_done,
         cg_done > 0 ? 1e6 * cg_s / cg_done : 0.0, solve_iters, solve_s, total_wall, wall_mesh, wall_assemble,
         wall_halo, wall_cg, wall_solve);
     std::fflush(stdout);

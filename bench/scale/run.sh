@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling of einshard's sparse headline work to 1,024 simulated ranks, with SimGrid's SMPI.
+# Scaling of einshard's sparse headline work to 4,096 simulated ranks, with SimGrid's SMPI.
 #
 #   bench/scale/run.sh [all|build|validate|weak|comm|strong|summary]   (default: all)
 #
@@ -7,17 +7,20 @@
 #             mpicxx (the real runs), into $SCALE_BUILD (default build/scale)
 #   validate  1, 2, 4, 8 ranks: real mpirun on this machine beside SMPI on its model
 #             (platforms/this_machine.xml) and on the cluster model (platforms/fat_tree.xml)
-#   weak      fat tree, 1 ... $SCALE_MAX_P ranks: 2-D 5-point Poisson, a 64^2 box per rank, and
+#   weak      fat tree, 1, 4, 8, 16 ... $SCALE_MAX_P ranks: 2-D 5-point Poisson, a 64^2 box per rank, and
 #             3-D 7-point, a 16^3 box per rank
 #   comm      the weak series with no computation charged: the network and algorithms alone
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
 #   summary   bench/scale/summarize.py: markdown tables of the results
 #   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
+#   one-comm FILE PLATFORM P ARGS...   the same with no computation charged
 #
 # Every run prints JSON lines (poisson_scaling.cpp's), each tagged here with "runner" (mpirun or
 # smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
 #
-# Environment: SCALE_MAX_P (default 1024), SCALE_TIMEOUT (seconds per simulation, default 470),
+# Environment: SCALE_MAX_P (default 4096), SCALE_TIMEOUT (seconds per simulation, default 470;
+# 1,800 at 4,096 ranks, SCALE_TIMEOUT_4096), SCALE_NICE (the niceness of the simulations and real
+# runs, default 19: at 19 a run gets almost no CPU while others' builds run at 0),
 # SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv).
 # Needs libsimgrid-dev (scripts/install-deps.sh installs it) and Open MPI for the real runs.
 #
@@ -33,8 +36,9 @@
 #     (SMPI's default factors are fitted to an Ethernet cluster).
 #   * smpi/host-speed 1Gf on 1 Gflop/s cores: measured CPU time is charged one to one.
 #   * smpi/iprobe and smpi/test 1e-7: SMPI charges each MPI_Iprobe / MPI_Test 100 us of simulated
-#     time by default (to stop busy loops from spinning); the sparse exchange's consensus loop
-#     polls with them, and a poll costs about 0.1 us on a real machine.
+#     time by default (to stop busy loops from spinning), where a poll costs about 0.1 us on a
+#     real machine. einshard's sparse exchange no longer polls (it waits in MPI_Waitany); any other
+#     poll is charged what a real one costs.
 #   * The programs are built with -fno-gnu-unique so that every simulated rank gets its own copy
 #     of the library's function-local statics (smpirun loads one copy of the program per rank).
 set -euo pipefail
@@ -43,8 +47,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="${ROOT}/bench/scale"
 BUILD="${SCALE_BUILD:-${ROOT}/build/scale}"
 OUT="${SCALE_OUT:-${BUILD}/results}"
-MAX_P="${SCALE_MAX_P:-1024}"
+MAX_P="${SCALE_MAX_P:-4096}"
 TIMEOUT="${SCALE_TIMEOUT:-470}"
+TIMEOUT_4096="${SCALE_TIMEOUT_4096:-1800}"
+NICE="${SCALE_NICE:-19}"
 VENV="${EINSHARD_VENV:-/opt/einshard-deps/venv}"
 mkdir -p "${BUILD}" "${OUT}"
 
@@ -105,11 +111,14 @@ sim() {
   local priv=dlopen
   ((p <= 512)) || priv=mmap
   log "smpi ${platform} P=${p} $* (privatization ${priv})"
-  local start=$SECONDS
-  if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" smpirun -np "${p}" \
+  local start=$SECONDS limit="${TIMEOUT}" fewer=()
+  # At 4,096 ranks: 5 CG iterations and halo exchanges (a simulation repeats them exactly) and no
+  # 3-D Mesh (its 7 communicators cost the simulator O(P^2) each).
+  ((p < 4096)) || { limit="${TIMEOUT_4096}"; fewer=(--iters 5 --halo-reps 5 --mesh3 0); }
+  if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${limit}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
         --cfg=smpi/privatization:${priv} "${EXTRA[@]}" \
-        ./poisson_scaling_smpi "${COMMON[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
+        ./poisson_scaling_smpi "${COMMON[@]}" "${fewer[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
     log "  failed or timed out after $((SECONDS - start)) s (${BUILD}/last_smpi.err)"
     return 0
   fi
@@ -121,7 +130,7 @@ real() {
   local file="$1" p="$2"
   shift 2
   log "mpirun P=${p} $*"
-  OMP_NUM_THREADS=1 nice -n 19 timeout "${TIMEOUT}" mpirun --allow-run-as-root --oversubscribe -np "${p}" \
+  OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${TIMEOUT}" mpirun --allow-run-as-root --oversubscribe -np "${p}" \
     -x OMP_NUM_THREADS "${BUILD}/poisson_scaling_mpi" "${COMMON[@]}" "$@" | tag mpirun this_machine >>"${OUT}/${file}" || log "  failed"
 }
 
@@ -138,8 +147,9 @@ validate() {
   done
 }
 
+# Weak efficiency is against 8 ranks (a 4 x 2 / 2 x 2 x 2 grid: 3 neighbours at most).
 weak() {
-  for p in 1 4 16 64 256 1024 4096; do
+  for p in 1 4 8 16 64 256 1024 4096; do
     ((p <= MAX_P)) || break
     sim weak.jsonl fat_tree "$p" --dim 2 --box 64
     sim weak.jsonl fat_tree "$p" --dim 3 --box 16
@@ -156,10 +166,13 @@ strong() {
 
 # The weak series again with no computation charged (smpi/simulate-computation:no): what the
 # network and the algorithms cost alone, free of the CPU time measured on this shared machine.
-comm() {
+comm_only() {
   EXTRA=(--cfg=smpi/simulate-computation:no)
   RUNNER=smpi_comm_only
-  for p in 1 4 16 64 256 1024 4096; do
+}
+comm() {
+  comm_only
+  for p in 1 4 8 16 64 256 1024 4096; do
     ((p <= MAX_P)) || break
     sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 64
     sim weak_comm_only.jsonl fat_tree "$p" --dim 3 --box 16
@@ -177,7 +190,8 @@ case "${1:-all}" in
   strong) build && strong ;;
   comm) build && comm ;;
   one) shift && build && sim "$@" ;;  # one simulation: run.sh one weak.jsonl fat_tree 1024 --dim 2 --box 64
+  one-comm) shift && build && comm_only && sim "$@" ;;  # the same with no computation charged
   summary) summary ;;
   all) build && validate && weak && comm && strong && summary ;;
-  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary|one FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary|one|one-comm FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 """Markdown tables of bench/scale's results (the JSON lines run.sh writes).
 
     python3 bench/scale/summarize.py build/scale/results
+    python3 bench/scale/summarize.py bench/results/scale --plot docs/images/scale_weak.png
 
 Reads validate.jsonl, weak.jsonl and strong.jsonl (whichever exist) and prints: the simulated
 against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and the per-rank MPI
@@ -50,6 +51,33 @@ def key(d):
     return (d["dim"], d["ranks"])
 
 
+def standard(d):
+    return d.get("cg_variant", "standard") == "standard"
+
+
+def variants(comm_runs, compute):
+    """CG per iteration by variant (no computation charged), with the computation of one rank added,
+    and that estimate's efficiency against the same variant at 8 ranks."""
+    lines = []
+    for dim in (2, 3):
+        rs = [d for d in comm_runs if d["dim"] == dim and d["ranks"] >= 8 and dim in compute]
+        names = sorted({d.get("cg_variant", "standard") for d in rs})
+        if len(names) < 2:
+            continue
+        rows = []
+        for name in names:
+            vs = sorted((d for d in rs if d.get("cg_variant", "standard") == name), key=key)
+            base = next((d for d in vs if d["ranks"] == 8), None)
+            for d in vs:
+                est = compute[dim] + d["cg_iter_us"]
+                eff = (compute[dim] + base["cg_iter_us"]) / est if base else None
+                rows.append([name, d["ranks"], d["cg_iter_us"], est, eff])
+        lines.append(f"\n**{dim}-D Poisson, CG's variants, no computation charged** (+ {compute[dim]:.3g} us of "
+                     "computation per iteration, measured at one rank)\n")
+        lines.append(table(["variant", "ranks", "CG it. (us)", "+ computation (us)", "eff. against 8 ranks"], rows))
+    return "\n".join(lines)
+
+
 def validation(runs):
     by = {}
     for d in runs:
@@ -82,12 +110,12 @@ def scaling(runs, mode, title="", compute=None):
     communication, and its efficiency."""
     lines = []
     for dim in (2, 3):
-        rs = sorted((d for d in runs if d["dim"] == dim and d["platform"] == "fat_tree"), key=key)
+        rs = sorted((d for d in runs if d["dim"] == dim and d["platform"] == "fat_tree" and standard(d)), key=key)
         if not rs:
             continue
         base = rs[0]
-        if mode == "weak":  # against the first P at which a rank has all its neighbours
-            base = next(d for d in rs if d["neighbours_max"] == rs[-1]["neighbours_max"])
+        if mode == "weak":  # against 8 ranks (a 4 x 2 or 2 x 2 x 2 grid), or the first P past 1
+            base = next((d for d in rs if d["ranks"] == 8), next((d for d in rs if d["ranks"] > 1), rs[0]))
         rows = []
         for d in rs:
             if mode == "weak":
@@ -116,9 +144,9 @@ def counts_table(counts, runs, comm_counts=()):
     """Per rank (max over ranks): what each phase asks of MPI, against P (weak runs), and the
     simulated time inside MPI in the runs with no computation charged."""
     lines = []
-    iters = {(d["dim"], d["ranks"]): (d["cg_iters"], 20) for d in runs}
+    iters = {(d["dim"], d["ranks"]): (d["cg_iters"], d.get("halo_reps", 20)) for d in runs if standard(d)}
     for dim in (2, 3):
-        cs = [c for c in counts if c["dim"] == dim and c.get("platform") == "fat_tree"]
+        cs = [c for c in counts if c["dim"] == dim and c.get("platform") == "fat_tree" and standard(c)]
         if not cs:
             continue
         ranks = sorted({c["ranks"] for c in cs})
@@ -140,7 +168,8 @@ def counts_table(counts, runs, comm_counts=()):
                 elif per == "iteration":
                     div = iters.get((dim, p), (20, 20))[0] or 1
                 dense = sum(v["dense"] for v in c["fn"].values())
-                cc = next((x for x in comm_counts if x["dim"] == dim and x["ranks"] == p and x["phase"] == phase), None)
+                cc = next((x for x in comm_counts
+                           if x["dim"] == dim and x["ranks"] == p and x["phase"] == phase and standard(x)), None)
                 row = [p, c["collectives"] / div, c["sends"] / div, c["bytes"] / div, dense / div,
                        cc["mpi_seconds"] * 1e6 / div if cc else None]
                 row += [f"{c['fn'][f]['calls'] / div:g}" if f in c["fn"] else "-" for f in fns]
@@ -153,8 +182,39 @@ def counts_table(counts, runs, comm_counts=()):
     return "\n".join(lines)
 
 
+def plot(comm_runs, weak_runs, path):
+    """Weak efficiency against ranks (log scale), against 8 ranks: the CG iteration (the simulated
+    communication plus the computation of one rank) and the halo exchange, 2-D and 3-D."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    one = {d["dim"]: d["cg_iter_us"] for d in weak_runs if d["ranks"] == 1}
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for dim, style in ((2, "-"), (3, "--")):
+        rs = sorted((d for d in comm_runs if d["dim"] == dim and d["ranks"] >= 8 and standard(d)), key=key)
+        if not rs or dim not in one:
+            continue
+        base = rs[0]
+        ps = [d["ranks"] for d in rs]
+        ax.plot(ps, [(one[dim] + base["cg_iter_us"]) / (one[dim] + d["cg_iter_us"]) for d in rs], "o" + style,
+                label=f"{dim}-D CG + Jacobi, per iteration")
+        ax.plot(ps, [base["halo_us"] / d["halo_us"] for d in rs], "s" + style, label=f"{dim}-D halo exchange")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("simulated ranks (fat tree, 4,096 rows per rank)")
+    ax.set_ylabel("weak efficiency against 8 ranks")
+    ax.set_ylim(0, 1.3)
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "build/scale/results")
+    args = [a for a in sys.argv[1:] if a != "--plot"]
+    plot_to = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
+    if plot_to:
+        args.remove(plot_to)
+    out = Path(args[0] if args else "build/scale/results")
     vr, _ = load(out / "validate.jsonl")
     wr, wc = load(out / "weak.jsonl")
     # Reruns of single points (run.sh one weak_<name>.jsonl ...) replace those points.
@@ -177,12 +237,19 @@ def main():
         print("\n### Weak scaling, communication only (no computation charged)\n")
         one = {d["dim"]: d["cg_iter_us"] for d in wr if d["ranks"] == 1}
         print(scaling(cr, "weak", ", no computation charged", one))
+        print(variants(cr, one))
     if sr:
         print("\n### Strong scaling\n")
         print(scaling(sr, "strong"))
+    # Where no run with computation charged reached a P, the counts of the communication-only run.
+    charged = {(c["dim"], c["ranks"]) for c in wc}
+    wc = wc + [c for c in cc if (c["dim"], c["ranks"]) not in charged]
+    wr = wr + [d for d in cr if (d["dim"], d["ranks"]) not in {(e["dim"], e["ranks"]) for e in wr}]
     if wc:
         print("\n### Per-rank MPI counts against P (weak runs)\n")
         print(counts_table(wc, wr, cc))
+    if plot_to and cr:
+        plot(cr, wr, plot_to)
 
 
 if __name__ == "__main__":

@@ -108,10 +108,15 @@ class Mesh {
     MPI_Comm_rank(state_->cart, &rank);
     state_->coords.resize(sizes.size());
     MPI_Cart_coords(state_->cart, rank, ndim, state_->coords.data());
+    // Every rank's coordinates follow from the sizes: MPI numbers a Cartesian communicator made
+    // without reordering row-major (asking MPI_Cart_coords for each of P ranks is P calls per rank).
     state_->all_coords.resize(static_cast<std::size_t>(world) * sizes.size());
     for (int r = 0; r < world; ++r)
-      MPI_Cart_coords(state_->cart, r, ndim,
-                      state_->all_coords.data() + static_cast<std::size_t>(r) * sizes.size());
+      for (int d = ndim - 1, rest = r; d >= 0; --d) {
+        const auto k = static_cast<std::size_t>(d);
+        state_->all_coords[static_cast<std::size_t>(r) * sizes.size() + k] = rest % sizes[k];
+        rest /= sizes[k];
+      }
     state_->shape = {std::move(names), std::move(sizes)};
     // Every group's communicator, in the same order on every rank (this constructor is collective).
     state_->groups.assign(std::size_t{1} << ndim, MPI_COMM_NULL);

@@ -54,6 +54,13 @@ TEST_CASE("mesh: every 2-D and 3-D layout of the world is row-major", "[mesh]") 
       int rank = 0;
       for (int d = 0; d < dims; ++d) rank = rank * sizes[d] + mesh.coordinate(names[d]);
       CHECK(rank == w.rank);
+      // Every rank's coordinates, as MPI's Cartesian communicator gives them.
+      for (int q = 0; q < w.size; ++q) {
+        std::vector<int> expected(static_cast<std::size_t>(dims));
+        MPI_Cart_coords(mesh.comm(), q, dims, expected.data());
+        const auto got = mesh.coordinates_of(q);
+        CHECK(std::vector<int>(got.begin(), got.end()) == expected);
+      }
       for (int d = 0; d < dims; ++d) {
         CHECK(mesh.size(names[d]) == sizes[d]);
         // The group of one dimension holds the ranks that differ only in that coordinate.

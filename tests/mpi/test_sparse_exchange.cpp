@@ -1,9 +1,9 @@
 // comm::sparse_exchange (non-blocking consensus) against what each rank must receive, at any world
 // size: every rank builds every rank's parcels from a deterministic pattern, so each rank knows by
 // itself what a dense all-to-all would have delivered to it (from every rank, empty or not).
-// Patterns with ranks that send nothing, receive nothing, send to themselves, to every rank, and
-// many exchanges back to back on one communicator (the two tags' alternation); bad parcels are the
-// same error on every rank. And comm::gather_values.
+// Patterns with ranks that send nothing, receive nothing, send to themselves, to every rank, parcels
+// too large for one message, and many exchanges back to back on one communicator (the two tags'
+// alternation); bad parcels are the same error on every rank. And comm::gather_values.
 
 #include <mpi.h>
 
@@ -70,6 +70,14 @@ TEST_CASE("sparse_exchange: each rank receives what a dense all-to-all would giv
       {"dense, uneven lengths", [](int s, int d, int r) { return (7 * s + 3 * d + r) % 5; }},
       {"sparse, some ranks idle",
        [](int s, int d, int r) { return (s * 31 + d * 17 + r) % 7 == 0 ? 1 + (s + d) % 3 : -1; }},
+      // An envelope holds a parcel's size (8 bytes) and, when they fit, its values; more values take
+      // a second message.
+      {"parcels filling an envelope and larger than one",
+       [](int s, int d, int r) {
+         constexpr int fit = static_cast<int>(comm::detail::sparse_exchange_envelope_bytes / 8) - 1;
+         constexpr std::array<int, 4> lengths{fit, fit + 1, 4 * fit, -1};
+         return lengths[static_cast<std::size_t>(s + 2 * d + r) % lengths.size()];
+       }},
   };
   for (const auto& [name, length] : patterns) {
     SECTION(name) { check_round(length, 0, MPI_COMM_WORLD); }
@@ -82,7 +90,7 @@ TEST_CASE("sparse_exchange: each rank receives what a dense all-to-all would giv
         while (MPI_Wtime() < until) {
         }
       }
-      check_round(patterns[static_cast<std::size_t>(2 + round % 6)].second, round, MPI_COMM_WORLD);
+      check_round(patterns[static_cast<std::size_t>(2 + round % 7)].second, round, MPI_COMM_WORLD);
     }
   }
 }
