@@ -40,6 +40,14 @@ using rt::distribute;
 using rt::method_name;
 using rt::random_matrix;
 
+/// A small Hermitian positive definite matrix: 2-D Poisson plus a skew imaginary part.
+es::testing::Coo hermitian_poisson() {
+  const auto hp = es::testing::poisson2d(6, 5);
+  const auto shift = at::complex(at::zeros_like(hp.values), 0.05 * ((hp.cols > hp.rows).to(at::kDouble) -
+                                                                  (hp.cols < hp.rows).to(at::kDouble)));
+  return {(hp.values.to(at::kComplexDouble) + shift).contiguous(), hp.rows, hp.cols, hp.n};
+}
+
 }  // namespace
 
 TEST_CASE("BiCGStab, GMRES, MINRES: b = 0, x0, maxiter, atol", "[sparse][krylov]") {
@@ -305,10 +313,7 @@ TEST_CASE("several right-hand sides with every method: k coupled recurrences equ
     CHECK(rel(n.x.full_tensor().select(1, 0), ref.select(1, 0)) < 1e-7);
   }
   // Complex values (Hermitian positive definite: every method applies).
-  const auto hp = es::testing::poisson2d(6, 5);
-  const auto shift = at::complex(at::zeros_like(hp.values), 0.05 * ((hp.cols > hp.rows).to(at::kDouble) -
-                                                                  (hp.cols < hp.rows).to(at::kDouble)));
-  const es::testing::Coo herm{(hp.values.to(at::kComplexDouble) + shift).contiguous(), hp.rows, hp.cols, hp.n};
+  const auto herm = hermitian_poisson();
   const auto hshare = my_share(herm);
   const auto Dh = sp::DSparseTensor::from_local(hshare.values, hshare.rows, hshare.cols, {herm.n, herm.n}, mesh);
   const auto Bc = at::complex(at::randn({herm.n, 3}, gen, at::kDouble), at::randn({herm.n, 3}, gen, at::kDouble));
@@ -403,10 +408,7 @@ TEST_CASE("GMRES with a float32 basis (GmresBasis::reduced): dense references, t
     for (std::int64_t j : {0, 3}) CHECK(few.info.columns[static_cast<std::size_t>(j)].iterations == 3);
   }
   // Complex128 with a complex64 basis; float32 solves store their own dtype (the same iterates).
-  const auto hp = es::testing::poisson2d(6, 5);
-  const auto shift = at::complex(at::zeros_like(hp.values), 0.05 * ((hp.cols > hp.rows).to(at::kDouble) -
-                                                                  (hp.cols < hp.rows).to(at::kDouble)));
-  const es::testing::Coo herm{(hp.values.to(at::kComplexDouble) + shift).contiguous(), hp.rows, hp.cols, hp.n};
+  const auto herm = hermitian_poisson();
   const auto hshare = my_share(herm);
   const auto Dh = sp::DSparseTensor::from_local(hshare.values, hshare.rows, hshare.cols, {herm.n, herm.n}, mesh);
   const auto Bc = at::complex(at::randn({herm.n, 3}, gen, at::kDouble), at::randn({herm.n, 3}, gen, at::kDouble));
