@@ -103,12 +103,7 @@ struct Config {
 
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
-      return std::string(argv[++i]);
-    };
+  einshard_bench::for_each_option(argc, argv, [&](const std::string& a, const auto& next) {
     if (a == "--grid") c.grid = std::stoll(next());
     else if (a == "--stencil") c.stencil = std::stoi(next());
     else if (a == "--iters") c.iters = std::stoi(next());
@@ -121,8 +116,9 @@ Config parse(int argc, char** argv) {
     else if (a == "--petsc") c.petsc = next() != "0";
     else if (a == "--convection") c.convection = std::stod(next());
     else if (a == "--rtol") c.rtol = std::stod(next());
-    else throw std::runtime_error("unknown argument " + a);
-  }
+    else return false;
+    return true;
+  });
   if (c.stencil != 5 && c.stencil != 7 && c.stencil != 27)
     throw std::runtime_error("--stencil: expected 5, 7 or 27, found " + std::to_string(c.stencil));
   if (c.reps < 1) throw std::runtime_error("--reps must be at least 1");
