@@ -69,6 +69,12 @@ class Progress {
     return false;
   }
 
+  /// Takes back a convergence that a check of the true residual did not confirm: the iteration
+  /// goes on, and the next stop sets the reason.
+  void resume() {
+    info_.converged = false;
+    info_.reason = StopReason::maxiter;
+  }
   /// Stops with `r` (breakdowns a method detects itself); returns true.
   bool stop(StopReason r) {
     info_.reason = r;

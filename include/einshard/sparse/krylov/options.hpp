@@ -49,9 +49,12 @@ enum class CgVariant { standard, single_reduction, pipelined };
 /// When GMRES's classical Gram–Schmidt runs a second pass. `if_needed` (DGKS): when the first
 /// cancelled more than half of ‖w‖², which keeps the basis orthogonal to rounding (on a PDE matrix
 /// that is nearly every step: twice the orthogonalization traffic). `never`: one pass, PETSc's
-/// default (KSP_GMRES_CGS_REFINE_NEVER), a second only when nothing of ‖w‖² is left; cheaper, but
-/// the basis loses orthogonality over long cycles and the residual estimate drifts from the true
-/// residual below about 1e-9 relative.
+/// default (KSP_GMRES_CGS_REFINE_NEVER); half the traffic, but the basis loses orthogonality over
+/// long cycles and the residual estimate can drift from the true residual below about 1e-9
+/// relative. gmres and fgmres then measure ‖w‖ after a pass that cancelled most of it (one more
+/// reduction, as PETSc does every step) and confirm a convergence the estimate reports with the
+/// true residual; block GMRES keeps its Pythagorean norms and makes a second pass only when
+/// nothing of ‖w‖² is left.
 enum class Reorthogonalize { if_needed, never };
 
 /// What (f)gmres stores its Krylov basis in; the arithmetic is the solve's dtype either way.

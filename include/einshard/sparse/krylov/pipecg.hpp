@@ -100,8 +100,7 @@ inline SolveResult pipecg(const Operator& A, const DVector& b, const Preconditio
         if (o.residual_history) info.residual_history.back() = true_norm;
         break;
       }
-      info.converged = false;
-      info.reason = StopReason::maxiter;
+      progress.resume();
       for (auto* v : {&p, &s, &q, &z}) v->zero_();
       dots = restart_from(false);
       m_ready = false;

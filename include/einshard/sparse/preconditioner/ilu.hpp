@@ -24,12 +24,21 @@ namespace einshard::sparse::detail {
 /// Factors stored in place of the block they factor (one CSR with the block's pattern).
 /// ILU(0): the strictly lower entries hold L (its unit diagonal implied), the others U.
 /// IC(0): the CSR is the lower triangle only and holds L, diagonal included.
+/// Once factored, the row pointers and diagonal positions are 32-bit where the entry count fits
+/// (`compact_for_solve`): the triangular solves read them every row of both sweeps.
 struct IncompleteFactor {
   Csr lu;
-  at::Tensor diag;      ///< int64: position of each row's diagonal entry in `lu`
+  at::Tensor diag;      ///< position of each row's diagonal entry in `lu`, of lu.rowptr's type
   at::Tensor inv_diag;  ///< 1 / the pivots (ILU: U's diagonal; IC: L's diagonal)
   bool cholesky = false;
 };
+
+/// `f` with the index widths its solves read: 16 bytes less per row and solve than 64-bit row
+/// pointers and diagonal positions (PETSc's factors are 32-bit as well).
+inline void compact_for_solve(IncompleteFactor& f) {
+  f.lu = compact_rowptr(std::move(f.lu));
+  if (f.lu.rowptr.scalar_type() == at::kInt) f.diag = f.diag.to(at::kInt);
+}
 
 template <class F>
 void dispatch_real_csr(const Csr& a, const char* what, F&& f) {
@@ -117,6 +126,7 @@ std::int64_t factor_in_place(const Csr& a, IncompleteFactor& f, bool cholesky, c
                        std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), -1)};
     failed = body(m);
   });
+  if (failed < 0) compact_for_solve(f);
   return failed;
 }
 
@@ -238,27 +248,32 @@ inline IncompleteFactor ssor_factor(const Csr& block, double omega) {
       for (std::int64_t k = dg[i] + 1; k < rp[i + 1]; ++k) val[k] /= V(2 - omega);
     }
   });
+  compact_for_solve(f);
   return f;
 }
 
 /// z = (L U)⁻¹ r (ILU) or (L Lᵀ)⁻¹ r (IC): a forward and a backward sweep over the factor, in
 /// place in `z` (contiguous, the factor's dtype; `z` may be `r`). Real or complex (the factors
-/// of ILU(0) and IC(0) are real; SSOR's may be complex).
+/// of ILU(0) and IC(0) are real; SSOR's may be complex). The forward sweep reads a contiguous `r`
+/// of z's dtype itself rather than from a copy in `z`: one pass over two vectors less per solve.
 inline void incomplete_solve(const IncompleteFactor& f, const at::Tensor& r, at::Tensor& z) {
-  if (!z.is_same(r)) z.copy_(r);
-  dispatch_csr(f.lu, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto n = f.lu.rows;
-    const auto* __restrict rp = f.lu.rowptr.data_ptr<std::int64_t>();
-    const auto* __restrict ci = f.lu.col.data_ptr<I>();
-    const auto* __restrict val = f.lu.values.data_ptr<V>();
-    const auto* __restrict dg = f.diag.data_ptr<std::int64_t>();
+  const bool read_r = !z.is_same(r) && r.is_contiguous() && r.scalar_type() == z.scalar_type() &&
+                      r.device() == z.device();
+  if (!z.is_same(r) && !read_r) z.copy_(r);
+  dispatch_view(f.lu, [&](auto m) {
+    using V = typename decltype(m)::value_type;
+    using P = std::remove_cvref_t<decltype(m.rp[0])>;
+    const auto n = m.rows;
+    const auto* __restrict rp = m.rp;
+    const auto* __restrict ci = m.ci;
+    const auto* __restrict val = m.av;
+    const auto* __restrict dg = f.diag.data_ptr<P>();
     const auto* __restrict inv = f.inv_diag.data_ptr<V>();
-    auto* __restrict x = z.data_ptr<V>();
+    auto* x = z.data_ptr<V>();
+    const V* b = read_r ? r.data_ptr<V>() : x;  // may be x: not restrict
     if (!f.cholesky) {
       for (std::int64_t i = 0; i < n; ++i) {  // L y = r, unit diagonal
-        V s = x[i];
+        V s = b[i];
         for (std::int64_t k = rp[i]; k < dg[i]; ++k) s -= val[k] * x[ci[k]];
         x[i] = s;
       }
@@ -269,7 +284,7 @@ inline void incomplete_solve(const IncompleteFactor& f, const at::Tensor& r, at:
       }
     } else if constexpr (!c10::is_complex<V>::value) {  // factor_ic0 makes real factors only
       for (std::int64_t i = 0; i < n; ++i) {  // L y = r
-        V s = x[i];
+        V s = b[i];
         for (std::int64_t k = rp[i]; k < dg[i]; ++k) s -= val[k] * x[ci[k]];
         x[i] = s * inv[i];
       }
