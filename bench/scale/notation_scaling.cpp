@@ -79,10 +79,11 @@ struct Model {
 
 std::string step_names(const es::Plan& p) {
   std::string s;
-  // name[group]:forward bytes sent/backward bytes sent, per step
+  // name[group](before -> after):forward bytes sent/backward bytes sent, per communicating step
   for (const auto& st : p.steps) {
     s += (s.empty() ? "" : " + ") + st.name;
     if (!st.group.empty()) s += "[" + st.group + "]";
+    if (st.forward.bytes_sent || st.backward.bytes_sent) s += "(" + st.before + " -> " + st.after + ")";
     if (st.forward.bytes_sent || st.backward.bytes_sent)
       s += ":" + std::to_string(st.forward.bytes_sent) + "/" + std::to_string(st.backward.bytes_sent);
   }

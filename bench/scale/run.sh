@@ -12,7 +12,7 @@
 #   comm      the weak series with no computation charged: the network and algorithms alone
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
 #   notation  bench/scale/notation_scaling.cpp (the tensor notation's distributed calls), weak: 1 and 8
-#             ranks with computation charged, then 1, 8, 64 ... $SCALE_MAX_P ranks with none charged
+#             ranks with computation charged, then 1, 8, 64, 256, 1,024 ranks with none charged
 #   summary   bench/scale/summarize.py: markdown tables of the results
 #   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
 #   one-comm FILE PLATFORM P ARGS...   the same with no computation charged
@@ -136,11 +136,12 @@ sim() {
     # privatizes thread_locals when the ranks share one thread).
     common=(--reps 10)
     context=(--cfg=contexts/factory:thread)
-    # Past 256 ranks no repartition over all P ranks (P^2 simulated messages per call, about 0.4 ms
-    # of wall time each with a thread per rank: 256 ranks spend 4 minutes on three calls); the one
-    # inside the rows of the 2-D mesh (sqrt(P) ranks) stays.
-    ((p <= 256)) || fewer=(--phases contract,mlp,rowrepart,fft)
-    ((p < 4096)) || { limit="${TIMEOUT_4096}"; fewer+=(--reps 3); }
+    # From 256 ranks on no repartition over all P ranks: P^2 simulated messages per call (the
+    # first call at 256 ranks ran over 8 minutes here, against 2 s at 64); the one inside the rows of the 2-D mesh (sqrt(P) ranks) stays. Past 256
+    # ranks 1 repeated call: at 1,024 ranks the first FFT alone took 9 minutes of wall time here.
+    ((p < 256)) || fewer=(--phases contract,mlp,rowrepart,fft)
+    ((p <= 256)) || fewer+=(--reps 1)
+    ((p < 256)) || limit="${TIMEOUT_4096}"
   fi
   if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${limit}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
@@ -219,7 +220,9 @@ notation() {
     sim notation.jsonl fat_tree "$p"
   done
   comm_only
-  for p in 1 8 64 256 1024 4096; do
+  # Not 4,096: at 1,024 ranks the simulation took 13 minutes here, a simulated message about 1 ms of
+  # wall time (a thread per rank); 4,096 would be hours (run it with notation-one-comm).
+  for p in 1 8 64 256 1024; do
     ((p <= MAX_P)) || break
     sim notation_comm_only.jsonl fat_tree "$p"
   done

@@ -3,6 +3,7 @@
 
     python3 bench/scale/summarize.py build/scale/results
     python3 bench/scale/summarize.py bench/results/scale --plot docs/images/scale_weak.png
+    python3 bench/scale/summarize.py bench/results/scale --only sparse      # or --only notation
 
 Reads validate.jsonl, weak.jsonl and strong.jsonl (whichever exist) and prints: the simulated
 against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and the per-rank MPI
@@ -351,11 +352,17 @@ def notation(out):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--plot"]
+    args = [a for a in sys.argv[1:] if a not in ("--plot", "--only")]
     plot_to = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
     if plot_to:
         args.remove(plot_to)
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None  # sparse or notation
+    if only:
+        args.remove(only)
     out = Path(args[0] if args else "build/scale/results")
+    if only == "notation":
+        notation(out)
+        return
     vr, _ = load(out / "validate.jsonl")
     wr, wc = load(out / "weak.jsonl")
     # Reruns of single points (run.sh one weak_<name>.jsonl ...) replace those points.
@@ -391,7 +398,8 @@ def main():
         print(counts_table(wc, wr, cc))
     if plot_to and cr:
         plot(cr, wr, plot_to)
-    notation(out)
+    if only is None:
+        notation(out)
 
 
 if __name__ == "__main__":
