@@ -34,12 +34,14 @@
 // Output, rank 0, JSON lines: one {"bench":"notation_scaling",...} with every phase's time
 // (MPI_Wtime: simulated seconds under SMPI; repeated phases per call), then one
 // {"bench":"notation_scaling_model",...} per notation with the planner's per-rank figures
-// (es::last_plan(): bytes sent and received, collectives, forward and backward), then (with
+// (es::last_plan(): bytes sent and received, collectives, forward and backward; rank 0's, and
+// max_*: the maximum over ranks, which is what the counts report), then (with
 // --counts) one {"bench":"notation_scaling_counts",...,"phase":...} per phase.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -73,8 +75,9 @@ int log2_exact(std::int64_t n) {
 }
 
 struct Model {
-  std::string phase, notation, steps;
-  es::StepCost fwd, bwd;
+  std::string phase, notation, steps;  // steps: rank 0's plan
+  es::StepCost fwd, bwd;               // rank 0's figures
+  std::array<double, 6> max{};         // the maximum over ranks of fwd and bwd sent, received, collectives
 };
 
 std::string step_names(const es::Plan& p) {
@@ -136,8 +139,12 @@ int main(int argc, char** argv) {
     };
     const auto model = [&](const char* phase, const char* notation) {
       einshard_scale::phase("model");  // describing the plan calls no MPI; kept apart anyway
-      const auto& p = es::last_plan();
-      models.push_back({phase, notation, step_names(p), p.total_forward(), p.total_backward()});
+      const auto& p = es::last_plan();  // this rank's steps and costs
+      Model m{phase, notation, step_names(p), p.total_forward(), p.total_backward()};
+      m.max = {double(m.fwd.bytes_sent), double(m.fwd.bytes_received), double(m.fwd.collectives),
+               double(m.bwd.bytes_sent), double(m.bwd.bytes_received), double(m.bwd.collectives)};
+      MPI_Allreduce(MPI_IN_PLACE, m.max.data(), 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      models.push_back(std::move(m));
     };
     const auto dbl = at::TensorOptions().dtype(at::kDouble);
     timed("mesh", 1, [&] { mesh = es::Mesh(MPI_COMM_WORLD, {P}, {"tp"}); });
@@ -236,10 +243,12 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"notation_scaling_model\",\"ranks\":%d%s,\"phase\":\"%s\",\"notation\":\"%s\",\"steps\":\"%s\","
           "\"fwd_sent\":%lld,\"fwd_received\":%lld,\"fwd_collectives\":%d,\"bwd_sent\":%lld,\"bwd_received\":%lld,"
-          "\"bwd_collectives\":%d}\n",
+          "\"bwd_collectives\":%d,\"max_fwd_sent\":%.0f,\"max_fwd_received\":%.0f,\"max_fwd_collectives\":%.0f,"
+          "\"max_bwd_sent\":%.0f,\"max_bwd_received\":%.0f,\"max_bwd_collectives\":%.0f}\n",
           P, extra, m.phase.c_str(), m.notation.c_str(), m.steps.c_str(), static_cast<long long>(m.fwd.bytes_sent),
           static_cast<long long>(m.fwd.bytes_received), m.fwd.collectives, static_cast<long long>(m.bwd.bytes_sent),
-          static_cast<long long>(m.bwd.bytes_received), m.bwd.collectives);
+          static_cast<long long>(m.bwd.bytes_received), m.bwd.collectives, m.max[0], m.max[1], m.max[2], m.max[3],
+          m.max[4], m.max[5]);
     }
     std::fflush(stdout);
   }

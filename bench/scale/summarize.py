@@ -289,8 +289,8 @@ def notation_counts(counts, runs):
 
 
 def notation_model(models, counts, runs):
-    """The planner's per-rank figures (es::last_plan() after the repeated calls) beside the counted
-    ones (per call). Collectives: the plan's communication steps against the counted calls less the
+    """The planner's per-rank figures (es::last_plan() after the repeated calls: rank 0's, and the
+    maximum over ranks where the run recorded it) beside the counted ones (per call, max over ranks). Collectives: the plan's communication steps against the counted calls less the
     agreement's all-gather; bytes: the plan's bytes sent (all-reduce: a ring's 2(P-1)/P of the
     buffer) against the counted bytes handed to MPI (all-reduce: the buffer; point-to-point: the
     payload)."""
@@ -311,6 +311,9 @@ def notation_model(models, counts, runs):
             div = (repart_reps if phase == "repart" else reps).get(p, 1)
             coll = sum(ms[m][f"{d}_collectives"] for m, d in parts)
             sent = sum(ms[m][f"{d}_sent"] for m, d in parts)
+            # The maximum over ranks of the plan's figure (what the counts report), where recorded.
+            sent_max = (sum(ms[m][f"max_{d}_sent"] for m, d in parts)
+                        if all(f"max_{d}_sent" in ms[m] for m, d in parts) else None)
             ag = c["fn"].get("Allgather", {})
             counted_coll = (c["collectives"] - ag.get("calls", 0)) / div
             p2p = sum(c["fn"].get(f, {}).get("calls", 0) for f in ("Isend", "Send", "Issend")) / div
@@ -320,12 +323,13 @@ def notation_model(models, counts, runs):
             note = ""
             if "allreduce" in steps and p > 1:
                 note = f"buffer x 2(P-1)/P = {fmt(counted_bytes * ring)}"
-            rows.append([p, phase, coll, counted_coll, p2p, sent, counted_bytes, note, steps])
+            rows.append([p, phase, coll, counted_coll, p2p, sent, sent_max, counted_bytes, note, steps])
     if not rows:
         return ""
     return ("\n**Cost model (es::last_plan(), per rank) against the counts (per call)**\n\n" +
             table(["ranks", "phase", "model: communication steps", "counted collectives (less the agreement)",
-                   "counted messages", "model: bytes sent", "counted: bytes handed to MPI", "", "plan"], rows))
+                   "counted messages", "model: bytes sent (rank 0)", "model: max over ranks",
+                   "counted: bytes handed to MPI", "", "plan (rank 0's)"], rows))
 
 
 def notation(out):
