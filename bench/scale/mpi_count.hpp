@@ -179,8 +179,12 @@ inline void report(const char* bench, const std::string& extra) {
     }
     line += "}}";
     std::printf("%s\n", line.c_str());
+    std::fflush(stdout);  // line by line: a simulation that crashes later keeps them
   }
   std::fflush(stdout);
+  // Nobody leaves before rank 0 has printed: under SMPI a rank that returns from main can crash the
+  // simulation at exit (thread-per-rank contexts), and its other ranks' unprinted lines with it.
+  PMPI_Barrier(MPI_COMM_WORLD);
   s.on = true;
 }
 

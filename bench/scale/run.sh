@@ -11,9 +11,12 @@
 #             3-D 7-point, a 16^3 box per rank
 #   comm      the weak series with no computation charged: the network and algorithms alone
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
+#   notation  bench/scale/notation_scaling.cpp (the tensor notation's distributed calls), weak: 1 and 8
+#             ranks with computation charged, then 1, 8, 64, 256, 1,024 ranks with none charged
 #   summary   bench/scale/summarize.py: markdown tables of the results
 #   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
 #   one-comm FILE PLATFORM P ARGS...   the same with no computation charged
+#   notation-one, notation-one-comm FILE PLATFORM P ARGS...   the same for notation_scaling
 #
 # Every run prints JSON lines (poisson_scaling.cpp's), each tagged here with "runner" (mpirun or
 # smpi) and "platform", appended to $SCALE_OUT/<section>.jsonl (default build/scale/results).
@@ -72,28 +75,39 @@ COMMON=(--iters 20 --halo-reps 20)
 # More smpirun options, and the runner's name in the JSON lines (the comm section changes them).
 EXTRA=()
 RUNNER=smpi
+# The simulated program (the notation section changes it) and the section being run.
+PROGRAM=poisson_scaling
+SECTION="${1:-all}"
 
 log() { printf 'bench/scale: %s\n' "$*" >&2; }
+
+# compile PROGRAM COMPILER SUFFIX FLAGS...: builds bench/scale/PROGRAM.cpp into $BUILD/PROGRAM_SUFFIX when
+# it is missing or older than a header.
+compile() {
+  local prog="$1" cxx="$2" suffix="$3"
+  shift 3
+  local out="${BUILD}/${prog}_${suffix}" newest
+  newest="$(find "${ROOT}/include" "${HERE}" -newer "${out}" -name '*.?pp' 2>/dev/null | head -1 || true)"
+  if [[ ! -x "${out}" || -n "${newest}" ]]; then
+    log "${cxx} ${prog} (header-only einshard, ${suffix})"
+    nice -n 19 "${cxx}" "${HERE}/${prog}.cpp" "$@" -o "${out}"
+  fi
+}
 
 build() {
   local tp
   tp="$("${VENV}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
   # shellcheck disable=SC2054  # -Wl,-rpath,DIR is one argument
   local flags=(-std=c++20 -O2 -fno-gnu-unique -I "${ROOT}/include" -I "${tp}/include"
-               "${HERE}/poisson_scaling.cpp" -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis)
-  local newest
-  newest="$(find "${ROOT}/include" "${HERE}" -newer "${BUILD}/poisson_scaling_smpi" -name '*.?pp' 2>/dev/null | head -1 || true)"
-  if [[ ! -x "${BUILD}/poisson_scaling_smpi" || -n "${newest}" ]]; then
-    log "smpicxx poisson_scaling (header-only einshard, SMPI)"
-    # -Bsymbolic: the program's calls to MPI_* reach mpi_count.hpp's definitions in it under mmap
-    # privatization too (then smpirun loads it once, after libsimgrid, whose MPI_* come first).
-    nice -n 19 smpicxx "${flags[@]}" -Wl,-Bsymbolic -o "${BUILD}/poisson_scaling_smpi"
-  fi
-  newest="$(find "${ROOT}/include" "${HERE}" -newer "${BUILD}/poisson_scaling_mpi" -name '*.?pp' 2>/dev/null | head -1 || true)"
-  if [[ ! -x "${BUILD}/poisson_scaling_mpi" || -n "${newest}" ]]; then
-    log "mpicxx poisson_scaling (header-only einshard, Open MPI)"
-    nice -n 19 mpicxx "${flags[@]}" -o "${BUILD}/poisson_scaling_mpi"
-  fi
+               -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis)
+  # -Bsymbolic: the program's calls to MPI_* reach mpi_count.hpp's definitions in it under mmap
+  # privatization too (then smpirun loads it once, after libsimgrid, whose MPI_* come first).
+  local progs=(poisson_scaling)
+  [[ "${SECTION}" != notation* ]] || progs=(notation_scaling)
+  for prog in "${progs[@]}"; do
+    compile "${prog}" smpicxx smpi "${flags[@]}" -Wl,-Bsymbolic
+    [[ "${prog}" == notation_scaling ]] || compile "${prog}" mpicxx mpi "${flags[@]}"
+  done
   [[ -f "${BUILD}/hosts_fat_tree" ]] || for i in $(seq 0 4095); do echo "node-$i"; done >"${BUILD}/hosts_fat_tree"
   [[ -f "${BUILD}/hosts_this_machine" ]] || for _ in $(seq 0 63); do echo node-0; done >"${BUILD}/hosts_this_machine"
 }
@@ -110,15 +124,29 @@ sim() {
   # privatize thread_local variables: fine for the sparse part, not for the notation's caches).
   local priv=dlopen
   ((p <= 512)) || priv=mmap
-  log "smpi ${platform} P=${p} $* (privatization ${priv})"
-  local start=$SECONDS limit="${TIMEOUT}" fewer=()
-  # At 4,096 ranks: 5 CG iterations and halo exchanges (a simulation repeats them exactly) and no
-  # 3-D Mesh (its 7 communicators cost the simulator O(P^2) each).
-  ((p < 4096)) || { limit="${TIMEOUT_4096}"; fewer=(--iters 5 --halo-reps 5 --mesh3 0); }
+  log "smpi ${platform} P=${p} ${PROGRAM} $* (privatization ${priv})"
+  local start=$SECONDS limit="${TIMEOUT}" fewer=() common=("${COMMON[@]}") context=()
+  if [[ "${PROGRAM}" == poisson_scaling ]]; then
+    # At 4,096 ranks: 5 CG iterations and halo exchanges (a simulation repeats them exactly) and no
+    # 3-D Mesh (its 7 communicators cost the simulator O(P^2) each).
+    ((p < 4096)) || { limit="${TIMEOUT_4096}"; fewer=(--iters 5 --halo-reps 5 --mesh3 0); }
+  else
+    # The notation keeps its caches and replay records in thread_local variables, and LibTorch its
+    # autograd state: every simulated rank runs on its own OS thread (neither privatization
+    # privatizes thread_locals when the ranks share one thread).
+    common=(--reps 10)
+    context=(--cfg=contexts/factory:thread)
+    # From 256 ranks on no repartition over all P ranks: P^2 simulated messages per call (the
+    # first call at 256 ranks ran over 8 minutes here, against 2 s at 64); the one inside the rows of the 2-D mesh (sqrt(P) ranks) stays. Past 256
+    # ranks 1 repeated call: at 1,024 ranks the first FFT alone took 9 minutes of wall time here.
+    ((p < 256)) || fewer=(--phases contract,mlp,rowrepart,fft)
+    ((p <= 256)) || fewer+=(--reps 1)
+    ((p < 256)) || limit="${TIMEOUT_4096}"
+  fi
   if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${limit}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
-        --cfg=smpi/privatization:${priv} "${EXTRA[@]}" \
-        ./poisson_scaling_smpi "${COMMON[@]}" "${fewer[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
+        --cfg=smpi/privatization:${priv} "${context[@]}" "${EXTRA[@]}" \
+        "./${PROGRAM}_smpi" "${common[@]}" "${fewer[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
     log "  failed or timed out after $((SECONDS - start)) s (${BUILD}/last_smpi.err)"
     return 0
   fi
@@ -181,6 +209,27 @@ comm() {
   RUNNER=smpi
 }
 
+# The notation's weak series (notation_scaling.cpp: the first and repeated calls of a contraction,
+# a repartition, a tensor-parallel MLP step and a pencil FFT) on the fat tree, with no computation
+# charged: with hundreds of ranks on two cores the measured computation is cold caches and other
+# builds' load, not the ranks' work (the per-rank computation is in the runs with it charged, at
+# 1 and 8 ranks, notation.jsonl).
+notation() {
+  PROGRAM=notation_scaling
+  for p in 1 8; do
+    sim notation.jsonl fat_tree "$p"
+  done
+  comm_only
+  # Not 4,096: at 1,024 ranks the simulation took 13 minutes here, a simulated message about 1 ms of
+  # wall time (a thread per rank); 4,096 would be hours (run it with notation-one-comm).
+  for p in 1 8 64 256 1024; do
+    ((p <= MAX_P)) || break
+    sim notation_comm_only.jsonl fat_tree "$p"
+  done
+  EXTRA=()
+  RUNNER=smpi
+}
+
 summary() { python3 "${HERE}/summarize.py" "${OUT}"; }
 
 case "${1:-all}" in
@@ -191,7 +240,10 @@ case "${1:-all}" in
   comm) build && comm ;;
   one) shift && build && sim "$@" ;;  # one simulation: run.sh one weak.jsonl fat_tree 1024 --dim 2 --box 64
   one-comm) shift && build && comm_only && sim "$@" ;;  # the same with no computation charged
+  notation) build && notation ;;
+  notation-one) shift && build && PROGRAM=notation_scaling && sim "$@" ;;  # run.sh notation-one notation.jsonl fat_tree 64
+  notation-one-comm) shift && build && PROGRAM=notation_scaling && comm_only && sim "$@" ;;
   summary) summary ;;
   all) build && validate && weak && comm && strong && summary ;;
-  *) echo "usage: $0 [all|build|validate|weak|comm|strong|summary|one|one-comm FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|build|validate|weak|comm|strong|notation|summary|one|one-comm|notation-one|notation-one-comm FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
 esac

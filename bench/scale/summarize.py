@@ -3,10 +3,13 @@
 
     python3 bench/scale/summarize.py build/scale/results
     python3 bench/scale/summarize.py bench/results/scale --plot docs/images/scale_weak.png
+    python3 bench/scale/summarize.py bench/results/scale --only sparse      # or --only notation
 
 Reads validate.jsonl, weak.jsonl and strong.jsonl (whichever exist) and prints: the simulated
 against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and the per-rank MPI
-counts of each phase against the number of ranks.
+counts of each phase against the number of ranks. From notation.jsonl and notation_comm_only.jsonl
+(notation_scaling.cpp): the notation's phases against P, their counts per rank, and the planner's
+cost model (es::last_plan()) beside the counted figures.
 """
 import json
 import sys
@@ -25,8 +28,24 @@ def load(path):
             d = json.loads(line)
         except json.JSONDecodeError:  # a run cut short (timeout) can leave half a line
             continue
+        if d["bench"].endswith("_model"):
+            continue  # notation_scaling's planner figures: load_models
         (counts if d["bench"].endswith("_counts") else runs).append(d)
     return runs, counts
+
+
+def load_models(path):
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if d.get("bench", "").endswith("_model"):
+            out.append(d)
+    return out
 
 
 def fmt(x, digits=3):
@@ -209,12 +228,145 @@ def plot(comm_runs, weak_runs, path):
     fig.savefig(path, dpi=110)
 
 
+# ---- the notation (notation_scaling.cpp) ---------------------------------------------------------
+
+NOTATION_PHASES = (("contract_first", "contraction, 1st call", False), ("contract", "contraction", True),
+                   ("repart_first", "repartition, 1st", False), ("repart", "repartition", True),
+                   ("mlp_first", "TP MLP step, 1st", False), ("mlp", "TP MLP step", True),
+                   ("rowrepart_first", "row repartition, 1st", False), ("rowrepart", "row repartition", True),
+                   ("fft_first", "pencil FFT, 1st", False), ("fft", "pencil FFT", True))
+
+
+def notation_times(runs, title):
+    """Simulated time per phase against P (repeated phases per call) and the repeated phases'
+    efficiency against 8 ranks."""
+    rs = sorted(runs, key=lambda d: d["ranks"])
+    if not rs:
+        return ""
+    base = next((d for d in rs if d["ranks"] == 8), None)
+    header = ["ranks", "mesh p x q"] + [f"{label} (us)" for _, label, _ in NOTATION_PHASES]
+    rows = []
+    for d in rs:
+        rows.append([d["ranks"], f"{d['mesh2'][0]} x {d['mesh2'][1]}"]
+                    + [d.get(f"{k}_s", 0) * 1e6 if f"{k}_s" in d else None for k, _, _ in NOTATION_PHASES])
+    lines = [f"\n**Simulated time per phase, {title}** (repeated calls: per call)\n", table(header, rows)]
+    if base:
+        eff = []
+        for d in rs:
+            if d["ranks"] < 8:
+                continue
+            eff.append([d["ranks"]] + [base[f"{k}_s"] / d[f"{k}_s"] if d.get(f"{k}_s") else None
+                                       for k, _, rep in NOTATION_PHASES if rep] + [d["wall_s"]])
+        lines.append(f"\n**Weak efficiency against 8 ranks, {title}** (time at 8 ranks / time at P)\n")
+        lines.append(table(["ranks"] + [label for _, label, rep in NOTATION_PHASES if rep] + ["wall (s)"], eff))
+    return "\n".join(lines)
+
+
+def notation_counts(counts, runs):
+    """Per rank (max over ranks) for each phase: collectives, messages, bytes, P-sized count entries,
+    and calls per MPI function (repeated phases: per call)."""
+    reps = {d["ranks"]: d["reps"] for d in runs}
+    repart_reps = {d["ranks"]: d.get("repart_reps", d["reps"]) for d in runs}
+    lines = []
+    for phase, label, rep in NOTATION_PHASES:
+        cs = sorted((c for c in counts if c["phase"] == phase), key=lambda c: c["ranks"])
+        if not cs:
+            continue
+        fns = sorted({f for c in cs for f in c["fn"]})
+        rows = []
+        for c in cs:
+            div = (repart_reps if phase == "repart" else reps).get(c["ranks"], 1) if rep else 1
+            dense = sum(v["dense"] for v in c["fn"].values())
+            ag = c["fn"].get("Allgather", {}).get("bytes", 0) / div
+            rows.append([c["ranks"], c["collectives"] / div, c["sends"] / div, c["bytes"] / div, dense / div,
+                         ag * c["ranks"], c["mpi_seconds"] * 1e6 / div]
+                        + [f"{c['fn'][f]['calls'] / div:g}" if f in c["fn"] else "-" for f in fns])
+        lines.append(f"\n**Phase `{phase}` ({label}{', per call' if rep else ''}): per rank, max over ranks**\n")
+        lines.append(table(["ranks", "collectives", "messages sent", "bytes sent", "P-sized count entries",
+                            "bytes received by the agreement's all-gather", "in MPI (us)"]
+                           + [f"{f} calls" for f in fns], rows))
+    return "\n".join(lines)
+
+
+def notation_model(models, counts, runs):
+    """The planner's per-rank figures (es::last_plan() after the repeated calls: rank 0's, and the
+    maximum over ranks where the run recorded it) beside the counted ones (per call, max over ranks). Collectives: the plan's communication steps against the counted calls less the
+    agreement's all-gather; bytes: the plan's bytes sent (all-reduce: a ring's 2(P-1)/P of the
+    buffer) against the counted bytes handed to MPI (all-reduce: the buffer; point-to-point: the
+    payload)."""
+    reps = {d["ranks"]: d["reps"] for d in runs}
+    repart_reps = {d["ranks"]: d.get("repart_reps", d["reps"]) for d in runs}
+    rows = []
+    ranks = sorted({m["ranks"] for m in models if m["ranks"] > 1})
+    for p in ranks:
+        ms = {m["phase"]: m for m in models if m["ranks"] == p}
+        for phase, parts in (("contract", (("contract", "fwd"),)), ("repart", (("repart", "fwd"),)),
+                             ("rowrepart", (("rowrepart", "fwd"),)),
+                             ("mlp", (("mlp_row", "fwd"), ("mlp_row", "bwd"), ("mlp_column", "fwd"),
+                                      ("mlp_column", "bwd"))),
+                             ("fft", (("fft", "fwd"),))):
+            c = next((c for c in counts if c["ranks"] == p and c["phase"] == phase), None)
+            if not c or any(m not in ms for m, _ in parts):
+                continue
+            div = (repart_reps if phase == "repart" else reps).get(p, 1)
+            coll = sum(ms[m][f"{d}_collectives"] for m, d in parts)
+            sent = sum(ms[m][f"{d}_sent"] for m, d in parts)
+            # The maximum over ranks of the plan's figure (what the counts report), where recorded.
+            sent_max = (sum(ms[m][f"max_{d}_sent"] for m, d in parts)
+                        if all(f"max_{d}_sent" in ms[m] for m, d in parts) else None)
+            ag = c["fn"].get("Allgather", {})
+            counted_coll = (c["collectives"] - ag.get("calls", 0)) / div
+            p2p = sum(c["fn"].get(f, {}).get("calls", 0) for f in ("Isend", "Send", "Issend")) / div
+            counted_bytes = (c["bytes"] - ag.get("bytes", 0)) / div
+            steps = " + ".join(ms[m]["steps"] for m in dict.fromkeys(m for m, _ in parts))
+            ring = 2 * (p - 1) / p if p > 1 else 0
+            note = ""
+            if "allreduce" in steps and p > 1:
+                note = f"buffer x 2(P-1)/P = {fmt(counted_bytes * ring)}"
+            rows.append([p, phase, coll, counted_coll, p2p, sent, sent_max, counted_bytes, note, steps])
+    if not rows:
+        return ""
+    return ("\n**Cost model (es::last_plan(), per rank) against the counts (per call)**\n\n" +
+            table(["ranks", "phase", "model: communication steps", "counted collectives (less the agreement)",
+                   "counted messages", "model: bytes sent (rank 0)", "model: max over ranks",
+                   "counted: bytes handed to MPI", "", "plan (rank 0's)"], rows))
+
+
+def notation(out):
+    cr, cc = load(out / "notation_comm_only.jsonl")
+    wr, wc = load(out / "notation.jsonl")
+    models = load_models(out / "notation_comm_only.jsonl")
+    # Reruns of single points (run.sh notation-one-comm notation_comm_only_<name>.jsonl ...) replace them.
+    for extra in sorted(out.glob("notation_comm_only_*.jsonl")):
+        er, ec = load(extra)
+        again = {d["ranks"] for d in er}
+        cr = [d for d in cr if d["ranks"] not in again] + er
+        cc = [c for c in cc if c["ranks"] not in again] + ec
+        models = [m for m in models if m["ranks"] not in again] + load_models(extra)
+    if not (cr or wr):
+        return
+    print("\n### The notation: weak scaling on the fat tree\n")
+    if wr:
+        print(notation_times(wr, "computation charged"))
+    if cr:
+        print(notation_times(cr, "no computation charged"))
+        print("\n### The notation: per-rank MPI counts against P (no computation charged)\n")
+        print(notation_counts(cc, cr))
+        print(notation_model(models, cc, cr))
+
+
 def main():
-    args = [a for a in sys.argv[1:] if a != "--plot"]
+    args = [a for a in sys.argv[1:] if a not in ("--plot", "--only")]
     plot_to = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
     if plot_to:
         args.remove(plot_to)
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None  # sparse or notation
+    if only:
+        args.remove(only)
     out = Path(args[0] if args else "build/scale/results")
+    if only == "notation":
+        notation(out)
+        return
     vr, _ = load(out / "validate.jsonl")
     wr, wc = load(out / "weak.jsonl")
     # Reruns of single points (run.sh one weak_<name>.jsonl ...) replace those points.
@@ -250,6 +402,8 @@ def main():
         print(counts_table(wc, wr, cc))
     if plot_to and cr:
         plot(cr, wr, plot_to)
+    if only is None:
+        notation(out)
 
 
 if __name__ == "__main__":
