@@ -40,7 +40,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, const Precondition
     throw Error(std::string("DSparseTensor::solve (") + (flexible ? "fgmres" : "gmres") +
                 "): .restart must be at least 1, got " + std::to_string(o.restart));
   const MPI_Comm comm = A.layout()->comm();
-  const bool confirm = o.reorthogonalize == Reorthogonalize::never;
+  const bool one_pass = o.reorthogonalize == Reorthogonalize::never;
   return run_from_start(A, b, o, [&](IterationZero& st, Progress& progress, SolveResult& result) {
     const auto& bl = st.b;
     auto& x = st.x;
@@ -53,7 +53,6 @@ inline SolveResult gmres(const Operator& A, const DVector& b, const Precondition
     auto z = M.identity ? at::Tensor() : at::empty_like(bl);
     const bool keep_z = flexible && !M.identity;
     auto Z = keep_z ? at::empty({mm, n}, bl.options()) : at::Tensor();  // FGMRES: z_j = M_j⁻¹ v_j
-    const bool second_pass = o.reorthogonalize == Reorthogonalize::if_needed;
     std::vector<C> H(static_cast<std::size_t>((mm + 1) * mm)), g(static_cast<std::size_t>(mm + 1)), cs(mm), sn(mm);
     auto h = [&](int i, int j) -> C& { return H[static_cast<std::size_t>(i * mm + j)]; };
     int k = 0;
@@ -89,7 +88,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, const Precondition
             norm2 -= std::norm(dots[static_cast<std::size_t>(i)]);
           }
           if (norm2 > 0.5 * ww) break;
-          if (!second_pass) {
+          if (one_pass) {
             norm2 = comm::summed({local_dot(w, w)}, comm)[0].real();
             break;
           }
@@ -144,7 +143,7 @@ inline SolveResult gmres(const Operator& A, const DVector& b, const Precondition
           x.add_(z);
         }
       }
-      if (done && !(confirm && result.info.converged)) break;
+      if (done && !(one_pass && result.info.converged)) break;
       // Restart from the true residual (after one pass: confirm the estimate's convergence with it).
       auto ax = V[0];
       A.apply(x, ax, {});

@@ -257,9 +257,9 @@ inline IncompleteFactor ssor_factor(const Csr& block, double omega) {
 /// of ILU(0) and IC(0) are real; SSOR's may be complex). The forward sweep reads a contiguous `r`
 /// of z's dtype itself rather than from a copy in `z`: one pass over two vectors less per solve.
 inline void incomplete_solve(const IncompleteFactor& f, const at::Tensor& r, at::Tensor& z) {
-  const bool read_r = !z.is_same(r) && r.is_contiguous() && r.scalar_type() == z.scalar_type() &&
-                      r.device() == z.device();
-  if (!z.is_same(r) && !read_r) z.copy_(r);
+  const bool in_place = z.is_same(r);
+  const bool read_r = !in_place && r.is_contiguous() && r.scalar_type() == z.scalar_type() && r.device() == z.device();
+  if (!in_place && !read_r) z.copy_(r);
   dispatch_view(f.lu, [&](auto m) {
     using V = typename decltype(m)::value_type;
     using P = std::remove_cvref_t<decltype(m.rp[0])>;
