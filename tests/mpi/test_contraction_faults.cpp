@@ -189,3 +189,48 @@ TEST_CASE("replay: a repeated column-parallel call does not synchronise, and a f
     CHECK(at::allclose(bg.grad(), slice(G.t().mm(X.mm(W1.t())), 1, mesh), 1e-10, 1e-10));
   }
 }
+
+TEST_CASE("replay: a repeated repartition checks its operands in one small all-reduce", "[mpi][binary][faults][replay]") {
+  // "a/tp b -> a b/tp" starts with an all-to-all. A repeated call checks that every rank's operands
+  // are those it agreed with (no P-sized exchange) and otherwise agrees in full, as a first call.
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"tp"});
+  const bool me = w.rank == et::faulty_rank();
+  at::manual_seed(7);
+  const auto A = at::randn({7, 5}, at::kDouble);
+  const es::Options o{.mesh = mesh};
+  auto swap = [&](const at::Tensor& a) { return es::einshard<"a/tp b -> a b/tp">(a, o); };
+  const auto a = slice(A, 0, mesh);
+  for (int i = 0; i < 3; ++i) CHECK(at::allclose(swap(a), slice(A, 1, mesh), 0, 0));
+
+  // One rank's operand differs after the call was prepared: the same error on every rank.
+  if (w.size > 1) {
+    et::expect_error_everywhere([&] { (void)swap(on_one(me, a, a.narrow(1, 0, 4))); }, "axis 'b'");
+    et::expect_error_everywhere([&] { (void)swap(on_one(me, a, a.to(at::kFloat))); }, "dtype");
+  }
+  et::expect_error_everywhere([&] { (void)swap(on_one(me, a, a.unsqueeze(0))); }, "dimensions");
+  CHECK(at::allclose(swap(a), slice(A, 1, mesh), 0, 0));
+  // Every rank's shapes change (uneven shards of a longer axis): agreed again, then replayed.
+  const auto A2 = at::randn({3, 11}, at::kDouble);
+  for (int i = 0; i < 2; ++i) CHECK(at::allclose(swap(slice(A2, 0, mesh)), slice(A2, 1, mesh), 0, 0));
+  // A pending record of a call that moved no data is raised at the repartition's check.
+  if (w.size > 1) {
+    const auto W = at::randn({9, 5}, at::kDouble);
+    auto col = [&](const at::Tensor& x, const at::Tensor& y) { return es::einshard<"l f, e/tp f -> l e/tp">(x, y, o); };
+    const auto X = at::randn({4, 5}, at::kDouble);
+    for (int i = 0; i < 2; ++i) (void)col(X, slice(W, 0, mesh));
+    et::expect_error_everywhere(
+        [&] {
+          (void)col(on_one(me, X, X.narrow(0, 0, 3)), slice(W, 0, mesh));
+          (void)swap(slice(A2, 0, mesh));
+        },
+        "axis 'l'");
+    CHECK(at::allclose(swap(slice(A2, 0, mesh)), slice(A2, 1, mesh), 0, 0));
+  }
+  // Gradients through a replayed repartition.
+  for (int i = 0; i < 2; ++i) {
+    const auto ag = a.clone().requires_grad_();
+    (swap(ag) * slice(A, 1, mesh)).sum().backward();
+    CHECK(at::allclose(ag.grad(), a, 0, 0));
+  }
+}

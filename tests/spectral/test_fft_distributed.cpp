@@ -361,6 +361,47 @@ TEST_CASE("einfft distributed: without autograd (FFTW passes, in place on the tr
   }
 }
 
+TEST_CASE("einfft distributed: a repeated transform checks its operands, then agrees again when they change",
+          "[spectral][fft]") {
+  const auto w = es::testing::world();
+  const auto& m = mesh_of({w.size});
+  const bool me = w.rank == es::testing::faulty_rank();
+  const es::AxisMap axes{{"x", "kx"}, {"y", "ky"}};
+  const es::Options o{.mesh = m, .axes = axes};
+  const std::string notation = "b x/dp y -> b kx ky/dp";
+  at::manual_seed(17);
+  auto reference = [&](const at::Tensor& full) {
+    return block(es::einfft(unsharded(notation), {full}, {.axes = axes}), side(notation, true), m, {});
+  };
+  auto run = [&](const at::Tensor& full) { return es::einfft(notation, {block(full, side(notation, false), m, {})}, o); };
+  const auto full = at::randn({2, 7, 5}, at::kComplexDouble);
+  for (int i = 0; i < 3; ++i) CHECK(at::allclose(run(full), reference(full), 1e-12, 1e-12));  // agrees, then checks
+  const auto x = block(full, side(notation, false), m, {});
+  es::testing::expect_error_everywhere(
+      [&] { (void)es::einfft(notation, {me ? x.unsqueeze(0) : x}, o); }, "dimensions");
+  if (w.size > 1)
+    es::testing::expect_error_everywhere(
+        [&] { (void)es::einfft(notation, {me ? x.narrow(2, 0, 4) : x}, o); }, "axis 'y'");
+  CHECK(at::allclose(run(full), reference(full), 1e-12, 1e-12));
+  // New shapes on every rank (an empty shard of x from 4 ranks on): agreed again, then checked.
+  const auto other = at::randn({3, 3, 6}, at::kComplexDouble);
+  for (int i = 0; i < 2; ++i) CHECK(at::allclose(run(other), reference(other), 1e-12, 1e-12));
+  // Into an output tensor: the output's description is part of what is checked.
+  const auto xo = block(other, side(notation, false), m, {});
+  const auto want = reference(other);
+  for (int i = 0; i < 2; ++i) {
+    auto out = at::zeros(want.sizes(), want.options());
+    es::einfft_out(notation, out, xo, o);
+    CHECK(at::allclose(out, want, 1e-12, 1e-12));
+  }
+  es::testing::expect_error_everywhere(
+      [&] {
+        auto out = at::zeros(want.sizes(), want.options().dtype(me ? at::kComplexFloat : at::kComplexDouble));
+        es::einfft_out(notation, out, xo, o);
+      },
+      "output");
+}
+
 TEST_CASE("einfft distributed: faults raise the same error on every rank", "[spectral][fft]") {
   const auto w = es::testing::world();
   const auto& m = mesh_of({w.size});

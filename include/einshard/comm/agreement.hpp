@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -35,6 +36,7 @@ struct RankInfo {
   std::int64_t ndim = 0;
   std::int64_t fault = 0;
   std::array<std::int64_t, max_dims> sizes{};
+  friend bool operator==(const RankInfo&, const RankInfo&) = default;
 };
 
 inline RankInfo describe(const at::Tensor& x, std::int64_t fingerprint, LocalFault fault) {
@@ -95,6 +97,30 @@ inline Agreed gather_infos(MPI_Comm comm, std::span<const RankInfo> mine, std::i
     if (flags) (*flags)[r] = all[r * stride + stride - 1];
   }
   return ranks;
+}
+
+/// A fingerprint of a call site's text and every rank's descriptions: equal on every rank that
+/// agreed on them together.
+inline std::int64_t digest(std::string_view site, const Agreed& ranks) {
+  auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(site));
+  auto mix = [&](std::int64_t v) { h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull; };
+  for (const auto& rank : ranks)
+    for (const auto& info : rank) {
+      mix(info.dtype);
+      mix(info.ndim);
+      for (std::int64_t d = 0; d < info.ndim; ++d) mix(info.sizes[static_cast<std::size_t>(d)]);
+    }
+  return static_cast<std::int64_t>(h & 0x7fffffffffffffffull);
+}
+
+/// Whether a call agreed before may run again without agreeing: every rank says its operands are
+/// `same` as then and names the same agreed call (`fingerprint`, equal on every rank that agreed
+/// together). One all-reduce of three integers, O(log P) latency, where `gather_infos` moves every
+/// rank's descriptions to every rank. Collective over `comm`; the same answer everywhere.
+[[nodiscard]] inline bool still_agreed(bool same, std::int64_t fingerprint, MPI_Comm comm) {
+  std::array<std::int64_t, 3> v{same ? 0 : 1, fingerprint, -fingerprint};
+  all_reduce_values(std::span<std::int64_t>(v), Reduction::max, comm);
+  return v[0] == 0 && v[1] == -v[2];
 }
 
 /// Checks what must agree in gathered descriptions: the call (fingerprint), dtypes and ranks, and

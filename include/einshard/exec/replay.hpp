@@ -26,7 +26,15 @@
 ///   Until then, the one rank's result is its own operands' local product (what it would be if the
 ///   call were accepted) or NaN; a result that went on to be summed with other ranks' never
 ///   returns, because that sum is the collective that raises.
-/// - **agree**: any other plan agrees on every call, as a first call does.
+/// - **check**: any other plan (its first collective moves data between ranks: an all-to-all, a
+///   gather, a halo) checks in one all-reduce of three integers before it moves anything: whether
+///   some rank's operands differ from its replay's or it holds a pending record, and the replay's
+///   fingerprint (so ranks replaying different calls differ there too). All clear: replay. Else
+///   every rank agrees in full, as a first call does: the same error on every rank, or a new replay.
+///   The cost is that of a barrier, O(log P) latency and no P-sized message, where the agreement
+///   all-gathers every rank's metadata. A first call (and a fold that found a fault) joins the same
+///   all-reduce voting no before it agrees, so ranks that reach one program point with different
+///   notations, one of them replayed in this mode, still meet and raise the agreement's error.
 ///
 /// Why every rank takes the same path: the replays are a pure function of the sequence of call
 /// sites and agreed outcomes, which every rank of an SPMD program shares (a replay is written only
@@ -70,13 +78,13 @@
 
 namespace einshard::exec {
 
-enum class ReplayMode { agree, quiet, fold };
+enum class ReplayMode { check, quiet, fold };
 
 /// The last agreed call at one call site on this thread.
 struct Replay {
   std::string site;  ///< notation, mesh sizes, policy, shapes: the same text on every rank
   std::uint64_t mesh_id = 0;
-  ReplayMode mode = ReplayMode::agree;
+  ReplayMode mode = ReplayMode::check;
   PreparedCall call;                 ///< none until the slot's first agreed call
   std::int64_t fingerprint = 0;      ///< of the site and every rank's operands
   std::vector<comm::RankInfo> mine;  ///< this rank's operands as agreed
@@ -125,7 +133,7 @@ inline const std::string& site_key(std::string_view source, const Options& o) {
 /// How a prepared call can be replayed (see the file comment) and, for a fold, the all-reduce that
 /// carries the header: its communicator and element count.
 struct ModeAndFold {
-  ReplayMode mode = ReplayMode::agree;
+  ReplayMode mode = ReplayMode::check;
   MPI_Comm fold_comm = MPI_COMM_NULL;
   std::int64_t fold_numel = 0;
 };
@@ -159,18 +167,6 @@ inline ModeAndFold mode_and_fold(const ContractionCall& c, const Mesh& mesh) {
   std::vector<const Program*> order;
   for (const auto& s : c.stages) order.insert(order.end(), {&s.x, &s.y, &s.z});
   return mode_and_fold(order, c.sizes, mesh);
-}
-
-inline std::int64_t digest(std::string_view site, const comm::Agreed& ranks) {
-  auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(site));
-  auto mix = [&](std::int64_t v) { h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull; };
-  for (const auto& rank : ranks)
-    for (const auto& info : rank) {
-      mix(info.dtype);
-      mix(info.ndim);
-      for (std::int64_t d = 0; d < info.ndim; ++d) mix(info.sizes[static_cast<std::size_t>(d)]);
-    }
-  return static_cast<std::int64_t>(h & 0x7fffffffffffffffull);
 }
 
 }  // namespace detail
@@ -259,7 +255,7 @@ inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std
   slot.mesh_id = o.mesh.id();
   slot.mode = how.mode;
   slot.call = std::move(call);
-  slot.fingerprint = detail::digest(key, a.ranks);
+  slot.fingerprint = comm::digest(key, a.ranks);
   slot.mine = a.ranks[static_cast<std::size_t>(o.mesh.rank())];
   slot.scalar = a.scalar;
   slot.fold_comm = how.fold_comm;
@@ -268,11 +264,11 @@ inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std
   auto dtype = static_cast<at::ScalarType>(slot.mine[0].dtype);
   for (const auto& m : slot.mine) dtype = at::promote_types(dtype, static_cast<at::ScalarType>(m.dtype));
   slot.fold_dtype = dtype;
-  if (how.mode == ReplayMode::fold && detail::digits(dtype, o.mesh.size()) == 0) slot.mode = ReplayMode::agree;
+  if (how.mode == ReplayMode::fold && detail::digits(dtype, o.mesh.size()) == 0) slot.mode = ReplayMode::check;
   // The folded header and the guarded backward pack host memory; device operands (comm/backend.hpp)
-  // keep the full agreement on every call.
+  // check in a separate all-reduce instead.
   for (const auto& m : slot.mine)
-    if (m.device != static_cast<std::int64_t>(c10::DeviceType::CPU)) slot.mode = ReplayMode::agree;
+    if (m.device != static_cast<std::int64_t>(c10::DeviceType::CPU)) slot.mode = ReplayMode::check;
   slot.view = e;
   slot.keep = std::move(keep);
   slot.options = o;
@@ -364,6 +360,15 @@ EINSHARD_INLINE void resolve_pending(MPI_Comm mesh) {
 
 /// Runs the replayed call on matching operands.
 inline at::Tensor run_replay(const Replay& r, at::TensorList xs) { return run_prepared(r.call, xs, r.scalar); }
+
+/// A check's one all-reduce (see the file comment): whether every rank may replay its slot's call.
+/// Every call that reaches it takes part, a first call and a failed fold too (they vote no), so a
+/// rank that would replay and one that must agree meet in the same collective, then agree together.
+inline bool still_agreed(const Replay& r, bool hit, const notation::ExpressionView& e, at::TensorList xs,
+                         const Mesh& mesh) {
+  const bool mine = hit && r.mode == ReplayMode::check && matches(r, e, xs) && !has_pending(mesh.comm());
+  return comm::still_agreed(mine, hit ? r.fingerprint : 0, mesh.comm());
+}
 
 /// A quiet call whose operands differ on this rank: keep a pending record and compute what the
 /// prepared steps give on these operands (or NaN of the prepared shape when they cannot).
@@ -458,6 +463,10 @@ inline at::Tensor run_with_replay(const notation::ExpressionView& e, at::TensorL
       return *std::move(z);
     }
     // Every rank is here: some rank faulted. Agree in full, as a first call does.
+  }
+  if (still_agreed(replay, hit, e, xs, mesh)) {
+    remember(replay.call);
+    return run_replay(replay, xs);
   }
   const auto agreement = agree_operands(e, xs, mesh);
   auto call = prepared(e, agreement, o, element, xs.size() == 1);

@@ -13,7 +13,9 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,6 +98,24 @@ struct PreparedFft {
   at::ScalarType dtype;
 };
 
+/// The last agreed transform at one call site on this thread: a repeated call with the same
+/// operands checks in one small all-reduce (`comm::still_agreed`) instead of agreeing, as the
+/// notation's replays do (exec/replay.hpp). Every rank finds the same slot holding the same
+/// prepared call, or none: a slot is chosen by the site's text, and holds a call only after an
+/// agreement and checks that every rank passed (all of them functions of the agreed descriptions).
+struct FftReplay {
+  std::string site;  ///< notation, mesh sizes, policy, shapes and the transform's options
+  std::uint64_t mesh_id = 0;
+  std::vector<comm::RankInfo> mine;  ///< this rank's fields (and output tensor) as agreed
+  std::int64_t out_fault = 0;
+  std::int64_t fingerprint = 0;
+  PreparedFft prepared;
+};
+inline FftReplay& fft_replay_slot(const std::string& site, std::uint64_t mesh_id) {
+  thread_local std::array<FftReplay, 16> slots;
+  return slots[(std::hash<std::string>{}(site) ^ mesh_id) % slots.size()];
+}
+
 /// The leading axis einfft_many stacks its fields on: not a name the notation can spell.
 inline constexpr const char* fields_axis = "(fields)";
 
@@ -156,7 +176,8 @@ inline void check_out(const exec::FftCall& call, const Mesh& mesh, at::ScalarTyp
   }
 }
 
-/// Agrees (on a mesh), checks and prepares; collective over the mesh when there is one.
+/// Agrees (on a mesh; a repeat of the site's last call checks instead), checks and prepares;
+/// collective over the mesh when there is one.
 inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::string_view source,
                                     const FftOperands& ops, const Options& o) {
   const auto what = "einfft '" + std::string(source) + "'";
@@ -178,6 +199,7 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
   std::string key;
   std::vector<comm::RankInfo> out_infos;
   std::vector<std::int64_t> out_faults;
+  FftReplay* replay = nullptr;  // on a mesh
   // Every field of einfft_many must be one shape and dtype (rank r's fields in `infos`).
   auto check_fields = [&](std::span<const comm::RankInfo> infos, const std::string& on) {
     for (std::size_t i = 1; i < infos.size(); ++i)
@@ -209,8 +231,18 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     for (const auto& x : ops.fields)
       mine.push_back(comm::describe(x, print, x.dim() == ndim ? comm::LocalFault::none : comm::LocalFault::rank_mismatch));
     if (ops.out.defined()) mine.push_back(comm::describe(ops.out, print, comm::LocalFault::none));
+    const auto fault = static_cast<std::int64_t>(out_fault(ops));
+    const auto site = exec::detail::site_key(e.source, o) + '\x1f' + key_text;
+    replay = &fft_replay_slot(site, mesh.id());
+    // A first call votes no in the same all-reduce (exec/replay.hpp, `still_agreed`).
+    const bool hit = replay->prepared.call && replay->site == site && replay->mesh_id == mesh.id();
+    if (comm::still_agreed(hit && replay->mine == mine && replay->out_fault == fault, hit ? replay->fingerprint : 0,
+                           mesh.comm()))
+      return replay->prepared;
     std::vector<std::int64_t> flags;
-    auto all = comm::gather_infos(mesh.comm(), mine, static_cast<std::int64_t>(out_fault(ops)), &flags);
+    auto all = comm::gather_infos(mesh.comm(), mine, fault, &flags);
+    // Written whole only once every check below has passed on every rank.
+    *replay = {site, mesh.id(), mine, fault, comm::digest(site, all), {}};
     if (ops.out.defined()) {
       for (auto& r : all) {
         out_infos.push_back(r.back());
@@ -244,6 +276,7 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     return exec::prepare_fft(std::move(problem), in, mesh, o.shapes, o.norm, dtype, what);
   });
   if (ops.out.defined()) check_out(*call, mesh, dtype, out_infos, out_faults, what);
+  if (replay) replay->prepared = {call, dtype};
   return {std::move(call), dtype};
 }
 

@@ -95,6 +95,11 @@ TEST_CASE("AMG's defaults follow the matrix, and the options a caller sets win",
                                 .max_elements = 0, .aggressive_levels = 0});
   CHECK(three_d == sp::AmgOptions{.coarsening = C::hmis, .interpolation = I::extended_i, .strong_threshold = 0.5,
                                   .max_elements = 4, .aggressive_levels = 1});
+  // Nodal coarsening (a system): θ = 0.25 at any width; the other fields as for a scalar matrix.
+  const auto nodal = sp::AmgOptions{.functions = 3, .nodal = true}.resolved(41.3);
+  CHECK(nodal == sp::AmgOptions{.coarsening = C::hmis, .interpolation = I::extended_i, .strong_threshold = 0.25,
+                                .max_elements = 4, .aggressive_levels = 1, .functions = 3, .nodal = true});
+  CHECK(sp::AmgOptions{.functions = 3}.resolved(41.3).strong_threshold == 0.5);
   const auto mine = sp::AmgOptions{.coarsening = C::pmis, .strong_threshold = 0.3, .sweeps = 2}.resolved(4.99);
   CHECK(mine.coarsening == C::pmis);
   CHECK(mine.strong_threshold == 0.3);

@@ -14,6 +14,9 @@
 ///   more (a 7-point stencil or wider, 3-D): HMIS with extended+i interpolation truncated to 4
 ///     entries, θ = 0.5 and one level of aggressive coarsening. Falgout's and plain HMIS's
 ///     operator complexity grows in 3-D (3.7 to 6.7 at 100³), and these cut it to 1.6.
+///   With nodal coarsening (a PDE system), θ = 0.25 at any width: the strength of a node's
+///     connections is a block's row sum, and θ = 0.5 coarsens 3-D elasticity too slowly (operator
+///     complexity 1.6–1.8 against 1.1–1.2, the same iterations within 20%; docs/sparse.md).
 ///
 /// Both use one sweep of l1 hybrid Gauss–Seidel (forward on the way down, backward on the way up,
 /// so the V-cycle is symmetric and CG may use it) and Gaussian elimination on the coarsest level.
@@ -70,7 +73,7 @@ inline constexpr double amg_row_entries_3d = 6.0;
 struct AmgOptions {
   std::optional<AmgCoarsening> coarsening;        ///< falgout (2-D) or hmis (3-D)
   std::optional<AmgInterpolation> interpolation;  ///< classical (2-D) or extended_i (3-D)
-  std::optional<double> strong_threshold;  ///< a_ij is strong when -a_ij ≥ θ max_k(-a_ik); 0.25 (2-D), 0.5 (3-D)
+  std::optional<double> strong_threshold;  ///< a_ij is strong when -a_ij ≥ θ max_k(-a_ik); 0.25 (2-D, nodal), 0.5 (3-D)
   std::optional<int> max_elements;         ///< interpolation entries kept per row, 0: all (2-D), 4 (3-D)
   AmgSmoother smoother = AmgSmoother::l1_gauss_seidel;
   int sweeps = 1;                  ///< smoother sweeps before and after each coarse correction
@@ -126,7 +129,7 @@ struct AmgOptions {
     AmgOptions o = *this;
     o.coarsening = coarsening.value_or(wide ? AmgCoarsening::hmis : AmgCoarsening::falgout);
     o.interpolation = interpolation.value_or(wide ? AmgInterpolation::extended_i : AmgInterpolation::classical);
-    o.strong_threshold = strong_threshold.value_or(wide ? 0.5 : 0.25);
+    o.strong_threshold = strong_threshold.value_or(wide && !nodal ? 0.5 : 0.25);
     o.max_elements = max_elements.value_or(wide ? 4 : 0);
     o.aggressive_levels = aggressive_levels.value_or(wide ? 1 : 0);
     return o;
