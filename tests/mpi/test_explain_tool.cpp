@@ -1,8 +1,9 @@
 // einshard-explain's engine (tools/einshard-explain/explain.hpp) plans from the mesh shape alone;
 // here its plan is checked against what es::explain reports on live shards of the same global
 // tensors: the same steps in the same order, and, with shards that are even at every world size
-// the suite runs at (extents divisible by 24), the model's per-rank bytes equal each rank's exact
-// bytes sent, forward and backward, and the collectives counted agree.
+// (extents divisible by 24, or by twice the world size where 24 is not: 13, 16, 32 ranks), the
+// model's per-rank bytes equal each rank's exact bytes sent, forward and backward, and the
+// collectives counted agree.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -99,7 +100,8 @@ TEST_CASE("einshard-explain's plan is the plan es::explain reports on live shard
   std::vector<es::Mesh> meshes{es::Mesh(MPI_COMM_WORLD, {w.size}, {"tp"})};
   if (w.size % 2 == 0 && w.size > 2) meshes.emplace_back(MPI_COMM_WORLD, std::vector<int>{2, w.size / 2},
                                                          std::vector<std::string>{"dp", "tp"});
-  const es::tools::GlobalSizes s{{"b", 24}, {"n", 24}, {"c", 48}, {"h", 24}}, u{{"b", 24}, {"c", 48}};
+  const std::int64_t e = 24 % w.size == 0 ? 24 : 2 * w.size;  // even over W and over (2, W/2)
+  const es::tools::GlobalSizes s{{"b", e}, {"n", e}, {"c", 2 * e}, {"h", e}}, u{{"b", e}, {"c", 2 * e}};
   const std::vector<Case> cases{
       {"b n c, h/tp c -> b n h/tp", {"b n c", "h c"}, s},   // column-parallel: f on the input
       {"b n c/tp, h c/tp -> b n h", {"b n c", "h c"}, s},   // row-parallel: all-reduce of the result
