@@ -114,7 +114,8 @@ inline at::Tensor random_vector(std::int64_t n, std::uint64_t seed, at::ScalarTy
 
 /// ‖x − ref‖₂ / ‖ref‖₂.
 inline double relative_error(const at::Tensor& x, const at::Tensor& ref) {
-  return (x - ref).norm().item<double>() / ref.norm().item<double>();
+  const double gap = (x - ref).norm().item<double>();
+  return gap == 0.0 ? 0.0 : gap / ref.norm().item<double>();  // equal, or both empty (a rank may own nothing)
 }
 
 /// max |x − ref| / max |ref|: the relative error of the largest entry.

@@ -65,7 +65,9 @@ TEST_CASE("nonlinear_solve: Bratu 1-D n = 200, analytic and dense Newton, with t
   for (auto method : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
     const auto D = es::testing::distribute(coo, mesh, method, coords);
     const auto g = [lambda](const at::Tensor& u) { return -lambda * u.exp(); };
-    const auto r = D.nonlinear_solve(g, g, D.zeros());
+    // A restart as long as the problem: GMRES(30) with block Jacobi stalls near 1e-6 on this chain
+    // cut by RCB into parts of a few nodes (16 and 32 ranks), short of the adjoint's 1e-7 check.
+    const auto r = D.nonlinear_solve(g, g, D.zeros(), {.restart = 200});
     INFO(r.info.reason << " after " << r.info.iterations << " steps");
     CHECK(r.info.converged);
     CHECK(r.info.iterations <= 8);
@@ -165,7 +167,8 @@ TEST_CASE("nonlinear_solve: autograd through the adjoint (Bratu 1-D and 2-D) aga
     const auto D = D0.with_values(D0.values().detach().clone().requires_grad_(true));
     const auto theta = at::tensor(c.lambda, at::kDouble).requires_grad_(true);
     const auto g = [&theta](const at::Tensor& u) { return -theta * u.exp(); };
-    const auto r = D.nonlinear_solve(g, g, D.zeros());
+    // A restart as long as the problem, as above (the backward raises when the adjoint stalls).
+    const auto r = D.nonlinear_solve(g, g, D.zeros(), {.restart = 200});
     REQUIRE(r.info.converged);
     CHECK(r.u.local().requires_grad());
     const auto L = (r.u.local() * D.scatter(w).local()).sum();
@@ -178,7 +181,7 @@ TEST_CASE("nonlinear_solve: autograd through the adjoint (Bratu 1-D and 2-D) aga
     const auto t = sp::detail::global_entries(D);
     const auto expected = -adj.index_select(0, t.rows) * u_ref.index_select(0, t.cols);
     REQUIRE(D.values().grad().defined());
-    CHECK(max_abs(D.values().grad() - expected) < 1e-7 * max_abs(expected));
+    CHECK(max_abs(D.values().grad() - expected) <= 1e-7 * max_abs(expected));  // a rank may hold no entry
   }
 }
 

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -239,10 +240,15 @@ EINSHARD_INLINE NewtonResult DSparseTensor::nonlinear_solve(const PointwiseFunct
       result.u = DVector(layout_, detail::SolvePipeline::record_solution(*this, b, x, [jacobian, linear, u = result.u](const at::Tensor& dL_du) {
                            at::NoGradGuard guard;
                            const auto r = jacobian(u).H().solve(DVector(u.layout(), dL_du), linear);
-                           if (!r.info.converged)
+                           if (!r.info.converged) {
+                             char reached[32];
+                             std::snprintf(reached, sizeof reached, "%.1e",
+                                           r.info.rhs_norm > 0 ? r.info.residual_norm / r.info.rhs_norm : 0.0);
                              throw Error(std::string("DSparseTensor::nonlinear_solve (backward): expected the adjoint GMRES to converge, found ") +
                                          to_string(r.info.reason) + " after " + std::to_string(r.info.iterations) +
-                                         " iterations");
+                                         " iterations at relative residual " + reached +
+                                         "; raise NewtonOptions::restart or linear_maxiter, or choose a stronger preconditioner");
+                           }
                            return r.x.local();
                          }));
   }
