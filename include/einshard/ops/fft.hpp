@@ -241,7 +241,7 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
       return replay->prepared;
     std::vector<std::int64_t> flags;
     auto all = comm::gather_infos(mesh.comm(), mine, fault, &flags);
-    // Written whole only once every check below has passed on every rank.
+    // Emptied now; it holds the prepared call again once every check below has passed on every rank.
     *replay = {site, mesh.id(), mine, fault, comm::digest(site, all), {}};
     if (ops.out.defined()) {
       for (auto& r : all) {
