@@ -367,7 +367,7 @@ inline at::Tensor run_replay(const Replay& r, at::TensorList xs) { return run_pr
 inline bool still_agreed(const Replay& r, bool hit, const notation::ExpressionView& e, at::TensorList xs,
                          const Mesh& mesh) {
   const bool mine = hit && r.mode == ReplayMode::check && matches(r, e, xs) && !has_pending(mesh.comm());
-  return comm::still_agreed(mine, hit ? r.fingerprint : 0, mesh.comm());
+  return comm::still_agreed(mine, r.fingerprint, mesh.comm());  // a no vote decides alone
 }
 
 /// A quiet call whose operands differ on this rank: keep a pending record and compute what the

@@ -236,8 +236,7 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     replay = &fft_replay_slot(site, mesh.id());
     // A first call votes no in the same all-reduce (exec/replay.hpp, `still_agreed`).
     const bool hit = replay->prepared.call && replay->site == site && replay->mesh_id == mesh.id();
-    if (comm::still_agreed(hit && replay->mine == mine && replay->out_fault == fault, hit ? replay->fingerprint : 0,
-                           mesh.comm()))
+    if (comm::still_agreed(hit && replay->mine == mine && replay->out_fault == fault, replay->fingerprint, mesh.comm()))
       return replay->prepared;
     std::vector<std::int64_t> flags;
     auto all = comm::gather_infos(mesh.comm(), mine, fault, &flags);
