@@ -14,6 +14,9 @@
 //                   "b e, f/tp e -> b f/tp", GELU, the row-parallel "b f/tp, e f/tp -> b e" (an
 //                   all-reduce forward; the input's gradient an all-reduce backward), then `mlp`
 //                   per step
+//   halo_first      the first einhalo of a 2-D grid sharded over both mesh dimensions, "x/p y/q",
+//                   one periodic ghost row on each side of both axes (four neighbours), then `halo`
+//                   per call: the stencil loop's exchange, agreement included
 //   fft_first       the first 3-D complex FFT over pencils, "x/p y/q z -> kx ky/p kz/q" (two
 //                   transposes, each an all-to-all within one mesh dimension), then `fft` per call
 //
@@ -21,13 +24,13 @@
 // and b 2 per rank (its all-to-all moves 2 x 2 elements to every other rank: what a rank holds is
 // 4P elements, the fixed quantity is the block per pair); MLP batch 8, embedding 32, 32 hidden
 // features per rank; FFT --fft-per-rank complex elements per rank (default 512; the global sides
-// powers of two, their product --fft-per-rank x P).
+// powers of two, their product --fft-per-rank x P); halo 32 x 32 doubles per rank.
 //
 //   --reps k          repeated calls timed per phase (default 10)
 //   --repart-reps k   repeated calls of the repartition over all P ranks (default 2: each is P^2
 //                     simulated messages)
 //   --fft-per-rank n  elements per rank of the FFT (a power of two; default 512)
-//   --phases LIST     comma-separated subset of contract,repart,mlp,rowrepart,fft (default all)
+//   --phases LIST     comma-separated subset of contract,repart,mlp,rowrepart,halo,fft (default all)
 //   --counts 1        also print the per-phase MPI counts of mpi_count.hpp (default 1)
 //   SCALE_TRACE=1     (environment) rank 0 names each phase on stderr as it starts
 //
@@ -105,7 +108,7 @@ int main(int argc, char** argv) {
   int reps = 10, counts = 1;
   std::int64_t fft_per_rank = 512;
   int repart_reps = 2;
-  std::string phases = "contract,repart,mlp,rowrepart,fft";
+  std::string phases = "contract,repart,mlp,rowrepart,halo,fft";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--reps") reps = std::stoi(argv[i + 1]);
@@ -190,7 +193,7 @@ int main(int argc, char** argv) {
       }
       checksum += x.grad().sum().item<double>();
     }
-    if (want("rowrepart") || want("fft"))
+    if (want("rowrepart") || want("halo") || want("fft"))
       timed("mesh2", 1, [&] { mesh2 = es::Mesh(MPI_COMM_WORLD, {pp, pq}, {"p", "q"}); });
     if (want("rowrepart")) {
       // The same move inside each row of the 2-D mesh (q ranks: an all-to-all of a sub-group, as
@@ -201,6 +204,15 @@ int main(int argc, char** argv) {
       timed("rowrepart_first", 1, [&] { y = es::einshard<"a/q b -> a b/q">(x, r); });
       timed("rowrepart", reps, [&] { y = es::einshard<"a/q b -> a b/q">(x, r); });
       model("rowrepart", "a/q b -> a b/q");
+      checksum += y.sum().item<double>();
+    }
+    if (want("halo")) {
+      const auto x = at::randn({32, 32}, dbl);
+      const es::Options h{.mesh = mesh2, .boundary = es::Boundary::periodic};
+      at::Tensor y;
+      timed("halo_first", 1, [&] { y = es::einhalo<"x/p y/q">(x, {{"x", 1}, {"y", 1}}, h); });
+      timed("halo", reps, [&] { y = es::einhalo<"x/p y/q">(x, {{"x", 1}, {"y", 1}}, h); });
+      model("halo", "x/p y/q");
       checksum += y.sum().item<double>();
     }
     if (want("fft")) {

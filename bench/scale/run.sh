@@ -139,7 +139,7 @@ sim() {
     # From 256 ranks on no repartition over all P ranks: P^2 simulated messages per call (the
     # first call at 256 ranks ran over 8 minutes here, against 2 s at 64); the one inside the rows of the 2-D mesh (sqrt(P) ranks) stays. Past 256
     # ranks 1 repeated call: at 1,024 ranks the first FFT alone took 9 minutes of wall time here.
-    ((p < 256)) || fewer=(--phases contract,mlp,rowrepart,fft)
+    ((p < 256)) || fewer=(--phases contract,mlp,rowrepart,halo,fft)
     ((p <= 256)) || fewer+=(--reps 1)
     ((p < 256)) || limit="${TIMEOUT_4096}"
   fi

@@ -234,6 +234,7 @@ NOTATION_PHASES = (("contract_first", "contraction, 1st call", False), ("contrac
                    ("repart_first", "repartition, 1st", False), ("repart", "repartition", True),
                    ("mlp_first", "TP MLP step, 1st", False), ("mlp", "TP MLP step", True),
                    ("rowrepart_first", "row repartition, 1st", False), ("rowrepart", "row repartition", True),
+                   ("halo_first", "halo exchange, 1st", False), ("halo", "halo exchange", True),
                    ("fft_first", "pencil FFT, 1st", False), ("fft", "pencil FFT", True))
 
 
@@ -301,7 +302,7 @@ def notation_model(models, counts, runs):
     for p in ranks:
         ms = {m["phase"]: m for m in models if m["ranks"] == p}
         for phase, parts in (("contract", (("contract", "fwd"),)), ("repart", (("repart", "fwd"),)),
-                             ("rowrepart", (("rowrepart", "fwd"),)),
+                             ("rowrepart", (("rowrepart", "fwd"),)), ("halo", (("halo", "fwd"),)),
                              ("mlp", (("mlp_row", "fwd"), ("mlp_row", "bwd"), ("mlp_column", "fwd"),
                                       ("mlp_column", "bwd"))),
                              ("fft", (("fft", "fwd"),))):

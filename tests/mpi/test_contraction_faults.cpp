@@ -31,6 +31,37 @@ at::Tensor slice(const at::Tensor& t, std::int64_t d, const es::Mesh& mesh) {
 
 }  // namespace
 
+TEST_CASE("agreement: shards of any cut agree alike, and faults still name the rank", "[mpi][binary][faults]") {
+  // A first call agrees in one small all-reduce when every shard but the last is alike on the
+  // sharded axes (the split rule's cut, [2, ..., 2, 5]), and all-gathers every rank's shapes for any
+  // other cut ([1, 0, 3, 1, ...]). Both paths: the same values, and the same error on every rank.
+  const auto w = et::world();
+  const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"tp"});
+  const bool me = w.rank == et::faulty_rank();
+  const int P = w.size;
+  std::vector<std::int64_t> alike(static_cast<std::size_t>(P), 2), own(static_cast<std::size_t>(P));
+  alike.back() = 5;
+  for (int c = 0; c < P; ++c) own[static_cast<std::size_t>(c)] = (c * 7 + 1) % 4;  // 1 0 3 2 1 0 ...
+  const es::Options o{.mesh = mesh};
+  at::manual_seed(11);
+  for (const auto& cut : {es::compute_split_shapes(10, P), alike, own}) {
+    std::int64_t n = 0, start = 0;
+    for (int c = 0; c < P; ++c) (c < w.rank ? start : n) += cut[static_cast<std::size_t>(c)];
+    n += start;
+    const auto A = at::randn({n, 6}, at::kDouble), B = at::randn({6, 3}, at::kDouble);
+    const auto a = A.narrow(0, start, cut[static_cast<std::size_t>(w.rank)]).contiguous();
+    // First calls on this cut (each moves data, so each agrees before it runs): the rows' cut to
+    // the columns' split-rule cut, and a contraction whose result is whole on every rank.
+    CHECK(at::allclose(es::einshard<"a/tp b -> a b/tp">(a, o), slice(A, 1, mesh), 0, 0));
+    CHECK(at::allclose(es::einshard<"a/tp b, b c -> a c">(a, B, o), at::matmul(A, B)));
+    // One rank's operand differs in a first call on this cut: the same error everywhere.
+    const auto other = at::randn({n, 7}, at::kDouble).narrow(0, start, a.size(0));
+    if (P > 1)
+      et::expect_error_everywhere([&] { (void)es::einshard<"a/tp b, b c -> a c">(me ? other : a, B, o); },
+                                  "axis 'b'");
+  }
+}
+
 TEST_CASE("contraction faults: a fault on one rank raises the same error on every rank", "[mpi][binary][faults]") {
   const auto w = et::world();
   const es::Mesh mesh(MPI_COMM_WORLD, {w.size}, {"tp"});

@@ -124,6 +124,30 @@ TEST_CASE("einhalo: every mesh, boundary and width, uneven and empty shards", "[
             }
 }
 
+TEST_CASE("einhalo: shards of the caller's own cut agree without shapes metadata", "[stencil][halo]") {
+  // The agreement rebuilds every rank's shard sizes from one small all-reduce when every shard but
+  // the last is alike (the split rule's cut, or [2, ..., 2, 5]); any other cut ([0, 1, 0, 1, ..., rest]
+  // with empty shards) makes every rank all-gather instead. Both must give the same halos, call
+  // after call.
+  const auto& mesh = mesh_of({es::testing::world().size});
+  const int P = mesh.size("dp");
+  I64 alike(static_cast<std::size_t>(P), 2);
+  alike.back() = 5;
+  const std::int64_t n_alike = 2 * (P - 1) + 5;
+  for (const auto& [H, cut] : {std::pair{std::int64_t{11}, with_empty_shards(11, P)}, std::pair{n_alike, alike}}) {
+    Sharding sh{{"dp", ""}};
+    sh.given[0] = cut;
+    const auto X = full({H, 4}, 21);
+    const es::Options o{.mesh = mesh, .boundary = es::Boundary::periodic};  // no .shapes
+    for (int call = 0; call < 2; ++call)
+      check_op(
+          mesh, X, sh, [&](const at::Tensor& x) { return es::einhalo<"h/dp w">(x, {{"h", 2}, {"w", 1}}, o); },
+          [&](const at::Tensor& Xf, int q) {
+            return halo_reference(Xf, sh, mesh, q, {{"h", 2}, {"w", 1}}, {"h", "w"}, es::Boundary::periodic, 0);
+          });
+  }
+}
+
 TEST_CASE("einhalo: compile-time notation, whole axes, float", "[stencil][halo]") {
   const auto& mesh = mesh_of({es::testing::world().size});
   const auto X = full({13, 4}, 5, at::kFloat);

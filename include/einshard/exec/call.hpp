@@ -1,16 +1,17 @@
 #pragma once
 /// @file
 /// What every distributed call does first: describe each operand, agree with the other ranks
-/// (comm/agreement.hpp; `agree_operands`, which first resolves the replays' pending records, is in
-/// exec/replay.hpp), and look the prepared call up in a cache keyed by everything the plan depends
-/// on (notation, mesh, policy, shapes metadata and every rank's shapes), so a repeated call costs
-/// one small all-gather and a hash lookup before its data moves.
+/// (`agree_operands` in exec/replay.hpp, through exec/agreement.hpp), and look the prepared call up
+/// in a cache keyed by everything the plan depends on (notation, mesh, policy, shapes metadata and
+/// every rank's shapes). A repeated call replays instead (exec/replay.hpp).
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -22,6 +23,7 @@
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
 #include "einshard/options.hpp"
+#include "einshard/plan/layout.hpp"
 #include "einshard/plan/plan.hpp"
 #include "einshard/plan/policy_scope.hpp"
 
@@ -118,6 +120,25 @@ inline comm::RankInfo describe_operand(const notation::ExpressionView& e, std::s
   const bool ok = spec.has_ellipsis ? ndim >= fixed : ndim == fixed;
   return comm::describe(scalar ? x.reshape({1}) : x, fingerprint(e.source, i),
                         ok ? comm::LocalFault::none : comm::LocalFault::rank_mismatch);
+}
+
+/// The layouts of `e`'s operands for these descriptions (their rank fixes what the ellipsis
+/// stands for); none when the notation cannot be laid out with them (preparing the call says why).
+inline std::optional<std::vector<plan::Layout>> operand_layouts(const notation::ExpressionView& e,
+                                                            std::span<const comm::RankInfo> infos,
+                                                            const MeshShape& mesh) {
+  std::vector<plan::Layout> out;
+  try {
+    for (std::size_t i = 0; i < infos.size(); ++i) {
+      const auto k = infos[i].ndim - fixed_dims(e, e.input(i));
+      if (k < 0 || (k > 0 && !e.input(i).has_ellipsis)) return std::nullopt;
+      out.push_back(plan::layout_of(e, e.input(i), k, mesh));
+      if (out.back().axes.size() != static_cast<std::size_t>(infos[i].ndim)) return std::nullopt;
+    }
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return out;
 }
 
 /// Checks gathered descriptions of the inputs of `e`; the same error on every rank.

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "einshard/comm/collectives.hpp"
 #include "einshard/comm/messages.hpp"
 #include "einshard/comm/mpi.hpp"
+#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/sizes.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/plan/halo.hpp"
@@ -308,20 +311,42 @@ inline PlanStep describe_exchange(const StencilAxis& axis, const plan::AxisExcha
           -1};
 }
 
-/// The agreed facts of a stencil call: every rank's description of every operand, checked.
-/// `expected_dims[i]` is the number of dimensions operand i must have.
-inline comm::Agreed agree_stencil(const Mesh& mesh, std::span<const at::Tensor> xs,
-                                  std::span<const std::int64_t> expected_dims, std::int64_t fingerprint,
-                                  const std::string& what) {
+/// A stencil call's operands as agreed: this rank's descriptions and layouts (operand 0's, then the
+/// whole extra operands'), and what the ranks agreed on.
+struct StencilAgreement {
   std::vector<comm::RankInfo> mine;
-  std::vector<std::string> expected;
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    mine.push_back(comm::describe(xs[i], fingerprint + static_cast<std::int64_t>(i),
-                                  xs[i].dim() == expected_dims[i] ? comm::LocalFault::none
-                                                                  : comm::LocalFault::rank_mismatch));
-    expected.push_back(std::to_string(expected_dims[i]));
+  std::optional<std::vector<plan::Layout>> layouts;
+  SummaryOrTable agreed;
+
+  /// Every rank's descriptions: O(P) from a summary, so only for a call not planned yet.
+  [[nodiscard]] comm::Agreed table(const Mesh& mesh, const Shapes& shapes) const {
+    return agreed_table(agreed, mine, layouts, mesh, shapes);
   }
-  return comm::agree(mesh.comm(), mine, what, expected);
+};
+
+/// Agrees on a stencil call's operands (collective over the mesh; exec/agreement.hpp): in one small
+/// all-reduce when the shards are cut the usual way, else by all-gathering every rank's
+/// descriptions, checked. `layout` is operand 0's; the others must be whole tensors with
+/// `expected_dims[i]` dimensions (operand 0 with as many as its layout).
+inline StencilAgreement agree_stencil(const Mesh& mesh, std::span<const at::Tensor> xs, const plan::Layout& layout,
+                                      std::span<const std::int64_t> expected_dims, std::int64_t fingerprint,
+                                      const Shapes& shapes, const std::string& what) {
+  StencilAgreement a;
+  std::vector<std::string> expected;
+  a.layouts.emplace();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    a.mine.push_back(comm::describe(xs[i], fingerprint + static_cast<std::int64_t>(i),
+                                    xs[i].dim() == expected_dims[i] ? comm::LocalFault::none
+                                                                    : comm::LocalFault::rank_mismatch));
+    expected.push_back(std::to_string(expected_dims[i]));
+    a.layouts->push_back(i == 0 ? layout : plan::Layout{std::vector<plan::Placement>(static_cast<std::size_t>(expected_dims[i])), {}});
+  }
+  a.agreed = agree_summarized(mesh, a.mine, a.layouts, fingerprint, shapes, false);
+  // A summary holds one value per operand and field on every rank: what is left to check is this
+  // rank's (the device kinds of its operands).
+  comm::check_agreed(a.agreed.summary.empty() ? a.agreed.ranks : comm::Agreed{a.mine}, what,
+                     [&](std::size_t i) { return expected[i]; });
+  return a;
 }
 
 }  // namespace einshard::exec

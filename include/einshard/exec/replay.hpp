@@ -66,6 +66,7 @@
 #include "einshard/comm/mpi.hpp"
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
+#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/contraction.hpp"
 #include "einshard/exec/fold.hpp"
@@ -172,19 +173,23 @@ inline ModeAndFold mode_and_fold(const ContractionCall& c, const Mesh& mesh) {
 }  // namespace detail
 
 /// Agrees on the operands of `e`, as every call that does not replay does; collective over the
-/// mesh. The exchange also carries whether each rank holds a pending record of a call that moved no
-/// data (exec/fold.hpp): those are resolved first, by every rank together (`resolve_pending`).
-inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Mesh& mesh) {
+/// mesh, in O(log P) when the shards are cut the usual way (exec/agreement.hpp). The exchange also
+/// carries whether each rank holds a pending record of a call that moved no data (exec/fold.hpp):
+/// those are resolved first, by every rank together (`resolve_pending`).
+inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Options& o) {
   Agreement a;
   std::vector<comm::RankInfo> mine;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     mine.push_back(describe_operand(e, i, xs[i]));
     a.scalar.push_back(stands_for_one_axis(e, i, xs[i]));
   }
-  std::vector<std::int64_t> flags;
-  a.ranks = comm::gather_infos(mesh.comm(), mine, has_pending(mesh.comm()) ? 1 : 0, &flags);
-  if (std::any_of(flags.begin(), flags.end(), [](std::int64_t f) { return f != 0; }))
-    resolve_pending(mesh.comm());
+  // The site: the notation and the shapes metadata, which every rank must pass alike.
+  const auto site = static_cast<std::int64_t>(std::hash<std::string_view>{}(e.source) ^
+                                              (std::hash<std::string>{}(o.shapes.key()) * 31) ^ xs.size());
+  const auto layouts = operand_layouts(e, mine, o.mesh.shape());
+  const auto agreed = agree_summarized(o.mesh, mine, layouts, site, o.shapes, has_pending(o.mesh.comm()));
+  a.ranks = agreed_table(agreed, mine, layouts, o.mesh, o.shapes);
+  if (agreed.flagged) resolve_pending(o.mesh.comm());
   check_operands(e, a.ranks);
   return a;
 }
@@ -468,7 +473,7 @@ inline at::Tensor run_with_replay(const notation::ExpressionView& e, at::TensorL
     remember(replay.call);
     return run_replay(replay, xs);
   }
-  const auto agreement = agree_operands(e, xs, mesh);
+  const auto agreement = agree_operands(e, xs, o);
   auto call = prepared(e, agreement, o, element, xs.size() == 1);
   remember_replay(replay, e, std::move(keep), o, agreement, call, element);
   remember(call);

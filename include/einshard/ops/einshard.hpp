@@ -202,7 +202,7 @@ EINSHARD_INLINE at::Tensor run_distributed(const notation::ExpressionView& e, at
 EINSHARD_INLINE Plan explain_distributed(const notation::ExpressionView& e, at::TensorList xs,
                                 const Options& o) {
   check_distributed_call(e, xs, o);
-  const auto agreement = exec::agree_operands(e, xs, o.mesh);
+  const auto agreement = exec::agree_operands(e, xs, o);
   const auto element = xs[0].element_size();
   if (xs.size() == 1)
     return exec::describe_unary(e.source, exec::prepare_unary(e, agreement, o), o.mesh, element);

@@ -155,7 +155,7 @@ struct StencilInput {
   plan::Layout layout;
   std::vector<exec::StencilAxis> axes;
   bool distributed = false;
-  comm::Agreed agreed;
+  exec::StencilAgreement agreed;
 
   [[nodiscard]] const exec::StencilAxis& axis(std::string_view name) const {
     return axes[static_cast<std::size_t>(layout.find(name))];
@@ -198,7 +198,7 @@ inline StencilInput agree_input(const notation::ExpressionView& e, const notatio
                     "'; stencil axes need disjoint groups");
   std::vector<std::int64_t> dims{ndim};
   dims.insert(dims.end(), extra_dims.begin(), extra_dims.end());
-  in.agreed = exec::agree_stencil(mesh, xs, dims, exec::fingerprint(what + key, 0), what);
+  in.agreed = exec::agree_stencil(mesh, xs, in.layout, dims, exec::fingerprint(what + key, 0), o.shapes, what);
   return in;
 }
 
@@ -206,19 +206,21 @@ inline StencilInput agree_input(const notation::ExpressionView& e, const notatio
 /// the other operands must be the same whole tensor everywhere.
 inline void measure_input(StencilInput& in, const Options& o, const std::string& what) {
   if (!in.distributed) return;
+  const auto agreed = in.agreed.table(o.mesh, o.shapes);
   exec::SizeTable sizes;
-  exec::measure(sizes, in.layout, in.agreed, 0, o.mesh, o.shapes, what);
+  exec::measure(sizes, in.layout, agreed, 0, o.mesh, o.shapes, what);
   in.axes = exec::stencil_axes(in.layout, sizes);
-  for (std::size_t i = 1; i < in.agreed[0].size(); ++i)
-    for (std::size_t r = 1; r < in.agreed.size(); ++r)
-      if (!std::equal(in.agreed[r][i].sizes.begin(), in.agreed[r][i].sizes.end(), in.agreed[0][i].sizes.begin()))
+  for (std::size_t i = 1; i < agreed[0].size(); ++i)
+    for (std::size_t r = 1; r < agreed.size(); ++r)
+      if (!std::equal(agreed[r][i].sizes.begin(), agreed[r][i].sizes.end(), agreed[0][i].sizes.begin()))
         throw Error(what + ": input " + std::to_string(i + 1) + " must be the same whole tensor on every rank, "
                     "but its shape on rank " + std::to_string(r) + " differs from rank 0's");
 }
 
 /// The exchanges of a halo-like call (one per axis that moves, in the order they run), planned
 /// once per distinct call: the notation and parameters, the mesh, the shapes metadata and every
-/// rank's shapes. A repeated call (a stencil loop) then costs the agreement and the messages.
+/// rank's shapes. A repeated call (a stencil loop) then costs the agreement (one small all-reduce when
+/// the shards are cut the usual way) and the messages.
 struct PreparedAxis {
   exec::StencilAxis axis;
   std::shared_ptr<const plan::AxisExchange> exchange;  ///< null: einroll's local roll of a whole axis
@@ -238,7 +240,11 @@ std::shared_ptr<const PreparedExchanges> prepare_exchanges(StencilInput& in, con
                           std::to_string(comm::to_handle(o.mesh.comm())) + ':' + o.shapes.key();
   for (std::size_t d = 0; d < o.mesh.names().size(); ++d)
     cache_key += o.mesh.names()[d] + '=' + std::to_string(o.mesh.sizes()[d]) + ';';
-  for (const auto& rank : in.agreed)
+  // Every rank's shapes: the summary that determines them (a few hundred words whatever P), or all.
+  const auto& agreed = in.agreed.agreed;
+  cache_key += agreed.summary.empty() ? 't' : 's';
+  for (auto w : agreed.summary) cache_key.append(reinterpret_cast<const char*>(&w), sizeof w);
+  for (const auto& rank : agreed.ranks)
     for (const auto& info : rank)
       for (std::int64_t d = 0; d < info.ndim; ++d) cache_key += ',' + std::to_string(info.sizes[static_cast<std::size_t>(d)]);
   return exec::CallCache<PreparedExchanges>::instance().get(cache_key, [&] {
