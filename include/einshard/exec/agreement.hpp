@@ -45,8 +45,8 @@ inline constexpr std::size_t summary_operands = 4, summary_dims = 8;
 /// the range); then per dimension the extent of the shards before the last and of the last, each
 /// as v and -v.
 inline constexpr std::size_t summary_fields = 5, summary_operand_words = 2 * summary_fields + 4 * summary_dims;
-/// The header: the call's identity as v and -v, whether some rank cannot be summarized, whether some
-/// rank holds a pending record (exec/fold.hpp).
+/// The header: the call's identity as v and -v, whether some rank cannot be summarized, and the
+/// largest flag a rank passed (`agree_summarized`).
 inline constexpr std::size_t summary_header = 4;
 inline constexpr std::size_t summary_words = summary_header + summary_operands * summary_operand_words;
 /// A word no rank contributes to (no value of that kind on this rank).
@@ -67,7 +67,7 @@ inline std::optional<std::vector<std::int64_t>> given_shards(const Shapes& shape
 /// ranks). `site` identifies the call (notation, shapes metadata); `layouts`: the operands' as
 /// the caller lays them out; `coords`: this rank's mesh coordinates.
 inline std::vector<std::int64_t> summarize(std::int64_t site, std::span<const comm::RankInfo> mine,
-                                           const std::optional<std::vector<plan::Layout>>& layouts, bool pending,
+                                           const std::optional<std::vector<plan::Layout>>& layouts, std::int64_t flag,
                                            const MeshShape& mesh, std::span<const int> coords,
                                            const Shapes& shapes) {
   std::vector<std::int64_t> w(summary_words, no_value);
@@ -81,7 +81,7 @@ inline std::vector<std::int64_t> summarize(std::int64_t site, std::span<const co
     irregular = irregular || m.fault != 0 || static_cast<std::size_t>(m.ndim) > summary_dims;
   irregular = irregular || !layouts;
   w[2] = irregular ? 1 : 0;
-  w[3] = pending ? 1 : 0;
+  w[3] = flag;
   if (irregular) return w;
   for (std::size_t i = 0; i < mine.size(); ++i) {
     const auto base = summary_header + i * summary_operand_words;
@@ -168,6 +168,7 @@ comm::Agreed expand(std::span<const std::int64_t> w, std::span<const comm::RankI
 struct SummaryOrTable {
   std::vector<std::int64_t> summary;  ///< reduced over the mesh; empty when the ranks all-gathered
   comm::Agreed ranks;                 ///< all-gathered; empty when the summary determines them
+  std::vector<std::int64_t> flags;    ///< every rank's `flag`, all-gathered with `ranks`
   bool flagged = false;               ///< some rank passed `flag`
 };
 
@@ -175,11 +176,12 @@ struct SummaryOrTable {
 /// fixed-size summary, and an all-gather only when the summary does not determine every rank's
 /// descriptions (see the file comment). `layouts`: the operands' (none when they cannot be laid
 /// out: the ranks all-gather, and the caller raises its error); `site`: the call, which every rank
-/// must pass alike; `flag`: one word a caller rides on the exchange (the notation's pending records,
-/// exec/fold.hpp). The same outcome on every rank.
+/// must pass alike; `flag`: one non-negative word a caller rides on the exchange (the notation's
+/// pending records, exec/fold.hpp; einfft's output faults): the summary says whether some rank
+/// passed one, an all-gather says each rank's. The same outcome on every rank.
 inline SummaryOrTable agree_summarized(const Mesh& mesh, std::span<const comm::RankInfo> mine,
                                        const std::optional<std::vector<plan::Layout>>& layouts,
-                                       std::int64_t site, const Shapes& shapes, bool flag) {
+                                       std::int64_t site, const Shapes& shapes, std::int64_t flag) {
   SummaryOrTable out;
   out.summary = detail::summarize(site, mine, layouts, flag, mesh.shape(), mesh.coordinates_of(mesh.rank()), shapes);
   comm::all_reduce_values(std::span<std::int64_t>(out.summary), comm::Reduction::max, mesh.comm());
@@ -188,9 +190,8 @@ inline SummaryOrTable agree_summarized(const Mesh& mesh, std::span<const comm::R
     return out;
   }
   out.summary.clear();
-  std::vector<std::int64_t> flags;
-  out.ranks = comm::gather_infos(mesh.comm(), mine, flag ? 1 : 0, &flags);
-  out.flagged = std::any_of(flags.begin(), flags.end(), [](std::int64_t f) { return f != 0; });
+  out.ranks = comm::gather_infos(mesh.comm(), mine, flag, &out.flags);
+  out.flagged = std::any_of(out.flags.begin(), out.flags.end(), [](std::int64_t f) { return f != 0; });
   return out;
 }
 

@@ -70,6 +70,16 @@ inline plan::Layout input_layout(const plan::FftProblem& p) {
   return l;
 }
 
+/// The output layout a problem states (output order, output names and groups): what an output
+/// tensor given to einfft_out must hold on each rank.
+inline plan::Layout stated_output_layout(const plan::FftProblem& p) {
+  plan::Layout l;
+  for (const auto& name : p.out_order)
+    for (const auto& a : p.axes)
+      if (a.out == name) l.axes.push_back({a.out, a.out_group});
+  return l;
+}
+
 /// Floating-point or complex, and real for a real forward transform. `dtype` is agreed by every rank.
 inline void check_fft_dtype(at::ScalarType dtype, const plan::FftProblem& p, const std::string& what) {
   const bool complex = dtype == at::kComplexFloat || dtype == at::kComplexDouble;

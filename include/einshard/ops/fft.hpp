@@ -33,6 +33,7 @@
 // Compiled (config.hpp), only einshard_compiled parses the executor behind this operation.
 #if !EINSHARD_DECLARE_ONLY
 #include "einshard/comm/agreement.hpp"
+#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/call.hpp"
 #include "einshard/exec/fft.hpp"
 #include "einshard/exec/sizes.hpp"
@@ -238,8 +239,19 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     const bool hit = replay->prepared.call && replay->site == site && replay->mesh_id == mesh.id();
     if (comm::still_agreed(hit && replay->mine == mine && replay->out_fault == fault, replay->fingerprint, mesh.comm()))
       return replay->prepared;
-    std::vector<std::int64_t> flags;
-    auto all = comm::gather_infos(mesh.comm(), mine, fault, &flags);
+    // The fields' layout is the input's (einfft_many's stacked axis comes after agreeing); the
+    // output tensor's, the output's as the notation states it. With both, one small all-reduce
+    // agrees when the shards are cut the usual way (exec/agreement.hpp).
+    std::optional<std::vector<plan::Layout>> layouts;
+    if (!(ops.stacked && ops.out.defined())) {
+      auto in_layout = exec::input_layout(problem);
+      if (ops.stacked) in_layout.axes.erase(in_layout.axes.begin());
+      layouts.emplace(ops.fields.size(), in_layout);
+      if (ops.out.defined()) layouts->push_back(exec::stated_output_layout(problem));
+    }
+    auto agreed = exec::agree_summarized(mesh, mine, layouts, static_cast<std::int64_t>(std::hash<std::string>{}(site)),
+                                         o.shapes, fault);
+    auto all = exec::agreed_table(agreed, mine, layouts, mesh, o.shapes);
     // Emptied now; it holds the prepared call again once every check below has passed on every rank.
     *replay = {site, mesh.id(), mine, fault, comm::digest(site, all), {}};
     if (ops.out.defined()) {
@@ -247,7 +259,10 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
         out_infos.push_back(r.back());
         r.pop_back();
       }
-      out_faults = flags;
+      // Which rank's output tensor is at fault: a summary says only that one is.
+      out_faults = !agreed.flagged || !agreed.flags.empty() ? std::move(agreed.flags)
+                                                            : comm::all_gather_values(std::vector<std::int64_t>{fault}, mesh.comm());
+      out_faults.resize(all.size(), 0);
     }
     comm::check_agreed(all, what, [&](std::size_t) { return std::to_string(ndim); });
     for (std::size_t r = 0; r < all.size(); ++r) check_fields(all[r], " on rank " + std::to_string(r));
