@@ -8,6 +8,8 @@
 //   halo       the sparse halo exchange (HaloExchange of the matrix's HaloPlan), per exchange
 //   cg         CG + Jacobi, a fixed number of iterations (rtol 0): time per iteration
 //   solve      CG + Jacobi to --rtol (0: skipped): iterations and time to solution
+//   save, load with --save DIR: DSparseTensor::save of the matrix into DIR (a file per rank and
+//              rank 0's metadata) and DSparseTensor::load of it at the same world size
 //
 // Partition: the ranks form a px x py (x pz) grid (MPI_Dims_create's rule); rank r owns one box of the
 // grid points, numbered box by box (global row = r * box_points + the point's index in its box),
@@ -23,6 +25,7 @@
 //   --cg v          CG's variant: standard (2 all-reduces per iteration), single_reduction (1) or
 //                   pipelined (1 nonblocking, overlapped with the preconditioner and the product)
 //   --counts 1      also print the per-phase MPI counts of mpi_count.hpp (default 1)
+//   --save DIR      time save and load through DIR (default: skipped)
 //   --mesh3 1       time the 3-D Mesh too (default 1; 0 skips it: under SMPI its communicators
 //                   cost the simulator O(P^2) real time each, minutes at 1,024 ranks)
 //   SCALE_TRACE=1   (environment) rank 0 names each phase on stderr as it starts
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
   int iters = 50, halo_reps = 50, counts = 1, mesh3 = 1;
   double rtol = 0;
   std::string variant = "standard";
+  std::string save_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--dim") g.dim = std::stoi(argv[i + 1]);
@@ -98,6 +102,7 @@ int main(int argc, char** argv) {
     if (a == "--cg") variant = argv[i + 1];
     if (a == "--counts") counts = std::stoi(argv[i + 1]);
     if (a == "--mesh3") mesh3 = std::stoi(argv[i + 1]);
+    if (a == "--save") save_dir = argv[i + 1];
   }
   // Balanced factors of P, largest first (MPI_Dims_create's rule, computed here so that every MPI
   // gives the same boxes).
@@ -136,7 +141,8 @@ int main(int argc, char** argv) {
   const std::int64_t B = g.box_points();
   const double stencil = 2.0 * g.dim;
 
-  double mesh_s = 0, mesh3_s = 0, triples_s = 0, assemble_s = 0, halo_s = 0, cg_s = 0, solve_s = 0;
+  double mesh_s = 0, mesh3_s = 0, triples_s = 0, assemble_s = 0, halo_s = 0, cg_s = 0, solve_s = 0, save_s = 0,
+         load_s = 0;
   double wall_mesh = 0, wall_assemble = 0, wall_halo = 0, wall_cg = 0, wall_solve = 0;
   int solve_iters = 0, cg_done = 0;
   std::int64_t neighbours = 0, ghosts = 0;
@@ -225,6 +231,16 @@ int main(int argc, char** argv) {
       tol.maxiter = 100000;
       timed("solve", solve_s, &wall_solve, [&] { solve_iters = A->solve(b, tol).info.iterations; });
     }
+    if (!save_dir.empty()) {
+      timed("save", save_s, nullptr, [&] { A->save(save_dir); });
+      std::optional<sp::DSparseTensor> L;
+      timed("load", load_s, nullptr, [&] { L.emplace(sp::DSparseTensor::load(save_dir, mesh)); });
+      if (L->nnz() != A->nnz()) {
+        std::fprintf(stderr, "poisson_scaling: the loaded matrix has %lld entries, the saved one %lld\n",
+                     static_cast<long long>(L->nnz()), static_cast<long long>(A->nnz()));
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+    }
   }
   std::int64_t mx[2] = {neighbours, ghosts};
   MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
@@ -238,11 +254,11 @@ int main(int argc, char** argv) {
         "\"neighbours_max\":%lld,\"ghosts_max\":%lld,\"mesh_s\":%.6g,\"mesh3_s\":%.6g,\"triples_s\":%.6g,"
         "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"halo_reps\":%d,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,"
         "\"wall_s\":%.2f,\"wall_mesh_s\":%.2f,\"wall_assemble_s\":%.2f,\"wall_halo_s\":%.2f,\"wall_cg_s\":%.2f,"
-        "\"wall_solve_s\":%.2f}\n",
+        "\"wall_solve_s\":%.2f,\"save_s\":%.6g,\"load_s\":%.6g}\n",
         P, extra, static_cast<long long>(B), g.procs[0], g.procs[1], g.procs[2], static_cast<long long>(mx[0]),
         static_cast<long long>(mx[1]), mesh_s, mesh3_s, triples_s, assemble_s, 1e6 * halo_s / halo_reps, halo_reps, cg_done,
         cg_done > 0 ? 1e6 * cg_s / cg_done : 0.0, solve_iters, solve_s, total_wall, wall_mesh, wall_assemble,
-        wall_halo, wall_cg, wall_solve);
+        wall_halo, wall_cg, wall_solve, save_s, load_s);
     std::fflush(stdout);
   }
   if (counts) einshard_scale::report("poisson_scaling", extra);

@@ -22,9 +22,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "einshard/comm/agreement.hpp"
@@ -122,54 +124,91 @@ inline bool determines(std::span<const std::int64_t> w, const std::optional<std:
   return true;
 }
 
+/// The extents of dimension `d` of operand `i` (placed as `p`) at every coordinate of its group,
+/// from a summary `w` that `determines` them: the metadata's cut, or the same extent on every shard
+/// but the last. O(group size), no rank's record needed.
+inline std::vector<std::int64_t> shard_extents(std::span<const std::int64_t> w, std::size_t i, std::size_t d,
+                                               const plan::Placement& p, const MeshShape& mesh,
+                                               const Shapes& shapes) {
+  const auto at = summary_header + i * summary_operand_words + 2 * summary_fields + 4 * d;
+  if (p.group.empty()) return {w[at]};
+  const auto parts = mesh.size(p.group);
+  if (auto given = given_shards(shapes, p.group, p.axis, parts)) return *std::move(given);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(parts), w[at]);
+  out.back() = w[at + 2];
+  return out;
+}
+
 /// Every rank's descriptions of its operands, rebuilt from a summary `w` that `determines` them,
-/// reduced over all `ranks` ranks. `mine` and `layouts`: this rank's, as summarized (every rank's
-/// are the same but for the sharded extents); `coords(r)`: rank r's mesh coordinates.
+/// reduced over all `ranks` ranks: O(P), for callers that need the table itself (einfft's output
+/// checks, the tests). `mine` and `layouts`: this rank's, as summarized (every rank's are the same
+/// but for the sharded extents); `coords(r)`: rank r's mesh coordinates.
 template <class Coords>
 comm::Agreed expand(std::span<const std::int64_t> w, std::span<const comm::RankInfo> mine,
                     const std::vector<plan::Layout>& layouts, const MeshShape& mesh, int ranks,
                     const Coords& coords, const Shapes& shapes) {
-  struct Cut {
-    Group group;
-    int parts = 1;
-    std::optional<std::vector<std::int64_t>> given;
-    std::int64_t before_last = 0, last = 0;
-  };
-  std::vector<std::vector<Cut>> cuts(mine.size());
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    const auto base = summary_header + i * summary_operand_words + 2 * summary_fields;
-    for (std::size_t d = 0; d < static_cast<std::size_t>(mine[i].ndim); ++d) {
-      const auto& [axis, group] = layouts[i].axes[d];
-      Cut cut{group, group.empty() ? 1 : mesh.size(group), std::nullopt, w[base + 4 * d], w[base + 4 * d + 2]};
-      if (!group.empty()) cut.given = given_shards(shapes, group, axis, cut.parts);
-      cuts[i].push_back(std::move(cut));
-    }
-  }
+  std::vector<std::vector<std::vector<std::int64_t>>> extents(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    for (std::size_t d = 0; d < static_cast<std::size_t>(mine[i].ndim); ++d)
+      extents[i].push_back(shard_extents(w, i, d, layouts[i].axes[d], mesh, shapes));
   comm::Agreed all(static_cast<std::size_t>(ranks), std::vector<comm::RankInfo>(mine.begin(), mine.end()));
   for (int r = 0; r < ranks; ++r)
     for (std::size_t i = 0; i < mine.size(); ++i)
-      for (std::size_t d = 0; d < cuts[i].size(); ++d) {
-        const auto& cut = cuts[i][d];
-        auto& s = all[static_cast<std::size_t>(r)][i].sizes[d];
-        if (cut.group.empty()) {
-          s = cut.before_last;
-          continue;
-        }
-        const auto c = mesh.coordinate(cut.group, coords(r));
-        s = cut.given ? (*cut.given)[static_cast<std::size_t>(c)] : c + 1 < cut.parts ? cut.before_last : cut.last;
+      for (std::size_t d = 0; d < extents[i].size(); ++d) {
+        const auto& g = layouts[i].axes[d].group;
+        const auto c = g.empty() ? 0 : mesh.coordinate(g, coords(r));
+        all[static_cast<std::size_t>(r)][i].sizes[d] = extents[i][d][static_cast<std::size_t>(c)];
       }
   return all;
 }
 
 }  // namespace detail
 
-/// What the ranks agreed on: the reduced summary when it determines every rank's descriptions
-/// (then `expand` rebuilds them), else every rank's descriptions, all-gathered.
-struct SummaryOrTable {
-  std::vector<std::int64_t> summary;  ///< reduced over the mesh; empty when the ranks all-gathered
-  comm::Agreed ranks;                 ///< all-gathered; empty when the summary determines them
-  std::vector<std::int64_t> flags;    ///< every rank's `flag`, all-gathered with `ranks`
-  bool flagged = false;               ///< some rank passed `flag`
+/// What the ranks agreed on about a call's operands: the reduced summary when it determines every
+/// rank's descriptions, else every rank's descriptions, all-gathered. Read through `summarized`,
+/// `shard_extents` (exec/sizes.hpp's `measure`) and `fingerprint`, a caller never needs the O(P)
+/// table on the summary's path.
+struct AgreedOperands {
+  std::vector<comm::RankInfo> mine;                  ///< this rank's descriptions
+  std::optional<std::vector<plan::Layout>> layouts;  ///< as summarized (none: could not be laid out)
+  std::vector<std::int64_t> summary;                 ///< reduced over the mesh; empty when all-gathered
+  comm::Agreed ranks;                                ///< all-gathered; empty when summarized
+  std::vector<std::int64_t> flags;                   ///< every rank's `flag`, all-gathered with `ranks`
+  bool flagged = false;                              ///< some rank passed `flag`
+
+  [[nodiscard]] bool summarized() const { return !summary.empty(); }
+  /// Every rank's descriptions (rebuilt from the summary: O(P) work and memory).
+  [[nodiscard]] comm::Agreed table(const Mesh& mesh, const Shapes& shapes) const {
+    if (!summarized()) return ranks;
+    return detail::expand(summary, mine, *layouts, mesh.shape(), mesh.size(),
+                          [&](int r) { return mesh.coordinates_of(r); }, shapes);
+  }
+  /// Equal on every rank that agreed together, different for different operands: the summary's
+  /// words, or every rank's shapes.
+  [[nodiscard]] std::int64_t fingerprint(std::string_view site) const {
+    if (!summarized()) return comm::digest(site, ranks);
+    auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(site));
+    for (auto v : summary) h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
+    return static_cast<std::int64_t>(h & 0x7fffffffffffffffull);
+  }
+  /// Appends what the plan depends on in the operands to a cache key.
+  void append_key(std::string& key) const {
+    auto word = [&](std::int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    key += summarized() ? 's' : 't';
+    for (auto v : summary) word(v);
+    for (const auto& rank : ranks)
+      for (const auto& info : rank) {
+        word(info.dtype);
+        word(info.ndim);
+        for (std::int64_t d = 0; d < info.ndim; ++d) word(info.sizes[static_cast<std::size_t>(d)]);
+      }
+  }
+  /// Checks what must agree (comm::check_agreed): on the summary's path every rank's values are
+  /// this rank's, so this rank's descriptions stand for all.
+  template <class ExpectedDims>
+  void check(std::string_view what, const ExpectedDims& expected_dims) const {
+    comm::check_agreed(summarized() ? comm::Agreed{mine} : ranks, what, expected_dims);
+  }
 };
 
 /// Agrees on this rank's descriptions `mine` (collective over the mesh): one all-reduce of a
@@ -179,30 +218,21 @@ struct SummaryOrTable {
 /// must pass alike; `flag`: one non-negative word a caller rides on the exchange (the notation's
 /// pending records, exec/fold.hpp; einfft's output faults): the summary says whether some rank
 /// passed one, an all-gather says each rank's. The same outcome on every rank.
-inline SummaryOrTable agree_summarized(const Mesh& mesh, std::span<const comm::RankInfo> mine,
-                                       const std::optional<std::vector<plan::Layout>>& layouts,
-                                       std::int64_t site, const Shapes& shapes, std::int64_t flag) {
-  SummaryOrTable out;
-  out.summary = detail::summarize(site, mine, layouts, flag, mesh.shape(), mesh.coordinates_of(mesh.rank()), shapes);
+inline AgreedOperands agree_summarized(const Mesh& mesh, std::vector<comm::RankInfo> mine,
+                                       std::optional<std::vector<plan::Layout>> layouts, std::int64_t site,
+                                       const Shapes& shapes, std::int64_t flag) {
+  AgreedOperands out{std::move(mine), std::move(layouts), {}, {}, {}, false};
+  out.summary = detail::summarize(site, out.mine, out.layouts, flag, mesh.shape(),
+                                  mesh.coordinates_of(mesh.rank()), shapes);
   comm::all_reduce_values(std::span<std::int64_t>(out.summary), comm::Reduction::max, mesh.comm());
-  if (detail::determines(out.summary, layouts)) {
+  if (detail::determines(out.summary, out.layouts)) {
     out.flagged = out.summary[3] != 0;
     return out;
   }
   out.summary.clear();
-  out.ranks = comm::gather_infos(mesh.comm(), mine, flag, &out.flags);
+  out.ranks = comm::gather_infos(mesh.comm(), out.mine, flag, &out.flags);
   out.flagged = std::any_of(out.flags.begin(), out.flags.end(), [](std::int64_t f) { return f != 0; });
   return out;
-}
-
-/// Every rank's descriptions from what the ranks agreed on (rebuilt from the summary, or the
-/// all-gathered table as it is); `mine` and `layouts` as passed to `agree_summarized`.
-inline comm::Agreed agreed_table(const SummaryOrTable& agreed, std::span<const comm::RankInfo> mine,
-                                 const std::optional<std::vector<plan::Layout>>& layouts, const Mesh& mesh,
-                                 const Shapes& shapes) {
-  if (agreed.summary.empty()) return agreed.ranks;
-  return detail::expand(agreed.summary, mine, *layouts, mesh.shape(), mesh.size(),
-                        [&](int r) { return mesh.coordinates_of(r); }, shapes);
 }
 
 }  // namespace einshard::exec

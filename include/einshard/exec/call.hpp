@@ -19,6 +19,7 @@
 
 #include "einshard/comm/agreement.hpp"
 #include "einshard/comm/mpi.hpp"
+#include "einshard/exec/agreement.hpp"
 #include "einshard/exec/cache.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/notation/expression.hpp"
@@ -92,10 +93,9 @@ inline std::string call_name(const notation::ExpressionView& e) {
   return "einshard '" + std::string(e.source) + "'";
 }
 
-/// The agreed facts of a call: every rank's description of every operand, and which operands are
-/// 0-d tensors standing for a one-axis spec (`loss // dp -> loss`).
-struct Agreement {
-  comm::Agreed ranks;
+/// The agreed facts of a call: what the ranks agreed on about its operands (exec/agreement.hpp),
+/// and which operands are 0-d tensors standing for a one-axis spec (`loss // dp -> loss`).
+struct Agreement : AgreedOperands {
   std::vector<bool> scalar;
 };
 
@@ -141,9 +141,9 @@ inline std::optional<std::vector<plan::Layout>> operand_layouts(const notation::
   return out;
 }
 
-/// Checks gathered descriptions of the inputs of `e`; the same error on every rank.
-inline void check_operands(const notation::ExpressionView& e, const comm::Agreed& ranks) {
-  comm::check_agreed(ranks, call_name(e), [&](std::size_t i) { return expected_dims(e, i); });
+/// Checks agreed descriptions of the inputs of `e`; the same error on every rank.
+inline void check_operands(const notation::ExpressionView& e, const AgreedOperands& a) {
+  a.check(call_name(e), [&](std::size_t i) { return expected_dims(e, i); });
 }
 
 /// Everything a prepared call depends on, as bytes; written into this thread's reused string, so a
@@ -160,12 +160,7 @@ inline const std::string& cache_key(std::string_view source, const Options& o, c
   word(resolve_policy(o.policy).key());
   if (!o.shapes.empty()) key += o.shapes.key();
   key += '\x1f';
-  for (const auto& rank : a.ranks)
-    for (const auto& info : rank) {
-      word(info.dtype);
-      word(info.ndim);
-      for (std::int64_t d = 0; d < info.ndim; ++d) word(info.sizes[static_cast<std::size_t>(d)]);
-    }
+  a.append_key(key);
   return key;
 }
 

@@ -65,18 +65,17 @@ inline ContractionCall prepare_contraction(const notation::ExpressionView& e, co
                                            std::int64_t element, const Options& o) {
   const auto what = call_name(e);
   const Mesh& mesh = o.mesh;
-  const auto& ranks = a.ranks;
-  const auto n = ranks[0].size();
+  const auto n = a.mine.size();
   std::vector<plan::Layout> work;
   std::int64_t ellipsis = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const auto k = ranks[0][i].ndim - fixed_dims(e, e.input(i));
+    const auto k = a.mine[i].ndim - fixed_dims(e, e.input(i));
     ellipsis = std::max(ellipsis, k);
     work.push_back(plan::layout_of(e, e.input(i), k, mesh.shape(), what));
   }
   const auto out = plan::layout_of(e, e.output(), ellipsis, mesh.shape(), what);
   ContractionCall call;
-  for (std::size_t i = 0; i < n; ++i) measure(call.sizes, work[i], ranks, i, mesh, o.shapes, what);
+  for (std::size_t i = 0; i < n; ++i) measure(call.sizes, work[i], a, i, mesh, o.shapes, what);
   const PlanPolicy policy = resolve_policy(o.policy);
 
   // The axes an intermediate of operands i and j must keep: those some other operand or the

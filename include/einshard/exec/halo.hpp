@@ -311,41 +311,23 @@ inline PlanStep describe_exchange(const StencilAxis& axis, const plan::AxisExcha
           -1};
 }
 
-/// A stencil call's operands as agreed: this rank's descriptions and layouts (operand 0's, then the
-/// whole extra operands'), and what the ranks agreed on.
-struct StencilAgreement {
-  std::vector<comm::RankInfo> mine;
-  std::optional<std::vector<plan::Layout>> layouts;
-  SummaryOrTable agreed;
-
-  /// Every rank's descriptions: O(P) from a summary, so only for a call not planned yet.
-  [[nodiscard]] comm::Agreed table(const Mesh& mesh, const Shapes& shapes) const {
-    return agreed_table(agreed, mine, layouts, mesh, shapes);
-  }
-};
-
 /// Agrees on a stencil call's operands (collective over the mesh; exec/agreement.hpp): in one small
 /// all-reduce when the shards are cut the usual way, else by all-gathering every rank's
 /// descriptions, checked. `layout` is operand 0's; the others must be whole tensors with
 /// `expected_dims[i]` dimensions (operand 0 with as many as its layout).
-inline StencilAgreement agree_stencil(const Mesh& mesh, std::span<const at::Tensor> xs, const plan::Layout& layout,
-                                      std::span<const std::int64_t> expected_dims, std::int64_t fingerprint,
-                                      const Shapes& shapes, const std::string& what) {
-  StencilAgreement a;
-  std::vector<std::string> expected;
-  a.layouts.emplace();
+inline AgreedOperands agree_stencil(const Mesh& mesh, std::span<const at::Tensor> xs, const plan::Layout& layout,
+                                    std::span<const std::int64_t> expected_dims, std::int64_t fingerprint,
+                                    const Shapes& shapes, const std::string& what) {
+  std::vector<comm::RankInfo> mine;
+  std::vector<plan::Layout> layouts;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    a.mine.push_back(comm::describe(xs[i], fingerprint + static_cast<std::int64_t>(i),
-                                    xs[i].dim() == expected_dims[i] ? comm::LocalFault::none
-                                                                    : comm::LocalFault::rank_mismatch));
-    expected.push_back(std::to_string(expected_dims[i]));
-    a.layouts->push_back(i == 0 ? layout : plan::Layout{std::vector<plan::Placement>(static_cast<std::size_t>(expected_dims[i])), {}});
+    mine.push_back(comm::describe(xs[i], fingerprint + static_cast<std::int64_t>(i),
+                                  xs[i].dim() == expected_dims[i] ? comm::LocalFault::none
+                                                                  : comm::LocalFault::rank_mismatch));
+    layouts.push_back(i == 0 ? layout : plan::Layout{std::vector<plan::Placement>(static_cast<std::size_t>(expected_dims[i])), {}});
   }
-  a.agreed = agree_summarized(mesh, a.mine, a.layouts, fingerprint, shapes, false);
-  // A summary holds one value per operand and field on every rank: what is left to check is this
-  // rank's (the device kinds of its operands).
-  comm::check_agreed(a.agreed.summary.empty() ? a.agreed.ranks : comm::Agreed{a.mine}, what,
-                     [&](std::size_t i) { return expected[i]; });
+  auto a = agree_summarized(mesh, std::move(mine), std::move(layouts), fingerprint, shapes, 0);
+  a.check(what, [&](std::size_t i) { return std::to_string(expected_dims[i]); });
   return a;
 }
 

@@ -177,20 +177,20 @@ inline ModeAndFold mode_and_fold(const ContractionCall& c, const Mesh& mesh) {
 /// carries whether each rank holds a pending record of a call that moved no data (exec/fold.hpp):
 /// those are resolved first, by every rank together (`resolve_pending`).
 inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorList xs, const Options& o) {
-  Agreement a;
   std::vector<comm::RankInfo> mine;
+  std::vector<bool> scalar;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     mine.push_back(describe_operand(e, i, xs[i]));
-    a.scalar.push_back(stands_for_one_axis(e, i, xs[i]));
+    scalar.push_back(stands_for_one_axis(e, i, xs[i]));
   }
   // The site: the notation and the shapes metadata, which every rank must pass alike.
   const auto site = static_cast<std::int64_t>(std::hash<std::string_view>{}(e.source) ^
                                               (std::hash<std::string>{}(o.shapes.key()) * 31) ^ xs.size());
-  const auto layouts = operand_layouts(e, mine, o.mesh.shape());
-  const auto agreed = agree_summarized(o.mesh, mine, layouts, site, o.shapes, has_pending(o.mesh.comm()));
-  a.ranks = agreed_table(agreed, mine, layouts, o.mesh, o.shapes);
-  if (agreed.flagged) resolve_pending(o.mesh.comm());
-  check_operands(e, a.ranks);
+  auto layouts = operand_layouts(e, mine, o.mesh.shape());
+  Agreement a{agree_summarized(o.mesh, std::move(mine), std::move(layouts), site, o.shapes, has_pending(o.mesh.comm())),
+              std::move(scalar)};
+  if (a.flagged) resolve_pending(o.mesh.comm());
+  check_operands(e, a);
   return a;
 }
 
@@ -260,8 +260,8 @@ inline void remember_replay(Replay& slot, const notation::ExpressionView& e, std
   slot.mesh_id = o.mesh.id();
   slot.mode = how.mode;
   slot.call = std::move(call);
-  slot.fingerprint = comm::digest(key, a.ranks);
-  slot.mine = a.ranks[static_cast<std::size_t>(o.mesh.rank())];
+  slot.fingerprint = a.fingerprint(key);
+  slot.mine = a.mine;
   slot.scalar = a.scalar;
   slot.fold_comm = how.fold_comm;
   slot.fold_numel = how.fold_numel;
@@ -348,9 +348,10 @@ EINSHARD_INLINE void resolve_pending(MPI_Comm mesh) {
     const auto n = static_cast<std::size_t>(every[2]);
     Agreement a;
     for (std::size_t r = 0; r < P; ++r) a.ranks.push_back(unpack(every.data() + r * words + 3, n));
+    a.mine = a.ranks[static_cast<std::size_t>(comm::rank_of(mesh))];
     a.scalar = replay->scalar;
     // The same checks, the same plan and so the same error as a first call with these operands.
-    check_operands(replay->view, a.ranks);
+    check_operands(replay->view, a);
     auto& slot = const_cast<Replay&>(*replay);
     const bool unary = std::holds_alternative<std::shared_ptr<const UnaryCall>>(slot.call);
     auto call = prepared(slot.view, a, slot.options, slot.element, unary);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "einshard/comm/agreement.hpp"
+#include "einshard/exec/agreement.hpp"
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
 #include "einshard/plan/layout.hpp"
@@ -27,11 +28,45 @@ struct SizeTable {
   }
 };
 
-/// Reads operand `i`'s sizes off the agreed metadata: replicas must hold equal pieces, given shapes
-/// must match, and an axis shared with an operand measured before must have the same extent.
+namespace detail {
+
+/// Records the extents of one axis of an operand, `sizes[c]` at coordinate c of its group (one
+/// entry when the axis is whole): given shapes must match, and an axis shared with an operand
+/// measured before must have the same extent and cut. `operand` names the operand in messages.
+inline void record(SizeTable& t, const plan::Placement& p, std::vector<std::int64_t> sizes, const std::string& operand,
+                   const Mesh& mesh, const Shapes& shapes, const std::string& what) {
+  const auto& [axis, group] = p;
+  if (!group.empty())
+    if (const auto given = shapes.resolve(group.name(), axis, mesh.size(group)); given && *given != sizes)
+      for (std::size_t c = 0; c < sizes.size(); ++c)
+        if (sizes[c] != (*given)[c])
+          throw Error(what + ": the shard of axis '" + axis + "'" + operand + " at coordinate " +
+                      std::to_string(c) + " of '" + group.name() + "' has " + std::to_string(sizes[c]) +
+                      " elements, but the shapes metadata says " + std::to_string((*given)[c]));
+  std::int64_t total = 0;
+  for (auto s : sizes) total += s;
+  if (const auto it = t.global.find(axis); it != t.global.end() && it->second != total)
+    throw Error(what + ": axis '" + axis + "' has " + std::to_string(it->second) +
+                " elements in one operand but " + std::to_string(total) + operand);
+  t.global[axis] = total;
+  if (group.empty()) return;
+  const auto [it, inserted] = t.shards.emplace(std::pair{axis, group}, sizes);
+  if (!inserted && it->second != sizes)
+    throw Error(what + ": axis '" + axis + "' is split differently over '" + group.name() +
+                "' in the two operands");
+}
+
+inline std::string of_operand(std::size_t operands, std::size_t i) {
+  return operands == 1 ? std::string() : " of input " + std::to_string(i + 1);
+}
+
+}  // namespace detail
+
+/// Reads operand `i`'s sizes off every rank's descriptions: replicas must hold equal pieces, given
+/// shapes must match, and an axis shared with an operand measured before must have the same extent.
 inline void measure(SizeTable& t, const plan::Layout& l, const comm::Agreed& ranks, std::size_t i,
                     const Mesh& mesh, const Shapes& shapes, const std::string& what) {
-  const auto operand = ranks[0].size() == 1 ? std::string() : " of input " + std::to_string(i + 1);
+  const auto operand = detail::of_operand(ranks[0].size(), i);
   for (std::size_t d = 0; d < l.axes.size(); ++d) {
     const auto& [axis, group] = l.axes[d];
     const auto parts = group.empty() ? 1 : mesh.size(group);
@@ -47,25 +82,19 @@ inline void measure(SizeTable& t, const plan::Layout& l, const comm::Agreed& ran
                                    : ", which holds the same shard over '" + group.name() + "'"));
       s = extent;
     }
-    if (!group.empty())
-      if (const auto given = shapes.resolve(group.name(), axis, parts); given && *given != sizes)
-        for (std::size_t c = 0; c < sizes.size(); ++c)
-          if (sizes[c] != (*given)[c])
-            throw Error(what + ": the shard of axis '" + axis + "'" + operand + " at coordinate " +
-                        std::to_string(c) + " of '" + group.name() + "' has " + std::to_string(sizes[c]) +
-                        " elements, but the shapes metadata says " + std::to_string((*given)[c]));
-    std::int64_t total = 0;
-    for (auto s : sizes) total += s;
-    if (const auto it = t.global.find(axis); it != t.global.end() && it->second != total)
-      throw Error(what + ": axis '" + axis + "' has " + std::to_string(it->second) +
-                  " elements in one operand but " + std::to_string(total) + operand);
-    t.global[axis] = total;
-    if (group.empty()) continue;
-    const auto [it, inserted] = t.shards.emplace(std::pair{axis, group}, sizes);
-    if (!inserted && it->second != sizes)
-      throw Error(what + ": axis '" + axis + "' is split differently over '" + group.name() +
-                  "' in the two operands");
+    detail::record(t, l.axes[d], std::move(sizes), operand, mesh, shapes, what);
   }
+}
+
+/// The same from what the ranks agreed on: on the summary's path, each axis's extents come from
+/// the summary (O(group size), no rank's record), and replicas agree by construction.
+inline void measure(SizeTable& t, const plan::Layout& l, const AgreedOperands& a, std::size_t i,
+                    const Mesh& mesh, const Shapes& shapes, const std::string& what) {
+  if (!a.summarized()) return measure(t, l, a.ranks, i, mesh, shapes, what);
+  const auto operand = detail::of_operand(a.mine.size(), i);
+  for (std::size_t d = 0; d < l.axes.size(); ++d)
+    detail::record(t, l.axes[d], exec::detail::shard_extents(a.summary, i, d, l.axes[d], mesh.shape(), shapes),
+                   operand, mesh, shapes, what);
 }
 
 /// Shard sizes for every (axis, group) of `l` not known yet: from the shapes metadata, else the

@@ -38,11 +38,11 @@ inline UnaryCall prepare_unary(const notation::ExpressionView& e, const Agreemen
   const auto& spec = e.input(0);
   if (e.output().has_ellipsis != spec.has_ellipsis)
     throw Error(what + ": a distributed unary operation needs '...' on both sides or neither");
-  const auto ellipsis = a.ranks[0][0].ndim - fixed_dims(e, spec);
+  const auto ellipsis = a.mine[0].ndim - fixed_dims(e, spec);
   UnaryCall call;
   call.in = plan::layout_of(e, spec, ellipsis, mesh.shape(), what);
   call.out = plan::layout_of(e, e.output(), ellipsis, mesh.shape(), what);
-  measure(call.sizes, call.in, a.ranks, 0, mesh, o.shapes, what);
+  measure(call.sizes, call.in, a, 0, mesh, o.shapes, what);
   resolve(call.sizes, call.out, mesh, o.shapes, what);
   call.program = make_program(plan::plan_unary(call.in, call.out, mesh.shape(), what), call.sizes, mesh);
   return call;

@@ -249,9 +249,9 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
       layouts.emplace(ops.fields.size(), in_layout);
       if (ops.out.defined()) layouts->push_back(exec::stated_output_layout(problem));
     }
-    auto agreed = exec::agree_summarized(mesh, mine, layouts, static_cast<std::int64_t>(std::hash<std::string>{}(site)),
-                                         o.shapes, fault);
-    auto all = exec::agreed_table(agreed, mine, layouts, mesh, o.shapes);
+    auto agreed = exec::agree_summarized(mesh, mine, std::move(layouts),
+                                         static_cast<std::int64_t>(std::hash<std::string>{}(site)), o.shapes, fault);
+    auto all = agreed.table(mesh, o.shapes);
     // Emptied now; it holds the prepared call again once every check below has passed on every rank.
     *replay = {site, mesh.id(), mine, fault, comm::digest(site, all), {}};
     if (ops.out.defined()) {
@@ -282,7 +282,9 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     dtype = static_cast<at::ScalarType>(ranks[0][0].dtype);
     exec::measure(in, exec::input_layout(problem), ranks, 0, mesh, o.shapes, what);
     for (const auto& a : problem.axes) lengths.push_back(in.global.at(a.in));
-    key = exec::cache_key(e.source, o, exec::Agreement{ranks, {false}}) + '\x1f' + key_text;
+    exec::Agreement stacked;
+    stacked.ranks = std::move(ranks);
+    key = exec::cache_key(e.source, o, stacked) + '\x1f' + key_text;
   }
   exec::check_fft_dtype(dtype, problem, what);
   auto call = exec::CallCache<exec::FftCall>::instance().get(key, [&] {

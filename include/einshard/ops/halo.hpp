@@ -155,7 +155,7 @@ struct StencilInput {
   plan::Layout layout;
   std::vector<exec::StencilAxis> axes;
   bool distributed = false;
-  exec::StencilAgreement agreed;
+  exec::AgreedOperands agreed;
 
   [[nodiscard]] const exec::StencilAxis& axis(std::string_view name) const {
     return axes[static_cast<std::size_t>(layout.find(name))];
@@ -206,13 +206,14 @@ inline StencilInput agree_input(const notation::ExpressionView& e, const notatio
 /// the other operands must be the same whole tensor everywhere.
 inline void measure_input(StencilInput& in, const Options& o, const std::string& what) {
   if (!in.distributed) return;
-  const auto agreed = in.agreed.table(o.mesh, o.shapes);
   exec::SizeTable sizes;
-  exec::measure(sizes, in.layout, agreed, 0, o.mesh, o.shapes, what);
+  exec::measure(sizes, in.layout, in.agreed, 0, o.mesh, o.shapes, what);
   in.axes = exec::stencil_axes(in.layout, sizes);
-  for (std::size_t i = 1; i < agreed[0].size(); ++i)
-    for (std::size_t r = 1; r < agreed.size(); ++r)
-      if (!std::equal(agreed[r][i].sizes.begin(), agreed[r][i].sizes.end(), agreed[0][i].sizes.begin()))
+  // On the summary's path the other operands are whole and alike by construction.
+  const auto& ranks = in.agreed.ranks;
+  for (std::size_t i = 1; i < in.agreed.mine.size() && !in.agreed.summarized(); ++i)
+    for (std::size_t r = 1; r < ranks.size(); ++r)
+      if (!std::equal(ranks[r][i].sizes.begin(), ranks[r][i].sizes.end(), ranks[0][i].sizes.begin()))
         throw Error(what + ": input " + std::to_string(i + 1) + " must be the same whole tensor on every rank, "
                     "but its shape on rank " + std::to_string(r) + " differs from rank 0's");
 }
@@ -240,13 +241,7 @@ std::shared_ptr<const PreparedExchanges> prepare_exchanges(StencilInput& in, con
                           std::to_string(comm::to_handle(o.mesh.comm())) + ':' + o.shapes.key();
   for (std::size_t d = 0; d < o.mesh.names().size(); ++d)
     cache_key += o.mesh.names()[d] + '=' + std::to_string(o.mesh.sizes()[d]) + ';';
-  // Every rank's shapes: the summary that determines them (a few hundred words whatever P), or all.
-  const auto& agreed = in.agreed.agreed;
-  cache_key += agreed.summary.empty() ? 't' : 's';
-  for (auto w : agreed.summary) cache_key.append(reinterpret_cast<const char*>(&w), sizeof w);
-  for (const auto& rank : agreed.ranks)
-    for (const auto& info : rank)
-      for (std::int64_t d = 0; d < info.ndim; ++d) cache_key += ',' + std::to_string(info.sizes[static_cast<std::size_t>(d)]);
+  in.agreed.append_key(cache_key);
   return exec::CallCache<PreparedExchanges>::instance().get(cache_key, [&] {
     measure_input(in, o, what);
     return plan(in);
