@@ -13,6 +13,7 @@
 #include <ranges>
 #include <span>
 #include <type_traits>
+#include <string>
 #include <vector>
 
 #include "einshard/comm/check.hpp"
@@ -120,6 +121,27 @@ template <std::ranges::contiguous_range Values>
   check(MPI_Gather(std::ranges::data(values), n, detail::plain_datatype<T>(), out.data(), n,
                    detail::plain_datatype<T>(), root, comm),
         "MPI_Gather");
+  return out;
+}
+
+/// Piece r of rank `root`'s `pieces` (one per rank there; ignored elsewhere) on rank r: a scatter
+/// of the lengths, then of the text, so that no rank but the root holds anything of size P.
+[[nodiscard]] inline std::string scatter_strings(const std::vector<std::string>& pieces, int root, MPI_Comm comm) {
+  const bool here = rank_of(comm) == root;
+  std::vector<int> lengths, offsets;
+  std::string all;
+  if (here) {
+    for (const auto& p : pieces) {
+      offsets.push_back(count(static_cast<std::int64_t>(all.size())));
+      lengths.push_back(count(static_cast<std::int64_t>(p.size())));
+      all += p;
+    }
+  }
+  int length = 0;
+  check(MPI_Scatter(lengths.data(), 1, MPI_INT, &length, 1, MPI_INT, root, comm), "MPI_Scatter");
+  std::string out(static_cast<std::size_t>(length), '\0');
+  check(MPI_Scatterv(all.data(), lengths.data(), offsets.data(), MPI_CHAR, out.data(), length, MPI_CHAR, root, comm),
+        "MPI_Scatterv");
   return out;
 }
 

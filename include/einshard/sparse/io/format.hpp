@@ -136,6 +136,8 @@ struct Metadata {
   std::int64_t version = 0, m = 0, n = 0;
   std::string dtype;
   std::int64_t value_size = 0;
+  std::int64_t partitions = 0;  ///< how many partitions the matrix was saved in
+  /// The partitions' entries: every one as parsed; on a loading rank, those it reads.
   std::vector<PartitionEntry> parts;
 };
 
@@ -170,6 +172,7 @@ inline Metadata parse_metadata(const std::string& text, const std::string& where
   // A count is bounded by the text (one line per partition), so a damaged count cannot reserve memory.
   if (!(s >> word >> count) || word != "partitions" || count < 1 || count > static_cast<std::int64_t>(text.size()))
     throw bad("'partitions <P>' with P >= 1");
+  m.partitions = count;
   for (std::int64_t i = 0; i < count; ++i) {
     PartitionEntry e;
     if (!(s >> word >> e.id >> e.file >> e.rows >> e.nnz >> e.bytes >> e.checksum) || word != "partition" ||

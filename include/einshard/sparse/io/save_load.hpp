@@ -3,7 +3,8 @@
 /// Files of a `DSparseTensor`: a directory with one binary file per partition and a text metadata
 /// file listing every partition with its size and checksum (the format: format.hpp). Each rank
 /// writes its own partition (temporary file, fsync, rename), rank 0 writes the metadata last, so a
-/// reader never sees a half-written set.
+/// reader never sees a half-written set. Rank 0 alone handles the metadata's P lines (gathered at a
+/// save, parsed and scattered at a load): every other rank holds O(1) of it.
 ///
 /// A partition file holds the rank's local CSR and halo plan as the matrix keeps them, so `load`
 /// with as many ranks as partitions maps each file straight back (no assembly, no halo
@@ -22,6 +23,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -252,8 +254,7 @@ inline std::string read_partition(const std::filesystem::path& dir, const Metada
   }
   auto* p = static_cast<unsigned char*>(bytes.data_ptr());
   Checksum sum;
-  const PartitionExpect want{e.id, static_cast<std::int64_t>(meta.parts.size()), meta.m, meta.n, e.rows, e.nnz,
-                             meta.value_size};
+  const PartitionExpect want{e.id, meta.partitions, meta.m, meta.n, e.rows, e.nnz, meta.value_size};
   PartitionCheck check(want, e.bytes);
   constexpr std::int64_t chunk = std::int64_t{1} << 18;  // well inside L2 while both passes read it
   std::int64_t done = 0;
@@ -295,44 +296,60 @@ inline CooEntries global_entries(const LoadedPartition& d, at::ScalarType dtype)
           columns.index_select(0, d.view(s.col, LoadedPartition::index_type(h.col_size)).to(at::kLong))};
 }
 
-/// Rank 0's verdict on the metadata (read there and broadcast, so every rank parses the same
-/// text): the parsed metadata on every rank, or the same Error on every rank. One broadcast of a
-/// page carries the length (negative: rank 0's fault instead) and the text, when it fits.
+/// Rank 0's verdict on the metadata, read and parsed there: the same Error on every rank, or on
+/// every rank the matrix's header and the entries of the partitions it reads (file j goes to rank
+/// j mod q). One broadcast of a page carries the verdict and the header (or rank 0's error), one
+/// scatter each rank's entries: no rank but rank 0 holds anything of size P.
 inline Metadata read_metadata(const std::filesystem::path& dir, MPI_Comm comm) {
   const auto path = (dir / metadata_name).string();
-  std::string text;
-  std::int64_t length = 0;
-  if (comm::rank_of(comm) == 0) {
+  const int q = comm::size_of(comm), me = comm::rank_of(comm);
+  Metadata meta;
+  std::string head;  // rank 0: "E<error>", or "M" and the header's words
+  std::vector<std::string> lines(me == 0 ? static_cast<std::size_t>(q) : 0);
+  if (me == 0) {
+    std::string text;
     const int fd = ::open(path.c_str(), O_RDONLY);
     if (fd < 0) {
-      text = system_fault("DSparseTensor::load", path, "opening it") +
+      head = "E" + system_fault("DSparseTensor::load", path, "opening it") +
              " (is it a directory written by DSparseTensor::save?)";
     } else {
       char buf[1 << 16];
       ssize_t r;
       while ((r = ::read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(r));
       ::close(fd);
+      try {
+        meta = parse_metadata(text, path);
+        if (!dtype_of_name(meta.dtype))
+          throw Error("DSparseTensor::load: " + path + ": expected a supported dtype, found '" + meta.dtype + "'");
+        std::ostringstream h;
+        h << 'M' << meta.version << ' ' << meta.m << ' ' << meta.n << ' ' << meta.dtype << ' ' << meta.value_size
+          << ' ' << meta.partitions;
+        head = h.str();
+        for (const auto& e : meta.parts)
+          lines[static_cast<std::size_t>(e.id % q)] += std::to_string(e.id) + ' ' + e.file + ' ' + std::to_string(e.rows) +
+                                                       ' ' + std::to_string(e.nnz) + ' ' + std::to_string(e.bytes) +
+                                                       ' ' + e.checksum + '\n';
+      } catch (const Error& e) {
+        head = std::string("E") + e.what();
+      }
     }
-    length = fd < 0 ? -static_cast<std::int64_t>(text.size()) - 1 : static_cast<std::int64_t>(text.size());
   }
+  // The page: the verdict's length (at most a page: an error names a path and a line), then it.
   constexpr std::size_t page = 4096;
-  std::vector<char> head(page);
-  std::memcpy(head.data(), &length, sizeof length);
-  std::memcpy(head.data() + sizeof length, text.data(), std::min(text.size(), page - sizeof length));
-  comm::broadcast_values(std::span<char>(head), 0, comm);
-  std::memcpy(&length, head.data(), sizeof length);
-  const auto size = static_cast<std::size_t>(length < 0 ? -length - 1 : length);
-  if (size > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-    throw Error("DSparseTensor::load: " + path + ": expected metadata under 2 GiB, found " + std::to_string(size) +
-                " bytes");
-  text.resize(size);
-  std::memcpy(text.data(), head.data() + sizeof length, std::min(size, page - sizeof length));
-  if (size > page - sizeof length)
-    comm::broadcast_values(std::span<char>(text).subspan(page - sizeof length), 0, comm);
-  if (length < 0) throw Error(text);
-  auto meta = parse_metadata(text, path);  // the same text everywhere: the same result or Error
-  if (!dtype_of_name(meta.dtype))
-    throw Error("DSparseTensor::load: " + path + ": expected a supported dtype, found '" + meta.dtype + "'");
+  std::vector<char> buffer(page, '\0');
+  head.resize(std::min(head.size(), page - 1));
+  std::copy(head.begin(), head.end(), buffer.begin());
+  comm::broadcast_values(std::span<char>(buffer), 0, comm);
+  head.assign(buffer.data());
+  if (head.front() != 'M') throw Error(head.substr(1));
+  if (me != 0) {
+    std::istringstream h(head.substr(1));
+    h >> meta.version >> meta.m >> meta.n >> meta.dtype >> meta.value_size >> meta.partitions;
+  }
+  const auto mine = comm::scatter_strings(lines, 0, comm);
+  std::istringstream in(mine);
+  meta.parts.clear();
+  for (PartitionEntry e; in >> e.id >> e.file >> e.rows >> e.nnz >> e.bytes >> e.checksum;) meta.parts.push_back(e);
   return meta;
 }
 
@@ -403,10 +420,11 @@ inline void agree_saved(const LoadedPartition* read, const std::string& fault, c
     (void)comm::sparse_exchange(std::vector<comm::Parcel<std::int64_t>>{}, comm);
   }
   const int first = comm::all_reduce_value(agree ? p : me, comm::Reduction::min, comm);
-  if (first < p)
-    throw Error("DSparseTensor::load: " + (dir / meta.parts[static_cast<std::size_t>(first)].file).string() +
-                ": expected the halo plan the other partitions' files expect, found another "
-                "(files of different saves mixed?)");
+  if (first < p)  // the message names the file of the first rank at fault, which only that rank holds
+    comm::raise_from(comm, first,
+                     "DSparseTensor::load: " + (dir / meta.parts.at(0).file).string() +
+                         ": expected the halo plan the other partitions' files expect, found another "
+                         "(files of different saves mixed?)");
 }
 
 /// The halo plan a file holds, over `domain` (checked by `agree_saved`).
@@ -478,14 +496,16 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, 
   const auto meta = detail::read_metadata(dir, comm);
   const auto dtype = *detail::dtype_of_name(meta.dtype);
   const int q = comm::size_of(comm), me = comm::rank_of(comm);
-  const auto parts = static_cast<std::int64_t>(meta.parts.size());
-  // File j goes to rank j mod q: at the saved world size each rank reads its own.
+  const auto parts = meta.partitions;
+  // File j goes to rank j mod q (the entries read_metadata gave this rank): at the saved world size
+  // each rank reads its own.
   std::vector<detail::LoadedPartition> read;
   std::string fault;
-  for (std::int64_t j = me; j < parts && fault.empty(); j += q) {
+  for (const auto& entry : meta.parts) {
     detail::LoadedPartition d;
-    fault = detail::read_partition(dir, meta, meta.parts[static_cast<std::size_t>(j)], d);
+    fault = detail::read_partition(dir, meta, entry, d);
     read.push_back(std::move(d));
+    if (!fault.empty()) break;
   }
   if (parts == q) {
     detail::agree_saved(fault.empty() ? &read.at(0) : nullptr, fault, meta, dir, comm);
