@@ -7,22 +7,24 @@
 /// last (the split rule's cut, and any cut whose shards but the last are equal), or the `shapes`
 /// metadata. So every rank first contributes its own values to one all-reduce (max) that gives each
 /// value's range over all ranks; when every range is a single value, that reduced *summary*
-/// determines every rank's descriptions, and a caller rebuilds them (`expand`) only when it needs
-/// them (a plan not cached yet): the summary itself, a few hundred words whatever P, keys the
-/// caches. Only when some rank holds a shard of another size (an uneven cut of the caller's own, a
-/// fault, a different call) do the ranks all-gather their descriptions, as before, so the errors
-/// still name the rank at fault. The reduction's length is fixed, so ranks that reach one point with
-/// different calls still meet in it.
+/// determines every rank's descriptions. Callers then read it as it is (`AgreedOperands`: each
+/// axis's shard extents, O(group size); a cache key and a fingerprint of a few hundred words
+/// whatever P) and rebuild the O(P) table only where they need it (einfft's output checks). Only
+/// when some rank holds a shard of another size (an uneven cut of the caller's own, a fault, a
+/// different call) do the ranks all-gather their descriptions, as before, so the errors still name
+/// the rank at fault. The reduction's length is fixed, so ranks that reach one point with different
+/// calls still meet in it.
 ///
-/// `summarize` and `expand` are pure (no MPI) and tested on their own; `agree_summarized` runs them
-/// over a mesh. Used by the notation (exec/replay.hpp) and the stencil operations (exec/halo.hpp).
+/// `summarize`, `determines`, `shard_extents` and `expand` are pure (no MPI) and tested on their
+/// own; `agree_summarized` runs them over a mesh. Used by the notation (exec/replay.hpp), the
+/// stencil operations (exec/halo.hpp) and einfft (ops/fft.hpp).
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
