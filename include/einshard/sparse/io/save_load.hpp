@@ -495,7 +495,7 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::load(const std::string& directory, 
   const std::filesystem::path dir(directory);
   const auto meta = detail::read_metadata(dir, comm);
   const auto dtype = *detail::dtype_of_name(meta.dtype);
-  const int q = comm::size_of(comm), me = comm::rank_of(comm);
+  const int q = comm::size_of(comm);
   const auto parts = meta.partitions;
   // File j goes to rank j mod q (the entries read_metadata gave this rank): at the saved world size
   // each rank reads its own.
