@@ -183,9 +183,8 @@ inline Agreement agree_operands(const notation::ExpressionView& e, at::TensorLis
     mine.push_back(describe_operand(e, i, xs[i]));
     scalar.push_back(stands_for_one_axis(e, i, xs[i]));
   }
-  // The site: the notation and the shapes metadata, which every rank must pass alike.
-  const auto site = static_cast<std::int64_t>(std::hash<std::string_view>{}(e.source) ^
-                                              (std::hash<std::string>{}(o.shapes.key()) * 31) ^ xs.size());
+  // The call site (notation, mesh, policy, shapes metadata), which every rank must pass alike.
+  const auto site = static_cast<std::int64_t>(std::hash<std::string>{}(detail::site_key(e.source, o)));
   auto layouts = operand_layouts(e, mine, o.mesh.shape());
   Agreement a{agree_summarized(o.mesh, std::move(mine), std::move(layouts), site, o.shapes, has_pending(o.mesh.comm())),
               std::move(scalar)};

@@ -209,9 +209,9 @@ inline void measure_input(StencilInput& in, const Options& o, const std::string&
   exec::SizeTable sizes;
   exec::measure(sizes, in.layout, in.agreed, 0, o.mesh, o.shapes, what);
   in.axes = exec::stencil_axes(in.layout, sizes);
-  // On the summary's path the other operands are whole and alike by construction.
+  if (in.agreed.summarized()) return;  // the other operands are whole and alike by construction
   const auto& ranks = in.agreed.ranks;
-  for (std::size_t i = 1; i < in.agreed.mine.size() && !in.agreed.summarized(); ++i)
+  for (std::size_t i = 1; i < in.agreed.mine.size(); ++i)
     for (std::size_t r = 1; r < ranks.size(); ++r)
       if (!std::equal(ranks[r][i].sizes.begin(), ranks[r][i].sizes.end(), ranks[0][i].sizes.begin()))
         throw Error(what + ": input " + std::to_string(i + 1) + " must be the same whole tensor on every rank, "
