@@ -28,6 +28,9 @@
 //   es_amg_mixed, es_jacobi_mixed
 //                 es_amg and es_jacobi with Precision::mixed: float32 inner solves refined to rtol
 //                 on the float64 matrix (hypre's V-cycle stays float64, on converted vectors)
+//   es_amg_values, es_jacobi_values
+//                 es_amg and es_jacobi with Precision::single_values: the products read float32
+//                 values into float64 vectors, refined on the float64 matrix
 //   petsc_jacobi  PETSc CG + PCJACOBI (es_jacobi_mixed's anchor)
 //   petsc_hypre   PETSc CG + PCHYPRE BoomerAMG with PETSc's settings (the same as es_amg_f)
 //   petsc_hypre_x PETSc CG + PCHYPRE BoomerAMG with einshard's default settings (the same
@@ -46,8 +49,9 @@
 // page faults (all ranks) and the iterations; amg_summary's paired_ratio is the median over reps
 // of es / PETSc within one rep (the two ran back to back, under the same load). Every solution's
 // true residual ‖b − A x‖ / ‖b‖ is computed by PETSc's MatMult on its own matrix (true_residual).
-// mixed_summary compares each mixed solver with its float64 PETSc anchor: es_jacobi_mixed with
-// petsc_jacobi, es_amg_mixed with the fastest PETSc AMG, as the amg_summary's ratios.
+// mixed_summary compares each mixed solver with its float64 PETSc anchor: es_jacobi_mixed and
+// es_jacobi_values with petsc_jacobi, es_amg_mixed and es_amg_values with the fastest PETSc AMG,
+// as the amg_summary's ratios.
 //
 // Pipelined CG (`--cases pipecg`): `--iters` iterations exactly (rtol = atol = 0), Jacobi, einshard
 // standard / pipelined CG and PETSc KSPCG / KSPPIPECG, interleaved per rep; ms per iteration.
@@ -67,7 +71,7 @@
 //   mpirun -n P einshard_bench_sparse_amg [--problem poisson2d|poisson3d] [--grid 1000] [--rtol 1e-8]
 //        [--reps 3] [--warmup 1] [--jacobi-reps 1] [--solvers es_amg,es_amg_f,es_jacobi,petsc_hypre,petsc_hypre_x,petsc_gamg,petsc_gamg_t]
 //        [--theta 0.25] [--amg coarsen=hmis,interp=ext+i,pmax=4,agg=0,smoother=l1gs,sweeps=1] [--amg-alt ...]
-//        [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"] [--partition slabs|boxes]
+//        [--petsc-options "-petsc_gamg_pc_gamg_threshold 0.05"] [--partition slabs|boxes] [--scale 1]
 //        [--cases amg,pipecg] [--iters 200]
 //
 // `--amg` changes es_amg's settings and petsc_hypre_x's alike (so the pair stays the same hierarchy):
@@ -81,6 +85,9 @@
 // factors of P), the partition a geometric partitioner would give, instead of PETSc's contiguous
 // slabs: for the iteration count against ranks on einshard's side alone (PETSc keeps the slabs,
 // so its rows then differ from einshard's).
+//
+// `--scale s` multiplies every value by s on both sides (1/h², or 0.1: values float32 cannot hold,
+// so the mixed-precision solvers' float32 copy differs from the matrix).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -100,6 +107,7 @@
 #include <type_traits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <einshard/sparse.hpp>
@@ -137,6 +145,7 @@ struct Config {
                                     "petsc_gamg_t"};
   bool amg = true, pipecg = false;
   std::string partition = "slabs";  // einshard's rows: slabs (PETSc's) or boxes
+  double scale = 1.0;                // every value times this (1/h² makes them inexact in float32)
 };
 
 Config parse(int argc, char** argv) {
@@ -155,6 +164,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--petsc-options") c.petsc_options = value();
     else if (a == "--solvers") c.solvers = split(value());
     else if (a == "--partition") c.partition = value();
+    else if (a == "--scale") c.scale = std::stod(value());
     else if (a == "--cases") {
       const auto cases = split(value());
       c.amg = std::find(cases.begin(), cases.end(), "amg") != cases.end();
@@ -315,13 +325,15 @@ int run(const Config& cfg) {
   const std::int64_t g = cfg.grid, n = three ? g * g * g : g * g;
   const std::int64_t block = (n + p - 1) / p;
   const std::int64_t lo = std::min<std::int64_t>(rank * block, n), hi = std::min<std::int64_t>(lo + block, n);
-  const Rows rows = poisson_rows(g, lo, hi, three);
+  Rows rows = poisson_rows(g, lo, hi, three);
+  for (auto& v : rows.val) v *= cfg.scale;
   es::Mesh mesh(MPI_COMM_WORLD, {p}, {"rows"});
   // einshard's rows: the same slabs as PETSc's, or (--partition boxes) a box of the grid per rank,
   // as a geometric partitioner would give (PETSc keeps the slabs: it needs contiguous rows).
   const bool boxes = cfg.partition == "boxes";
   const auto box = boxes ? box_rows(g, rank, p, three) : std::vector<std::int64_t>{};
-  const Rows boxed = boxes ? poisson_rows_at(g, box, three) : Rows{};
+  Rows boxed = boxes ? poisson_rows_at(g, box, three) : Rows{};
+  for (auto& v : boxed.val) v *= cfg.scale;
   const Rows& es_rows = boxes ? boxed : rows;
   const auto values = at::from_blob(const_cast<double*>(es_rows.val.data()),
                                     {static_cast<std::int64_t>(es_rows.val.size())}, at::kDouble).clone();
@@ -346,10 +358,14 @@ int run(const Config& cfg) {
       const auto usage0 = usage();
       if (name.rfind("es_", 0) == 0) {
         const bool jacobi = name.rfind("es_jacobi", 0) == 0;
-        const bool mixed = name.size() > 6 && name.substr(name.size() - 6) == "_mixed";
+        const auto ends = [&](std::string_view suffix) {
+          return name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+        };
         sp::SolveOptions o{.preconditioner = jacobi ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
                            .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false,
-                           .precision = mixed ? sp::Precision::mixed : sp::Precision::working};
+                           .precision = ends("_mixed")    ? sp::Precision::mixed
+                                        : ends("_values") ? sp::Precision::single_values
+                                                          : sp::Precision::working};
         o.preconditioner_options.amg = name == "es_amg_alt" ? amg_settings(cfg, es_request, &cfg.amg_alt_spec) : es_request;
         if (name == "es_amg_f")
           o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
@@ -431,7 +447,8 @@ int run(const Config& cfg) {
         std::pair<std::string, double> best{"", 0.0};
         for (const auto& [name, s] : samples)
           if (name.rfind(prefix, 0) == 0 && name.find("jacobi") == std::string::npos &&
-              name.find("_mixed") == std::string::npos && (best.first.empty() || median(s.total) < best.second))
+              name.find("_mixed") == std::string::npos && name.find("_values") == std::string::npos &&
+              (best.first.empty() || median(s.total) < best.second))
             best = {name, median(s.total)};
         return best;
       };
@@ -464,7 +481,9 @@ int run(const Config& cfg) {
       };
       for (const auto& [mixed, anchor, float64] :
            {std::tuple<std::string, std::string, std::string>{"es_jacobi_mixed", "petsc_jacobi", "es_jacobi"},
-            {"es_amg_mixed", fastest_petsc_amg(), "es_amg"}}) {
+            {"es_jacobi_values", "petsc_jacobi", "es_jacobi"},
+            {"es_amg_mixed", fastest_petsc_amg(), "es_amg"},
+            {"es_amg_values", fastest_petsc_amg(), "es_amg"}}) {
         if (!samples.count(mixed) || anchor.empty() || !samples.count(anchor)) continue;
         const auto& m = samples[mixed].total;
         const auto& a = samples[anchor].total;

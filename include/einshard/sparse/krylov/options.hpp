@@ -75,7 +75,22 @@ enum class Precision {
   /// The matrix keeps a float32 copy of its values (kept while they are unchanged); AMG and custom
   /// preconditioners run in float64 on converted vectors, the others are made for the copy.
   mixed,
+  /// float64 (complex128) matrices: the iterations' products read the float32 (complex64) copy of
+  /// the values into float64 vectors and sums; everything else, the preconditioner included, is
+  /// the working precision's. The recurrence is that of the float64 solve (the iteration counts
+  /// stay), each product streams 4 bytes less per stored entry, and the true residual with the
+  /// float64 matrix corrects the copy's rounding as `mixed` does (native CPU kernels only).
+  single_values,
 };
+
+inline const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::working: return "working";
+    case Precision::mixed: return "mixed";
+    case Precision::single_values: return "single_values";
+  }
+  return "?";
+}
 
 /// Why a solve stopped. The first three are convergence.
 enum class StopReason {
@@ -152,7 +167,8 @@ struct SolveOptions {
   /// every this many iterations; 0: only when the recursive one passes the stop test and the true
   /// one does not. See krylov/pipecg.hpp.
   int residual_replacement = 0;
-  /// `Precision::mixed`: single-precision inner solves refined to this solve's tolerance.
+  /// `Precision::mixed`, `single_values`: single-precision iterations or values, refined to this
+  /// solve's tolerance.
   Precision precision = Precision::working;
 };
 
@@ -173,7 +189,8 @@ struct SolveInfo {
   std::vector<SolveInfo> columns;
   int levels = 0;                      ///< multigrid preconditioners: levels of the hierarchy
   double operator_complexity = 0.0;    ///< multigrid: Σ nnz(A_level) / nnz(A), the setup's memory factor
-  /// `Precision::mixed`: the refinement rounds (true residuals computed in the working precision).
+  /// `Precision::mixed`, `single_values`: the refinement rounds (true residuals computed in the
+  /// working precision).
   int refinements = 0;
 };
 

@@ -109,8 +109,8 @@ struct SolvePipeline {
   static std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> solve_detached(const DSparseTensor& A,
                                                                                         const DVector& b,
                                                                                         const SolveOptions& options);
-  /// `Precision::mixed`: refinement around solves with the matrix's single-precision copy
-  /// (krylov/refinement.hpp). No preconditioner is returned: the backward makes its own.
+  /// `Precision::mixed` and `single_values`: refinement around solves with the matrix's
+  /// single-precision copy (krylov/refinement.hpp). No preconditioner is returned: the backward makes its own.
   static SolveResult solve_mixed(const DSparseTensor& A, const DVector& b, const SolveOptions& options);
   /// `x` (solved already) recorded for autograd as the solution of A x = b, whatever produced it
   /// (a Krylov solve, or Newton at its root with b = -g(x)): the backward solves λ by
@@ -156,9 +156,10 @@ inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& 
   if (options.preconditioner != Preconditioner::none)
     throw Error(what + ": the preconditioner " + std::string(to_string(options.preconditioner)) +
                 " needs a matrix's entries, which an operator does not have; pass custom_preconditioner");
-  if (options.precision == Precision::mixed)
-    throw Error(what + ": precision mixed solves with a single-precision copy of a matrix's values, which an "
-                       "operator does not have; apply your operator in the precision you want");
+  if (options.precision != Precision::working)
+    throw Error(what + ": precision " + to_string(options.precision) +
+                " solves with a single-precision copy of a matrix's values, which an operator does not have; "
+                "apply your operator in the precision you want");
   A.check(b, *A.layout(), what, "");
   if (options.x0) A.check(*options.x0, *A.domain_layout(), what + " (x0)", "");
   const auto bl = b.like(b.local().detach().contiguous());
@@ -172,9 +173,10 @@ inline SolveResult SolvePipeline::solve(const StencilOperator& A, const DVector&
   if (is_least_squares(options.method))
     throw Error(what + ": " + to_string(options.method) +
                 " needs the adjoint product, which a stencil does not offer; solve its assemble()d matrix");
-  if (options.precision == Precision::mixed)
-    throw Error(what + ": precision mixed refines with a matrix's float32 copy; solve the assemble()d matrix, or "
-                       "make the stencil in float32 and refine it yourself");
+  if (options.precision != Precision::working)
+    throw Error(what + ": precision " + to_string(options.precision) +
+                " refines with a matrix's float32 copy; solve the assemble()d matrix, or make the stencil in "
+                "float32 and refine it yourself");
   A.check(b, what);
   if (options.x0) A.check(*options.x0, what + " (x0)");
   const auto bl = b.like(b.local().detach().to(A.dtype()).contiguous());
@@ -301,7 +303,7 @@ EINSHARD_INLINE PreparedPreconditioner SolvePipeline::prepare(const DSparseTenso
 
 EINSHARD_INLINE std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> SolvePipeline::solve_detached(
     const DSparseTensor& A, const DVector& b, const SolveOptions& options) {
-  if (options.precision == Precision::mixed) return {solve_mixed(A, b, options), nullptr};
+  if (options.precision != Precision::working) return {solve_mixed(A, b, options), nullptr};
   const auto m = prepare(A, options);
   auto result = run_method(A, b, m.op.get(), options);
   m.describe(result.info);
@@ -310,7 +312,7 @@ EINSHARD_INLINE std::pair<SolveResult, std::shared_ptr<const PreconditionerOp>> 
 
 EINSHARD_INLINE SolveResult SolvePipeline::solve_mixed(const DSparseTensor& A, const DVector& b,
                                                        const SolveOptions& options) {
-  const auto what = std::string("DSparseTensor::solve (precision mixed)");
+  const auto what = std::string("DSparseTensor::solve (precision ") + to_string(options.precision) + ")";
   if (A.dtype() != at::kDouble && A.dtype() != at::kComplexDouble)
     throw Error(what + ": needs a float64 or complex128 matrix to refine in, got " +
                 std::string(c10::toString(A.dtype())) + "; solve it with Precision::working");
@@ -320,28 +322,47 @@ EINSHARD_INLINE SolveResult SolvePipeline::solve_mixed(const DSparseTensor& A, c
   if (b.local().dim() != 1)
     throw Error(what + ": one right-hand side at a time, got an (n_local, " + std::to_string(b.local().size(1)) +
                 ") block; use Precision::working for blocks");
-  const auto low = inner_dtype(A.dtype());
-  const auto& single =
-      caches(A).inner->get(A.local_.values, A.layout_->comm(), [&A, low] { return A.to(low); });
+  const bool values_only = options.precision == Precision::single_values;
+  const auto& copy =
+      caches(A).inner->get(A.local_.values, A.layout_->comm(), [&A] { return A.to(inner_dtype(A.dtype())); });
+  // single_values: float64 vectors through the copy's values, which the native loops read as they
+  // are; ATen's products (the generic kernels) multiply one dtype, so there the rounded values
+  // are widened again for the solve: the same arithmetic, without the saving.
+  const auto widened = values_only && detail::uses_generic(copy.local_.values)
+                           ? std::optional<DSparseTensor>(A.with_values(copy.local_.values.to(A.dtype())))
+                           : std::nullopt;
+  const auto& single = widened ? *widened : copy;
+  const auto low = values_only ? A.dtype() : inner_dtype(A.dtype());
   // hypre runs in float64 and a custom preconditioner is written for the matrix's dtype: both are
-  // applied in it. The others are made for the single-precision copy (and cached on it).
+  // applied in it, as every preconditioner of single_values' float64 vectors. The others are made
+  // for the single-precision copy (and cached on it).
   const bool working_preconditioner =
-      options.custom_preconditioner || options.preconditioner == Preconditioner::amg;
+      values_only || options.custom_preconditioner || options.preconditioner == Preconditioner::amg;
   const auto m = working_preconditioner ? prepare(A, options) : prepare(single, options);
-  const auto inner_m =
-      working_preconditioner && m.op ? std::make_shared<InnerPrecisionAdapter>(m.op, A.dtype()) : m.op;
+  // The preconditioner for each phase's vectors: made for one, adapted to the other.
+  const auto m_low = working_preconditioner && m.op && !values_only
+                         ? std::make_shared<PrecisionAdapter>(m.op, A.dtype())
+                         : m.op;
+  const auto m_working =
+      !working_preconditioner && m.op ? std::make_shared<PrecisionAdapter>(m.op, low) : m.op;
   const auto working = [&](const at::Tensor& r, const SolveOptions& wo) {
     auto o = wo;
     o.custom_preconditioner = {};
     return run_method(A, DVector(A.layout_, r), working_preconditioner ? m.op.get() : prepare(A, o).op.get(), o);
   };
   auto result = options.method == Method::cg && options.cg_variant == CgVariant::standard
-                    ? mixed_cg(A, single, b, inner_m.get(), options,
-                               [&](const SolveOptions& wo) { return working(b.local(), wo); })
+                    ? mixed_cg(A, single, b, m_working.get(), m_low.get(), low,
+                               values_only ? copy_rounding(A.local_.values, copy.local_.values, A.layout_->comm())
+                                           : kSingleRounding,
+                               options,
+                               // Rounds whose stop test is the true residual: a working-precision
+                               // CG from where a singular copy left x (far along its null space)
+                               // can pass its recursive test short of the true tolerance.
+                               [&](const SolveOptions& wo) { return refine(A, b, A.dtype(), wo, working, working); })
                     : refine(
-                          A, b, options,
+                          A, b, low, options,
                           [&](const at::Tensor& r, const SolveOptions& io) {
-                            return run_method(single, DVector(single.layout_, r), inner_m.get(), io);
+                            return run_method(single, DVector(single.layout_, r), m_low.get(), io);
                           },
                           working);
   m.describe(result.info);

@@ -112,11 +112,11 @@ struct CsrView {
   const V* __restrict av;
 };
 
-/// Row i of the matrix times x.
+/// Row i of the matrix times x (values widened to x's type: see dispatch_vector).
 template <class View, class V>
 inline V row_times(const View& m, std::int64_t i, const V* __restrict x) {
   V s{};
-  for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) s += m.av[k] * x[m.ci[k]];
+  for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) s += static_cast<V>(m.av[k]) * x[m.ci[k]];
   return s;
 }
 
@@ -130,6 +130,20 @@ void dispatch_view(const Csr& a, F&& f) {
     else
       f(CsrView<V, I>{a.rows, a.rowptr.data_ptr<std::int64_t>(), a.col.data_ptr<I>(), a.values.data_ptr<V>()});
   });
+}
+
+/// f(X{}) with X the element type of the vectors a matrix of values V multiplies: V, or V's double-
+/// precision type when `x` holds it. The second is the float32 copy of a float64 matrix applied to
+/// float64 vectors (`Precision::single_values`): each stored entry streams 4 bytes of value instead
+/// of 8 while the vectors and every sum stay in float64.
+template <class V, class F>
+void dispatch_vector(const at::Tensor& x, F&& f) {
+  if constexpr (std::is_same_v<V, float>) {
+    if (x.scalar_type() == at::kDouble) return f(double{});
+  } else if constexpr (std::is_same_v<V, c10::complex<float>>) {
+    if (x.scalar_type() == at::kComplexDouble) return f(c10::complex<double>{});
+  }
+  f(V{});
 }
 
 /// y[i] = alpha * sum_j A[i, j] x[j] + beta * y[i] for rows i in [begin, end). `y` may be a row
@@ -293,46 +307,49 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
                                       const at::Tensor& w, bool boundary_phase, const double* update = nullptr) {
   std::complex<double> dot{};
   dispatch_view(a, [&](auto m) {
-    using V = typename decltype(m)::value_type;
-    const auto* __restrict xv = x.data_ptr<V>();
-    auto* __restrict yv = y.data_ptr<V>();
-    const V* wv = w.defined() && !update ? w.data_ptr<V>() : nullptr;
-    const V keep = update ? static_cast<V>(*update) : V{};
-    const auto* b = boundary.data_ptr<std::int64_t>();
-    const auto nb = boundary.numel();
-    accumulator_t<V> acc{};
-    // Row i's result: stored, and its term of the returned sum.
-    const auto put = [&](std::int64_t i, V s) {
-      if (update) {
-        s += keep * yv[i];
-        acc += static_cast<accumulator_t<V>>(conj_if_complex(s) * s);
-      } else if (wv) {
-        acc += static_cast<accumulator_t<V>>(conj_if_complex(wv[i]) * s);
+    dispatch_vector<typename decltype(m)::value_type>(x, [&](auto x0) {
+      using V = decltype(x0);
+      const auto* __restrict xv = x.data_ptr<V>();
+      auto* __restrict yv = y.data_ptr<V>();
+      const V* wv = w.defined() && !update ? w.data_ptr<V>() : nullptr;
+      const V keep = update ? static_cast<V>(*update) : V{};
+      const auto* b = boundary.data_ptr<std::int64_t>();
+      const auto nb = boundary.numel();
+      accumulator_t<V> acc{};
+      // Row i's result: stored, and its term of the returned sum.
+      const auto put = [&](std::int64_t i, V s) {
+        if (update) {
+          s += keep * yv[i];
+          acc += static_cast<accumulator_t<V>>(conj_if_complex(s) * s);
+        } else if (wv) {
+          acc += static_cast<accumulator_t<V>>(conj_if_complex(wv[i]) * s);
+        }
+        yv[i] = s;
+      };
+      if (!boundary_phase) {
+        interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
+          if (!wv && !update) {
+            for (std::int64_t i = begin; i < end; ++i) yv[i] = row_times(m, i, xv);
+            return;
+          }
+          for (std::int64_t i = begin; i < end; ++i) put(i, row_times(m, i, xv));
+        });
+      } else {
+        const V* __restrict gv = nb > 0 ? g.data_ptr<V>() : nullptr;  // ghost column owned + j is g[j]
+        consecutive_runs(b, nb, [&](std::int64_t k, std::int64_t begin, std::int64_t end) {
+          const auto* st = starts.data_ptr<std::int64_t>() + k - begin;  // st[i]: row i's first ghost entry
+          for (std::int64_t i = begin; i < end; ++i) {
+            const auto split = st[i];
+            V s{};
+            for (std::int64_t e = m.rp[i]; e < split; ++e) s += static_cast<V>(m.av[e]) * xv[m.ci[e]];
+            for (std::int64_t e = split; e < m.rp[i + 1]; ++e)
+              s += static_cast<V>(m.av[e]) * gv[static_cast<std::int64_t>(m.ci[e]) - owned];
+            put(i, s);
+          }
+        });
       }
-      yv[i] = s;
-    };
-    if (!boundary_phase) {
-      interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
-        if (!wv && !update) {
-          for (std::int64_t i = begin; i < end; ++i) yv[i] = row_times(m, i, xv);
-          return;
-        }
-        for (std::int64_t i = begin; i < end; ++i) put(i, row_times(m, i, xv));
-      });
-    } else {
-      const V* __restrict gv = nb > 0 ? g.data_ptr<V>() : nullptr;  // ghost column owned + j is g[j]
-      consecutive_runs(b, nb, [&](std::int64_t k, std::int64_t begin, std::int64_t end) {
-        const auto* st = starts.data_ptr<std::int64_t>() + k - begin;  // st[i]: row i's first ghost entry
-        for (std::int64_t i = begin; i < end; ++i) {
-          const auto split = st[i];
-          V s{};
-          for (std::int64_t e = m.rp[i]; e < split; ++e) s += m.av[e] * xv[m.ci[e]];
-          for (std::int64_t e = split; e < m.rp[i + 1]; ++e) s += m.av[e] * gv[static_cast<std::int64_t>(m.ci[e]) - owned];
-          put(i, s);
-        }
-      });
-    }
-    dot = widen(acc);
+      dot = widen(acc);
+    });
   });
   return dot;
 }
