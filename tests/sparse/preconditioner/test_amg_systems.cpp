@@ -180,6 +180,10 @@ TEST_CASE("Systems AMG on elasticity assembled element by element: the dense sol
     sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10, .maxiter = 1000};
     o.preconditioner_options.amg = amg;
     const auto s = D.solve(D.scatter(b), o);
+    INFO("functions " << amg.functions << ", nodal " << amg.nodal << ", near-null vectors "
+                      << (amg.near_null_space.defined() ? amg.near_null_space.size(1) : 0) << ": "
+                      << sp::to_string(s.info.reason) << " after " << s.info.iterations << " iterations, levels "
+                      << s.info.levels << ", complexity " << s.info.operator_complexity);
     CHECK(s.info.converged);
     CHECK(es::testing::relative_error(s.x.full_tensor(), ref) < 1e-7);
     CHECK(es::testing::same_on_every_rank(s.info.iterations, w.comm));
