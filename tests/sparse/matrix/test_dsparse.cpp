@@ -182,7 +182,7 @@ TEST_CASE("halo products whose neighbours take runs of rows and gathered rows, s
     return at::tensor(v, at::kLong).view({static_cast<std::int64_t>(v.size())});
   };
   for (const auto dtype : {at::kDouble, at::kComplexDouble})
-    for (const auto [m, n] : {std::pair<std::int64_t, std::int64_t>{40, 40}, {47, 31}}) {
+    for (const auto& [m, n] : {std::pair<std::int64_t, std::int64_t>{40, 40}, {47, 31}}) {
       // A band around the diagonal of the m x n rectangle, and one far column per row of the first half.
       auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
       const auto ii = at::arange(m, at::kLong).unsqueeze(1), jj = at::arange(n, at::kLong).unsqueeze(0);
