@@ -211,7 +211,7 @@ bool fftw_transform(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at:
 /// The local transform on FFTW, or nothing when FFTW does not take it (see local_fft). `into`, when
 /// given, is the destination (the output's shape and dtype, checked by the caller).
 inline std::optional<at::Tensor> fftw_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef dims,
-                                          at::IntArrayRef lengths, bool owned, const at::Tensor& into) {
+                                          at::IntArrayRef lengths, bool owned, const at::Tensor& into, double scale) {
   const bool complex_in = x.scalar_type() == at::kComplexDouble || x.scalar_type() == at::kComplexFloat;
   const bool real_in = x.scalar_type() == at::kDouble || x.scalar_type() == at::kFloat;
   FftwKind kind = FftwKind::c2c;
@@ -243,11 +243,15 @@ inline std::optional<at::Tensor> fftw_fft(const at::Tensor& x, plan::FftOp op, a
   const auto complex = complex_in ? x.scalar_type() : c10::toComplexType(x.scalar_type());
   const auto out_dtype = kind == FftwKind::c2r ? c10::toRealValueType(complex) : complex;
   // c2r overwrites its input (FFTW_DESTROY_INPUT, the only choice for more than one axis), so it
-  // works on a copy unless the input is the caller's temporary.
+  // works on a copy unless the input is the caller's temporary. The copy carries the norm's scale
+  // (the transform is linear): one pass over the data instead of a copy and a scaling.
   auto source = x;
+  bool scaled = scale == 1;
   if (kind == FftwKind::c2r && !owned) {
     source = comm::pooled_empty(x.sizes(), x.options());
-    source.copy_(x);
+    if (scaled) source.copy_(x);
+    else at::mul_out(source, x, at::scalar_tensor(scale, at::TensorOptions().dtype(c10::toRealValueType(x.scalar_type()))));
+    scaled = true;
   }
   source = source.resolve_conj();
   // The destination: `into` when FFTW can write there (not overlapping the input unless it is the
@@ -268,6 +272,7 @@ inline std::optional<at::Tensor> fftw_fft(const at::Tensor& x, plan::FftOp op, a
                         ? fftw_transform<double>(kind, source, out, order, op == plan::FftOp::inverse || kind == FftwKind::c2r)
                         : fftw_transform<float>(kind, source, out, order, op == plan::FftOp::inverse || kind == FftwKind::c2r);
   if (!done) return std::nullopt;
+  if (!scaled) out.mul_(scale);
   return out;
 }
 
@@ -286,14 +291,13 @@ inline at::Tensor local_fft(const at::Tensor& x, plan::FftOp op, at::IntArrayRef
 #if defined(EINSHARD_HAS_FFTW)
   if (local_fft_backend() == LocalFft::automatic && !comm::records(x) && x.device().is_cpu() &&
       (!into.defined() || !comm::records(into))) {
-    if (auto y = detail::fftw_fft(x, op, dims, lengths, owned, into)) {
-      const bool inverse = op == plan::FftOp::inverse || op == plan::FftOp::real_inverse;
-      double n = 1;
-      for (std::size_t i = 0; i < dims.size(); ++i)
-        n *= static_cast<double>(op == plan::FftOp::real_inverse ? lengths[i] : x.size(dims[i]));
-      const auto mode = norm.value_or("backward");
-      const double scale = mode == "ortho" ? 1 / std::sqrt(n) : (mode == "forward") != inverse ? 1 / n : 1;
-      if (scale != 1) y->mul_(scale);
+    const bool inverse = op == plan::FftOp::inverse || op == plan::FftOp::real_inverse;
+    double n = 1;
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      n *= static_cast<double>(op == plan::FftOp::real_inverse ? lengths[i] : x.size(dims[i]));
+    const auto mode = norm.value_or("backward");
+    const double scale = mode == "ortho" ? 1 / std::sqrt(n) : (mode == "forward") != inverse ? 1 / n : 1;
+    if (auto y = detail::fftw_fft(x, op, dims, lengths, owned, into, scale)) {
       if (into.defined() && !y->is_same(into)) return into.copy_(*y);
       return *y;
     }
