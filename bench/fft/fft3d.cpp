@@ -18,7 +18,12 @@
 // transpose (an einshard repartition, the all-to-all(v) einfft runs). FFTW's own transpose is timed with fftw_mpi_plan_many_transpose over
 // the same data, so "transpose" can be compared directly.
 //
-//   mpirun -n P einshard_bench_fft [--n 128|256|N] [--iters R]
+//   mpirun -n P einshard_bench_fft [--n 128|256|N] [--iters R] [--planner measure|patient|estimate]
+//                                  [--wisdom FILE]
+//
+// --planner sets FFTW's planner effort on both sides (FFTW-MPI's flags and es::exec::fftw_planner()).
+// --wisdom FILE: read FFTW wisdom from FILE before planning when it exists, and write it there after
+// (rank 0) when it did not: a patient run plans once. Both sides share the process's FFTW wisdom.
 //
 // einshard runs twice per round: with its default local FFTs (FFTW when built with it) and with
 // torch's (`einshard_torch_fft_ms`, exec::LocalFft::torch).
@@ -44,6 +49,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -66,9 +72,12 @@ int main(int argc, char** argv) {
   {
     std::int64_t n = 128;
     int iters = 0;
+    std::string planner = "measure", wisdom;
     einshard_bench::for_each_option(argc, argv, [&](const std::string& a, const auto& value) {
       if (a == "--n") n = std::stoll(value());
       else if (a == "--iters") iters = std::stoi(value());
+      else if (a == "--planner") planner = value();
+      else if (a == "--wisdom") wisdom = value();
       else return false;
       return true;
     });
@@ -79,6 +88,12 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &P);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     es::Mesh mesh(MPI_COMM_WORLD, {P}, {"p"});
+    const unsigned flags = planner == "patient" ? FFTW_PATIENT : planner == "estimate" ? FFTW_ESTIMATE : FFTW_MEASURE;
+    es::exec::fftw_planner() = planner == "patient"    ? es::exec::FftwPlanner::patient
+                               : planner == "estimate" ? es::exec::FftwPlanner::estimate
+                                                       : es::exec::FftwPlanner::measure;
+    const bool had_wisdom = !wisdom.empty() && std::ifstream(wisdom).good();
+    if (had_wisdom) es::exec::load_fftw_wisdom(wisdom);
 
     ptrdiff_t n0 = 0, s0 = 0, n1 = 0, s1 = 0;
     const auto alloc = fftw_mpi_local_size_3d_transposed(n, n, n, MPI_COMM_WORLD, &n0, &s0, &n1, &s1);
@@ -86,16 +101,16 @@ int main(int argc, char** argv) {
     auto* out = fftw_alloc_complex(static_cast<std::size_t>(alloc));
     auto* tin = fftw_alloc_complex(static_cast<std::size_t>(alloc));
     auto* tout = fftw_alloc_complex(static_cast<std::size_t>(alloc));
-    fftw_plan standard = fftw_mpi_plan_dft_3d(n, n, n, in, out, MPI_COMM_WORLD, FFTW_FORWARD, FFTW_MEASURE);
+    fftw_plan standard = fftw_mpi_plan_dft_3d(n, n, n, in, out, MPI_COMM_WORLD, FFTW_FORWARD, flags);
     fftw_plan transposed = fftw_mpi_plan_dft_3d(n, n, n, in, out, MPI_COMM_WORLD, FFTW_FORWARD,
-                                                FFTW_MEASURE | FFTW_MPI_TRANSPOSED_OUT);
-    fftw_plan standard_ip = fftw_mpi_plan_dft_3d(n, n, n, in, in, MPI_COMM_WORLD, FFTW_FORWARD, FFTW_MEASURE);
+                                                flags | FFTW_MPI_TRANSPOSED_OUT);
+    fftw_plan standard_ip = fftw_mpi_plan_dft_3d(n, n, n, in, in, MPI_COMM_WORLD, FFTW_FORWARD, flags);
     fftw_plan transposed_ip = fftw_mpi_plan_dft_3d(n, n, n, in, in, MPI_COMM_WORLD, FFTW_FORWARD,
-                                                   FFTW_MEASURE | FFTW_MPI_TRANSPOSED_OUT);
+                                                   flags | FFTW_MPI_TRANSPOSED_OUT);
     // FFTW's global transpose of the same data: an n x n matrix (x, y) of n complex (2n doubles).
     fftw_plan transpose = fftw_mpi_plan_many_transpose(
         n, n, 2 * n, FFTW_MPI_DEFAULT_BLOCK, FFTW_MPI_DEFAULT_BLOCK, reinterpret_cast<double*>(tin),
-        reinterpret_cast<double*>(tout), MPI_COMM_WORLD, FFTW_MEASURE);
+        reinterpret_cast<double*>(tout), MPI_COMM_WORLD, flags);
 
     at::manual_seed(static_cast<std::uint64_t>(1234 + rank));
     const auto x = at::randn({n0, n, n}, at::kComplexDouble);
@@ -184,18 +199,19 @@ int main(int argc, char** argv) {
             "\"einshard_min_ms\":%.3f,\"fftw_min_ms\":%.3f,\"einshard_local_fft_ms\":%.3f,"
             "\"einshard_transpose_ms\":%.3f,\"einshard_transposes\":%d,\"fftw_transpose_ms\":%.3f,"
             "\"fftw_local_fft_ms\":%.3f,\"einshard_torch_fft_ms\":%.3f,\"local_fft\":\"%s\",\"iters\":%d,"
-            "\"max_rel_err\":%.2e,\"fftw_inplace_ms\":%.3f,\"einshard_out_ms\":%.3f,\"out_in_place\":%s,"
+            "\"planner\":\"%s\",\"max_rel_err\":%.2e,\"fftw_inplace_ms\":%.3f,\"einshard_out_ms\":%.3f,\"out_in_place\":%s,"
             "\"ratio_inplace\":%.3f,\"ratio_inplace_paired\":%.3f,\"ratio_out_inplace\":%.3f,"
             "\"ratio_out_inplace_paired\":%.3f}\n",
             static_cast<long long>(n), P, l.name, es_ms, fftw_ms, es_ms / fftw_ms, median(paired),
             *std::min_element(t_es.begin(), t_es.end()), *std::min_element(t_fftw.begin(), t_fftw.end()),
             local_ms, trans_ms,
             transposes, fftw_tr_ms, fftw_ms - fftw_tr_ms, median(t_es_torch),
-            es::exec::has_fftw() ? "fftw" : "torch", iters, err, median(t_ip), median(t_out),
+            es::exec::has_fftw() ? "fftw" : "torch", iters, planner.c_str(), err, median(t_ip), median(t_out),
             in_place ? "true" : "false", es_ms / median(t_ip), median(paired_ip), median(t_out) / median(t_ip),
             median(paired_out_ip));
       std::fflush(stdout);
     }
+    if (!wisdom.empty() && !had_wisdom && rank == 0) es::exec::save_fftw_wisdom(wisdom);
     fftw_destroy_plan(standard);
     fftw_destroy_plan(transposed);
     fftw_destroy_plan(standard_ip);

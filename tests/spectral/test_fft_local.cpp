@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>  // last: its CHECK must win over any logging macro of the same name
 
+#include <cstdio>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -191,4 +193,64 @@ TEST_CASE("einfft local: the FFTW backend equals torch's FFT, strided and every 
         }
     }
   }
+}
+
+TEST_CASE("einfft local: FFTW's routes, planner efforts and wisdom", "[spectral][fft]") {
+  // An out-of-place pass runs as FFTW's own out-of-place plan or as a copy into the output and a
+  // plan in place there, whichever planning timed faster: both routes, forced, at each effort, must
+  // give torch's transform and leave the input as it was.
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  at::manual_seed(23);
+  at::NoGradGuard no_grad;
+  struct Restore {
+    ~Restore() {
+      es::exec::fftw_planner() = es::exec::FftwPlanner::measure;
+#if defined(EINSHARD_HAS_FFTW)
+      es::exec::detail::fftw_routing() = es::exec::detail::FftwRouting::timed;
+#endif
+    }
+  } restore;
+  const auto x = at::randn({12, 10, 16}, at::kComplexDouble);
+  const auto before = x.clone();
+  const auto want = at::fft_fftn(x, std::nullopt, at::IntArrayRef{0, 2});
+  const auto want_all = at::fft_ifftn(x, std::nullopt, std::nullopt, "ortho");
+  using es::exec::FftwPlanner;
+  for (const auto planner : {FftwPlanner::estimate, FftwPlanner::measure}) {
+#if defined(EINSHARD_HAS_FFTW)
+    using es::exec::detail::FftwRouting;
+    for (const auto routing : {FftwRouting::direct, FftwRouting::copy_first, FftwRouting::timed}) {
+      es::exec::detail::fftw_routing() = routing;
+      INFO("routing " << static_cast<int>(routing));
+#else
+    {
+#endif
+      es::exec::fftw_planner() = planner;
+      INFO("planner " << static_cast<int>(planner));
+      auto kept = at::full({12, 10, 16}, 7.0, at::kComplexDouble);
+      (void)es::einfft_out<"a b c -> ka b kc">(kept, x, {.axes = {{"a", "ka"}, {"c", "kc"}}});
+      CHECK(at::allclose(kept, want, 1e-10, 1e-10));
+      // Into a tensor whose memory order is another (as a transposed output's last pass writes).
+      auto block = at::full({10, 12, 16}, 7.0, at::kComplexDouble);
+      const auto into = block.permute({1, 0, 2});
+      const auto got = es::exec::local_fft(x, es::plan::FftOp::inverse, {0, 1, 2}, {12, 10, 16}, "ortho", false, into);
+      CHECK(got.is_same(into));
+      CHECK(at::allclose(into, want_all, 1e-10, 1e-10));
+      CHECK(at::equal(x, before));
+    }
+  }
+  const auto path = std::string("einshard_test_wisdom_") + std::to_string(rank) + ".txt";
+  if (es::exec::has_fftw()) {
+    es::exec::save_fftw_wisdom(path);
+    es::exec::load_fftw_wisdom(path);  // what it saved reads back
+    {
+      std::ofstream(path) << "not wisdom";
+    }
+    CHECK_THROWS_WITH(es::exec::load_fftw_wisdom(path), Catch::Contains("holds no FFTW wisdom"));
+    CHECK_THROWS_WITH(es::exec::load_fftw_wisdom(path + ".missing"), Catch::Contains("cannot read"));
+  } else {
+    CHECK_THROWS_WITH(es::exec::save_fftw_wisdom(path), Catch::Contains("built without FFTW"));
+    CHECK_THROWS_WITH(es::exec::load_fftw_wisdom(path), Catch::Contains("built without FFTW"));
+  }
+  std::remove(path.c_str());
 }

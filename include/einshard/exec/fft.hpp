@@ -291,9 +291,18 @@ inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const at::Tensor& i
     }
     if (s.kind == plan::FftStage::Kind::move) {
       const auto& p = call.programs[i];
-      const bool direct = last && into.defined() && !comm::records(x) && !into.is_alias_of(x) &&
-                          p.steps.size() == 1 && p.steps[0].kind == plan::StepKind::redistribute;
-      x = direct ? static_cast<const RedistributeOp&>(*p.ops[0]).forward_into(x, into) : run(p, x);
+      const bool exchange = into.defined() && !comm::records(x) && !into.is_alias_of(x) && p.steps.size() == 1 &&
+                            p.steps[0].kind == plan::StepKind::redistribute;
+      const auto* op = exchange ? static_cast<const RedistributeOp*>(p.ops[0].get()) : nullptr;
+      // The exchange writes into the caller's tensor when it is the last stage, or when a complex
+      // FFT of the same shape follows and ends the call: that FFT then runs in place there, and no
+      // copy into `into` follows.
+      const bool before_last_fft = exchange && i + 2 == stages.size() &&
+                                   stages[i + 1].kind == plan::FftStage::Kind::fft &&
+                                   (stages[i + 1].op == plan::FftOp::forward || stages[i + 1].op == plan::FftOp::inverse) &&
+                                   into.scalar_type() == x.scalar_type() &&
+                                   into.sizes() == at::IntArrayRef(op->forward_schedule.out_shape);
+      x = exchange && (last || before_last_fft) ? op->forward_into(x, into) : run(p, x);
       continue;
     }
     if (s.kind == plan::FftStage::Kind::factored) {
@@ -302,9 +311,10 @@ inline at::Tensor run_fft(const FftCall& call, at::Tensor x, const at::Tensor& i
     }
     std::vector<std::int64_t> lengths;
     for (auto d : s.dims) lengths.push_back(call.problem.axes[static_cast<std::size_t>(d)].out_length);
-    // A stage's own result (not the input, nor a view of it) may be transformed in place.
-    x = local_fft(x, s.op, s.dims, lengths, call.norm, !comm::records(x) && !x.is_alias_of(input),
-                  last ? into : at::Tensor());
+    // A stage's own result (not the input, nor a view of it) may be transformed in place, and so may
+    // the caller's output tensor (which may be the input: einfft_out in place).
+    x = local_fft(x, s.op, s.dims, lengths, call.norm,
+                  !comm::records(x) && (!x.is_alias_of(input) || x.is_same(into)), last ? into : at::Tensor());
   }
   if (into.defined() && !x.is_same(into)) return into.copy_(x);
   return x;

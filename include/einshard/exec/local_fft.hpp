@@ -20,8 +20,13 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -31,6 +36,7 @@
 
 #include "einshard/comm/autograd.hpp"
 #include "einshard/comm/pool.hpp"
+#include "einshard/error.hpp"
 #include "einshard/plan/fft.hpp"
 
 #if defined(EINSHARD_HAS_FFTW)
@@ -51,6 +57,27 @@ inline LocalFft& local_fft_backend() {
   return backend;
 }
 
+/// How hard FFTW's planner works on each local pass it plans (its planner flags). Process-wide, read
+/// when a pass of a new shape is planned; plans already made stay. `EINSHARD_FFTW_PLANNER`
+/// (`estimate`, `measure`, `patient`) sets it at start-up.
+enum class FftwPlanner {
+  estimate,  ///< FFTW_ESTIMATE: no measuring, plans at once, slower passes
+  measure,   ///< FFTW_MEASURE (the default): a second or two per large new shape
+  patient,   ///< FFTW_PATIENT: minutes per large shape, passes up to 1.6x faster; keep its wisdom
+};
+
+inline FftwPlanner& fftw_planner() {
+  static FftwPlanner planner = [] {
+    const char* v = std::getenv("EINSHARD_FFTW_PLANNER");
+    const std::string text = v == nullptr ? "measure" : v;
+    if (text == "estimate") return FftwPlanner::estimate;
+    if (text == "measure" || text.empty()) return FftwPlanner::measure;
+    if (text == "patient") return FftwPlanner::patient;
+    throw Error("EINSHARD_FFTW_PLANNER='" + text + "': expected estimate, measure or patient");
+  }();
+  return planner;
+}
+
 /// Whether this build has the FFTW backend.
 constexpr bool has_fftw() noexcept {
 #if defined(EINSHARD_HAS_FFTW)
@@ -62,6 +89,14 @@ constexpr bool has_fftw() noexcept {
 
 #if defined(EINSHARD_HAS_FFTW)
 namespace detail {
+
+/// How an out-of-place pass is routed: as planning's timing says, or always one way (tests).
+enum class FftwRouting { timed, direct, copy_first };
+
+inline FftwRouting& fftw_routing() {
+  static FftwRouting routing = FftwRouting::timed;
+  return routing;
+}
 
 /// The three transform kinds FFTW plans for einfft: complex to complex, real to half-complex
 /// (r2c, the last transformed axis halved to n/2+1) and back (c2r).
@@ -99,6 +134,8 @@ struct Fftw<double> {
   static void* alloc(std::size_t bytes) { return fftw_malloc(bytes); }
   static void free(void* p) { fftw_free(p); }
   static int alignment(void* p) { return fftw_alignment_of(static_cast<double*>(p)); }
+  static char* export_wisdom() { return fftw_export_wisdom_to_string(); }
+  static bool import_wisdom(const char* text) { return fftw_import_wisdom_from_string(text) != 0; }
 };
 
 template <>
@@ -130,6 +167,8 @@ struct Fftw<float> {
   static void* alloc(std::size_t bytes) { return fftwf_malloc(bytes); }
   static void free(void* p) { fftwf_free(p); }
   static int alignment(void* p) { return fftwf_alignment_of(static_cast<float*>(p)); }
+  static char* export_wisdom() { return fftwf_export_wisdom_to_string(); }
+  static bool import_wisdom(const char* text) { return fftwf_import_wisdom_from_string(text) != 0; }
 };
 
 /// The elements a tensor of `sizes` and `strides` reaches (its span in memory).
@@ -146,9 +185,10 @@ class FftwPlans {
   using Api = Fftw<Real>;
 
  public:
-  /// kind, sign, in place, input sizes and strides, output sizes and strides, transformed dims (in
-  /// order). An out-of-place plan must never run in place (FFTW may use its output as scratch).
-  using Key = std::tuple<int, int, bool, std::vector<std::int64_t>, std::vector<std::int64_t>,
+  /// kind, sign, in place, planner, routing, input sizes and strides, output sizes and strides,
+  /// transformed dims (in order). An out-of-place plan must never run in place (FFTW may use its
+  /// output as scratch).
+  using Key = std::tuple<int, int, bool, int, int, std::vector<std::int64_t>, std::vector<std::int64_t>,
                          std::vector<std::int64_t>, std::vector<std::int64_t>, std::vector<std::int64_t>>;
 
   static FftwPlans& instance() {
@@ -158,15 +198,74 @@ class FftwPlans {
   FftwPlans(const FftwPlans&) = delete;
   FftwPlans& operator=(const FftwPlans&) = delete;
 
-  /// The plan of a transform over `dims` (the half axis last for r2c and c2r) from `x` into `y`
+  /// Runs `f` holding the planner's lock: FFTW's planner, which wisdom also reaches, is not
+  /// thread-safe.
+  template <class F>
+  auto locked(F&& f) {
+    std::lock_guard lock(mutex_);
+    return f();
+  }
+
+  /// How an out-of-place transform runs: its own plan, or a copy of the input into the output
+  /// and a plan in place there. FFTW's out-of-place plans that keep their input (c2c's default)
+  /// are 1.3-2.1x slower than a copy plus an in-place plan when the transform runs along a strided
+  /// axis (docs/performance.md), and faster along the contiguous one, so planning times both.
+  struct Route {
+    typename Api::Plan plan = nullptr;
+    bool copy_first = false;
+  };
+
+  /// The route of a transform over `dims` (the half axis last for r2c and c2r) from `x` into `y`
   /// (their sizes and strides; in place when they share data), for data with the alignment
-  /// fftw_malloc gives (callers check theirs); null if FFTW cannot plan it.
-  typename Api::Plan get(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at::IntArrayRef dims, int sign) {
+  /// fftw_malloc gives (callers check theirs); a null plan if FFTW cannot plan it.
+  Route get(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at::IntArrayRef dims, int sign) {
     const bool in_place = x.data_ptr() == y.data_ptr();
-    Key key{static_cast<int>(kind), sign, in_place, x.sizes().vec(), x.strides().vec(), y.sizes().vec(),
-            y.strides().vec(), dims.vec()};
+    const auto planner = fftw_planner();
+    const auto routing = fftw_routing();
+    Key key{static_cast<int>(kind), sign, in_place, static_cast<int>(planner), static_cast<int>(routing),
+            x.sizes().vec(), x.strides().vec(), y.sizes().vec(), y.strides().vec(), dims.vec()};
     std::lock_guard lock(mutex_);
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+    const unsigned flags = planner == FftwPlanner::estimate  ? FFTW_ESTIMATE
+                           : planner == FftwPlanner::patient ? FFTW_PATIENT
+                                                             : FFTW_MEASURE;
+    const auto in_bytes = static_cast<std::size_t>(span_of(x.sizes(), x.strides()) * x.element_size());
+    const auto out_bytes = static_cast<std::size_t>(span_of(y.sizes(), y.strides()) * y.element_size());
+    // Planning measures on scratch arrays: never on the caller's data.
+    auto* in = Api::alloc(in_place ? std::max(in_bytes, out_bytes) : in_bytes);
+    auto* out = in_place ? in : Api::alloc(out_bytes);
+    Route route{plan(kind, x, y, dims, in, out, sign, flags)};
+    // Without measuring (estimate) the direct plan stands.
+    const bool choose = !in_place && kind == FftwKind::c2c && route.plan != nullptr && routing != FftwRouting::direct &&
+                        (routing == FftwRouting::copy_first || planner != FftwPlanner::estimate);
+    if (choose) {
+      if (const auto copying = plan(kind, y, y, dims, out, out, sign, flags)) {
+        bool faster = routing == FftwRouting::copy_first;
+        if (!faster) {
+          const auto scratch_in = at::from_blob(in, x.sizes(), x.strides(), x.options());
+          const auto scratch_out = at::from_blob(out, y.sizes(), y.strides(), y.options());
+          std::memset(in, 0, in_bytes);
+          const auto direct = fastest([&] { Api::execute(kind, route.plan, in, out); });
+          const auto copied = fastest([&] {
+            scratch_out.copy_(scratch_in);
+            Api::execute(kind, copying, out, out);
+          });
+          faster = copied < direct;
+        }
+        if (faster) route = {copying, true};
+      }
+    }
+    Api::free(in);
+    if (!in_place) Api::free(out);
+    plans_.emplace(std::move(key), route);
+    return route;
+  }
+
+ private:
+  FftwPlans() = default;
+
+  static typename Api::Plan plan(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at::IntArrayRef dims,
+                                 void* in, void* out, int sign, unsigned flags) {
     // FFTW's logical length of an axis is the real one: the input's for r2c, the output's for c2r.
     const auto& real = kind == FftwKind::c2r ? y : x;
     std::vector<fftw_iodim64> along, batch;
@@ -174,23 +273,25 @@ class FftwPlans {
     for (std::int64_t d = 0; d < x.dim(); ++d)
       if (std::find(dims.begin(), dims.end(), d) == dims.end() && x.size(d) > 1)
         batch.push_back({x.size(d), x.stride(d), y.stride(d)});
-    const auto in_bytes = static_cast<std::size_t>(span_of(x.sizes(), x.strides()) * x.element_size());
-    const auto out_bytes = static_cast<std::size_t>(span_of(y.sizes(), y.strides()) * y.element_size());
-    // Planning measures on scratch arrays: never on the caller's data.
-    auto* in = Api::alloc(in_place ? std::max(in_bytes, out_bytes) : in_bytes);
-    auto* out = in_place ? in : Api::alloc(out_bytes);
-    const auto plan = Api::plan(kind, static_cast<int>(along.size()), along.data(), static_cast<int>(batch.size()),
-                                batch.data(), in, out, sign, FFTW_MEASURE);
-    Api::free(in);
-    if (!in_place) Api::free(out);
-    plans_.emplace(std::move(key), plan);
-    return plan;
+    return Api::plan(kind, static_cast<int>(along.size()), along.data(), static_cast<int>(batch.size()), batch.data(),
+                     in, out, sign, flags);
   }
 
- private:
-  FftwPlans() = default;
+  /// The shorter of two timed runs of `f`, in seconds.
+  template <class F>
+  static double fastest(F&& f) {
+    double best = 0;
+    for (int i = 0; i < 2; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      f();
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = i == 0 ? t : std::min(best, t);
+    }
+    return best;
+  }
+
   std::mutex mutex_;
-  std::map<Key, typename Api::Plan> plans_;
+  std::map<Key, Route> plans_;
 };
 
 /// FFTW's unnormalized transform (sign −1 forward) of `x` over `dims` into `y` (in place when they
@@ -202,9 +303,14 @@ bool fftw_transform(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at:
   if (x.numel() == 0 || x.is_conj() || y.is_conj() || Api::alignment(x.data_ptr()) != 0 ||
       Api::alignment(y.data_ptr()) != 0)
     return false;
-  const auto plan = FftwPlans<Real>::instance().get(kind, x, y, dims, inverse ? FFTW_BACKWARD : FFTW_FORWARD);
-  if (plan == nullptr) return false;
-  Api::execute(kind, plan, x.data_ptr(), y.data_ptr());
+  const auto route = FftwPlans<Real>::instance().get(kind, x, y, dims, inverse ? FFTW_BACKWARD : FFTW_FORWARD);
+  if (route.plan == nullptr) return false;
+  if (route.copy_first) {
+    y.copy_(x);
+    Api::execute(kind, route.plan, y.data_ptr(), y.data_ptr());
+  } else {
+    Api::execute(kind, route.plan, x.data_ptr(), y.data_ptr());
+  }
   return true;
 }
 
@@ -276,8 +382,63 @@ inline std::optional<at::Tensor> fftw_fft(const at::Tensor& x, plan::FftOp op, a
   return out;
 }
 
+/// This precision's wisdom, as FFTW writes it.
+template <class Real>
+std::string wisdom_text() {
+  return FftwPlans<Real>::instance().locked([] {
+    char* text = Fftw<Real>::export_wisdom();
+    std::string kept = text == nullptr ? "" : text;
+    std::free(text);
+    return kept;
+  });
+}
+
+template <class Real>
+bool load_wisdom_text(const std::string& text) {
+  return FftwPlans<Real>::instance().locked([&] { return Fftw<Real>::import_wisdom(text.c_str()); });
+}
+
 }  // namespace detail
 #endif
+
+/// Writes the process's FFTW wisdom (what its planner learned of every pass planned so far, float64
+/// and float32) to `path`, so that a later run's `load_fftw_wisdom` plans those passes at once:
+/// how `FftwPlanner::patient` pays off. One rank writes it; every rank may load it.
+inline void save_fftw_wisdom(const std::string& path) {
+#if defined(EINSHARD_HAS_FFTW)
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << detail::wisdom_text<double>() << detail::wisdom_text<float>();
+  if (!file.flush())
+    throw Error("save_fftw_wisdom: cannot write '" + path + "'");
+#else
+  throw Error("save_fftw_wisdom('" + path + "'): einshard was built without FFTW (EINSHARD_HAS_FFTW); "
+              "install FFTW 3 (Debian: libfftw3-dev) and rebuild");
+#endif
+}
+
+/// Reads wisdom `save_fftw_wisdom` wrote (or FFTW's own `fftw-wisdom` tool, double and float
+/// wisdom in one file) into the process's planner; passes planned afterwards use it. A file that
+/// cannot be read or holds no FFTW wisdom raises `Error`.
+inline void load_fftw_wisdom(const std::string& path) {
+#if defined(EINSHARD_HAS_FFTW)
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Error("load_fftw_wisdom: cannot read '" + path + "'");
+  const std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  // FFTW reads one precision's wisdom per call: the float32 part begins at its "(fftw-... fftwf_wisdom".
+  auto split = text.find("fftwf_wisdom");
+  split = split == std::string::npos ? text.size() : text.rfind('(', split);
+  if (split == std::string::npos) split = 0;
+  const auto first = text.substr(0, split);
+  const auto second = text.substr(split);
+  const bool has_double = first.find("fftw_wisdom") != std::string::npos;
+  const bool ok = (has_double || !second.empty()) && (!has_double || detail::load_wisdom_text<double>(first)) &&
+                  (second.empty() || detail::load_wisdom_text<float>(second));
+  if (!ok) throw Error("load_fftw_wisdom: '" + path + "' holds no FFTW wisdom this FFTW can read");
+#else
+  throw Error("load_fftw_wisdom('" + path + "'): einshard was built without FFTW (EINSHARD_HAS_FFTW); "
+              "install FFTW 3 (Debian: libfftw3-dev) and rebuild");
+#endif
+}
 
 /// The local FFT over `dims` of `x` (c2r: `lengths` are the output lengths of `dims`), with torch's
 /// norm conventions. `owned`: `x` is a temporary of the caller's that nothing else refers to, so
