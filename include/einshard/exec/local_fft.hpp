@@ -206,14 +206,23 @@ class FftwPlans {
     return f();
   }
 
-  /// How an out-of-place transform runs: its own plan, or a copy of the input into the output
-  /// and a plan in place there. FFTW's out-of-place plans that keep their input (c2c's default)
-  /// are 1.3-2.1x slower than a copy plus an in-place plan when the transform runs along a strided
-  /// axis (docs/performance.md), and faster along the contiguous one, so planning times both.
+  /// How an out-of-place transform runs: its own plan, or a copy of the input into the output's
+  /// memory and a plan in place there. FFTW's out-of-place plans that keep their input (c2c's
+  /// default) are up to 2.6x slower than a copy plus an in-place plan when the transform runs along
+  /// a strided axis (docs/fft.md), and faster along the contiguous one, so planning times both.
+  /// When both layouts are dense the copy keeps the input's order (a plain copy) and the in-place
+  /// plan writes the output's: FFTW reorders in place faster than a strided copy does.
   struct Route {
     typename Api::Plan plan = nullptr;
     bool copy_first = false;
   };
+
+  /// Where the copy route copies the input: the output's memory in the input's order when both
+  /// are dense, else the output itself.
+  static at::Tensor copy_target(const at::Tensor& x, const at::Tensor& y) {
+    return x.is_non_overlapping_and_dense() && y.is_non_overlapping_and_dense() ? y.as_strided(x.sizes(), x.strides())
+                                                                               : y;
+  }
 
   /// The route of a transform over `dims` (the half axis last for r2c and c2r) from `x` into `y`
   /// (their sizes and strides; in place when they share data), for data with the alignment
@@ -239,15 +248,15 @@ class FftwPlans {
     const bool choose = !in_place && kind == FftwKind::c2c && route.plan != nullptr && routing != FftwRouting::direct &&
                         (routing == FftwRouting::copy_first || planner != FftwPlanner::estimate);
     if (choose) {
-      if (const auto copying = plan(kind, y, y, dims, out, out, sign, flags)) {
+      const auto scratch_in = at::from_blob(in, x.sizes(), x.strides(), x.options());
+      const auto scratch_copy = copy_target(x, at::from_blob(out, y.sizes(), y.strides(), y.options()));
+      if (const auto copying = plan(kind, scratch_copy, y, dims, out, out, sign, flags)) {
         bool faster = routing == FftwRouting::copy_first;
         if (!faster) {
-          const auto scratch_in = at::from_blob(in, x.sizes(), x.strides(), x.options());
-          const auto scratch_out = at::from_blob(out, y.sizes(), y.strides(), y.options());
           std::memset(in, 0, in_bytes);
           const auto direct = fastest([&] { Api::execute(kind, route.plan, in, out); });
           const auto copied = fastest([&] {
-            scratch_out.copy_(scratch_in);
+            scratch_copy.copy_(scratch_in);
             Api::execute(kind, copying, out, out);
           });
           faster = copied < direct;
@@ -306,7 +315,7 @@ bool fftw_transform(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at:
   const auto route = FftwPlans<Real>::instance().get(kind, x, y, dims, inverse ? FFTW_BACKWARD : FFTW_FORWARD);
   if (route.plan == nullptr) return false;
   if (route.copy_first) {
-    y.copy_(x);
+    FftwPlans<Real>::copy_target(x, y).copy_(x);
     Api::execute(kind, route.plan, y.data_ptr(), y.data_ptr());
   } else {
     Api::execute(kind, route.plan, x.data_ptr(), y.data_ptr());
@@ -362,22 +371,36 @@ inline std::optional<at::Tensor> fftw_fft(const at::Tensor& x, plan::FftOp op, a
   source = source.resolve_conj();
   // The destination: `into` when FFTW can write there (not overlapping the input unless it is the
   // input itself, for a pass in place), the owned input for a complex pass, else a pooled block.
+  // In place also when `into` is the source's own memory in another order (a transposed output
+  // written over its input, as FFTW_MPI_TRANSPOSED_OUT does in place): FFTW's in-place plans take
+  // different input and output strides, and such a plan ran 0.8x a plain in-place one at 256³.
+  const bool same_memory = into.defined() && into.data_ptr() == source.data_ptr();
+  const bool permuted_in_place = same_memory && kind == FftwKind::c2c && into.strides() != source.strides() &&
+                                 into.is_non_overlapping_and_dense() &&
+                                 source.is_non_overlapping_and_dense();
   const bool into_fits = into.defined() && into.sizes() == at::IntArrayRef(out_sizes) &&
                          into.scalar_type() == out_dtype && !into.is_conj() &&
-                         (into.data_ptr() == source.data_ptr() ? kind == FftwKind::c2c && into.strides() == source.strides()
-                                                               : !into.is_alias_of(source));
-  at::Tensor out;
-  if (into_fits) out = into;
-  else if (kind == FftwKind::c2c && owned && source.is_same(x)) out = x;
-  else out = comm::pooled_empty(out_sizes, x.options().dtype(out_dtype));
+                         (same_memory ? kind == FftwKind::c2c && (into.strides() == source.strides() || permuted_in_place)
+                                      : !into.is_alias_of(source));
   // Complex passes go in tensor order (FFTW's plans for them are measured that way); the real
   // ones keep the half axis last.
   std::vector<std::int64_t> order = dims.vec();
   if (kind == FftwKind::c2c) std::sort(order.begin(), order.end());
-  const bool done = complex == at::kComplexDouble
-                        ? fftw_transform<double>(kind, source, out, order, op == plan::FftOp::inverse || kind == FftwKind::c2r)
-                        : fftw_transform<float>(kind, source, out, order, op == plan::FftOp::inverse || kind == FftwKind::c2r);
-  if (!done) return std::nullopt;
+  const auto transform = [&](const at::Tensor& to) {
+    const bool inverse = op == plan::FftOp::inverse || kind == FftwKind::c2r;
+    return complex == at::kComplexDouble ? fftw_transform<double>(kind, source, to, order, inverse)
+                                         : fftw_transform<float>(kind, source, to, order, inverse);
+  };
+  at::Tensor out;
+  if (into_fits) out = into;
+  else if (kind == FftwKind::c2c && owned && source.is_same(x)) out = x;
+  else out = comm::pooled_empty(out_sizes, x.options().dtype(out_dtype));
+  if (!transform(out)) {
+    // FFTW plans no in-place transform between these two orders: out of place, then a copy.
+    if (!(into_fits && permuted_in_place)) return std::nullopt;
+    out = comm::pooled_empty(out_sizes, x.options().dtype(out_dtype));
+    if (!transform(out)) return std::nullopt;
+  }
   if (!scaled) out.mul_(scale);
   return out;
 }
