@@ -219,7 +219,8 @@ TEST_CASE("einfft local: FFTW's routes, planner efforts and wisdom", "[spectral]
   for (const auto planner : {FftwPlanner::estimate, FftwPlanner::measure}) {
 #if defined(EINSHARD_HAS_FFTW)
     using es::exec::detail::FftwRouting;
-    for (const auto routing : {FftwRouting::direct, FftwRouting::copy_first, FftwRouting::timed}) {
+    for (const auto routing :
+         {FftwRouting::direct, FftwRouting::output_order, FftwRouting::input_order, FftwRouting::timed}) {
       es::exec::detail::fftw_routing() = routing;
       INFO("routing " << static_cast<int>(routing));
 #else

@@ -90,8 +90,14 @@ constexpr bool has_fftw() noexcept {
 #if defined(EINSHARD_HAS_FFTW)
 namespace detail {
 
-/// How an out-of-place pass is routed: as planning's timing says, or always one way (tests).
-enum class FftwRouting { timed, direct, copy_first };
+/// How an out-of-place complex pass runs: FFTW's own out-of-place plan (`direct`), or a copy of the
+/// input into the output's memory and an in-place plan there. The copy is either in the output's
+/// order (a strided copy, then a plain in-place plan) or, when both layouts are dense, in the
+/// input's order (a plain copy, then an in-place plan that reorders as it transforms).
+enum class FftwCopy { direct, output_order, input_order };
+
+/// How the route is picked: timed at planning (`timed`), or forced (tests).
+enum class FftwRouting { timed, direct, output_order, input_order };
 
 inline FftwRouting& fftw_routing() {
   static FftwRouting routing = FftwRouting::timed;
@@ -206,22 +212,19 @@ class FftwPlans {
     return f();
   }
 
-  /// How an out-of-place transform runs: its own plan, or a copy of the input into the output's
-  /// memory and a plan in place there. FFTW's out-of-place plans that keep their input (c2c's
-  /// default) are up to 2.6x slower than a copy plus an in-place plan when the transform runs along
-  /// a strided axis (docs/fft.md), and faster along the contiguous one, so planning times both.
-  /// When both layouts are dense the copy keeps the input's order (a plain copy) and the in-place
-  /// plan writes the output's: FFTW reorders in place faster than a strided copy does.
+  /// How an out-of-place transform runs (FftwCopy). FFTW's out-of-place plans that keep their
+  /// input (c2c's default) are up to 2.6x slower than a copy plus an in-place plan when the
+  /// transform runs along a strided axis, and faster along the contiguous one; an in-place plan that
+  /// reorders is faster than a strided copy for square blocks and 3x slower for others (docs/fft.md).
+  /// So planning times each route on its scratch arrays and keeps the fastest.
   struct Route {
     typename Api::Plan plan = nullptr;
-    bool copy_first = false;
+    FftwCopy copy = FftwCopy::direct;
   };
 
-  /// Where the copy route copies the input: the output's memory in the input's order when both
-  /// are dense, else the output itself.
-  static at::Tensor copy_target(const at::Tensor& x, const at::Tensor& y) {
-    return x.is_non_overlapping_and_dense() && y.is_non_overlapping_and_dense() ? y.as_strided(x.sizes(), x.strides())
-                                                                               : y;
+  /// Where a copy route copies the input: the output itself, or its memory in the input's order.
+  static at::Tensor copy_target(FftwCopy copy, const at::Tensor& x, const at::Tensor& y) {
+    return copy == FftwCopy::input_order ? y.as_strided(x.sizes(), x.strides()) : y;
   }
 
   /// The route of a transform over `dims` (the half axis last for r2c and c2r) from `x` into `y`
@@ -244,24 +247,29 @@ class FftwPlans {
     auto* in = Api::alloc(in_place ? std::max(in_bytes, out_bytes) : in_bytes);
     auto* out = in_place ? in : Api::alloc(out_bytes);
     Route route{plan(kind, x, y, dims, in, out, sign, flags)};
-    // Without measuring (estimate) the direct plan stands.
-    const bool choose = !in_place && kind == FftwKind::c2c && route.plan != nullptr && routing != FftwRouting::direct &&
-                        (routing == FftwRouting::copy_first || planner != FftwPlanner::estimate);
-    if (choose) {
+    if (!in_place && kind == FftwKind::c2c && route.plan != nullptr && routing != FftwRouting::direct &&
+        // Without measuring (estimate) the direct plan stands.
+        (routing != FftwRouting::timed || planner != FftwPlanner::estimate)) {
       const auto scratch_in = at::from_blob(in, x.sizes(), x.strides(), x.options());
-      const auto scratch_copy = copy_target(x, at::from_blob(out, y.sizes(), y.strides(), y.options()));
-      if (const auto copying = plan(kind, scratch_copy, y, dims, out, out, sign, flags)) {
-        bool faster = routing == FftwRouting::copy_first;
-        if (!faster) {
-          std::memset(in, 0, in_bytes);
-          const auto direct = fastest([&] { Api::execute(kind, route.plan, in, out); });
-          const auto copied = fastest([&] {
-            scratch_copy.copy_(scratch_in);
-            Api::execute(kind, copying, out, out);
-          });
-          faster = copied < direct;
+      const auto scratch_out = at::from_blob(out, y.sizes(), y.strides(), y.options());
+      std::memset(in, 0, in_bytes);
+      double best = routing == FftwRouting::timed ? fastest([&] { Api::execute(kind, route.plan, in, out); }) : 0;
+      const bool reorder = x.strides() != y.strides() && x.is_non_overlapping_and_dense() &&
+                           y.is_non_overlapping_and_dense();
+      for (const auto copy : {FftwCopy::output_order, FftwCopy::input_order}) {
+        const bool forced = static_cast<int>(routing) == static_cast<int>(copy);
+        if ((routing != FftwRouting::timed && !forced) || (copy == FftwCopy::input_order && !reorder)) continue;
+        const auto target = copy_target(copy, scratch_in, scratch_out);
+        const auto copying = plan(kind, target, y, dims, out, out, sign, flags);
+        if (copying == nullptr) continue;
+        const double t = forced ? 0 : fastest([&] {
+          target.copy_(scratch_in);
+          Api::execute(kind, copying, out, out);
+        });
+        if (forced || t < best) {
+          route = {copying, copy};
+          best = t;
         }
-        if (faster) route = {copying, true};
       }
     }
     Api::free(in);
@@ -314,8 +322,8 @@ bool fftw_transform(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at:
     return false;
   const auto route = FftwPlans<Real>::instance().get(kind, x, y, dims, inverse ? FFTW_BACKWARD : FFTW_FORWARD);
   if (route.plan == nullptr) return false;
-  if (route.copy_first) {
-    FftwPlans<Real>::copy_target(x, y).copy_(x);
+  if (route.copy != FftwCopy::direct) {
+    FftwPlans<Real>::copy_target(route.copy, x, y).copy_(x);
     Api::execute(kind, route.plan, y.data_ptr(), y.data_ptr());
   } else {
     Api::execute(kind, route.plan, x.data_ptr(), y.data_ptr());
