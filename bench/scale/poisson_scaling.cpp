@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
          load_s = 0;
   double wall_mesh = 0, wall_assemble = 0, wall_halo = 0, wall_cg = 0, wall_solve = 0;
   int solve_iters = 0, cg_done = 0;
-  std::int64_t neighbours = 0, ghosts = 0;
+  std::int64_t neighbours = 0, ghosts = 0, held = 0;  // held: the matrix's bytes on this rank
   {
     const auto timed = [&](const char* name, double& sim, double* real, auto&& f) {
       einshard_scale::phase("sync");
@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
     (void)A->solve(b, fixed);  // warm: the preconditioner, the scratch vectors
     fixed.maxiter = iters;
     timed("cg", cg_s, &wall_cg, [&] { cg_done = A->solve(b, fixed).info.iterations; });
+    held = A->held_bytes();  // after products: the halo's buffers are in
     if (rtol > 0) {
       auto tol = fixed;
       tol.rtol = rtol;
@@ -242,8 +243,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::int64_t mx[2] = {neighbours, ghosts};
-  MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  std::int64_t mx[4] = {neighbours, ghosts, held, -held};
+  MPI_Allreduce(MPI_IN_PLACE, mx, 4, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   char extra[256];
   std::snprintf(extra, sizeof extra, ",\"dim\":%d,\"mode\":\"%s\",\"rows\":%lld,\"cg_variant\":\"%s\"", g.dim,
                 grid > 0 ? "strong" : "weak", static_cast<long long>(N), variant.c_str());
@@ -254,11 +255,11 @@ int main(int argc, char** argv) {
         "\"neighbours_max\":%lld,\"ghosts_max\":%lld,\"mesh_s\":%.6g,\"mesh3_s\":%.6g,\"triples_s\":%.6g,"
         "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"halo_reps\":%d,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,"
         "\"wall_s\":%.2f,\"wall_mesh_s\":%.2f,\"wall_assemble_s\":%.2f,\"wall_halo_s\":%.2f,\"wall_cg_s\":%.2f,"
-        "\"wall_solve_s\":%.2f,\"save_s\":%.6g,\"load_s\":%.6g}\n",
+        "\"wall_solve_s\":%.2f,\"save_s\":%.6g,\"load_s\":%.6g,\"held_bytes_max\":%lld,\"held_bytes_min\":%lld}\n",
         P, extra, static_cast<long long>(B), g.procs[0], g.procs[1], g.procs[2], static_cast<long long>(mx[0]),
         static_cast<long long>(mx[1]), mesh_s, mesh3_s, triples_s, assemble_s, 1e6 * halo_s / halo_reps, halo_reps, cg_done,
         cg_done > 0 ? 1e6 * cg_s / cg_done : 0.0, solve_iters, solve_s, total_wall, wall_mesh, wall_assemble,
-        wall_halo, wall_cg, wall_solve, save_s, load_s);
+        wall_halo, wall_cg, wall_solve, save_s, load_s, static_cast<long long>(mx[2]), static_cast<long long>(-mx[3]));
     std::fflush(stdout);
   }
   if (counts) einshard_scale::report("poisson_scaling", extra);

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -425,5 +426,35 @@ TEST_CASE("the block product A X equals the dense product, both instruction sets
         CHECK((summed - ref_dots).abs().max().item<double>() <= tol * dot_scale);
       }
     }
+  }
+}
+
+TEST_CASE("held_bytes counts a rank's CSR, halo and layout once each, and the ghost buffer after a product",
+          "[sparse][dsparse]") {
+  const auto w = es::testing::world();
+  const auto mesh = world_mesh();
+  for (auto [nx, ny] : {std::pair<std::int64_t, std::int64_t>{40, 30}, {3, 1}}) {
+    INFO(nx << " x " << ny);
+    const auto mine = my_rows(es::testing::poisson2d(nx, ny), w.rank, w.size);
+    const auto D = sp::DSparseTensor::from_local(mine.values, mine.rows, mine.cols, {nx * ny, nx * ny}, mesh);
+    const auto& csr = D.local();
+    const auto csr_bytes = static_cast<std::int64_t>(csr.rowptr.nbytes() + csr.col.nbytes() + csr.values.nbytes());
+    const auto& h = D.halo();
+    const auto rows = D.layout()->local_size();
+    // Everything else is a few entries per row, ghost and sent row: index tensors of 8 bytes, and
+    // the directory's share (at most a block of rows).
+    // The generic kernels keep the CSR split in two (interior, boundary): a second copy.
+    const char* kernels = std::getenv("EINSHARD_SPARSE_KERNELS");
+    const bool split = kernels != nullptr && std::string(kernels) == "generic";
+    const auto bound = (split ? 2 : 1) * csr_bytes +
+                       8 * (6 * rows + 6 * h.ghost_count() + 6 * h.send_count() + nx * ny / w.size + 2) +
+                       64 * static_cast<std::int64_t>(h.recv_ranks.size() + h.send_ranks.size() + 4);
+    const auto before = D.held_bytes();
+    CHECK(before >= csr_bytes);
+    CHECK(before <= bound);
+    (void)D.matvec(D.scatter(global_vector(nx * ny, 5)));
+    const auto after = D.held_bytes();
+    CHECK(after >= before + 8 * h.ghost_count());  // the ghost values, double
+    CHECK(after <= bound + 8 * (2 * h.ghost_count() + 2 * h.send_count()));
   }
 }

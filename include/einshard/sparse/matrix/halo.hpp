@@ -44,6 +44,17 @@ struct HaloPlan {
   [[nodiscard]] std::int64_t local_size() const { return owned() + ghost_count(); }
   [[nodiscard]] std::int64_t send_count() const { return send_rows.numel(); }
 
+  /// Adds what this rank's plan holds (its layout is the matrix's, counted there): the ghost ids,
+  /// the rows it sends and an entry per neighbour.
+  void count_bytes(detail::HeldBytes& held) const {
+    held.add(ghosts);
+    held.add(send_rows);
+    held.add(recv_ranks);
+    held.add(recv_offsets);
+    held.add(send_ranks);
+    held.add(send_offsets);
+  }
+
   /// Collective. `ghosts`: sorted unique global indices this rank needs and does not own.
   static std::shared_ptr<const HaloPlan> build(std::shared_ptr<const RowLayout> layout,
                                                const at::Tensor& ghosts_sorted) {
@@ -115,6 +126,15 @@ class HaloExchange {
   }
 
   [[nodiscard]] const HaloPlan& plan() const { return *plan_; }
+
+  /// Adds the buffers the exchange keeps between calls.
+  void count_bytes(detail::HeldBytes& held) const {
+    held.add(run_start_);
+    held.add(buffer_);
+    held.add(rows_);
+    held.add(rows_on_device_);
+    held.add(held_);
+  }
 
   /// Posts the receives into `ghosts` (length ghost_count()) and sends the owned values of `owned`
   /// (length owned()) that the neighbours need. Both must stay alive, and `owned` unchanged, until
@@ -366,6 +386,11 @@ class HaloScratch {
   ~HaloScratch() = default;
 
   [[nodiscard]] const std::shared_ptr<HaloExchange>& exchange() const { return exchange_; }
+
+  void count_bytes(HeldBytes& held) const {
+    if (exchange_) exchange_->count_bytes(held);
+    held.add(ghosts_);
+  }
   /// The ghost buffer, (re)made for `like`'s dtype and columns: (ghosts) for a vector, (ghosts, k)
   /// for an (owned, k) block.
   at::Tensor& ghosts(const at::Tensor& like) {

@@ -23,6 +23,7 @@
 #include "einshard/comm/reduce.hpp"
 #include "einshard/comm/sparse_exchange.hpp"
 #include "einshard/error.hpp"
+#include "einshard/sparse/matrix/held_bytes.hpp"
 
 namespace einshard::sparse {
 
@@ -216,6 +217,16 @@ class RowLayout {
     auto out = at::empty_like(all);
     out.index_copy_(0, order, all);
     return out;
+  }
+
+  /// Adds what this rank's part of the layout holds: its rows, its share of the owner directory,
+  /// and what a gather kept (every rank's row count: P entries, only after a gather, which moves the
+  /// whole vector anyway).
+  void count_bytes(detail::HeldBytes& held) const {
+    held.add(owned_);
+    held.add(directory_);
+    held.add(counts_);
+    held.add(order_);
   }
 
  private:
