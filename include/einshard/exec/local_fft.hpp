@@ -141,6 +141,7 @@ struct Fftw<double> {
   static void free(void* p) { fftw_free(p); }
   static int alignment(void* p) { return fftw_alignment_of(static_cast<double*>(p)); }
   static char* export_wisdom() { return fftw_export_wisdom_to_string(); }
+  static void destroy(Plan p) { fftw_destroy_plan(p); }
   static bool import_wisdom(const char* text) { return fftw_import_wisdom_from_string(text) != 0; }
 };
 
@@ -174,6 +175,7 @@ struct Fftw<float> {
   static void free(void* p) { fftwf_free(p); }
   static int alignment(void* p) { return fftwf_alignment_of(static_cast<float*>(p)); }
   static char* export_wisdom() { return fftwf_export_wisdom_to_string(); }
+  static void destroy(Plan p) { fftwf_destroy_plan(p); }
   static bool import_wisdom(const char* text) { return fftwf_import_wisdom_from_string(text) != 0; }
 };
 
@@ -267,8 +269,11 @@ class FftwPlans {
           Api::execute(kind, copying, out, out);
         });
         if (forced || t < best) {
+          Api::destroy(route.plan);  // a plan not kept would leak (FFTW holds no reference to it)
           route = {copying, copy};
           best = t;
+        } else {
+          Api::destroy(copying);
         }
       }
     }
@@ -419,7 +424,7 @@ std::string wisdom_text() {
   return FftwPlans<Real>::instance().locked([] {
     char* text = Fftw<Real>::export_wisdom();
     std::string kept = text == nullptr ? "" : text;
-    std::free(text);
+    Fftw<Real>::free(text);
     return kept;
   });
 }
