@@ -207,7 +207,7 @@ TEST_CASE("einfft local: FFTW's routes, planner efforts and wisdom", "[spectral]
     ~Restore() {
       es::exec::fftw_planner() = es::exec::FftwPlanner::measure;
 #if defined(EINSHARD_HAS_FFTW)
-      es::exec::detail::fftw_routing() = es::exec::detail::FftwRouting::timed;
+      es::exec::detail::fftw_forced_route().reset();
 #endif
     }
   } restore;
@@ -218,11 +218,11 @@ TEST_CASE("einfft local: FFTW's routes, planner efforts and wisdom", "[spectral]
   using es::exec::FftwPlanner;
   for (const auto planner : {FftwPlanner::estimate, FftwPlanner::measure}) {
 #if defined(EINSHARD_HAS_FFTW)
-    using es::exec::detail::FftwRouting;
-    for (const auto routing :
-         {FftwRouting::direct, FftwRouting::output_order, FftwRouting::input_order, FftwRouting::timed}) {
-      es::exec::detail::fftw_routing() = routing;
-      INFO("routing " << static_cast<int>(routing));
+    using es::exec::detail::FftwCopy;
+    for (const auto routing : {std::optional<FftwCopy>{FftwCopy::direct}, std::optional<FftwCopy>{FftwCopy::output_order},
+                               std::optional<FftwCopy>{FftwCopy::input_order}, std::optional<FftwCopy>{}}) {
+      es::exec::detail::fftw_forced_route() = routing;
+      INFO("route " << (routing ? static_cast<int>(*routing) : -1));
 #else
     {
 #endif

@@ -96,12 +96,10 @@ namespace detail {
 /// input's order (a plain copy, then an in-place plan that reorders as it transforms).
 enum class FftwCopy { direct, output_order, input_order };
 
-/// How the route is picked: timed at planning (`timed`), or forced (tests).
-enum class FftwRouting { timed, direct, output_order, input_order };
-
-inline FftwRouting& fftw_routing() {
-  static FftwRouting routing = FftwRouting::timed;
-  return routing;
+/// The route every new plan takes (tests), or none: planning times the routes and keeps the fastest.
+inline std::optional<FftwCopy>& fftw_forced_route() {
+  static std::optional<FftwCopy> forced;
+  return forced;
 }
 
 /// The three transform kinds FFTW plans for einfft: complex to complex, real to half-complex
@@ -193,7 +191,7 @@ class FftwPlans {
   using Api = Fftw<Real>;
 
  public:
-  /// kind, sign, in place, planner, routing, input sizes and strides, output sizes and strides,
+  /// kind, sign, in place, planner, forced route (-1: timed), input sizes and strides, output sizes and strides,
   /// transformed dims (in order). An out-of-place plan must never run in place (FFTW may use its
   /// output as scratch).
   using Key = std::tuple<int, int, bool, int, int, std::vector<std::int64_t>, std::vector<std::int64_t>,
@@ -235,8 +233,9 @@ class FftwPlans {
   Route get(FftwKind kind, const at::Tensor& x, const at::Tensor& y, at::IntArrayRef dims, int sign) {
     const bool in_place = x.data_ptr() == y.data_ptr();
     const auto planner = fftw_planner();
-    const auto routing = fftw_routing();
-    Key key{static_cast<int>(kind), sign, in_place, static_cast<int>(planner), static_cast<int>(routing),
+    const auto routing = fftw_forced_route();
+    Key key{static_cast<int>(kind), sign, in_place, static_cast<int>(planner),
+            routing ? static_cast<int>(*routing) : -1,
             x.sizes().vec(), x.strides().vec(), y.sizes().vec(), y.strides().vec(), dims.vec()};
     std::lock_guard lock(mutex_);
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
@@ -249,18 +248,18 @@ class FftwPlans {
     auto* in = Api::alloc(in_place ? std::max(in_bytes, out_bytes) : in_bytes);
     auto* out = in_place ? in : Api::alloc(out_bytes);
     Route route{plan(kind, x, y, dims, in, out, sign, flags)};
-    if (!in_place && kind == FftwKind::c2c && route.plan != nullptr && routing != FftwRouting::direct &&
+    if (!in_place && kind == FftwKind::c2c && route.plan != nullptr && routing != FftwCopy::direct &&
         // Without measuring (estimate) the direct plan stands.
-        (routing != FftwRouting::timed || planner != FftwPlanner::estimate)) {
+        (routing || planner != FftwPlanner::estimate)) {
       const auto scratch_in = at::from_blob(in, x.sizes(), x.strides(), x.options());
       const auto scratch_out = at::from_blob(out, y.sizes(), y.strides(), y.options());
       std::memset(in, 0, in_bytes);
-      double best = routing == FftwRouting::timed ? fastest([&] { Api::execute(kind, route.plan, in, out); }) : 0;
+      double best = routing ? 0 : fastest([&] { Api::execute(kind, route.plan, in, out); });
       const bool reorder = x.strides() != y.strides() && x.is_non_overlapping_and_dense() &&
                            y.is_non_overlapping_and_dense();
       for (const auto copy : {FftwCopy::output_order, FftwCopy::input_order}) {
-        const bool forced = static_cast<int>(routing) == static_cast<int>(copy);
-        if ((routing != FftwRouting::timed && !forced) || (copy == FftwCopy::input_order && !reorder)) continue;
+        const bool forced = routing == copy;
+        if ((routing && !forced) || (copy == FftwCopy::input_order && !reorder)) continue;
         const auto target = copy_target(copy, scratch_in, scratch_out);
         const auto copying = plan(kind, target, y, dims, out, out, sign, flags);
         if (copying == nullptr) continue;
