@@ -329,10 +329,10 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
     }
     for (const std::string isa : {"avx2", "portable"}) {
       // Without AVX2 the block runs portable: an avx2 request reports that instead of nothing.
-      const bool avx2 = sp::detail::block_avx2_available();
+      const bool avx2 = sp::detail::avx2_kernels_available();
       if (isa == "avx2" ? !listed(cfg.isa, isa) || !avx2 : !listed(cfg.isa, isa) && (avx2 || !listed(cfg.isa, "avx2")))
         continue;
-      sp::detail::block_force_portable() = isa == "portable";
+      sp::detail::force_portable_kernels() = isa == "portable";
 #if EINSHARD_BENCH_PETSC
       const bool petsc = cfg.petsc && method != sp::Method::bicgstab && method != sp::Method::minres &&
                          variant == sp::CgVariant::standard;
@@ -373,7 +373,7 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
       for (auto& v : t) v.clear();
       for (int rep = 0; rep < cfg.reps; ++rep)
         for (int s = 0; s < sides; ++s) side((s + rep) % sides);
-      sp::detail::block_force_portable() = false;
+      sp::detail::force_portable_kernels() = false;
       const double best_petsc = petsc ? std::min(median(t[2]), median(t[3])) : -1.0;
       if (world_rank() == 0)
         std::printf("{\"bench\":\"sparse_multi_rhs\",\"variant\":\"%s\",\"ranks\":%d,\"grid\":%lld,\"stencil\":%d,"

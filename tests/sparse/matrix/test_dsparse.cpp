@@ -390,7 +390,7 @@ TEST_CASE("the block product A X equals the dense product, both instruction sets
   const auto mine = my_share(coo);  // the entries handed in need not be the owned rows'
   auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
   const auto imag = at::randn({n}, gen, at::kDouble);
-  const auto modes = sp::detail::block_avx2_available() ? std::vector<bool>{false, true} : std::vector<bool>{true};
+  const auto modes = sp::detail::avx2_kernels_available() ? std::vector<bool>{false, true} : std::vector<bool>{true};
   for (const auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
     const bool complex = dtype == at::kComplexDouble;
     // Complex: values with an imaginary part per row (each duplicate half of it).
@@ -412,12 +412,12 @@ TEST_CASE("the block product A X equals the dense product, both instruction sets
       const double tol = dtype == at::kFloat ? 1e-5 : 1e-12;
       for (const bool portable : modes) {
         CAPTURE(c10::toString(dtype), k, portable);
-        sp::detail::block_force_portable() = portable;
+        sp::detail::force_portable_kernels() = portable;
         auto y = at::empty_like(x);
         const auto dots = D.apply_block(x, y, wt);
         auto y2 = at::empty_like(x);
         CHECK(D.apply_block(x, y2, {}).empty());
-        sp::detail::block_force_portable() = false;
+        sp::detail::force_portable_kernels() = false;
         CHECK(at::equal(y, y2));
         const auto full = sp::DVector(D.layout(), y).full_tensor().to(ref.scalar_type());
         CHECK((full - ref).abs().max().item<double>() <= tol * ref.abs().max().item<double>());

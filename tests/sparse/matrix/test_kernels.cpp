@@ -70,7 +70,7 @@ at::Tensor random_like(std::vector<std::int64_t> shape, at::ScalarType dtype, st
   return at::randn(shape, gen, dtype);
 }
 
-double gap(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+double gap(const at::Tensor& a, const at::Tensor& b) { return a.numel() == 0 ? 0.0 : (a - b).abs().max().item<double>(); }
 
 sp::DSparseTensor poisson(std::int64_t nx, std::int64_t ny, const es::Mesh& mesh) {
   const auto coo = es::testing::poisson2d(nx, ny);
@@ -115,6 +115,70 @@ TEST_CASE("generic CSR kernels equal the native ones and a dense product", "[spa
     const auto dn = sp::detail::spmv_dot(a, x, yn, y), dg = sp::detail::generic_spmv_dot(a, x, yg, y);
     CHECK(gap(yn, yg) < tol);
     CHECK(std::abs(dn - dg) < 10 * tol);
+  }
+}
+
+TEST_CASE("CSR products over rows of every length from 0 to 10 equal a dense product", "[sparse][kernels][unit]") {
+  // Rows of 0 to 10 entries twice over (23 rows: pairs of rows and an odd last one), each row's
+  // columns scattered over 12: the unrolled lengths (up to 7) and the loop past them.
+  std::vector<std::int64_t> r, c;
+  for (std::int64_t i = 0; i < 23; ++i)
+    for (std::int64_t k = 0; k < i % 11; ++k) {
+      r.push_back(i);
+      c.push_back((5 * k + i) % 12);
+    }
+  const auto rows = at::tensor(r, at::kLong), cols = at::tensor(c, at::kLong);
+  for (auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
+    CAPTURE(c10::toString(dtype));
+    const double tol = dtype == at::kFloat ? 1e-5 : 1e-12;
+    const auto a = sp::detail::coo_to_csr(random_like({rows.numel()}, dtype, 7), rows, cols, 23, 12);
+    const auto A = dense_of(a);
+    const auto x = random_like({12}, dtype, 8), w = random_like({23}, dtype, 9);
+    const auto ref = at::mv(A, x);
+    const auto ref_dot = sp::detail::host_complex(at::vdot(w, ref).reshape({1}))[0];
+    CHECK(gap(sp::detail::spmv(a, x), ref) < tol);
+    auto y = at::empty({23}, a.values.options());
+    CHECK(std::abs(sp::detail::spmv_dot(a, x, y, w) - ref_dot) < 10 * tol);
+    CHECK(gap(y, ref) < tol);
+    // The halo product's interior half over all rows (no boundary rows), with and without <w, y>.
+    const auto none = at::empty({0}, at::kLong);
+    auto h = at::empty({23}, a.values.options());
+    CHECK(std::abs(sp::detail::spmv_halo(a, none, none, 12, x, x, h, w, false) - ref_dot) < 10 * tol);
+    CHECK(gap(h, ref) < tol);
+    h.zero_();
+    (void)sp::detail::spmv_halo(a, none, none, 12, x, x, h, {}, false);
+    CHECK(gap(h, ref) < tol);
+  }
+}
+
+TEST_CASE("CG's fused update in float32 and float64 with each instruction set equals torch's operations",
+          "[sparse][kernels][unit]") {
+  // Lengths that leave a remainder past the vector lanes (and none at all).
+  for (auto dtype : {at::kDouble, at::kFloat}) {
+    for (const std::int64_t n : {std::int64_t{0}, std::int64_t{3}, std::int64_t{37}}) {
+      for (const bool diagonal : {false, true}) {
+        for (const bool portable : {false, true}) {
+          CAPTURE(c10::toString(dtype), n, diagonal, portable);
+          const double tol = dtype == at::kFloat ? 1e-5 : 1e-12;
+          auto x = random_like({n}, dtype, 11), r = random_like({n}, dtype, 12);
+          const auto p = random_like({n}, dtype, 13), q = random_like({n}, dtype, 14);
+          const auto d = diagonal ? random_like({n}, dtype, 15) : at::Tensor();
+          auto z = at::zeros({n}, dtype);
+          const auto x_ref = x + 0.7 * p, r_ref = r - 0.7 * q;
+          const auto z_ref = diagonal ? d * r_ref : r_ref;
+          sp::detail::force_portable_kernels() = portable;
+          const auto dots = sp::detail::cg_update(x, r, p, q, 0.7, d, z);
+          sp::detail::force_portable_kernels() = false;
+          const double rr = at::dot(r_ref.to(at::kDouble), r_ref.to(at::kDouble)).item<double>();
+          const double rz = at::dot(r_ref.to(at::kDouble), z_ref.to(at::kDouble)).item<double>();
+          CHECK(gap(x, x_ref) < tol);
+          CHECK(gap(r, r_ref) < tol);
+          if (diagonal) CHECK(gap(z, z_ref) < tol);
+          CHECK(std::abs(dots[1].real() - rr) < tol * (1 + rr));
+          CHECK(std::abs(dots[0].real() - rz) < tol * (1 + std::abs(rz)));
+        }
+      }
+    }
   }
 }
 
@@ -225,7 +289,7 @@ TEST_CASE("Gram–Schmidt sweeps over a basis in the solve's dtype or a reduced 
         const bool generic = path == 2;
         CAPTURE(c10::toString(dtype), reduced, path);
         const Kernels forced(generic);
-        sp::detail::block_force_portable() = path == 1;
+        sp::detail::force_portable_kernels() = path == 1;
         auto w = w0.clone();
         std::vector<std::complex<double>> dots(static_cast<std::size_t>(rows + 1));
         sp::detail::gram_schmidt_sweep(basis, rows, w, coef.data(), dots.data());
@@ -238,7 +302,7 @@ TEST_CASE("Gram–Schmidt sweeps over a basis in the solve's dtype or a reduced 
         CHECK(at::equal(u, w0));
         CHECK(near(first[rows], sp::detail::host_complex(at::vdot(w0, w0).reshape({1}))[0]));
         sp::detail::gram_schmidt_sweep(basis, rows, u, coef.data(), nullptr);
-        sp::detail::block_force_portable() = false;
+        sp::detail::force_portable_kernels() = false;
         CHECK(gap(u, updated) < 10 * tol);
       }
     }

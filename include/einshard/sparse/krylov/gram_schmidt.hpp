@@ -19,6 +19,7 @@
 #include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/block_kernels.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/isa.hpp"
 #include "einshard/sparse/matrix/kernels.hpp"
 #include "einshard/sparse/matrix/vector_kernels.hpp"
 
@@ -42,7 +43,7 @@ inline at::ScalarType basis_dtype(at::ScalarType t, bool reduced) {
 /// acc[l] += Σ over e ≡ l (mod lanes) of conj(v_e) w_e over [0, len): independent partial sums,
 /// so the loop vectorizes without reassociating a sum.
 template <int Lanes, class V, class S>
-EINSHARD_BLOCK_INLINE V gram_schmidt_dot(const S* __restrict v, const V* __restrict w, std::int64_t len) {
+EINSHARD_KERNEL_INLINE V gram_schmidt_dot(const S* __restrict v, const V* __restrict w, std::int64_t len) {
   V acc[Lanes] = {};
   std::int64_t e = 0;
   for (; e + Lanes <= len; e += Lanes)
@@ -57,7 +58,7 @@ EINSHARD_BLOCK_INLINE V gram_schmidt_dot(const S* __restrict v, const V* __restr
 /// each load of w serves four rows, and the four rows' sums are independent chains, so the FMAs'
 /// latency is hidden (one row's sum alone ran at about a third of a BLAS dot's speed).
 template <int Lanes, class V, class S>
-EINSHARD_BLOCK_INLINE void gram_schmidt_dot4(const S* __restrict v, std::int64_t ld, const V* __restrict w,
+EINSHARD_KERNEL_INLINE void gram_schmidt_dot4(const S* __restrict v, std::int64_t ld, const V* __restrict w,
                                              std::int64_t len, V* __restrict out) {
   const S* __restrict v0 = v;
   const S* __restrict v1 = v + ld;
@@ -89,7 +90,7 @@ EINSHARD_BLOCK_INLINE void gram_schmidt_dot4(const S* __restrict v, std::int64_t
 }
 
 template <class V, class S>
-EINSHARD_BLOCK_INLINE void gram_schmidt_sweep_body(const S* __restrict basis, std::int64_t ld, std::int64_t rows,
+EINSHARD_KERNEL_INLINE void gram_schmidt_sweep_body(const S* __restrict basis, std::int64_t ld, std::int64_t rows,
                                                 V* __restrict w, std::int64_t n, const V* __restrict coef,
                                                 V* __restrict dots) {
   constexpr int lanes = 8;
@@ -142,8 +143,8 @@ void gram_schmidt_sweep_portable(const S* basis, std::int64_t ld, std::int64_t r
   gram_schmidt_sweep_body(basis, ld, rows, w, n, coef, dots);
 }
 
-#if EINSHARD_BLOCK_KERNELS_X86
-/// The same body for AVX2 + FMA, where `block_isa()` says the CPU has them.
+#if EINSHARD_KERNELS_X86
+/// The same body for AVX2 + FMA, where `kernel_isa()` says the CPU has them.
 template <class V, class S>
 __attribute__((target("avx2,fma"))) void gram_schmidt_sweep_avx2(const S* basis, std::int64_t ld, std::int64_t rows,
                                                                  V* w, std::int64_t n, const V* coef, V* dots) {
@@ -154,9 +155,9 @@ __attribute__((target("avx2,fma"))) void gram_schmidt_sweep_avx2(const S* basis,
 template <class V, class S>
 void gram_schmidt_sweep_typed(const S* basis, std::int64_t ld, std::int64_t rows, V* w, std::int64_t n,
                               const V* coef, V* dots) {
-#if EINSHARD_BLOCK_KERNELS_X86
+#if EINSHARD_KERNELS_X86
   if constexpr (!c10::is_complex<V>::value)
-    if (block_isa() == BlockIsa::avx2) return gram_schmidt_sweep_avx2(basis, ld, rows, w, n, coef, dots);
+    if (kernel_isa() == KernelIsa::avx2) return gram_schmidt_sweep_avx2(basis, ld, rows, w, n, coef, dots);
 #endif
   gram_schmidt_sweep_portable(basis, ld, rows, w, n, coef, dots);
 }

@@ -17,6 +17,7 @@
 
 #include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/matrix/generic_kernels.hpp"
+#include "einshard/sparse/matrix/isa.hpp"
 
 namespace einshard::sparse::detail {
 
@@ -32,41 +33,6 @@ inline double re_dot(const V& a, const V& b) {
     return static_cast<double>((conj_if_complex(a) * b).real());
   else
     return static_cast<double>(a * b);
-}
-
-/// The block product's instruction set: `avx2` (AVX2 + FMA, four doubles per instruction and a
-/// fused multiply-add) where the CPU has it and the compiler can target it, else `portable` (the
-/// build's own flags: SSE2 on a generic x86-64 build). The block product makes k multiply-adds per
-/// stored entry it reads, so at k = 8 it is bound by arithmetic, not memory, without wide vectors;
-/// a single product (one multiply-add per entry) is bound by memory either way.
-enum class BlockIsa { portable, avx2 };
-
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-#define EINSHARD_BLOCK_KERNELS_X86 1
-#else
-#define EINSHARD_BLOCK_KERNELS_X86 0
-#endif
-
-/// Whether this CPU runs the `avx2` kernels (asked once).
-inline bool block_avx2_available() {
-#if EINSHARD_BLOCK_KERNELS_X86
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
-}
-
-/// Forces the portable kernels (tests run both paths on a CPU with AVX2, since CI machines without
-/// it run only the portable one); process-wide, not thread-safe against a running product.
-inline bool& block_force_portable() {
-  static bool force = false;
-  return force;
-}
-
-/// The instruction set the next block product uses.
-inline BlockIsa block_isa() {
-  return block_avx2_available() && !block_force_portable() ? BlockIsa::avx2 : BlockIsa::portable;
 }
 
 /// What one column window of a block product reads and writes: Y[:, j0 + [0, W)] = A [X; G] over
@@ -87,38 +53,12 @@ struct SpmmWindow {
   std::int64_t row0, row1, q0, q1;
 };
 
-#if defined(__GNUC__) || defined(__clang__)
-#define EINSHARD_BLOCK_INLINE inline __attribute__((always_inline))
-#else
-#define EINSHARD_BLOCK_INLINE inline
-#endif
-
-#if defined(__GNUC__) || defined(__clang__)
-/// W values of a real V as `count` vectors of the target's register width VB bytes (GCC/Clang
-/// vector extensions; 16: SSE2 or NEON, 32: AVX2): an array of native vectors with constant
-/// indices stays in registers. (One W-wide vector wider than a register is split through the
-/// stack; W scalars in an array GCC's straight-line vectorizer packs into mixed widths.)
-template <class V, int W, int VB, class = void>
-struct Lanes {};  // no `Acc` for complex V: that overload of spmm_add drops out
-template <class V, int W, int VB>
-struct Lanes<V, W, VB, std::enable_if_t<std::is_floating_point_v<V>>> {
-  static constexpr int width = std::min<int>(VB / static_cast<int>(sizeof(V)), W);
-  static constexpr int count = W / width;
-  typedef V vec __attribute__((vector_size(width * sizeof(V))));
-  struct Acc {
-    vec v[count];
-  };
-};
-#define EINSHARD_BLOCK_LANES 1
-#else
-#define EINSHARD_BLOCK_LANES 0
-#endif
 
 /// acc += sum over entries [e0, e1) of a_e B[ci_e − shift, [0, W)], B of leading dimension ld: W
 /// multiply-adds per entry, in vector registers (Lanes) or, for complex values, an array.
-#if EINSHARD_BLOCK_LANES
+#if EINSHARD_KERNEL_LANES
 template <int W, int VB, class View, class V>
-EINSHARD_BLOCK_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t e1, const V* __restrict base,
+EINSHARD_KERNEL_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t e1, const V* __restrict base,
                                     std::int64_t shift, std::int64_t ld, typename Lanes<V, W, VB>::Acc& acc) {
   using L = Lanes<V, W, VB>;
   for (std::int64_t e = e0; e < e1; ++e) {
@@ -133,7 +73,7 @@ EINSHARD_BLOCK_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t
 }
 #endif
 template <int W, int VB, class View, class V>
-EINSHARD_BLOCK_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t e1, const V* __restrict base,
+EINSHARD_KERNEL_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t e1, const V* __restrict base,
                                     std::int64_t shift, std::int64_t ld, V* __restrict acc) {
   for (std::int64_t e = e0; e < e1; ++e) {
     const V v = m.av[e];
@@ -145,7 +85,7 @@ EINSHARD_BLOCK_INLINE void spmm_add(const View& m, std::int64_t e0, std::int64_t
 /// Row i's entries into acc: on a boundary row the owned columns from X, then the ghost columns
 /// from G at ci − owned.
 template <int W, int VB, bool Boundary, class View, class V, class Acc>
-EINSHARD_BLOCK_INLINE void spmm_row_sum(const View& m, const SpmmWindow<V>& s, std::int64_t i, const V* x, const V* g,
+EINSHARD_KERNEL_INLINE void spmm_row_sum(const View& m, const SpmmWindow<V>& s, std::int64_t i, const V* x, const V* g,
                                         Acc& acc) {
   const std::int64_t e0 = m.rp[i], e1 = m.rp[i + 1];
   if constexpr (Boundary) {
@@ -161,11 +101,11 @@ EINSHARD_BLOCK_INLINE void spmm_row_sum(const View& m, const SpmmWindow<V>& s, s
 /// Row i of the window: Y[i, j0 + [0, W)] = A[i, :] [X; G], with its dots against wt added into
 /// d (a Lanes accumulator of doubles for real V, kept in registers across rows; W doubles else).
 template <int W, int VB, bool Dot, bool Boundary, class View, class V, class Dots>
-EINSHARD_BLOCK_INLINE void spmm_row(const View& m, const SpmmWindow<V>& s, std::int64_t i, const V* __restrict x,
+EINSHARD_KERNEL_INLINE void spmm_row(const View& m, const SpmmWindow<V>& s, std::int64_t i, const V* __restrict x,
                                     const V* __restrict g, Dots& d) {
   V* __restrict yr = s.y + i * s.ld + s.j0;
   const V* __restrict wr = Dot ? s.wt + i * s.ld + s.j0 : nullptr;
-#if EINSHARD_BLOCK_LANES
+#if EINSHARD_KERNEL_LANES
   if constexpr (!c10::is_complex<V>::value) {
     using L = Lanes<V, W, VB>;
     typename L::Acc acc = {};
@@ -199,8 +139,8 @@ EINSHARD_BLOCK_INLINE void spmm_row(const View& m, const SpmmWindow<V>& s, std::
 /// One window of W columns over the interior or the boundary rows (no lambdas: a callee the
 /// compiler declines to inline would lose the caller's instruction set).
 template <int W, int VB, bool Dot, class View, class V>
-EINSHARD_BLOCK_INLINE void spmm_window_body(const View& m, const SpmmWindow<V>& s) {
-#if EINSHARD_BLOCK_LANES
+EINSHARD_KERNEL_INLINE void spmm_window_body(const View& m, const SpmmWindow<V>& s) {
+#if EINSHARD_KERNEL_LANES
   using D = std::conditional_t<c10::is_complex<V>::value, double[W], typename Lanes<double, W, VB>::Acc>;
 #else
   using D = double[W];
@@ -230,9 +170,9 @@ void spmm_window_portable(const View& m, const SpmmWindow<V>& s) {
   s.wt ? spmm_window_body<W, 16, true>(m, s) : spmm_window_body<W, 16, false>(m, s);
 }
 
-#if EINSHARD_BLOCK_KERNELS_X86
+#if EINSHARD_KERNELS_X86
 /// The same body compiled for AVX2 + FMA (the build's flags may be generic x86-64): called only
-/// where `block_avx2_available()` says the CPU has both.
+/// where `avx2_kernels_available()` says the CPU has both.
 template <int W, class View, class V>
 __attribute__((target("avx2,fma"))) void spmm_window_avx2(const View& m, const SpmmWindow<V>& s) {
   s.wt ? spmm_window_body<W, 32, true>(m, s) : spmm_window_body<W, 32, false>(m, s);
@@ -240,10 +180,10 @@ __attribute__((target("avx2,fma"))) void spmm_window_avx2(const View& m, const S
 #endif
 
 template <int W, class View, class V>
-void spmm_window(const View& m, const SpmmWindow<V>& s, BlockIsa isa) {
-#if EINSHARD_BLOCK_KERNELS_X86
+void spmm_window(const View& m, const SpmmWindow<V>& s, KernelIsa isa) {
+#if EINSHARD_KERNELS_X86
   if constexpr (!c10::is_complex<V>::value)  // complex products stay portable (fewer instantiations)
-    if (isa == BlockIsa::avx2) return spmm_window_avx2<W>(m, s);
+    if (isa == KernelIsa::avx2) return spmm_window_avx2<W>(m, s);
 #endif
   (void)isa;
   spmm_window_portable<W>(m, s);
@@ -256,7 +196,7 @@ void spmm_window(const View& m, const SpmmWindow<V>& s, BlockIsa isa) {
 /// as the single-vector kernels return it.
 ///
 /// The columns go through fixed-width windows of 16, 8, 4, each entry's W multiply-adds kept in
-/// vector registers, with AVX2 + FMA for real values where the CPU has them (`block_isa`); the last
+/// vector registers, with AVX2 + FMA for real values where the CPU has them (`kernel_isa`); the last
 /// k mod 4 columns go through the width-generic loop. When k needs several windows (k = 32: two of
 /// 16), the rows go in tiles and every window runs over a tile before the next tile: the tile's
 /// entries stay in L1 between windows, so the matrix streams from memory once for all k columns,
@@ -265,7 +205,7 @@ inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t own
                       const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt = {},
                       double* dots = nullptr) {
   const std::int64_t k = x.size(1);
-  const auto isa = block_isa();
+  const auto isa = kernel_isa();
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
     const auto* __restrict xv = x.data_ptr<V>();
