@@ -203,6 +203,41 @@ TEST_CASE("Systems AMG on elasticity assembled element by element: the dense sol
   CHECK(by_unknown <= scalar);
 }
 
+TEST_CASE("Systems AMG: a fitted setup whose first cycle is not finite is made again, then without the "
+          "near-null space", "[sparse][amg][systems]") {
+  const auto w = es::testing::world();
+  const es::Mesh mesh(w.comm, {w.size}, {"x"});
+  const auto e = elasticity({10, 4, 4}, true);
+  const auto n = e.coo.n;
+  const auto nodes = owned_nodes(n / 3, w);
+  const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
+  const auto mine = at::isin(e.coo.rows, rows);
+  const auto b = es::testing::random_vector(n, 23);
+  const auto ref = at::linalg_solve(es::testing::dense(e.coo), b);
+  const auto modes = sp::rigid_body_modes(e.coords.index({nodes}), 3);
+  // A matrix of its own per solve, so that each solve sets its AMG up (none is reused).
+  const auto solve = [&](const sp::AmgOptions& amg, int spoiled) {
+    const auto D = sp::DSparseTensor::from_local(e.coo.values.masked_select(mine), e.coo.rows.masked_select(mine),
+                                                 e.coo.cols.masked_select(mine), {n, n}, mesh, {.owned_rows = rows});
+    sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10, .maxiter = 500};
+    o.preconditioner_options.amg = amg;
+    sp::detail::amg_spoiled_cycles() = spoiled;
+    const auto s = D.solve(D.scatter(b), o);
+    CHECK(sp::detail::amg_spoiled_cycles() == 0);  // every spoiled check was made
+    sp::detail::amg_spoiled_cycles() = 0;
+    CAPTURE(spoiled, sp::to_string(s.info.reason));
+    CHECK(s.info.converged);
+    CHECK(es::testing::relative_error(s.x.full_tensor(), ref) < 1e-7);
+    return std::make_pair(s.info.iterations, s.info.operator_complexity);
+  };
+  const sp::AmgOptions systems{.functions = 3, .nodal = true, .near_null_space = modes};
+  const auto fitted = solve(systems, 0);
+  CHECK(solve(systems, 1) == fitted);  // made again: the same hierarchy and iterations
+  const auto nodal = solve({.functions = 3, .nodal = true}, 0);
+  CHECK(solve(systems, 2) == nodal);  // the second check fails too: set up without the near-null space
+  CHECK(fitted != nodal);             // (the two setups are told apart)
+}
+
 TEST_CASE("Systems AMG options are checked on every rank before hypre sees them", "[sparse][amg][systems]") {
   const auto w = es::testing::world();
   const es::Mesh mesh(w.comm, {w.size}, {"x"});

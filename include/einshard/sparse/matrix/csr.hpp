@@ -114,7 +114,7 @@ struct CsrView {
 };
 
 /// Row i of the matrix times x (values widened to x's type: see dispatch_vector). Rows of up to
-/// eight entries (5- and 7-point stencils, 2-D linear elements) are unrolled by
+/// seven entries (5- and 7-point stencils, 2-D linear elements) are unrolled by
 /// their length: a loop over five entries spends as many instructions on its own counting as on
 /// the entries, and the loads of a short row, not memory, bound a single product from cache. The
 /// sum runs in the entries' order either way.
@@ -327,10 +327,10 @@ inline at::Tensor ghost_starts(const Csr& a, const at::Tensor& boundary, std::in
 }
 
 /// y[i] = (A x)[i] for rows [begin, end), adding Σ conj(w_i) y_i to acc0 and acc1 when `w` is given
-/// (rows in pairs, two running sums: one would cost an addition's latency per row). A function of its own: inlined
-/// into the dispatching lambdas of spmv_halo, GCC kept its loop at about 1.4x this time.
+/// (rows in pairs, two running sums: one would cost an addition's latency per row). Kept a function
+/// of its own: inlined into spmv_halo's dispatching lambdas, its loop ran 1.3x slower (GCC 12).
 template <class View, class V, class A>
-__attribute__((noinline)) void rows_times_dot(const View& m, std::int64_t begin, std::int64_t end, const V* __restrict x,
+EINSHARD_KERNEL_NOINLINE void rows_times_dot(const View& m, std::int64_t begin, std::int64_t end, const V* __restrict x,
                                               V* __restrict y, const V* __restrict w, A& acc0, A& acc1) {
   if (!w) {
     for (std::int64_t i = begin; i < end; ++i) y[i] = row_times(m, i, x);

@@ -46,8 +46,10 @@ inline KernelIsa kernel_isa() {
 
 #if defined(__GNUC__) || defined(__clang__)
 #define EINSHARD_KERNEL_INLINE inline __attribute__((always_inline))
+#define EINSHARD_KERNEL_NOINLINE __attribute__((noinline))
 #else
 #define EINSHARD_KERNEL_INLINE inline
+#define EINSHARD_KERNEL_NOINLINE
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
