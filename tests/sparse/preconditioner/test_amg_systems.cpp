@@ -122,6 +122,18 @@ at::Tensor owned_nodes(std::int64_t nodes, const es::testing::World& w) {
   return at::arange(lo, hi, at::kLong);
 }
 
+/// This rank's share of a whole elasticity matrix: the nodes of owned_nodes, and the matrix made
+/// with from_local from the stored entries of their rows.
+std::pair<at::Tensor, sp::DSparseTensor> share_of(const Elasticity& e, const es::Mesh& mesh,
+                                                  const es::testing::World& w) {
+  const auto n = e.coo.n;
+  auto nodes = owned_nodes(n / 3, w);
+  const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
+  const auto mine = at::isin(e.coo.rows, rows);
+  return {nodes, sp::DSparseTensor::from_local(e.coo.values.masked_select(mine), e.coo.rows.masked_select(mine),
+                                               e.coo.cols.masked_select(mine), {n, n}, mesh, {.owned_rows = rows})};
+}
+
 }  // namespace
 
 TEST_CASE("rigid_body_modes: translations and rotations about the origin, node by node", "[sparse][amg][systems]") {
@@ -208,17 +220,12 @@ TEST_CASE("Systems AMG: a fitted setup whose first cycle is not finite is made a
   const auto w = es::testing::world();
   const es::Mesh mesh(w.comm, {w.size}, {"x"});
   const auto e = elasticity({10, 4, 4}, true);
-  const auto n = e.coo.n;
-  const auto nodes = owned_nodes(n / 3, w);
-  const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
-  const auto mine = at::isin(e.coo.rows, rows);
-  const auto b = es::testing::random_vector(n, 23);
+  const auto b = es::testing::random_vector(e.coo.n, 23);
   const auto ref = at::linalg_solve(es::testing::dense(e.coo), b);
-  const auto modes = sp::rigid_body_modes(e.coords.index({nodes}), 3);
+  const auto modes = sp::rigid_body_modes(e.coords.index({share_of(e, mesh, w).first}), 3);
   // A matrix of its own per solve, so that each solve sets its AMG up (none is reused).
   const auto solve = [&](const sp::AmgOptions& amg, int spoiled) {
-    const auto D = sp::DSparseTensor::from_local(e.coo.values.masked_select(mine), e.coo.rows.masked_select(mine),
-                                                 e.coo.cols.masked_select(mine), {n, n}, mesh, {.owned_rows = rows});
+    const auto D = share_of(e, mesh, w).second;
     sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10, .maxiter = 500};
     o.preconditioner_options.amg = amg;
     sp::detail::amg_spoiled_cycles() = spoiled;
@@ -243,11 +250,7 @@ TEST_CASE("Systems AMG options are checked on every rank before hypre sees them"
   const es::Mesh mesh(w.comm, {w.size}, {"x"});
   const auto e = elasticity({6, 4, 4}, true);
   const auto n = e.coo.n;
-  const auto nodes = owned_nodes(n / 3, w);
-  const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
-  const auto mine = at::isin(e.coo.rows, rows);
-  const auto D = sp::DSparseTensor::from_local(e.coo.values.masked_select(mine), e.coo.rows.masked_select(mine),
-                                               e.coo.cols.masked_select(mine), {n, n}, mesh, {.owned_rows = rows});
+  const auto [nodes, D] = share_of(e, mesh, w);
   const auto b = D.scatter(es::testing::random_vector(n, 3));
   const auto modes = sp::rigid_body_modes(e.coords.index({nodes}), 3);
   const auto fails = [&](const sp::AmgOptions& amg) {

@@ -332,12 +332,17 @@ inline at::Tensor ghost_starts(const Csr& a, const at::Tensor& boundary, std::in
 template <class View, class V, class A>
 EINSHARD_KERNEL_NOINLINE void rows_times_dot(const View& m, std::int64_t begin, std::int64_t end, const V* __restrict x,
                                               V* __restrict y, const V* __restrict w, A& acc0, A& acc1) {
+  std::int64_t i = begin;
   if (!w) {
-    for (std::int64_t i = begin; i < end; ++i) y[i] = row_times(m, i, x);
+    for (; i + 2 <= end; i += 2) {
+      const V y0 = row_times(m, i, x), y1 = row_times(m, i + 1, x);
+      y[i] = y0;
+      y[i + 1] = y1;
+    }
+    if (i < end) y[i] = row_times(m, i, x);
     return;
   }
   A s0 = acc0, s1 = acc1;
-  std::int64_t i = begin;
   for (; i + 2 <= end; i += 2) {
     const V y0 = row_times(m, i, x), y1 = row_times(m, i + 1, x);
     y[i] = y0;
