@@ -1,8 +1,7 @@
 # CMake toolchain for building MPI programs for SimGrid's SMPI (libsimgrid-dev): smpicc/smpicxx as
 # the compilers. An SMPI "executable" is a shared object that smpirun loads once per simulated rank.
 #
-#   cmake -S bench/scale -B build/scale-cmake --toolchain "$PWD/bench/scale/smpi-toolchain.cmake"
-#   cmake --build build/scale-cmake
+#   cd bench/scale && cmake --preset smpi && cmake --build --preset smpi   (CMakePresets.json)
 #
 # Programs built this way cannot link libraries built against the system Open MPI (Debian's
 # hypre, PETSc, FFTW-MPI, einshard_compiled): build einshard header-only.

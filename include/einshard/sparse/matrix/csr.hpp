@@ -124,7 +124,7 @@ EINSHARD_KERNEL_INLINE V row_times(const View& m, std::int64_t i, const V* __res
   const auto len = static_cast<std::int64_t>(m.rp[i + 1]) - begin;
   const auto* __restrict a = m.av + begin;
   const auto* __restrict c = m.ci + begin;
-  // Each case a straight sum with constant offsets (a helper or lambda per term is not always
+  // Each case a straight sum with constant offsets (a function or lambda per term is not always
   // inlined into the large dispatching functions that call this, and then costs a call per entry).
 #define EINSHARD_ROW_TERM(k) static_cast<V>(a[k]) * x[c[k]]
   switch (len) {
