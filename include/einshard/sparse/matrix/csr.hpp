@@ -326,35 +326,21 @@ inline at::Tensor ghost_starts(const Csr& a, const at::Tensor& boundary, std::in
   return out;
 }
 
-/// y[i] = (A x)[i] for rows [begin, end), adding Σ conj(w_i) y_i to acc0 and acc1 when `w` is given
-/// (rows in pairs, two running sums: one would cost an addition's latency per row). Kept a function
-/// of its own: inlined into spmv_halo's dispatching lambdas, its loop ran 1.3x slower (GCC 12).
-template <class View, class V, class A>
-EINSHARD_KERNEL_NOINLINE void rows_times_dot(const View& m, std::int64_t begin, std::int64_t end, const V* __restrict x,
-                                              V* __restrict y, const V* __restrict w, A& acc0, A& acc1) {
-  std::int64_t i = begin;
-  if (!w) {
-    for (; i + 2 <= end; i += 2) {
-      const V y0 = row_times(m, i, x), y1 = row_times(m, i + 1, x);
-      y[i] = y0;
-      y[i + 1] = y1;
-    }
-    if (i < end) y[i] = row_times(m, i, x);
-    return;
-  }
+/// put(acc, i, (A x)[i]) for the rows [begin, end), taken in pairs with the even row's term on
+/// acc0 and the odd one's on acc1: one running sum would cost an addition's latency per row. A
+/// function of its own: inlined into spmv_halo's dispatching lambdas, its loop ran 1.3x slower
+/// (GCC 12).
+template <class View, class V, class A, class Put>
+EINSHARD_KERNEL_NOINLINE void rows_in_pairs(const View& m, std::int64_t begin, std::int64_t end, const V* __restrict x,
+                                            A& acc0, A& acc1, const Put& put) {
   A s0 = acc0, s1 = acc1;
+  std::int64_t i = begin;
   for (; i + 2 <= end; i += 2) {
     const V y0 = row_times(m, i, x), y1 = row_times(m, i + 1, x);
-    y[i] = y0;
-    y[i + 1] = y1;
-    s0 += static_cast<A>(conj_if_complex(w[i]) * y0);
-    s1 += static_cast<A>(conj_if_complex(w[i + 1]) * y1);
+    put(s0, i, y0);
+    put(s1, i + 1, y1);
   }
-  if (i < end) {
-    const V yi = row_times(m, i, x);
-    y[i] = yi;
-    s0 += static_cast<A>(conj_if_complex(w[i]) * yi);
-  }
+  if (i < end) put(s0, i, row_times(m, i, x));
   acc0 = s0;
   acc1 = s1;
 }
@@ -379,27 +365,33 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
       const V keep = update ? static_cast<V>(*update) : V{};
       const auto* b = boundary.data_ptr<std::int64_t>();
       const auto nb = boundary.numel();
-      // Two running sums, rows taken in pairs: one sum would cost an addition's latency per row.
-      accumulator_t<V> acc0{}, acc1{};
-      // Row i's result: stored, and its term of the returned sum `acc`.
-      const auto put = [&](accumulator_t<V>& acc, std::int64_t i, V s) {
-        if (update) {
-          s += keep * yv[i];
-          acc += static_cast<accumulator_t<V>>(conj_if_complex(s) * s);
-        } else if (wv) {
-          acc += static_cast<accumulator_t<V>>(conj_if_complex(wv[i]) * s);
-        }
+      using A = accumulator_t<V>;
+      A acc0{}, acc1{};  // even and odd rows' terms of the returned sum (rows_in_pairs)
+      // Row i's result: stored, and its term of the returned sum `acc`; one of the three forms,
+      // chosen once per call.
+      const auto store = [yv](A&, std::int64_t i, V s) { yv[i] = s; };
+      const auto dotted = [yv, wv](A& acc, std::int64_t i, V s) {
+        acc += static_cast<A>(conj_if_complex(wv[i]) * s);
         yv[i] = s;
+      };
+      const auto updated = [yv, keep](A& acc, std::int64_t i, V s) {
+        s += keep * yv[i];
+        acc += static_cast<A>(conj_if_complex(s) * s);
+        yv[i] = s;
+      };
+      const auto put = [&](A& acc, std::int64_t i, V s) {
+        if (update)
+          updated(acc, i, s);
+        else if (wv)
+          dotted(acc, i, s);
+        else
+          store(acc, i, s);
       };
       if (!boundary_phase) {
         interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
-          if (!update) return rows_times_dot(m, begin, end, xv, yv, wv, acc0, acc1);
-          std::int64_t i = begin;
-          for (; i + 2 <= end; i += 2) {
-            put(acc0, i, row_times(m, i, xv));
-            put(acc1, i + 1, row_times(m, i + 1, xv));
-          }
-          if (i < end) put(acc0, i, row_times(m, i, xv));
+          if (update) return rows_in_pairs(m, begin, end, xv, acc0, acc1, updated);
+          if (wv) return rows_in_pairs(m, begin, end, xv, acc0, acc1, dotted);
+          rows_in_pairs(m, begin, end, xv, acc0, acc1, store);
         });
       } else {
         const V* __restrict gv = nb > 0 ? g.data_ptr<V>() : nullptr;  // ghost column owned + j is g[j]

@@ -245,7 +245,7 @@ class AmgOp final : public PreconditionerOp {
         fault = hypre_fault("setup");
       }
       comm::raise_if_any(comm_, fault);
-      if (widest >= 0) check_fitted_cycle();
+      if (!par_modes_.empty()) check_fitted_cycle();  // the same on every rank (varying_modes)
     } catch (...) {
       release();  // the constructor throws, so no destructor runs
       throw;
@@ -275,8 +275,7 @@ class AmgOp final : public PreconditionerOp {
   void release() {
     if (comm::finalized()) return;
     if (solver_) HYPRE_BoomerAMGDestroy(solver_);
-    for (auto* v : modes_) HYPRE_IJVectorDestroy(v);  // hypre frees the coarse levels' modes, not these
-    modes_.clear(), par_modes_.clear();
+    drop_modes();
     if (x_) HYPRE_IJVectorDestroy(x_);
     if (b_) HYPRE_IJVectorDestroy(b_);
     if (par_a_) hypre_ParCSRMatrixDestroy(reinterpret_cast<hypre_ParCSRMatrix*>(par_a_));
@@ -506,6 +505,12 @@ class AmgOp final : public PreconditionerOp {
     complexity_ = levels_ > 0 && nnz[0] > 0 ? total / nnz[0] : 0.0;
   }
 
+  /// Frees the near-null space's level-0 vectors (hypre frees the coarse levels' copies itself).
+  void drop_modes() {
+    for (auto* v : modes_) HYPRE_IJVectorDestroy(v);
+    modes_.clear(), par_modes_.clear();
+  }
+
   /// hypre 2.26's LN fit of the near-null space reads past an array of its own (valgrind, 4
   /// ranks), so its interpolation now and then takes a stray value and the V-cycle returns NaN
   /// (about one setup in twenty of an elasticity beam on 4 ranks). One cycle on a vector of ones
@@ -524,10 +529,7 @@ class AmgOp final : public PreconditionerOp {
       if (comm::all_reduce_value(finite ? 1 : 0, comm::Reduction::min, comm_) == 1 || attempt == 2) return;
       HYPRE_BoomerAMGDestroy(solver_);
       solver_ = nullptr;
-      if (attempt == 1) {
-        for (auto* v : modes_) HYPRE_IJVectorDestroy(v);
-        modes_.clear(), par_modes_.clear();
-      }
+      if (attempt == 1) drop_modes();
       setup_solver();
       comm::raise_if_any(comm_, hypre_fault("setup"));
     }
