@@ -1,11 +1,13 @@
 // A PMPI counting layer for the scaling benchmarks: per rank and per phase of a benchmark, the
 // calls, bytes and time (MPI_Wtime: simulated under SMPI) of every MPI function einshard calls.
+// tests/mpi/test_plan_counts.cpp holds es::last_plan()'s figures to the same counts (totals()).
 //
 // Include it in exactly one translation unit of the program (it defines the MPI_* entry points,
 // which forward to PMPI_*). It works with SimGrid's SMPI (whose MPI_* are weak symbols) and with
 // Open MPI / MPICH (a definition in the executable takes precedence over the shared library's).
-// Only calls made by the program and the library it compiles (header-only einshard) are counted:
-// the point-to-point messages an MPI implementation uses inside a collective are not.
+// Only calls made by the program and the code linked into it (einshard, header-only or its
+// static compiled part) are counted: the point-to-point messages an MPI implementation uses inside
+// a collective are not.
 //
 //   einshard_scale::phase("assemble");   // later calls count under "assemble"
 //   ...
@@ -15,6 +17,8 @@
 //   calls    number of calls
 //   bytes    bytes this rank hands to MPI to send: point-to-point payload, a reduction's or
 //            broadcast's buffer, its own contribution to a gather, every block of an all-to-all
+//   received bytes of the point-to-point receives this rank posts (the buffer it offers: the
+//            message itself where both sides agree on sizes, as einshard's do)
 //   peers    ranks this rank sends a non-empty block to (point-to-point sends; all-to-all(v)
 //            blocks with a non-zero count): what the algorithm needs, beside `calls`
 //   dense    entries of per-rank count arrays handed to MPI (all-to-all(v)'s, all-gather(v)'s:
@@ -56,9 +60,9 @@ inline bool is_collective(int f) {
 }
 
 struct Stat {
-  double calls = 0, bytes = 0, peers = 0, dense = 0, seconds = 0;
+  double calls = 0, bytes = 0, peers = 0, dense = 0, seconds = 0, received = 0;
 };
-constexpr int n_fields = 5;
+constexpr int n_fields = 6;
 
 struct Phase {
   std::string name;
@@ -109,7 +113,7 @@ inline int comm_size(MPI_Comm c) {
 struct Scope {
   int f;
   double t0;
-  double bytes = 0, peers = 0, dense = 0;
+  double bytes = 0, peers = 0, dense = 0, received = 0;
   explicit Scope(int fn) : f(fn), t0(PMPI_Wtime()) {}
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
@@ -122,8 +126,26 @@ struct Scope {
     st.peers += peers;
     st.dense += dense;
     st.seconds += PMPI_Wtime() - t0;
+    st.received += received;
   }
 };
+
+/// This rank's counts of every function over every phase so far: a test takes the difference
+/// around one call to compare what it cost with what einshard's plan says it costs.
+inline std::array<Stat, f_count> totals() {
+  std::array<Stat, f_count> t{};
+  for (const auto& ph : state().phases)
+    for (std::size_t f = 0; f < t.size(); ++f) {
+      const auto& st = ph.fn[f];
+      t[f].calls += st.calls;
+      t[f].bytes += st.bytes;
+      t[f].peers += st.peers;
+      t[f].dense += st.dense;
+      t[f].seconds += st.seconds;
+      t[f].received += st.received;
+    }
+  return t;
+}
 
 /// Collective over MPI_COMM_WORLD: rank 0 prints one JSON line per phase with, per MPI function
 /// used in it, the maximum over ranks of each count (and the phase's time, max over ranks), plus
@@ -138,13 +160,13 @@ inline void report(const char* bench, const std::string& extra) {
   PMPI_Comm_size(MPI_COMM_WORLD, &P);
   for (const auto& ph : s.phases) {
     if (ph.name == "report") continue;
-    // Per function: calls, bytes, peers, dense, seconds; then the phase: its time, collectives,
-    // point-to-point sends, bytes, seconds inside MPI.
+    // Per function: calls, bytes, peers, dense, seconds, received; then the phase: its time,
+    // collectives, point-to-point sends, bytes, seconds inside MPI.
     std::vector<double> v;
     double coll = 0, sends = 0, bytes = 0, inside = 0;
     for (int f = 0; f < f_count; ++f) {
       const auto& st = ph.fn[static_cast<std::size_t>(f)];
-      v.insert(v.end(), {st.calls, st.bytes, st.peers, st.dense, st.seconds});
+      v.insert(v.end(), {st.calls, st.bytes, st.peers, st.dense, st.seconds, st.received});
       if (is_collective(f)) coll += st.calls;
       if (f == f_send || f == f_isend || f == f_issend || f == f_sendrecv) sends += st.calls;
       bytes += st.bytes;
@@ -172,8 +194,9 @@ inline void report(const char* bench, const std::string& extra) {
       const auto* m = mx.data() + n_fields * f;
       if (m[0] == 0) continue;
       std::snprintf(buf, sizeof buf,
-                    "%s\"%s\":{\"calls\":%.0f,\"bytes\":%.0f,\"peers\":%.0f,\"dense\":%.0f,\"seconds\":%.6g}",
-                    first ? "" : ",", fn_name(f), m[0], m[1], m[2], m[3], m[4]);
+                    "%s\"%s\":{\"calls\":%.0f,\"bytes\":%.0f,\"peers\":%.0f,\"dense\":%.0f,\"seconds\":%.6g,"
+                    "\"received\":%.0f}",
+                    first ? "" : ",", fn_name(f), m[0], m[1], m[2], m[3], m[4], m[5]);
       line += buf;
       first = false;
     }
@@ -230,17 +253,21 @@ int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag,
 }
 int MPI_Recv(void* buf, int count, MPI_Datatype type, int src, int tag, MPI_Comm comm, MPI_Status* status) {
   einshard_scale::Scope scope_(einshard_scale::f_recv);
+  scope_.received = static_cast<double>(count) * einshard_scale::type_bytes(type);
   return PMPI_Recv(buf, count, type, src, tag, comm, status);
 }
 int MPI_Irecv(void* buf, int count, MPI_Datatype type, int src, int tag, MPI_Comm comm, MPI_Request* req) {
   einshard_scale::Scope scope_(einshard_scale::f_irecv);
+  scope_.received = static_cast<double>(count) * einshard_scale::type_bytes(type);
   return PMPI_Irecv(buf, count, type, src, tag, comm, req);
 }
 int MPI_Sendrecv(const void* sbuf, int scount, MPI_Datatype stype, int dest, int stag, void* rbuf, int rcount,
                  MPI_Datatype rtype, int src, int rtag, MPI_Comm comm, MPI_Status* status) {
-  EINSHARD_SCALE_P2P(f_sendrecv,
-                     PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, status),
-                     scount, stype, true);
+  einshard_scale::Scope scope_(einshard_scale::f_sendrecv);
+  scope_.bytes = static_cast<double>(scount) * einshard_scale::type_bytes(stype);
+  scope_.peers = 1;
+  scope_.received = static_cast<double>(rcount) * einshard_scale::type_bytes(rtype);
+  return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, status);
 }
 int MPI_Wait(MPI_Request* req, MPI_Status* status) {
   einshard_scale::Scope scope_(einshard_scale::f_wait);
@@ -365,7 +392,7 @@ int MPI_Reduce_scatter(const void* s, void* r, const int* rcounts, MPI_Datatype 
 }
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm* out) {
   einshard_scale::Scope scope_(einshard_scale::f_comm_dup);
-  const einshard_scale::Unbenched unbenched_;
+  [[maybe_unused]] const einshard_scale::Unbenched unbenched_;
   return PMPI_Comm_dup(comm, out);
 }
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* out) {
@@ -374,17 +401,17 @@ int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm* out) {
 }
 int MPI_Comm_free(MPI_Comm* comm) {
   einshard_scale::Scope scope_(einshard_scale::f_comm_free);
-  const einshard_scale::Unbenched unbenched_;
+  [[maybe_unused]] const einshard_scale::Unbenched unbenched_;
   return PMPI_Comm_free(comm);
 }
 int MPI_Cart_create(MPI_Comm comm, int ndims, const int* dims, const int* periods, int reorder, MPI_Comm* out) {
   einshard_scale::Scope scope_(einshard_scale::f_cart_create);
-  const einshard_scale::Unbenched unbenched_;
+  [[maybe_unused]] const einshard_scale::Unbenched unbenched_;
   return PMPI_Cart_create(comm, ndims, dims, periods, reorder, out);
 }
 int MPI_Cart_sub(MPI_Comm comm, const int* remain, MPI_Comm* out) {
   einshard_scale::Scope scope_(einshard_scale::f_cart_sub);
-  const einshard_scale::Unbenched unbenched_;
+  [[maybe_unused]] const einshard_scale::Unbenched unbenched_;
   return PMPI_Cart_sub(comm, remain, out);
 }
 int MPI_Cart_coords(MPI_Comm comm, int rank, int maxdims, int* coords) {

@@ -3,7 +3,7 @@
 // tensors: the same steps in the same order, and, with shards that are even at every world size
 // (extents divisible by 24, or by twice the world size where 24 is not: 13, 16, 32 ranks), the
 // model's per-rank bytes equal each rank's exact bytes sent, forward and backward, and the
-// collectives counted agree.
+// collectives counted agree (but for an all-to-all in which a rank has nothing to exchange).
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -87,8 +87,13 @@ void check_case(const es::Mesh& mesh, const Case& c) {
     CHECK(got.group == want.group);
     CHECK(static_cast<double>(got.forward.bytes_sent) == Approx(want.cost.forward_bytes).margin(0.5));
     CHECK(static_cast<double>(got.backward.bytes_sent) == Approx(want.cost.backward_bytes).margin(0.5));
-    CHECK(got.forward.collectives == want.cost.forward_collectives);
-    CHECK(got.backward.collectives == want.cost.backward_collectives);
+    // The model counts an all-to-all as one collective on every rank; a rank with no message to
+    // post in it (every rank, on a mesh of one) makes no call, and the plan that ran says so.
+    const auto calls = [&](const es::StepCost& ran, int modelled) {
+      return got.name == "alltoall_repartition" && ran.bytes_sent + ran.bytes_received == 0 ? 0 : modelled;
+    };
+    CHECK(got.forward.collectives == calls(got.forward, want.cost.forward_collectives));
+    CHECK(got.backward.collectives == calls(got.backward, want.cost.backward_collectives));
   }
 }
 

@@ -330,8 +330,8 @@ inline void describe_factored(const FactoredFftCall& c, const plan::FftStage& s,
     if (!e.op) return;
     const auto& f = e.op->forward_schedule;
     PlanStep ps{plan::step_name(plan::StepKind::redistribute), group.name(), s.before.axes[0].axis, before, after, {}, {}, -1};
-    std::tie(ps.forward, ps.backward) = detail::redistribute_cost(f, me, bytes, c10::multiply_integers(f.out_shape) * bytes,
-                                                                  c10::multiply_integers(f.in_shape) * bytes);
+    std::tie(ps.forward, ps.backward) = detail::redistribute_cost(
+        *e.op, me, bytes, c10::multiply_integers(f.out_shape) * bytes, c10::multiply_integers(f.in_shape) * bytes);
     out.push_back(std::move(ps));
   };
   const auto in = s.before.str(), done = s.after.str();

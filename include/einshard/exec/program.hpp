@@ -65,12 +65,18 @@ inline std::int64_t message_bytes(const std::vector<plan::Transfer>& ts, int me,
   return n;
 }
 
-/// Forward and backward cost of an all-to-all(v) with schedule `f` on rank `me`: the backward
-/// runs the reverse messages. `out_bytes`/`in_bytes`: the new tensor's and the input's size.
-inline std::pair<StepCost, StepCost> redistribute_cost(const plan::Schedule& f, int me, std::int64_t element,
+/// Forward and backward cost of the all-to-all(v) `op` on rank `me`, each from its own schedule:
+/// the backward's is not the forward's reversed where a layout is replicated over a mesh dimension
+/// the other splits (every replica receives the whole gradient). A rank with no message to post in
+/// a direction makes no call there, as in an exchange of halo rows (exec/halo.hpp).
+/// `out_bytes`/`in_bytes`: the new tensor's and the input's size.
+inline std::pair<StepCost, StepCost> redistribute_cost(const RedistributeOp& op, int me, std::int64_t element,
                                                        std::int64_t out_bytes, std::int64_t in_bytes) {
-  const StepCost forward{message_bytes(f.sends, me, element), message_bytes(f.recvs, me, element), 1, out_bytes};
-  return {forward, {forward.bytes_received, forward.bytes_sent, 1, in_bytes}};
+  const auto exchange = [&](const plan::Schedule& s, std::int64_t peak) {
+    const auto sent = message_bytes(s.sends, me, element), received = message_bytes(s.recvs, me, element);
+    return StepCost{sent, received, sent + received > 0 ? 1 : 0, peak};
+  };
+  return {exchange(op.forward_schedule, out_bytes), exchange(op.backward_schedule, in_bytes)};
 }
 
 }  // namespace detail
@@ -164,8 +170,7 @@ inline void describe(const Program& p, const SizeTable& t, const Mesh& mesh, std
         break;
       case plan::StepKind::redistribute: {
         std::tie(ps.forward, ps.backward) =
-            detail::redistribute_cost(static_cast<const RedistributeOp&>(*p.ops[i]).forward_schedule, mesh.rank(),
-                                      element, outb, in);
+            detail::redistribute_cost(static_cast<const RedistributeOp&>(*p.ops[i]), mesh.rank(), element, outb, in);
         break;
       }
       case plan::StepKind::permute: break;
