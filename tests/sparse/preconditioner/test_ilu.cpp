@@ -66,11 +66,26 @@ std::pair<at::Tensor, at::Tensor> dense_ilu0(const at::Tensor& a, const at::Tens
   return {lower, w.triu()};
 }
 
+// The entries an IncompleteFactor stores, dense, in A's places: L's strictly lower ones, the
+// pivots, and (ILU) U's strictly upper ones, whose rows it holds last row first.
+at::Tensor stored(const sp::detail::IncompleteFactor& f) {
+  auto w = to_dense(f.lower).to(at::kDouble) + at::diag(1 / f.inv_diag.to(at::kDouble));
+  if (!f.cholesky) w += to_dense(f.upper).to(at::kDouble).flip(0);
+  return w;
+}
+
+// Where it stores them.
+at::Tensor stored_pattern(const sp::detail::IncompleteFactor& f) {
+  auto p = pattern_of(f.lower).logical_or(at::eye(f.lower.rows, at::kBool));
+  if (!f.cholesky) p = p.logical_or(pattern_of(f.upper).flip(0));
+  return p;
+}
+
 // The factors held by an IncompleteFactor, dense: (L, U) for ILU, (L, Lᵀ) for IC.
 std::pair<at::Tensor, at::Tensor> factors(const sp::detail::IncompleteFactor& f) {
-  const auto w = to_dense(f.lu).to(at::kDouble);
+  const auto w = stored(f);
   if (f.cholesky) return {w, w.t()};
-  return {w.tril(-1) + at::eye(f.lu.rows, at::kDouble), w.triu()};
+  return {w.tril(-1) + at::eye(f.lower.rows, at::kDouble), w.triu()};
 }
 
 }  // namespace
@@ -84,8 +99,13 @@ TEST_CASE("ILU(0) of a tridiagonal matrix is its exact LU factorisation", "[spar
     if (i + 1 < n) a[i][i + 1] = -0.7;
   }
   const auto csr = to_csr(a, a != 0);
+  const auto values = csr.values.clone();
+  // The block of a matrix with no other columns is the matrix itself; factoring it leaves it be.
+  const auto block = sp::detail::leading_block(csr, n, false);
+  CHECK(block.values.is_same(csr.values));
   sp::detail::IncompleteFactor f;
-  REQUIRE(sp::detail::factor_ilu0(csr, f) == -1);
+  REQUIRE(sp::detail::factor_ilu0(block, f) == -1);
+  CHECK(at::equal(csr.values, values));
   const auto [l, u] = factors(f);
   // LU without pivoting, the exact factorisation: no fill exists for a tridiagonal matrix.
   CHECK(at::allclose(at::matmul(l, u), a, 1e-14, 1e-14));
@@ -106,8 +126,9 @@ TEST_CASE("ILU(0) of 2-D Poisson matches the dense ILU(0) by definition", "[spar
     const auto csr = to_csr(a, a != 0);
     sp::detail::IncompleteFactor f;
     REQUIRE(sp::detail::factor_ilu0(csr, f) == -1);
-    CHECK(f.lu.values.scalar_type() == dtype);
-    CHECK(at::equal(pattern_of(f.lu), a != 0));  // no fill
+    CHECK(f.lower.values.scalar_type() == dtype);
+    CHECK(f.upper.values.scalar_type() == dtype);
+    CHECK(at::equal(stored_pattern(f), a != 0));  // no fill
     const auto [l, u] = factors(f);
     const auto [l_ref, u_ref] = dense_ilu0(a, a != 0);
     const double tol = dtype == at::kDouble ? 1e-13 : 1e-5;
@@ -149,7 +170,7 @@ TEST_CASE("IC(0) of 2-D Poisson: L Lᵀ matches A on the pattern and L is ILU(0)
   const auto csr = to_csr(a, a != 0);
   sp::detail::IncompleteFactor ic;
   REQUIRE(sp::detail::factor_ic0(sp::detail::leading_block(csr, n, /*lower=*/true), ic) == -1);
-  CHECK(at::equal(pattern_of(ic.lu), (a != 0).tril()));
+  CHECK(at::equal(stored_pattern(ic), (a != 0).tril()));
   const auto [l, lt] = factors(ic);
   const auto llt = at::matmul(l, lt);
   CHECK(at::allclose(llt.masked_select(a != 0), a.masked_select(a != 0), 1e-13, 1e-13));

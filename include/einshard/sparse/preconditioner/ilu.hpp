@@ -18,26 +18,72 @@
 
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/isa.hpp"
 
 namespace einshard::sparse::detail {
 
-/// Factors stored in place of the block they factor (one CSR with the block's pattern).
-/// ILU(0): the strictly lower entries hold L (its unit diagonal implied), the others U.
-/// IC(0): the CSR is the lower triangle only and holds L, diagonal included.
-/// Once factored, the row pointers and diagonal positions are 32-bit where the entry count fits
-/// (`compact_for_solve`): the triangular solves read them every row of both sweeps.
+/// An incomplete factor as its two triangular sweeps read it: the strictly lower entries in one
+/// CSR, the strictly upper ones in another with the last row first, and the inverted pivots. Each
+/// sweep then streams only its own triangle, forward through memory, as PETSc's AIJ factors do:
+/// over one CSR in A's pattern each sweep pulls the other triangle's entries in with its cache
+/// lines (1.2x the time of a whole apply on a 3-D finite-element matrix of 14 entries per row).
+/// ILU(0): `lower` holds L (its unit diagonal implied), `upper` U off
+/// its diagonal. IC(0): `lower` holds L off its diagonal, `upper` nothing. Row pointers are 32-bit
+/// where the entry count fits.
 struct IncompleteFactor {
-  Csr lu;
-  at::Tensor diag;      ///< position of each row's diagonal entry in `lu`, of lu.rowptr's type
+  Csr lower;
+  Csr upper;            ///< row t holds row n − 1 − t
   at::Tensor inv_diag;  ///< 1 / the pivots (ILU: U's diagonal; IC: L's diagonal)
   bool cholesky = false;
 };
 
-/// `f` with the index widths its solves read: 16 bytes less per row and solve than 64-bit row
-/// pointers and diagonal positions (PETSc's factors are 32-bit as well).
-inline void compact_for_solve(IncompleteFactor& f) {
-  f.lu = compact_rowptr(std::move(f.lu));
-  if (f.lu.rowptr.scalar_type() == at::kInt) f.diag = f.diag.to(at::kInt);
+/// The sweeps' layout of a factor computed in A's pattern (`lu`, with `diag` the position of each
+/// row's diagonal entry).
+inline IncompleteFactor split_factor(const Csr& lu, const at::Tensor& diag, at::Tensor inv_diag, bool cholesky) {
+  IncompleteFactor f;
+  f.inv_diag = std::move(inv_diag);
+  f.cholesky = cholesky;
+  const auto n = lu.rows;
+  const auto empty = [&](std::int64_t entries) {
+    return Csr{n, n, at::zeros({n + 1}, at::kLong), at::empty({entries}, lu.col.options()),
+               at::empty({entries}, lu.values.options())};
+  };
+  const auto* rp = lu.rowptr.data_ptr<std::int64_t>();
+  const auto* dg = diag.data_ptr<std::int64_t>();
+  std::int64_t below = 0;
+  for (std::int64_t i = 0; i < n; ++i) below += dg[i] - rp[i];
+  f.lower = empty(below);
+  f.upper = empty(cholesky ? 0 : lu.nnz() - below - n);
+  dispatch_csr(lu, [&](auto v0, auto i0) {
+    using V = decltype(v0);
+    using I = decltype(i0);
+    const auto* ci = lu.col.data_ptr<I>();
+    const auto* val = lu.values.data_ptr<V>();
+    const auto copy_rows = [&](Csr& out, auto&& row_of, auto&& first, auto&& last) {
+      auto* orp = out.rowptr.data_ptr<std::int64_t>();
+      auto* oci = out.col.data_ptr<I>();
+      auto* oval = out.values.data_ptr<V>();
+      orp[0] = 0;
+      for (std::int64_t t = 0; t < n; ++t) {
+        const auto i = row_of(t);
+        const auto b = first(i), e = last(i);
+        std::copy(ci + b, ci + e, oci + orp[t]);
+        std::copy(val + b, val + e, oval + orp[t]);
+        orp[t + 1] = orp[t] + (e - b);
+      }
+    };
+    copy_rows(f.lower, [](std::int64_t t) { return t; }, [&](std::int64_t i) { return rp[i]; },
+              [&](std::int64_t i) { return dg[i]; });
+    if (!cholesky)
+      copy_rows(f.upper, [&](std::int64_t t) { return n - 1 - t; }, [&](std::int64_t i) { return dg[i] + 1; },
+                [&](std::int64_t i) { return rp[i + 1]; });
+  });
+  // Both or neither 32-bit, so that one dispatch serves both sweeps.
+  if (lu.nnz() <= std::numeric_limits<std::int32_t>::max()) {
+    f.lower.rowptr = f.lower.rowptr.to(at::kInt);
+    f.upper.rowptr = f.upper.rowptr.to(at::kInt);
+  }
+  return f;
 }
 
 template <class F>
@@ -50,9 +96,11 @@ void dispatch_real_csr(const Csr& a, const char* what, F&& f) {
   });
 }
 
-/// The block of `a` in columns [0, n) (only the lower triangle, column ≤ row, when `lower`), as a
-/// fresh CSR with the same index type; rows keep their sorted column order.
+/// The block of `a` in columns [0, n) (only the lower triangle, column ≤ row, when `lower`), with
+/// the same index type; rows keep their sorted column order. `a` itself (shared, not copied) when
+/// it has no other columns: the factorisations copy the values they overwrite.
 inline Csr leading_block(const Csr& a, std::int64_t n, bool lower) {
+  if (!lower && a.cols <= n && a.rowptr.scalar_type() == at::kLong) return a;
   Csr out;
   out.rows = a.rows;
   out.cols = n;
@@ -108,25 +156,24 @@ struct FactorView {
   std::vector<std::int64_t> pos;
 };
 
-/// Makes `f` a copy of `a` to factor in place and runs `body(view)`, which returns the first row
-/// whose pivot fails, or -1.
+/// Factors a copy of `a` in place by `body(view)`, which returns the first row whose pivot fails,
+/// or -1; on success `f` is the factor in the sweeps' layout.
 template <class F>
 std::int64_t factor_in_place(const Csr& a, IncompleteFactor& f, bool cholesky, const char* what, F&& body) {
-  f.cholesky = cholesky;
-  f.lu = a;
-  f.lu.values = a.values.clone();
-  f.diag = at::empty({a.rows}, at::kLong);
-  f.inv_diag = at::empty({a.rows}, a.values.options());
+  Csr lu = a;
+  lu.values = a.values.clone();
+  const auto diag = at::empty({a.rows}, at::kLong);
+  auto inv_diag = at::empty({a.rows}, a.values.options());
   std::int64_t failed = -1;
   dispatch_real_csr(a, what, [&](auto v0, auto i0) {
     using V = decltype(v0);
     using I = decltype(i0);
-    FactorView<V, I> m{a.rows, f.lu.rowptr.data_ptr<std::int64_t>(), f.lu.col.data_ptr<I>(),
-                       f.lu.values.data_ptr<V>(), f.diag.data_ptr<std::int64_t>(), f.inv_diag.data_ptr<V>(),
+    FactorView<V, I> m{a.rows, lu.rowptr.data_ptr<std::int64_t>(), lu.col.data_ptr<I>(),
+                       lu.values.data_ptr<V>(), diag.data_ptr<std::int64_t>(), inv_diag.data_ptr<V>(),
                        std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), -1)};
     failed = body(m);
   });
-  if (failed < 0) compact_for_solve(f);
+  if (failed < 0) f = split_factor(lu, diag, std::move(inv_diag), cholesky);
   return failed;
 }
 
@@ -218,20 +265,19 @@ inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
 /// For Hermitian A, U = Lᴴ and D is real, so M is Hermitian, definite with D's sign.
 /// The block must store a nonzero diagonal in every row (the caller checks, with the rows named).
 inline IncompleteFactor ssor_factor(const Csr& block, double omega) {
-  IncompleteFactor f;
-  f.lu = block;
-  f.lu.values = block.values.clone();
-  f.diag = at::empty({block.rows}, at::kLong);
-  f.inv_diag = at::empty({block.rows}, block.values.options());
+  Csr lu = block;
+  lu.values = block.values.clone();
+  const auto diag = at::empty({block.rows}, at::kLong);
+  auto inv_diag = at::empty({block.rows}, block.values.options());
   dispatch_csr(block, [&](auto v0, auto i0) {
     using V = decltype(v0);
     using I = decltype(i0);
     const auto n = block.rows;
-    const auto* rp = f.lu.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = f.lu.col.data_ptr<I>();
-    auto* val = f.lu.values.data_ptr<V>();
-    auto* dg = f.diag.data_ptr<std::int64_t>();
-    auto* inv = f.inv_diag.data_ptr<V>();
+    const auto* rp = lu.rowptr.data_ptr<std::int64_t>();
+    const auto* ci = lu.col.data_ptr<I>();
+    auto* val = lu.values.data_ptr<V>();
+    auto* dg = diag.data_ptr<std::int64_t>();
+    auto* inv = inv_diag.data_ptr<V>();
     std::vector<V> scale(static_cast<std::size_t>(n));  // ω / a_jj, the lower columns' factor
     for (std::int64_t i = 0; i < n; ++i) {
       dg[i] = -1;
@@ -248,8 +294,15 @@ inline IncompleteFactor ssor_factor(const Csr& block, double omega) {
       for (std::int64_t k = dg[i] + 1; k < rp[i + 1]; ++k) val[k] /= V(2 - omega);
     }
   });
-  compact_for_solve(f);
-  return f;
+  return split_factor(lu, diag, std::move(inv_diag), false);
+}
+
+/// Σ val[k] x[ci[k]] over [begin, end), a row of one triangle of the factor.
+template <class V, class I, class P>
+EINSHARD_KERNEL_INLINE V sparse_dot(const V* __restrict val, const I* __restrict ci, const V* x, P begin, P end) {
+  V s{};
+  for (P k = begin; k < end; ++k) s += val[k] * x[ci[k]];
+  return s;
 }
 
 /// z = (L U)⁻¹ r (ILU) or (L Lᵀ)⁻¹ r (IC): a forward and a backward sweep over the factor, in
@@ -260,39 +313,31 @@ inline void incomplete_solve(const IncompleteFactor& f, const at::Tensor& r, at:
   const bool in_place = z.is_same(r);
   const bool read_r = !in_place && r.is_contiguous() && r.scalar_type() == z.scalar_type() && r.device() == z.device();
   if (!in_place && !read_r) z.copy_(r);
-  dispatch_view(f.lu, [&](auto m) {
-    using V = typename decltype(m)::value_type;
-    using P = std::remove_cvref_t<decltype(m.rp[0])>;
-    const auto n = m.rows;
-    const auto* __restrict rp = m.rp;
-    const auto* __restrict ci = m.ci;
-    const auto* __restrict val = m.av;
-    const auto* __restrict dg = f.diag.data_ptr<P>();
+  dispatch_view(f.lower, [&](auto lo) {
+    using V = typename decltype(lo)::value_type;
+    using P = std::remove_cvref_t<decltype(lo.rp[0])>;
+    const auto n = lo.rows;
     const auto* __restrict inv = f.inv_diag.data_ptr<V>();
     auto* x = z.data_ptr<V>();
     const V* b = read_r ? r.data_ptr<V>() : x;  // may be x: not restrict
     if (!f.cholesky) {
-      for (std::int64_t i = 0; i < n; ++i) {  // L y = r, unit diagonal
-        V s = b[i];
-        for (std::int64_t k = rp[i]; k < dg[i]; ++k) s -= val[k] * x[ci[k]];
-        x[i] = s;
-      }
-      for (std::int64_t i = n - 1; i >= 0; --i) {  // U z = y
-        V s = x[i];
-        for (std::int64_t k = dg[i] + 1; k < rp[i + 1]; ++k) s -= val[k] * x[ci[k]];
-        x[i] = s * inv[i];
+      for (std::int64_t i = 0; i < n; ++i)  // L y = r, unit diagonal
+        x[i] = b[i] - sparse_dot(lo.av, lo.ci, x, lo.rp[i], lo.rp[i + 1]);
+      const auto* __restrict urp = f.upper.rowptr.data_ptr<P>();
+      const auto* __restrict uci = f.upper.col.data_ptr<std::remove_cvref_t<decltype(lo.ci[0])>>();
+      const auto* __restrict uval = f.upper.values.data_ptr<V>();
+      for (std::int64_t t = 0; t < n; ++t) {  // U z = y
+        const auto i = n - 1 - t;
+        x[i] = (x[i] - sparse_dot(uval, uci, x, urp[t], urp[t + 1])) * inv[i];
       }
     } else if constexpr (!c10::is_complex<V>::value) {  // factor_ic0 makes real factors only
-      for (std::int64_t i = 0; i < n; ++i) {  // L y = r
-        V s = b[i];
-        for (std::int64_t k = rp[i]; k < dg[i]; ++k) s -= val[k] * x[ci[k]];
-        x[i] = s * inv[i];
-      }
+      for (std::int64_t i = 0; i < n; ++i)  // L y = r
+        x[i] = (b[i] - sparse_dot(lo.av, lo.ci, x, lo.rp[i], lo.rp[i + 1])) * inv[i];
       // Lᵀ z = y from the rows of L: once z_i is final, remove its share from the earlier rows.
       for (std::int64_t i = n - 1; i >= 0; --i) {
         const V zi = x[i] * inv[i];
         x[i] = zi;
-        for (std::int64_t k = rp[i]; k < dg[i]; ++k) x[ci[k]] -= val[k] * zi;
+        for (auto k = lo.rp[i]; k < lo.rp[i + 1]; ++k) x[lo.ci[k]] -= lo.av[k] * zi;
       }
     }
   });
