@@ -70,10 +70,25 @@ struct Phase {
   double begin = 0, seconds = 0;  // the phase's own span (MPI_Wtime)
 };
 
+/// Another count that follows these phases (memory_count.hpp): told of every switch, and asked at
+/// report time for `fields` numbers per phase, whose maxima over ranks it writes as JSON fields.
+struct Follower {
+  void (*switched)(int left, int entered) = nullptr;
+  int fields = 0;
+  void (*values)(int phase, double* out) = nullptr;
+  std::string (*json)(const double* maxima) = nullptr;
+};
+
 struct State {
-  std::vector<Phase> phases{Phase{"init"}};
+  std::vector<Phase> phases;
   int current = 0;
   bool on = true;
+  Follower follower;
+  // Reserved so that opening a phase allocates nothing a memory count would book to the last one.
+  State() {
+    phases.reserve(64);
+    phases.push_back(Phase{"init"});
+  }
 };
 
 static State& state() {  // internal linkage: one per dlopen copy (an inline function's static is GNU_UNIQUE, shared)
@@ -93,8 +108,10 @@ inline void phase(const std::string& name) {
     s.phases.push_back(Phase{name});
     found = static_cast<int>(s.phases.size()) - 1;
   }
+  const int left = s.current;
   s.current = found;
   s.phases[static_cast<std::size_t>(found)].begin = now;
+  if (s.follower.switched) s.follower.switched(left, found);
 }
 
 inline double type_bytes(MPI_Datatype t) {
@@ -173,6 +190,9 @@ inline void report(const char* bench, const std::string& extra) {
       inside += st.seconds;
     }
     v.insert(v.end(), {ph.seconds, coll, sends, bytes, inside});
+    const std::size_t followed = v.size();
+    v.resize(followed + static_cast<std::size_t>(s.follower.fields));
+    if (s.follower.values) s.follower.values(static_cast<int>(&ph - s.phases.data()), v.data() + followed);
     std::vector<double> mx(v.size());
     PMPI_Allreduce(v.data(), mx.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     // This rank's time outside MPI in the phase (its computation): mean and max over ranks.
@@ -186,9 +206,11 @@ inline void report(const char* bench, const std::string& extra) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   ",\"seconds\":%.6g,\"collectives\":%.0f,\"sends\":%.0f,\"bytes\":%.0f,\"mpi_seconds\":%.6g,"
-                  "\"compute_mean\":%.6g,\"fn\":{",
+                  "\"compute_mean\":%.6g",
                   tail[0], tail[1], tail[2], tail[3], tail[4], compute_sum / P);
     line += buf;
+    if (s.follower.json) line += s.follower.json(mx.data() + followed);
+    line += ",\"fn\":{";
     bool first = true;
     for (int f = 0; f < f_count; ++f) {
       const auto* m = mx.data() + n_fields * f;

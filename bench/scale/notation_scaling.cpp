@@ -31,7 +31,8 @@
 //                     simulated messages)
 //   --fft-per-rank n  elements per rank of the FFT (a power of two; default 512)
 //   --phases LIST     comma-separated subset of contract,repart,mlp,rowrepart,halo,fft (default all)
-//   --counts 1        also print the per-phase MPI counts of mpi_count.hpp (default 1)
+//   --counts 1        also print the per-phase MPI counts of mpi_count.hpp and the memory of
+//                     memory_count.hpp (default 1)
 //   SCALE_TRACE=1     (environment) rank 0 names each phase on stderr as it starts
 //
 // Output, rank 0, JSON lines: one {"bench":"notation_scaling",...} with every phase's time
@@ -53,6 +54,7 @@
 #include <vector>
 
 #include "einshard/einshard.hpp"
+#include "memory_count.hpp"
 #include "mpi_count.hpp"
 
 namespace es = einshard;
@@ -101,6 +103,7 @@ std::string step_names(const es::Plan& p) {
 int main(int argc, char** argv) {
   at::set_num_threads(1);
   MPI_Init(&argc, &argv);
+  einshard_scale::count_memory();
   const double wall0 = wall();
   int rank = 0, P = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -5,7 +5,10 @@
 //   mesh3      a 3-D Mesh (px, py, pz), every group's communicator (7 MPI_Cart_sub)
 //   assemble   DSparseTensor::from_local of this rank's rows (the layout's directory, the
 //              entries to their owners, the halo plan's handshake)
+//   halo_first the exchange's construction and first exchange (its buffers), untimed
 //   halo       the sparse halo exchange (HaloExchange of the matrix's HaloPlan), per exchange
+//   rhs        the right-hand side, a DVector of ones, untimed
+//   cg_first   CG + Jacobi, 2 iterations, untimed: the preconditioner, the solver's first vectors
 //   cg         CG + Jacobi, a fixed number of iterations (rtol 0): time per iteration
 //   solve      CG + Jacobi to --rtol (0: skipped): iterations and time to solution
 //   save, load with --save DIR: DSparseTensor::save of the matrix into DIR (a file per rank and
@@ -24,7 +27,8 @@
 //   --rtol r        the solve to tolerance (default 0: skipped)
 //   --cg v          CG's variant: standard (2 all-reduces per iteration), single_reduction (1) or
 //                   pipelined (1 nonblocking, overlapped with the preconditioner and the product)
-//   --counts 1      also print the per-phase MPI counts of mpi_count.hpp (default 1)
+//   --counts 1      also print the per-phase MPI counts of mpi_count.hpp and the memory of
+//                   memory_count.hpp (default 1)
 //   --save DIR      time save and load through DIR (default: skipped)
 //   --mesh3 1       time the 3-D Mesh too (default 1; 0 skips it: under SMPI its communicators
 //                   cost the simulator O(P^2) real time each, minutes at 1,024 ranks)
@@ -49,6 +53,7 @@
 #include <vector>
 
 #include "einshard/sparse.hpp"
+#include "memory_count.hpp"
 #include "mpi_count.hpp"
 
 namespace sp = einshard::sparse;
@@ -81,6 +86,7 @@ struct Grid {
 int main(int argc, char** argv) {
   at::set_num_threads(1);
   MPI_Init(&argc, &argv);
+  einshard_scale::count_memory();
   const double wall0 = wall();
   int rank = 0, P = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -199,19 +205,28 @@ int main(int argc, char** argv) {
     ghosts = A->halo().ghost_count();
     // The halo exchange on its own.
     {
-      sp::HaloExchange exchange(std::make_shared<sp::HaloPlan>(A->halo()));
-      const auto owned = at::ones({A->layout()->local_size()}, at::kDouble);
-      auto ghost = at::empty({A->halo().ghost_count()}, at::kDouble);
-      exchange.start(owned, ghost);  // warm: buffers
-      exchange.finish();
+      double untimed = 0;
+      std::optional<sp::HaloExchange> exchange;
+      at::Tensor owned, ghost;
+      timed("halo_first", untimed, nullptr, [&] {  // warm: buffers
+        exchange.emplace(std::make_shared<sp::HaloPlan>(A->halo()));
+        owned = at::ones({A->layout()->local_size()}, at::kDouble);
+        ghost = at::empty({A->halo().ghost_count()}, at::kDouble);
+        exchange->start(owned, ghost);
+        exchange->finish();
+      });
       timed("halo", halo_s, &wall_halo, [&] {
         for (int k = 0; k < halo_reps; ++k) {
-          exchange.start(owned, ghost);
-          exchange.finish();
+          exchange->start(owned, ghost);
+          exchange->finish();
         }
       });
     }
-    const sp::DVector b(A->layout(), at::ones({A->layout()->local_size()}, at::kDouble));
+    std::optional<sp::DVector> rhs;
+    double untimed = 0;
+    timed("rhs", untimed, nullptr,
+          [&] { rhs.emplace(A->layout(), at::ones({A->layout()->local_size()}, at::kDouble)); });
+    const sp::DVector& b = *rhs;
     sp::SolveOptions fixed;
     fixed.method = sp::Method::cg;
     fixed.cg_variant = variant == "pipelined"          ? sp::CgVariant::pipelined
@@ -222,7 +237,8 @@ int main(int argc, char** argv) {
     fixed.atol = 0.0;
     fixed.residual_history = false;
     fixed.maxiter = 2;
-    (void)A->solve(b, fixed);  // warm: the preconditioner, the scratch vectors
+    // warm: the preconditioner, the scratch vectors
+    timed("cg_first", untimed, nullptr, [&] { (void)A->solve(b, fixed); });
     fixed.maxiter = iters;
     timed("cg", cg_s, &wall_cg, [&] { cg_done = A->solve(b, fixed).info.iterations; });
     held = A->held_bytes();  // after products: the halo's buffers are in

@@ -3,13 +3,14 @@
 
     python3 bench/scale/summarize.py build/scale/results
     python3 bench/scale/summarize.py bench/results/scale --plot docs/images/scale_weak.png
-    python3 bench/scale/summarize.py bench/results/scale --only sparse      # or --only notation
+    python3 bench/scale/summarize.py bench/results/scale --only sparse      # or notation, memory
 
 Reads validate.jsonl, weak.jsonl and strong.jsonl (whichever exist) and prints: the simulated
 against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and the per-rank MPI
 counts of each phase against the number of ranks. From notation.jsonl and notation_comm_only.jsonl
 (notation_scaling.cpp): the notation's phases against P, their counts per rank, and the planner's
-cost model (es::last_plan()) beside the counted figures.
+cost model (es::last_plan()) beside the counted figures. From memory_comm_only.jsonl and
+memory_notation_comm_only.jsonl: each phase's memory per rank against P (memory_count.hpp).
 """
 import json
 import sys
@@ -356,6 +357,66 @@ def notation(out):
         print(notation_model(models, cc, cr))
 
 
+# The phases of each program in the order they run; the others (sync, model, init) hold what lies
+# between them.
+MEMORY_PHASES = {
+    "poisson_scaling": ["mesh", "mesh3", "triples", "assemble", "halo_first", "halo", "rhs", "cg_first", "cg",
+                        "solve", "save", "load"],
+    "notation_scaling": ["mesh", "contract_first", "contract", "repart_first", "repart", "mlp_first", "mlp", "mesh2",
+                         "rowrepart_first", "rowrepart", "halo_first", "halo", "fft_first", "fft"],
+}
+
+
+def memory_tables(counts, title):
+    """Per rank, max over ranks, per phase against P: the most bytes held above the phase's start
+    (peak) and the bytes it leaves held (held), tensors and heap (bench/scale/memory_count.hpp)."""
+    cs = [c for c in counts if "mem" in c and standard(c)]
+    if not cs:
+        return ""
+    bench = cs[0]["bench"].removesuffix("_counts")
+    ranks = sorted({c["ranks"] for c in cs})
+    lines = []
+    for kind, what in (("tensor", "tensor storage"), ("heap", "C++ heap")):
+        rows = []
+        for phase in MEMORY_PHASES[bench]:
+            row, seen = [f"`{phase}`"], False
+            for p in ranks:
+                c = next((c for c in cs if c["ranks"] == p and c["phase"] == phase), None)
+                if c:
+                    seen = True
+                    m = c["mem"]
+                    row.append(f"{m[kind + '_peak']:,.0f} / {m[kind + '_held']:,.0f}")
+                else:
+                    row.append("-")
+            if seen:
+                rows.append(row)
+        # Everything held at the end of the last phase that ran (the program's data included).
+        last = []
+        for p in ranks:
+            done = [c for c in cs if c["ranks"] == p and c["phase"] in MEMORY_PHASES[bench]]
+            last.append(f"{done[-1]['mem'][kind + '_total']:,.0f}" if done else "-")
+        rows.append(["held in all, at the end"] + last)
+        lines.append(f"\n**{title}: {what}, bytes per rank (max over ranks), peak above the phase's start / "
+                     "held after it**\n")
+        lines.append(table(["phase"] + [f"P = {p:,}" for p in ranks], rows))
+    return "\n".join(lines)
+
+
+def memory(out):
+    _, pc = load(out / "memory_comm_only.jsonl")
+    _, nc = load(out / "memory_notation_comm_only.jsonl")
+    if not (pc or nc):
+        return
+    print("\n### Per-rank memory against P (weak runs, communication only)\n")
+    for dim, box in ((2, "64²"), (3, "16³")):
+        t = memory_tables([c for c in pc if c.get("dim") == dim], f"{dim}-D Poisson, {box} rows per rank")
+        if t:
+            print(t)
+    t = memory_tables(nc, "The notation")
+    if t:
+        print(t)
+
+
 def main():
     args = [a for a in sys.argv[1:] if a not in ("--plot", "--only")]
     plot_to = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
@@ -367,6 +428,9 @@ def main():
     out = Path(args[0] if args else "build/scale/results")
     if only == "notation":
         notation(out)
+        return
+    if only == "memory":
+        memory(out)
         return
     vr, _ = load(out / "validate.jsonl")
     wr, wc = load(out / "weak.jsonl")
@@ -405,6 +469,7 @@ def main():
         plot(cr, wr, plot_to)
     if only is None:
         notation(out)
+        memory(out)
 
 
 if __name__ == "__main__":

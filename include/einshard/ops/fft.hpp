@@ -282,9 +282,15 @@ inline PreparedFft prepare_fft_call(const notation::ExpressionView& e, std::stri
     dtype = static_cast<at::ScalarType>(ranks[0][0].dtype);
     exec::measure(in, exec::input_layout(problem), ranks, 0, mesh, o.shapes, what);
     for (const auto& a : problem.axes) lengths.push_back(in.global.at(a.in));
-    exec::Agreement stacked;
-    stacked.ranks = std::move(ranks);
-    key = exec::cache_key(e.source, o, stacked) + '\x1f' + key_text;
+    // Keyed by what the ranks agreed on, as the notation's calls are: the summary when it
+    // determines every rank's fields (a fixed size whatever P), else the all-gathered table. The
+    // table rebuilt from a summary would make the cache keep O(P) bytes per call site.
+    exec::Agreement keyed;
+    if (agreed.summarized())
+      keyed.summary = std::move(agreed.summary);
+    else
+      keyed.ranks = std::move(ranks);
+    key = exec::cache_key(e.source, o, keyed) + '\x1f' + key_text;
   }
   exec::check_fft_dtype(dtype, problem, what);
   auto call = exec::CallCache<exec::FftCall>::instance().get(key, [&] {

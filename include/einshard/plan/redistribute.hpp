@@ -77,20 +77,28 @@ inline Box intersect(const Box& a, const Box& b, const Box& origin) {
   return r;
 }
 
+/// The messages of the rank at index `m` when the rank `peer_of(k)` holds box `from[k]` and is to
+/// hold box `to[k]`.
+template <class PeerOf>
+Schedule schedule_among(std::span<const Box> from, std::span<const Box> to, std::size_t m,
+                        const PeerOf& peer_of) {
+  Schedule s{{}, {}, from[m].size, to[m].size};
+  for (std::size_t k = 0; k < from.size(); ++k) {
+    auto send = intersect(from[m], to[k], from[m]);
+    if (send.numel() > 0) s.sends.push_back({peer_of(k), std::move(send)});
+    auto recv = intersect(from[k], to[m], to[m]);
+    if (recv.numel() > 0) s.recvs.push_back({peer_of(k), std::move(recv)});
+  }
+  return s;
+}
+
 }  // namespace detail
 
 /// The messages of rank `me` when rank r holds box `from[r]` of a tensor and is to hold box
 /// `to[r]` (every element of a `to` box lies in exactly one `from` box).
 inline Schedule schedule_boxes(std::span<const Box> from, std::span<const Box> to, int me) {
-  const auto m = static_cast<std::size_t>(me);
-  Schedule s{{}, {}, from[m].size, to[m].size};
-  for (std::size_t peer = 0; peer < from.size(); ++peer) {
-    auto send = detail::intersect(from[m], to[peer], from[m]);
-    if (send.numel() > 0) s.sends.push_back({static_cast<int>(peer), std::move(send)});
-    auto recv = detail::intersect(from[peer], to[m], to[m]);
-    if (recv.numel() > 0) s.recvs.push_back({static_cast<int>(peer), std::move(recv)});
-  }
-  return s;
+  return detail::schedule_among(from, to, static_cast<std::size_t>(me),
+                                [](std::size_t k) { return static_cast<int>(k); });
 }
 
 /// The messages of rank `me` (of `world` ranks) to go from layout `from` to layout `to` (same axes,
@@ -99,24 +107,34 @@ inline Schedule schedule_redistribute(const Layout& from, const Layout& to,
                                       std::span<const std::int64_t> global, const ShardSizes& shards,
                                       const MeshShape& mesh, const CoordinatesOf& coords_of, int me,
                                       int world) {
-  std::uint32_t sharded = 0;  // mesh dimensions `from` shards over
-  for (const auto& a : from.axes) sharded |= a.group.bits();
-  auto same_replica = [&](std::span<const int> p, std::span<const int> q) {
-    for (std::size_t d = 0; d < mesh.sizes.size(); ++d)
-      if (!((sharded >> d) & 1u) && p[d] != q[d]) return false;
-    return true;
-  };
-  // Ranks of other replicas hold and want nothing from this one: empty boxes.
+  // The mesh dimensions on which a peer must share this rank's coordinate to exchange anything
+  // with it: those `from` does not shard (another replica holds and wants nothing from this one),
+  // and those of a group that cuts the same axis in both layouts (shard c meets only shard c).
+  // Only those peers get boxes: a move inside the rows of a p x q mesh prepares O(q), not O(P).
+  std::uint32_t sharded = 0, kept = 0;
+  for (std::size_t i = 0; i < from.axes.size(); ++i) {
+    sharded |= from.axes[i].group.bits();
+    if (!from.axes[i].group.empty() && from.axes[i].group == to.axes[i].group)
+      kept |= from.axes[i].group.bits();
+  }
+  for (std::size_t d = 0; d < mesh.sizes.size(); ++d)
+    if (!((sharded >> d) & 1u)) kept |= 1u << d;
   const auto mine = coords_of(me);
-  const Box none{std::vector<std::int64_t>(from.axes.size(), 0), std::vector<std::int64_t>(from.axes.size(), 0)};
+  std::vector<int> peers;
   std::vector<Box> held, wanted;
+  std::size_t m = 0;
   for (int peer = 0; peer < world; ++peer) {
     const auto theirs = coords_of(peer);
-    const bool replica = same_replica(mine, theirs);
-    held.push_back(replica ? detail::box_of(from, global, shards, mesh, theirs) : none);
-    wanted.push_back(replica ? detail::box_of(to, global, shards, mesh, theirs) : none);
+    bool exchanges = true;
+    for (std::size_t d = 0; d < mesh.sizes.size() && exchanges; ++d)
+      exchanges = !((kept >> d) & 1u) || mine[d] == theirs[d];
+    if (!exchanges) continue;
+    if (peer == me) m = peers.size();
+    peers.push_back(peer);
+    held.push_back(detail::box_of(from, global, shards, mesh, theirs));
+    wanted.push_back(detail::box_of(to, global, shards, mesh, theirs));
   }
-  return schedule_boxes(held, wanted, me);
+  return detail::schedule_among(held, wanted, m, [&](std::size_t k) { return peers[k]; });
 }
 
 }  // namespace einshard::plan
