@@ -29,6 +29,10 @@
 
 namespace einshard::sparse::detail {
 
+/// block_pass takes the columns in chunks of `chunk` with the accumulators in a local array, which
+/// the compiler keeps in registers (a std::vector or the output itself could alias the inputs and
+/// would force a store per entry).
+inline constexpr std::int64_t chunk = 8;
 
 /// Per-column coefficients as values of type V (real parts for a real V).
 template <class V>

@@ -21,11 +21,6 @@
 
 namespace einshard::sparse::detail {
 
-/// Columns are processed in chunks of `chunk` with the accumulators in a local array, which the
-/// compiler keeps in registers (a std::vector or the output itself could alias the inputs and
-/// would force a store per entry).
-inline constexpr std::int64_t chunk = 8;
-
 /// Re(conj(a) b) as a double.
 template <class V>
 inline double re_dot(const V& a, const V& b) {
@@ -195,12 +190,13 @@ void spmm_window(const View& m, const SpmmWindow<V>& s, KernelIsa isa) {
 /// (the shape of Y), also adds Re <wt_j, Y_j> over these rows to dots[j]: the product's own dot,
 /// as the single-vector kernels return it.
 ///
-/// The columns go through fixed-width windows of 16, 8, 4, each entry's W multiply-adds kept in
-/// vector registers, with AVX2 + FMA for real values where the CPU has them (`kernel_isa`); the last
-/// k mod 4 columns go through the width-generic loop. When k needs several windows (k = 32: two of
-/// 16), the rows go in tiles and every window runs over a tile before the next tile: the tile's
-/// entries stay in L1 between windows, so the matrix streams from memory once for all k columns,
-/// and each row of X and Y is read or written whole.
+/// The columns go through fixed-width windows of 16, 8, 4, 2 and 1, each entry's W multiply-adds
+/// kept in vector registers, with AVX2 + FMA for real values where the CPU has them (`kernel_isa`).
+/// When k needs several windows (k = 32: two of 16; k = 3: 2 and 1), the rows go in tiles and
+/// every window runs over a tile before the next tile: the tile's entries stay in L1 between
+/// windows, so the matrix streams from memory once for all k columns, and each row of X and Y is
+/// read or written whole. (A loop over a run-time number of columns kept its sums in memory: at
+/// k = 2 the block product took longer than two single ones.)
 inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& x,
                       const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt = {},
                       double* dots = nullptr) {
@@ -215,72 +211,36 @@ inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t own
     const auto* b = boundary.data_ptr<std::int64_t>();
     const auto nb = boundary.numel();
     SpmmWindow<V> s{xv, gv, yv, wv, dots, k, 0, owned, b, nb, boundary_phase, 0, a.rows, 0, nb};
-    const std::int64_t windowed = k - k % 4;  // the columns the fixed-width windows take
-    // One window (k = 4, 8, 16) runs over every row at once; several go tile by tile.
-    const bool tiled = windowed > 16 || (windowed > 0 && windowed != 4 && windowed != 8 && windowed != 16);
+    // One window (k = 1, 2, 4, 8, 16) runs over every row at once; several go tile by tile.
+    const bool tiled = (k & (k - 1)) != 0 || k > 16;
     const std::int64_t tile = tiled ? 128 : std::max<std::int64_t>(a.rows, nb);
     const auto run_windows = [&] {
-      for (s.j0 = 0; s.j0 < windowed;) {
-        const auto left = windowed - s.j0;
-        const int width = left >= 16 ? 16 : left >= 8 ? 8 : 4;
-        width == 16 ? spmm_window<16>(m, s, isa) : width == 8 ? spmm_window<8>(m, s, isa) : spmm_window<4>(m, s, isa);
+      for (s.j0 = 0; s.j0 < k;) {
+        const auto left = k - s.j0;
+        const int width = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        switch (width) {
+          case 16: spmm_window<16>(m, s, isa); break;
+          case 8: spmm_window<8>(m, s, isa); break;
+          case 4: spmm_window<4>(m, s, isa); break;
+          case 2: spmm_window<2>(m, s, isa); break;
+          default: spmm_window<1>(m, s, isa);
+        }
         s.j0 += width;
       }
     };
-    if (windowed > 0) {
-      if (!boundary_phase) {
-        for (std::int64_t r0 = 0; r0 < a.rows; r0 += tile) {
-          s.row0 = r0;
-          s.row1 = std::min(r0 + tile, a.rows);
-          s.q0 = std::lower_bound(b, b + nb, r0) - b;
-          run_windows();
-        }
-      } else {
-        for (std::int64_t q0 = 0; q0 < nb; q0 += tile) {
-          s.q0 = q0;
-          s.q1 = std::min(q0 + tile, nb);
-          run_windows();
-        }
+    if (!boundary_phase) {
+      for (std::int64_t r0 = 0; r0 < a.rows; r0 += tile) {
+        s.row0 = r0;
+        s.row1 = std::min(r0 + tile, a.rows);
+        s.q0 = std::lower_bound(b, b + nb, r0) - b;
+        run_windows();
       }
-    }
-    std::int64_t j0 = windowed;
-    for (; j0 < k; j0 += chunk) {
-      const auto w = std::min(chunk, k - j0);
-      double d[chunk] = {};
-      // Entries [e0, e1) of a row into acc, their rows of `base` at column index - shift.
-      const auto add = [&](V* acc, const V* base, std::int64_t e0, std::int64_t e1, std::int64_t shift) {
-        for (std::int64_t e = e0; e < e1; ++e) {
-          const V v = m.av[e];
-          const V* xr = base + (static_cast<std::int64_t>(m.ci[e]) - shift) * k + j0;
-          for (std::int64_t j = 0; j < w; ++j) acc[j] += v * xr[j];
-        }
-      };
-      const auto store = [&](std::int64_t i, const V* acc) {
-        const auto t = i * k + j0;
-        for (std::int64_t j = 0; j < w; ++j) yv[t + j] = acc[j];
-        if (wv)
-          for (std::int64_t j = 0; j < w; ++j) d[j] += re_dot(wv[t + j], acc[j]);
-      };
-      if (!boundary_phase) {
-        interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t i = begin; i < end; ++i) {
-            V acc[chunk] = {};
-            add(acc, xv, m.rp[i], m.rp[i + 1], 0);
-            store(i, acc);
-          }
-        });
-      } else {
-        for (std::int64_t q = 0; q < nb; ++q) {
-          const auto i = b[q];
-          const auto split = first_ghost(m, i, owned);
-          V acc[chunk] = {};
-          add(acc, xv, m.rp[i], split, 0);
-          add(acc, gv, split, m.rp[i + 1], owned);
-          store(i, acc);
-        }
+    } else {
+      for (std::int64_t q0 = 0; q0 < nb; q0 += tile) {
+        s.q0 = q0;
+        s.q1 = std::min(q0 + tile, nb);
+        run_windows();
       }
-      if (wv)
-        for (std::int64_t j = 0; j < w; ++j) dots[j0 + j] += d[j];
     }
   });
 }
