@@ -327,6 +327,41 @@ TEST_CASE("several right-hand sides with every method: k coupled recurrences equ
   }
 }
 
+TEST_CASE("a block of one column: the vector method's solution and record, as a block's", "[sparse][multi_rhs]") {
+  const auto mesh = world_mesh();
+  const auto spd = es::testing::poisson2d(9, 8);
+  const auto unsym = convection_diffusion(9, 8, 0.5);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(37);
+  const auto b = at::randn({spd.n, 1}, gen, at::kDouble);
+  for (const auto* coo : {&spd, &unsym}) {
+    const auto share = my_share(*coo);
+    const auto D = assemble(share, share.values, mesh);
+    const auto ref = at::linalg_solve(es::testing::dense(*coo), b);
+    for (const auto m : {sp::Method::cg, sp::Method::gmres, sp::Method::bicgstab, sp::Method::minres}) {
+      if (coo == &unsym && (m == sp::Method::cg || m == sp::Method::minres)) continue;
+      CAPTURE(sp::to_string(m));
+      const sp::SolveOptions o{.method = m, .preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-10};
+      const auto block = D.solve(D.scatter(b), o);
+      const auto single = D.solve(D.scatter(b.squeeze(1).contiguous()), o);
+      REQUIRE(block.x.local().dim() == 2);
+      CHECK(block.x.full_tensor().sizes() == b.sizes());
+      CHECK(rel(block.x.full_tensor(), ref) < 1e-7);
+      CHECK(at::equal(block.x.full_tensor().squeeze(1), single.x.full_tensor()));
+      REQUIRE(block.info.columns.size() == 1);
+      const auto& col = block.info.columns[0];
+      CHECK(col.converged);
+      CHECK(col.iterations == single.info.iterations);
+      CHECK(col.residual_history == single.info.residual_history);
+      CHECK(block.info.iterations == single.info.iterations);
+      CHECK(block.info.converged);
+      // A warm start given as a column too.
+      auto warm = o;
+      warm.x0 = D.scatter(ref);
+      CHECK(D.solve(D.scatter(b), warm).info.columns[0].iterations == 0);
+    }
+  }
+}
+
 TEST_CASE("GMRES with a float32 basis (GmresBasis::reduced): dense references, the iterations of a float64 one",
           "[sparse][multi_rhs][gmres_basis]") {
   const auto mesh = world_mesh();
