@@ -151,8 +151,8 @@ Measured measure(const Call& call) {
 }
 
 /// A call whose steps exchange messages: its plan's bytes and exchanges against the counts, forward
-/// and backward; besides them it makes one all-reduce of `agreement` bytes before its forward and
-/// nothing else.
+/// and backward; besides them it makes one all-reduce of `agreement` bytes before its forward (none
+/// when 0) and nothing else.
 void check_exchanges(const Measured& m, std::int64_t agreement) {
   const auto forward = m.plan.total_forward(), backward = m.plan.total_backward();
   check_figures({{"forward bytes sent", forward.bytes_sent, m.forward.sent},
@@ -161,7 +161,7 @@ void check_exchanges(const Measured& m, std::int64_t agreement) {
                  {"backward bytes sent", backward.bytes_sent, m.backward.sent},
                  {"backward bytes received", backward.bytes_received, m.backward.received},
                  {"backward exchanges", backward.collectives, m.backward.waits}});
-  CHECK(m.forward.allreduces == 1);
+  CHECK(m.forward.allreduces == (agreement > 0 ? 1 : 0));
   CHECK(m.forward.allreduce_bytes == agreement);
   CHECK(m.forward.others() == 0);
   CHECK(m.backward.allreduces == 0);
@@ -318,7 +318,8 @@ TEST_CASE("plan counts: a repeated pencil FFT sends what its transposes say, aft
   if (p > 1 && q > 1) CHECK(steps_named(m.plan, "alltoall_repartition").size() == 3);
 }
 
-TEST_CASE("plan counts: a repeated halo exchange sends the plan's rows to the neighbours; its agreement is apart",
+TEST_CASE("plan counts: a repeated halo exchange sends the plan's rows to the neighbours; its agreement is apart, "
+          "and a prepared one makes none",
           "[mpi][plan_counts]") {
   const auto w = et::world();
   const auto [p, q] = two_factors(w.size);
@@ -337,4 +338,10 @@ TEST_CASE("plan counts: a repeated halo exchange sends the plan's rows to the ne
   CHECK(m.forward.receives == neighbours);
   CHECK(m.backward.sends == neighbours);
   CHECK(m.backward.receives == neighbours);
+  // Prepared once: the same messages and no collective at all.
+  const auto halo = es::prepare_halo<"x/p y/q">(x, {{"x", 1}, {"y", 1}}, o);
+  const auto prepared = measure([&] { return halo(x); });
+  check_exchanges(prepared, 0);
+  CHECK(prepared.forward.sends == neighbours);
+  CHECK(prepared.forward.receives == neighbours);
 }

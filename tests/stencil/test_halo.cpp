@@ -2,6 +2,8 @@
 // uneven and empty shards, halos wider than one or several shards, every boundary, several axes
 // (corners), values and gradients; bad input raises the same es::Error on every rank.
 
+#include <set>
+
 #include "stencil_support.hpp"
 
 using namespace stencil_test;
@@ -202,4 +204,114 @@ TEST_CASE("einhalo: bad input raises the same error on every rank", "[stencil][h
   expect_same_error([&] { (void)es::einhalo<"b h/dp w">(faulty ? x[0] : x, {{"h", 1}}, o); }, "dimensions");
   expect_same_error([&] { (void)es::einhalo<"b h/dp w">(x, {{"h", faulty ? 2 : 1}}, o); },
                     "different operation");
+}
+
+TEST_CASE("prepared einhalo: einhalo's ghost rows and gradients, call after call", "[stencil][halo][prepared]") {
+  const std::vector<std::string> names{"b", "h", "w", "c"};
+  const std::int64_t H = 11;
+  for (const auto* mesh : meshes())
+    for (const auto& [notation, groups] : layouts(*mesh))
+      for (bool holes : {false, true})
+        for (auto b : {es::Boundary::constant, es::Boundary::periodic, es::Boundary::replicate})
+          for (const auto& halos : {es::Halos{{"h", {2, 1}}, {"w", 1}}, es::Halos{{"h", {H + 3, 2}}}}) {
+            Sharding sh{groups};
+            if (holes) sh.given[1] = with_empty_shards(H, mesh->size(groups[1]));
+            const auto X = full({2, H, 5, 3}, 13);
+            const double fill = b == es::Boundary::constant ? -0.5 : 0.0;
+            es::Options o{.mesh = *mesh, .shapes = sh.shapes({2, H, 5, 3}, *mesh), .boundary = b};
+            if (b == es::Boundary::constant) o.fill = fill;
+            INFO(notation << " on " << label(*mesh) << (holes ? ", empty shards" : "") << ", boundary "
+                          << static_cast<int>(b) << ", halo h " << halos.at("h").left);
+            check_op(
+                *mesh, X, sh,
+                [&, &notation = notation](const at::Tensor& x) {
+                  const auto halo = es::prepare_halo(notation, x, halos, o);
+                  (void)halo(x.detach() * 2);  // an earlier call leaves nothing behind
+                  return halo(x);
+                },
+                [&](const at::Tensor& Xf, int q) { return halo_reference(Xf, sh, *mesh, q, halos, names, b, fill); });
+          }
+}
+
+TEST_CASE("prepared einhalo: its plan is einhalo's, and a call needs only the ranks it exchanges with",
+          "[stencil][halo][prepared]") {
+  const int W = es::testing::world().size;
+  // On a 2 x W/2 mesh the exchange of "h/sp w" runs within a mesh row: the two rows call the
+  // prepared halo a different number of times, which any collective over the mesh would not survive.
+  const auto& mesh = W % 2 == 0 ? mesh_of({2, W / 2}) : mesh_of({1, W});
+  const Sharding sh{{"sp", ""}};
+  const auto X = full({2 * W + 3, 4}, 17);
+  const auto x = sh.block(X, mesh, mesh.rank()).contiguous();
+  const es::Options o{.mesh = mesh, .boundary = es::Boundary::periodic};
+  const es::Halos halos{{"h", {1, 2}}, {"w", 1}};
+  const auto halo = es::prepare_halo<"h/sp w">(x, halos, o);
+  const auto expected = halo_reference(X, sh, mesh, mesh.rank(), halos, {"h", "w"}, es::Boundary::periodic, 0);
+  for (int call = 0; call < (mesh.coordinate("dp") == 0 ? 3 : 1); ++call) CHECK(near(halo(x), expected));
+  CHECK(at::equal(halo(x), es::einhalo<"h/sp w">(x, halos, o)));
+  const auto mine = halo.plan(), theirs = es::explain_halo<"h/sp w">(x, halos, o);
+  REQUIRE(mine.steps.size() == theirs.steps.size());
+  for (std::size_t i = 0; i < mine.steps.size(); ++i) {
+    CHECK(mine.steps[i].name == theirs.steps[i].name);
+    CHECK(mine.steps[i].forward.bytes_sent == theirs.steps[i].forward.bytes_sent);
+    CHECK(mine.steps[i].forward.bytes_received == theirs.steps[i].forward.bytes_received);
+  }
+}
+
+namespace {
+
+/// The mesh ranks a prepared halo of width 1 on every axis (periodic) reports a fault on when rank
+/// `f` passes the wrong tensor: f, then, axis by axis in order, every rank that receives rows from
+/// a rank already faulty (its neighbours along that axis's group).
+std::set<int> faulted_ranks(const es::Mesh& mesh, const std::vector<std::string>& groups, int f) {
+  std::set<int> faulty{f};
+  for (const auto& g : groups) {
+    auto next = faulty;
+    for (int q = 0; q < mesh.size(); ++q)
+      for (int p : faulty) {
+        bool same_line = true;  // p and q differ at most in g's coordinate
+        for (const auto& other : groups)
+          if (other != g) same_line = same_line && coordinate_of(mesh, other, p) == coordinate_of(mesh, other, q);
+        const int n = mesh.size(g), d = (coordinate_of(mesh, g, q) - coordinate_of(mesh, g, p) + n) % n;
+        if (same_line && (d == 1 || d == n - 1)) next.insert(q);
+      }
+    faulty = next;
+  }
+  return faulty;
+}
+
+}  // namespace
+
+TEST_CASE("prepared einhalo: another tensor raises on its rank and on the ranks it sends rows to, and no rank waits",
+          "[stencil][halo][prepared]") {
+  const int W = es::testing::world().size;
+  const auto& mesh = W % 2 == 0 && W > 2 ? mesh_of({2, W / 2}) : mesh_of({W});
+  const bool two = mesh.ndim() == 2;
+  const std::vector<std::string> groups = two ? std::vector<std::string>{"dp", "sp"} : std::vector<std::string>{"dp"};
+  const Sharding sh{two ? std::vector<std::string>{"dp", "sp"} : std::vector<std::string>{"dp", ""}};
+  const auto X = full({2 * W + 3, 2 * W + 1}, 23);
+  const auto x = sh.block(X, mesh, mesh.rank()).contiguous();
+  const es::Options o{.mesh = mesh, .boundary = es::Boundary::periodic};
+  const es::Halos halos = two ? es::Halos{{"h", 1}, {"w", 1}} : es::Halos{{"h", 1}};
+  const auto halo = two ? es::prepare_halo("h/dp w/sp", x, halos, o) : es::prepare_halo("h/dp w", x, halos, o);
+  const auto expected = halo_reference(X, sh, mesh, mesh.rank(), halos, {"h", "w"}, es::Boundary::periodic, 0);
+  const int f = faulty_rank();
+  const auto faulted = faulted_ranks(mesh, groups, f);
+  for (const auto& bad : {x.narrow(1, 0, x.size(1) - 1), x.to(at::kFloat), x.unsqueeze(0)}) {
+    std::string message;
+    try {
+      const auto y = halo(mesh.rank() == f ? bad : x);
+      CHECK(near(y, expected));
+    } catch (const es::Error& e) {
+      message = e.what();
+    }
+    INFO("rank " << mesh.rank() << " (faulty rank " << f << "): " << message);
+    if (mesh.rank() == f)
+      CHECK_THAT(message, Catch::Contains("this rank's tensor is") && Catch::Contains("prepared for"));
+    else if (faulted.count(mesh.rank()))
+      CHECK_THAT(message, Catch::Contains("a rank this one exchanges rows with"));
+    else
+      CHECK(message.empty());
+    // The exchange is whole again at the next call, everywhere.
+    CHECK(near(halo(x), expected));
+  }
 }

@@ -68,6 +68,14 @@ constexpr int return_tag = 7302;
 
 }  // namespace detail
 
+/// Whether a prepared exchange (ops/halo.hpp, `PreparedHalo`) met a fault: this rank's operand was
+/// not the one it was prepared for, or a peer's marker came in place of its rows. The axes of one
+/// call share it, so a rank that learns of a fault on one axis sends markers on the next and every
+/// exchange its peers wait for still completes.
+struct ExchangeFault {
+  bool any = false;
+};
+
 /// One axis of an interval fetch as a forward/backward pair. Forward: this rank's requested rows,
 /// assembled from the owners' shards and padded for the boundary. Backward: every requested row's
 /// gradient goes back to its owner and is added there (ghost rows accumulate into the rows they
@@ -80,10 +88,11 @@ struct AxisExchangeOp final : comm::CommOp {
   const plan::AxisExchange& ex;
   plan::Edge edge;
   double fill;
+  std::shared_ptr<ExchangeFault> fault;  ///< a prepared call's (null: the call was agreed)
 
   AxisExchangeOp(MPI_Comm c, int rank, std::int64_t d, std::shared_ptr<const plan::AxisExchange> x, plan::Edge e,
-                 double f)
-      : comm(c), me(rank), dim(d), plan(std::move(x)), ex(*plan), edge(e), fill(f) {}
+                 double f, std::shared_ptr<ExchangeFault> fl = {})
+      : comm(c), me(rank), dim(d), plan(std::move(x)), ex(*plan), edge(e), fill(f), fault(std::move(fl)) {}
 
   /// An exchange in flight: the result with its local rows in place, the messages posted.
   struct InFlight {
@@ -124,6 +133,7 @@ struct AxisExchangeOp final : comm::CommOp {
     };
     auto& recv_buffer = flight.recv_buffer;
     auto& send_buffer = flight.send_buffer;
+    const bool marked = fault && fault->any;  // markers go in place of rows this rank cannot vouch for
     if (!flat) {
       std::int64_t recv_bytes = 0, send_bytes = 0;
       for (const auto& p : f.pieces) recv_bytes += p.owner == me ? 0 : slabs.outer * p.length * row_bytes;
@@ -146,6 +156,10 @@ struct AxisExchangeOp final : comm::CommOp {
       for (const auto& p : pieces) {
         const auto n = slabs.elements(p.length);
         if (n == 0) continue;
+        if (marked) {
+          messages.send_marker(elem, peer, detail::fetch_tag, comm);
+          continue;
+        }
         const void* from = in_at(0, p.source);
         if (!flat) {
           from = send_at;
@@ -185,7 +199,10 @@ struct AxisExchangeOp final : comm::CommOp {
     auto out_at = [&](std::int64_t o, std::int64_t row) {
       return out_bytes + (o * out_rows + f.pad_left + row) * row_bytes;
     };
-    flight.messages.wait();
+    if (!fault)
+      flight.messages.wait();
+    else if (!flight.messages.wait_whole())
+      fault->any = true;
     const char* recv_at = flight.recv_buffer.get();
     for (const auto& p : f.pieces)
       if (!flat && p.owner != me) {
@@ -278,12 +295,14 @@ inline std::shared_ptr<const plan::AxisExchange> plan_axis(const StencilAxis& ax
       plan::plan_exchange(axis.shards, requests, edge, coordinate(axis, mesh), axis.name, what));
 }
 
-/// Runs a planned exchange along `axis`; differentiable, collective over the axis's group.
+/// Runs a planned exchange along `axis`; differentiable, collective over the axis's group. With
+/// `fault`, a prepared call's: markers instead of rows once it is set, and set by a marker received.
 inline at::Tensor exchange_axis(const at::Tensor& x, const StencilAxis& axis, const Mesh& mesh,
-                                std::shared_ptr<const plan::AxisExchange> ex, plan::Edge edge, double fill) {
+                                std::shared_ptr<const plan::AxisExchange> ex, plan::Edge edge, double fill,
+                                std::shared_ptr<ExchangeFault> fault = {}) {
   return comm::apply_op(x, c10::make_intrusive<AxisExchangeOp>(
                                axis.group.empty() ? MPI_COMM_NULL : mesh.comm(axis.group), coordinate(axis, mesh),
-                               axis.dim, std::move(ex), edge, fill));
+                               axis.dim, std::move(ex), edge, fill, std::move(fault)));
 }
 
 /// The plan step of an exchange along `axis` run on this rank's tensor of shape `shape`, which it

@@ -94,6 +94,14 @@ EINSHARD_INLINE at::Tensor run_halo(const notation::ExpressionView& e, std::stri
                                     const at::Tensor& x, const Halos& halos, const Options& o);
 EINSHARD_INLINE Plan explain_halo(const notation::ExpressionView& e, std::string_view written,
                                   const at::Tensor& x, const Halos& halos, const Options& o);
+/// A halo exchange prepared once (`PreparedHalo`), defined with the executor.
+struct PreparedHaloState;
+EINSHARD_INLINE std::shared_ptr<const PreparedHaloState> prepare_halo_state(const notation::ExpressionView& e,
+                                                                            std::string_view written,
+                                                                            const at::Tensor& x, const Halos& halos,
+                                                                            const Options& o);
+EINSHARD_INLINE at::Tensor run_prepared_halo(const PreparedHaloState& state, const at::Tensor& x);
+EINSHARD_INLINE Plan explain_prepared_halo(const PreparedHaloState& state);
 
 #if !EINSHARD_DECLARE_ONLY
 /// A run-time notation, or with `self` one operand spec as `spec->spec`, families expanded;
@@ -290,12 +298,17 @@ inline StencilPlan stencil_plan(std::string_view written, const at::Tensor& x, c
           static_cast<std::int64_t>(x.element_size()), std::move(input)};
 }
 
-/// Keeps a call on a mesh for `last_plan()` (moved in: this runs on every call).
-inline void remember_plan(const Options& o, StencilPlan&& call) {
-  if (!o.mesh) return;
+/// Keeps a call for `last_plan()`, described only when asked.
+inline void remember_plan(StencilPlan&& call) {
   auto& last = last_plan_storage();
   last.plan.reset();
   last.make = [call = std::move(call)] { return call.describe(); };
+}
+
+/// Keeps a call on a mesh for `last_plan()` (moved in: this runs on every call).
+inline void remember_plan(const Options& o, StencilPlan&& call) {
+  if (!o.mesh) return;
+  remember_plan(std::move(call));
 }
 
 /// Halo widths checked against the operand's axes (in the operand's order, as the exchange runs).
@@ -341,7 +354,7 @@ struct HaloCall {
   double fill;
 };
 
-inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+inline HaloCall halo_call(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                              const Halos& halos, const Options& o) {
   const auto what = "einhalo '" + std::string(written) + "'";
   check_unused_options(o, "einhalo", {"shapes", "families", "boundary", "fill"});
@@ -364,7 +377,7 @@ inline HaloCall prepare_halo(const notation::ExpressionView& e, std::string_view
 
 EINSHARD_INLINE at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
                            const at::Tensor& x, const Halos& halos, const Options& o) {
-  auto call = prepare_halo(e, written, x, halos, o);
+  auto call = halo_call(e, written, x, halos, o);
   const auto exchanges = call.plan.exchanges;
   remember_plan(o, std::move(call.plan));
   auto y = x;
@@ -374,8 +387,54 @@ EINSHARD_INLINE at::Tensor run_halo(const notation::ExpressionView& e, std::stri
 
 EINSHARD_INLINE Plan explain_halo(const notation::ExpressionView& e, std::string_view written,
                                   const at::Tensor& x, const Halos& halos, const Options& o) {
-  return prepare_halo(e, written, x, halos, o).plan.describe();
+  return halo_call(e, written, x, halos, o).plan.describe();
 }
+
+/// An einhalo call prepared once: its plan, and the shard it was prepared for.
+struct PreparedHaloState {
+  HaloCall call;
+  std::string what;
+  at::ScalarType dtype;
+  at::Device device;
+};
+
+EINSHARD_INLINE std::shared_ptr<const PreparedHaloState> prepare_halo_state(const notation::ExpressionView& e,
+                                                                            std::string_view written,
+                                                                            const at::Tensor& x, const Halos& halos,
+                                                                            const Options& o) {
+  auto call = halo_call(e, written, x, halos, o);
+  return std::make_shared<const PreparedHaloState>(
+      PreparedHaloState{std::move(call), "prepared einhalo '" + std::string(written) + "'", x.scalar_type(), x.device()});
+}
+
+inline std::string shard_text(at::IntArrayRef sizes, at::ScalarType dtype, at::Device device) {
+  std::string s = "(";
+  for (std::size_t d = 0; d < sizes.size(); ++d) s += (d ? ", " : "") + std::to_string(sizes[d]);
+  return s + (sizes.size() == 1 ? ",) " : ") ") + c10::toString(dtype) + " on " + device.str();
+}
+
+EINSHARD_INLINE at::Tensor run_prepared_halo(const PreparedHaloState& s, const at::Tensor& x) {
+  const auto& plan = s.call.plan;
+  const bool mine = x.sizes() == at::IntArrayRef(plan.shape) && x.scalar_type() == s.dtype && x.device() == s.device;
+  // No agreement: a rank whose operand is not the prepared one still takes part in every exchange,
+  // with markers in place of its rows, so that no peer waits for rows that never come; the ranks
+  // whose ghost rows those would have been raise with it.
+  auto fault = std::make_shared<exec::ExchangeFault>(exec::ExchangeFault{!mine});
+  auto y = mine ? x : at::zeros(plan.shape, at::TensorOptions().dtype(s.dtype).device(s.device));
+  for (const auto& p : *plan.exchanges)
+    y = exec::exchange_axis(y, p.axis, plan.mesh, p.exchange, s.call.edge, s.call.fill, fault);
+  if (!mine)
+    throw Error(s.what + ": this rank's tensor is " + shard_text(x.sizes(), x.scalar_type(), x.device()) +
+                ", but the exchange was prepared for " + shard_text(plan.shape, s.dtype, s.device) +
+                "; the ranks it exchanges rows with raise too");
+  if (fault->any)
+    throw Error(s.what + ": a rank this one exchanges rows with was called with a tensor other than the one "
+                "the exchange was prepared for; this rank's ghost rows are not valid");
+  if (plan.mesh) remember_plan(StencilPlan(plan));
+  return y;
+}
+
+EINSHARD_INLINE Plan explain_prepared_halo(const PreparedHaloState& s) { return s.call.plan.describe(); }
 #endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
@@ -400,6 +459,54 @@ EINSHARD_INLINE at::Tensor einhalo(std::string_view spec, const at::Tensor& x, c
 }
 #endif
 
+/// An `einhalo` prepared once for one shard, for a stencil loop that exchanges ghost rows every
+/// step: construction agrees and plans (collective over the mesh, as an `einhalo` call), and each
+/// call then sends and receives the ghost rows only, with no collective (as a PETSc DMDA's
+/// `DMGlobalToLocal`). A call takes a tensor of the shape, dtype and device it was prepared for
+/// and returns what `einhalo` would, differentiable alike. A call with another tensor raises
+/// `es::Error` on its rank and on the ranks whose ghost rows it would have sent (they receive
+/// markers in place of rows), while the ranks it does not touch return normally: the exchange's
+/// peers complete either way, and no rank waits for a collective. Copies share the prepared
+/// exchange.
+///
+/// ```cpp
+/// const auto halo = es::prepare_halo<"x/p y/q">(u, {{"x", 1}, {"y", 1}},
+///                                               {.mesh = mesh, .boundary = es::Boundary::periodic});
+/// for (int step = 0; step < steps; ++step) u = update(halo(u));  // u keeps its shape
+/// ```
+class PreparedHalo {
+ public:
+  /// `x`'s shard with its ghost rows, as `einhalo` with the prepared notation, widths and options.
+  at::Tensor operator()(const at::Tensor& x) const { return detail::run_prepared_halo(*state_, x); }
+  /// What each call runs (as `explain_halo`); moves no data.
+  [[nodiscard]] Plan plan() const { return detail::explain_prepared_halo(*state_); }
+
+  /// Made by `prepare_halo`.
+  explicit PreparedHalo(std::shared_ptr<const detail::PreparedHaloState> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<const detail::PreparedHaloState> state_;
+};
+
+/// `prepare_halo<"b h/sp w c">(x, {{"h", 2}}, {.mesh = mesh})`: `einhalo`'s arguments, prepared
+/// for shards like `x` (collective over the mesh when an axis is sharded).
+template <fixed_string S>
+PreparedHalo prepare_halo(const at::Tensor& x, const Halos& halos, const Options& o = {}) {
+  return PreparedHalo(
+      detail::prepare_halo_state(notation::static_expression<detail::self_map_v<S>>.view(), S.view(), x, halos, o));
+}
+
+/// The run-time form: `prepare_halo("b h/sp w c", x, {{"h", 2}}, {...})`.
+EINSHARD_INLINE PreparedHalo prepare_halo(std::string_view spec, const at::Tensor& x, const Halos& halos,
+                                          const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE PreparedHalo prepare_halo(std::string_view spec, const at::Tensor& x, const Halos& halos,
+                                          const Options& o) {
+  const auto parsed = detail::parse_cached(spec, true, o.families);
+  return PreparedHalo(detail::prepare_halo_state(parsed->view(), spec, x, halos, o));
+}
+#endif
+
 /// What `einhalo<S>(x, halos, o)` would run: one step per extended axis, in order ("pad" for a
 /// whole axis, "halo_forward_accumulate_backward" for a sharded one), with this rank's bytes sent
 /// and received forward and backward. Collective over the mesh when an axis is sharded; moves no
@@ -413,7 +520,7 @@ EINSHARD_INLINE Plan explain_halo(std::string_view spec, const at::Tensor& x, co
 #if !EINSHARD_DECLARE_ONLY
 EINSHARD_INLINE Plan explain_halo(std::string_view spec, const at::Tensor& x, const Halos& halos, const Options& o) {
   const auto parsed = detail::parse_cached(spec, true, o.families);
-  return detail::prepare_halo(parsed->view(), spec, x, halos, o).plan.describe();
+  return detail::halo_call(parsed->view(), spec, x, halos, o).plan.describe();
 }
 #endif
 
