@@ -17,6 +17,8 @@
 //   halo_first      the first einhalo of a 2-D grid sharded over both mesh dimensions, "x/p y/q",
 //                   one periodic ghost row on each side of both axes (four neighbours), then `halo`
 //                   per call: the stencil loop's exchange, agreement included
+//   halo_prepare    the same exchange prepared once (es::prepare_halo: agreement and planning),
+//                   then `halo_prepared` per call: the ghost rows only, no collective
 //   fft_first       the first 3-D complex FFT over pencils, "x/p y/q z -> kx ky/p kz/q" (two
 //                   transposes, each an all-to-all within one mesh dimension), then `fft` per call
 //
@@ -50,6 +52,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -216,6 +219,10 @@ int main(int argc, char** argv) {
       timed("halo_first", 1, [&] { y = es::einhalo<"x/p y/q">(x, {{"x", 1}, {"y", 1}}, h); });
       timed("halo", reps, [&] { y = es::einhalo<"x/p y/q">(x, {{"x", 1}, {"y", 1}}, h); });
       model("halo", "x/p y/q");
+      checksum += y.sum().item<double>();
+      std::optional<es::PreparedHalo> prepared;
+      timed("halo_prepare", 1, [&] { prepared.emplace(es::prepare_halo<"x/p y/q">(x, {{"x", 1}, {"y", 1}}, h)); });
+      timed("halo_prepared", reps, [&] { y = (*prepared)(x); });
       checksum += y.sum().item<double>();
     }
     if (want("fft")) {
