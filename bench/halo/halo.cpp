@@ -7,6 +7,8 @@
 // before each operation; one operation's time is the maximum over ranks:
 //   einshard      es::einhalo<"h/sp w">(x, {{"h", w}}, {.mesh, .boundary = periodic}): a new
 //                 ghosted tensor per call (agreement on metadata, plan, exchange)
+//   prepared      the same halo prepared once (es::prepare_halo): a new ghosted tensor per call,
+//                 the exchange alone, no agreement
 //   mpi_alloc     the same result by hand: allocate the ghosted tensor, copy the interior,
 //                 Irecv the ghosts from both neighbours, Isend the edges, Waitall (packing the
 //                 strided edges for "cols"); the anchor of the issue (target ratio <= 1.10)
@@ -120,13 +122,16 @@ int main(int argc, char** argv) {
           auto run_einshard = [&] {
             return dim == 0 ? es::einhalo<"h/sp w">(x, {{"h", w}}, o) : es::einhalo<"h w/sp">(x, {{"w", w}}, o);
           };
+          const auto prepared = dim == 0 ? es::prepare_halo<"h/sp w">(x, {{"h", w}}, o)
+                                         : es::prepare_halo<"h w/sp">(x, {{"w", w}}, o);
           auto run_alloc = [&] {
             auto out = at::empty(ghost_shape, at::kDouble);
             out.narrow(dim, w, side).copy_(x);
             exchange(x, out, dim, w, nb, buffers);
             return out;
           };
-          const bool same = at::equal(run_einshard(), run_alloc());
+          const auto reference = run_alloc();
+          const bool same = at::equal(run_einshard(), reference) && at::equal(prepared(x), reference);
           int all_same = same ? 1 : 0, ok = 0;
           MPI_Allreduce(&all_same, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
           if (!ok) {  // every rank knows: all leave together
@@ -134,14 +139,15 @@ int main(int argc, char** argv) {
             failed = true;
             break;
           }
-          std::vector<double> te, ta, tx, paired;
+          std::vector<double> te, ta, tx, tp, paired, paired_prepared;
           for (int it = 0; it < iters; ++it) {
-            double e = 0, a = 0, xo = 0;
-            const int order = it % 3;
-            for (int k = 0; k < 3; ++k) {
-              switch ((order + k) % 3) {
+            double e = 0, a = 0, xo = 0, pr = 0;
+            const int order = it % 4;
+            for (int k = 0; k < 4; ++k) {
+              switch ((order + k) % 4) {
                 case 0: e = timed([&] { (void)run_einshard(); }); break;
                 case 1: a = timed([&] { (void)run_alloc(); }); break;
+                case 2: pr = timed([&] { (void)prepared(x); }); break;
                 default: xo = timed([&] { exchange(x, kept, dim, w, nb, buffers); }); break;
               }
             }
@@ -149,17 +155,21 @@ int main(int argc, char** argv) {
             te.push_back(e);
             ta.push_back(a);
             tx.push_back(xo);
+            tp.push_back(pr);
             paired.push_back(e / a);
+            paired_prepared.push_back(pr / a);
           }
           if (rank == 0)
             std::printf(
                 "{\"bench\":\"halo\",\"case\":\"%s\",\"ranks\":%d,\"local\":[%lld,%lld],\"halo\":%lld,"
                 "\"mib_per_rank\":%.3g,\"halo_kib_per_message\":%.4g,\"einshard_ms\":%.4g,\"mpi_alloc_ms\":%.4g,"
-                "\"mpi_exchange_ms\":%.4g,\"ratio\":%.3f,\"ratio_paired\":%.3f,\"ratio_vs_exchange_only\":%.3f}\n",
+                "\"mpi_exchange_ms\":%.4g,\"ratio\":%.3f,\"ratio_paired\":%.3f,\"ratio_vs_exchange_only\":%.3f,"
+                "\"prepared_ms\":%.4g,\"prepared_ratio\":%.3f,\"prepared_ratio_paired\":%.3f}\n",
                 kind.c_str(), P, static_cast<long long>(shape[0]), static_cast<long long>(shape[1]),
                 static_cast<long long>(w), static_cast<double>(x.numel()) * 8 / (1 << 20),
                 static_cast<double>(x.numel() / side * w) * 8 / 1024, median(te) * 1e3, median(ta) * 1e3,
-                median(tx) * 1e3, median(te) / median(ta), median(paired), median(te) / median(tx));
+                median(tx) * 1e3, median(te) / median(ta), median(paired), median(te) / median(tx),
+                median(tp) * 1e3, median(tp) / median(ta), median(paired_prepared));
           std::fflush(stdout);
         }
   }
