@@ -2,6 +2,8 @@
 // uneven and empty shards, halos wider than one or several shards, every boundary, several axes
 // (corners), values and gradients; bad input raises the same es::Error on every rank.
 
+#include <functional>
+#include <initializer_list>
 #include <set>
 
 #include "stencil_support.hpp"
@@ -102,28 +104,41 @@ TEST_CASE("halo plan: window outputs follow their anchor rows", "[stencil][halo]
   CHECK_THROWS_AS(plan::plan_window(shards, {12, 1, 1, 0, 0, 6}, "h"), es::Error);
 }
 
-TEST_CASE("einhalo: every mesh, boundary and width, uneven and empty shards", "[stencil][halo]") {
+namespace {
+
+using HaloRun = std::function<at::Tensor(const std::string&, const at::Tensor&, const es::Halos&, const es::Options&)>;
+
+/// `run(notation, x, halos, options)` against one process, values and gradients: every mesh and
+/// layout, each extent of h in `extents`, even and empty shards, every boundary (`constant_fill`
+/// for the constant one), a halo of two axes and one wider than several shards.
+void check_every_halo(std::initializer_list<std::int64_t> extents, std::uint64_t seed, double constant_fill,
+                      const HaloRun& run) {
   const std::vector<std::string> names{"b", "h", "w", "c"};
   for (const auto* mesh : meshes())
     for (const auto& [notation, groups] : layouts(*mesh))
-      for (std::int64_t H : {11, 3})
+      for (std::int64_t H : extents)
         for (bool holes : {false, true})
           for (auto b : {es::Boundary::constant, es::Boundary::periodic, es::Boundary::replicate})
             for (const auto& halos : {es::Halos{{"h", {2, 1}}, {"w", 1}}, es::Halos{{"h", {H + 3, 2}}}}) {
               Sharding sh{groups};
               if (holes) sh.given[1] = with_empty_shards(H, mesh->size(groups[1]));
-              const auto X = full({2, H, 5, 3}, 11);
-              const double fill = b == es::Boundary::constant ? 1.5 : 0.0;
+              const auto X = full({2, H, 5, 3}, seed);
+              const double fill = b == es::Boundary::constant ? constant_fill : 0.0;
               es::Options o{.mesh = *mesh, .shapes = sh.shapes({2, H, 5, 3}, *mesh), .boundary = b};
               if (b == es::Boundary::constant) o.fill = fill;
               INFO(notation << " on " << label(*mesh) << ", H " << H << (holes ? ", empty shards" : "")
                             << ", boundary " << static_cast<int>(b) << ", halo h " << halos.at("h").left);
               check_op(
-                  *mesh, X, sh, [&, &notation = notation](const at::Tensor& x) { return es::einhalo(notation, x, halos, o); },
-                  [&](const at::Tensor& Xf, int q) {
-                    return halo_reference(Xf, sh, *mesh, q, halos, names, b, fill);
-                  });
+                  *mesh, X, sh, [&, &notation = notation](const at::Tensor& x) { return run(notation, x, halos, o); },
+                  [&](const at::Tensor& Xf, int q) { return halo_reference(Xf, sh, *mesh, q, halos, names, b, fill); });
             }
+}
+
+}  // namespace
+
+TEST_CASE("einhalo: every mesh, boundary and width, uneven and empty shards", "[stencil][halo]") {
+  check_every_halo({11, 3}, 11, 1.5, [](const std::string& notation, const at::Tensor& x, const es::Halos& halos,
+                                         const es::Options& o) { return es::einhalo(notation, x, halos, o); });
 }
 
 TEST_CASE("einhalo: shards of the caller's own cut agree without shapes metadata", "[stencil][halo]") {
@@ -207,30 +222,12 @@ TEST_CASE("einhalo: bad input raises the same error on every rank", "[stencil][h
 }
 
 TEST_CASE("prepared einhalo: einhalo's ghost rows and gradients, call after call", "[stencil][halo][prepared]") {
-  const std::vector<std::string> names{"b", "h", "w", "c"};
-  const std::int64_t H = 11;
-  for (const auto* mesh : meshes())
-    for (const auto& [notation, groups] : layouts(*mesh))
-      for (bool holes : {false, true})
-        for (auto b : {es::Boundary::constant, es::Boundary::periodic, es::Boundary::replicate})
-          for (const auto& halos : {es::Halos{{"h", {2, 1}}, {"w", 1}}, es::Halos{{"h", {H + 3, 2}}}}) {
-            Sharding sh{groups};
-            if (holes) sh.given[1] = with_empty_shards(H, mesh->size(groups[1]));
-            const auto X = full({2, H, 5, 3}, 13);
-            const double fill = b == es::Boundary::constant ? -0.5 : 0.0;
-            es::Options o{.mesh = *mesh, .shapes = sh.shapes({2, H, 5, 3}, *mesh), .boundary = b};
-            if (b == es::Boundary::constant) o.fill = fill;
-            INFO(notation << " on " << label(*mesh) << (holes ? ", empty shards" : "") << ", boundary "
-                          << static_cast<int>(b) << ", halo h " << halos.at("h").left);
-            check_op(
-                *mesh, X, sh,
-                [&, &notation = notation](const at::Tensor& x) {
-                  const auto halo = es::prepare_halo(notation, x, halos, o);
-                  (void)halo(x.detach() * 2);  // an earlier call leaves nothing behind
-                  return halo(x);
-                },
-                [&](const at::Tensor& Xf, int q) { return halo_reference(Xf, sh, *mesh, q, halos, names, b, fill); });
-          }
+  check_every_halo({11}, 13, -0.5, [](const std::string& notation, const at::Tensor& x, const es::Halos& halos,
+                                     const es::Options& o) {
+    const auto halo = es::prepare_halo(notation, x, halos, o);
+    (void)halo(x.detach() * 2);  // an earlier call leaves nothing behind
+    return halo(x);
+  });
 }
 
 TEST_CASE("prepared einhalo: its plan is einhalo's, and a call needs only the ranks it exchanges with",
