@@ -100,7 +100,7 @@ EINSHARD_INLINE std::shared_ptr<const PreparedHaloState> prepare_halo_state(cons
                                                                             std::string_view written,
                                                                             const at::Tensor& x, const Halos& halos,
                                                                             const Options& o);
-EINSHARD_INLINE at::Tensor run_prepared_halo(const PreparedHaloState& state, const at::Tensor& x);
+EINSHARD_INLINE at::Tensor run_prepared_halo(const std::shared_ptr<const PreparedHaloState>& state, const at::Tensor& x);
 EINSHARD_INLINE Plan explain_prepared_halo(const PreparedHaloState& state);
 
 #if !EINSHARD_DECLARE_ONLY
@@ -413,7 +413,9 @@ inline std::string shard_text(at::IntArrayRef sizes, at::ScalarType dtype, at::D
   return s + (sizes.size() == 1 ? ",) " : ") ") + c10::toString(dtype) + " on " + device.str();
 }
 
-EINSHARD_INLINE at::Tensor run_prepared_halo(const PreparedHaloState& s, const at::Tensor& x) {
+EINSHARD_INLINE at::Tensor run_prepared_halo(const std::shared_ptr<const PreparedHaloState>& state,
+                                             const at::Tensor& x) {
+  const auto& s = *state;
   const auto& plan = s.call.plan;
   const bool mine = x.sizes() == at::IntArrayRef(plan.shape) && x.scalar_type() == s.dtype && x.device() == s.device;
   // No agreement: a rank whose operand is not the prepared one still takes part in every exchange,
@@ -430,7 +432,11 @@ EINSHARD_INLINE at::Tensor run_prepared_halo(const PreparedHaloState& s, const a
   if (fault->any)
     throw Error(s.what + ": a rank this one exchanges rows with was called with a tensor other than the one "
                 "the exchange was prepared for; this rank's ghost rows are not valid");
-  if (plan.mesh) remember_plan(StencilPlan(plan));
+  if (plan.mesh) {  // the prepared plan itself, shared: no copy on every call
+    auto& last = last_plan_storage();
+    last.plan.reset();
+    last.make = [state] { return state->call.plan.describe(); };
+  }
   return y;
 }
 
@@ -477,7 +483,7 @@ EINSHARD_INLINE at::Tensor einhalo(std::string_view spec, const at::Tensor& x, c
 class PreparedHalo {
  public:
   /// `x`'s shard with its ghost rows, as `einhalo` with the prepared notation, widths and options.
-  at::Tensor operator()(const at::Tensor& x) const { return detail::run_prepared_halo(*state_, x); }
+  at::Tensor operator()(const at::Tensor& x) const { return detail::run_prepared_halo(state_, x); }
   /// What each call runs (as `explain_halo`); moves no data.
   [[nodiscard]] Plan plan() const { return detail::explain_prepared_halo(*state_); }
 
