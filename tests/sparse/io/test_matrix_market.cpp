@@ -159,8 +159,10 @@ TEST_CASE("Matrix Market: write then read gives the matrix back for every kind",
   const auto P = round_trip(general, {.field = MatrixMarketField::pattern});
   CHECK(at::equal(P.to_dense(), (general.to_dense() != 0).to(at::kDouble)));
 
-  // A file on disk, through the path overloads.
-  const auto path = (std::filesystem::temp_directory_path() / "einshard_test_matrix_market.mtx").string();
+  // A file on disk, through the path overloads: one per process, as every rank runs this case and
+  // one rank's remove must not race another's read.
+  const auto path = (std::filesystem::temp_directory_path() /
+                     ("einshard_test_matrix_market_" + std::to_string(::getpid()) + ".mtx")).string();
   sp::write_matrix_market(path, symmetric, {.symmetry = MatrixMarketSymmetry::symmetric});
   CHECK(at::equal(sp::read_matrix_market(path).to_dense(), symmetric.to_dense()));
   std::filesystem::remove(path);

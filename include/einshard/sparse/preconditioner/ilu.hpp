@@ -3,7 +3,7 @@
 /// Incomplete factorisations without fill on a square CSR block, and their triangular solves:
 /// ILU(0) (A ≈ L U, L unit lower, U upper, both with the pattern of A) and IC(0) (A ≈ L Lᵀ, L with
 /// the lower pattern of A). The block-Jacobi preconditioner (block_jacobi.hpp) runs them on each
-/// rank's owned×owned block. Memory and work are O(nnz of the block) plus one O(n) marker array:
+/// rank's owned×owned block. Memory and work are O(nnz of the block) plus one O(n) work row:
 /// no dense block is ever formed. SSOR is stored as the same kind of factor (ssor_factor), so its
 /// two sweeps are incomplete_solve's.
 
@@ -144,7 +144,12 @@ bool pivot_fails(V pivot, V row_scale, bool need_positive) {
   return need_positive ? !(pivot > tol) : !(std::abs(pivot) > tol);
 }
 
-/// Typed pointers into a factor computed in place, and a column -> entry map of the current row.
+/// Typed pointers into a factor computed in place, and the current row scattered into a dense
+/// work row of n entries (zero outside the row's pattern where a factorisation reads it there).
+/// The dense row makes the elimination's inner loop branch-free, as PETSc's AIJ factorisations
+/// are: an update lands in its column's slot whether or not the row stores that column, and a
+/// slot outside the pattern is never read back (ILU(0) drops it; IC(0) clears the row's slots
+/// after each row and reads zeros there).
 template <class V, class I>
 struct FactorView {
   std::int64_t n;
@@ -153,7 +158,7 @@ struct FactorView {
   V* val;
   std::int64_t* dg;
   V* inv;
-  std::vector<std::int64_t> pos;
+  std::vector<V> row;
 };
 
 /// Factors a copy of `a` in place by `body(view)`, which returns the first row whose pivot fails,
@@ -170,7 +175,7 @@ std::int64_t factor_in_place(const Csr& a, IncompleteFactor& f, bool cholesky, c
     using I = decltype(i0);
     FactorView<V, I> m{a.rows, lu.rowptr.data_ptr<std::int64_t>(), lu.col.data_ptr<I>(),
                        lu.values.data_ptr<V>(), diag.data_ptr<std::int64_t>(), inv_diag.data_ptr<V>(),
-                       std::vector<std::int64_t>(static_cast<std::size_t>(a.rows), -1)};
+                       std::vector<V>(static_cast<std::size_t>(a.rows), V(0))};
     failed = body(m);
   });
   if (failed < 0) f = split_factor(lu, diag, std::move(inv_diag), cholesky);
@@ -185,30 +190,27 @@ std::int64_t factor_in_place(const Csr& a, IncompleteFactor& f, bool cholesky, c
 inline std::int64_t factor_ilu0(const Csr& block, IncompleteFactor& f) {
   return factor_in_place(block, f, false, "ILU(0)", [](auto& m) {
     using V = std::remove_pointer_t<decltype(m.val)>;
-    auto& [n, rp, ci, val, dg, inv, pos] = m;
+    auto& [n, rp, ci, val, dg, inv, row] = m;
     std::int64_t failed = -1;
     for (std::int64_t i = 0; i < n && failed < 0; ++i) {
       dg[i] = -1;
       V scale{};
       for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
-        pos[static_cast<std::size_t>(ci[k])] = k;
+        row[static_cast<std::size_t>(ci[k])] = val[k];
         if (static_cast<std::int64_t>(ci[k]) == i) dg[i] = k;
         scale = std::max(scale, static_cast<V>(std::abs(val[k])));
       }
       for (std::int64_t kk = rp[i]; kk < rp[i + 1] && static_cast<std::int64_t>(ci[kk]) < i; ++kk) {
         const auto k = static_cast<std::int64_t>(ci[kk]);
-        const V lik = val[kk] * inv[k];
-        val[kk] = lik;
-        for (std::int64_t jj = dg[k] + 1; jj < rp[k + 1]; ++jj) {
-          const auto p = pos[static_cast<std::size_t>(ci[jj])];
-          if (p >= 0) val[p] -= lik * val[jj];
-        }
+        const V lik = row[static_cast<std::size_t>(k)] * inv[k];
+        row[static_cast<std::size_t>(k)] = lik;
+        for (std::int64_t jj = dg[k] + 1; jj < rp[k + 1]; ++jj) row[static_cast<std::size_t>(ci[jj])] -= lik * val[jj];
       }
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) val[k] = row[static_cast<std::size_t>(ci[k])];
       if (dg[i] < 0 || pivot_fails(val[dg[i]], scale, false))
         failed = i;
       else
         inv[i] = V(1) / val[dg[i]];
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) pos[static_cast<std::size_t>(ci[k])] = -1;
     }
     return failed;
   });
@@ -223,12 +225,12 @@ inline std::int64_t factor_ilu0(const Csr& block, IncompleteFactor& f) {
 inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
   return factor_in_place(lower, f, true, "IC(0)", [](auto& m) {
     using V = std::remove_pointer_t<decltype(m.val)>;
-    auto& [n, rp, ci, val, dg, inv, pos] = m;
+    auto& [n, rp, ci, val, dg, inv, row] = m;
     std::int64_t failed = -1;
     for (std::int64_t i = 0; i < n && failed < 0; ++i) {
       V scale{};
       for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
-        pos[static_cast<std::size_t>(ci[k])] = k;
+        row[static_cast<std::size_t>(ci[k])] = val[k];
         scale = std::max(scale, static_cast<V>(std::abs(val[k])));
       }
       const std::int64_t last = rp[i + 1] - 1;  // the diagonal, when the row stores one
@@ -236,13 +238,13 @@ inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
       V pivot{};
       for (std::int64_t kk = rp[i]; kk < rp[i + 1] && static_cast<std::int64_t>(ci[kk]) < i; ++kk) {
         const auto k = static_cast<std::int64_t>(ci[kk]);
-        V s = val[kk];
-        for (std::int64_t jj = rp[k]; jj < dg[k]; ++jj) {
-          const auto p = pos[static_cast<std::size_t>(ci[jj])];
-          if (p >= 0) s -= val[p] * val[jj];
-        }
-        val[kk] = s * inv[k];
-        pivot += val[kk] * val[kk];
+        // Row i's slots left of column k hold its finished l_ij; the others are zero.
+        V s = row[static_cast<std::size_t>(k)];
+        for (std::int64_t jj = rp[k]; jj < dg[k]; ++jj) s -= row[static_cast<std::size_t>(ci[jj])] * val[jj];
+        const V lik = s * inv[k];
+        row[static_cast<std::size_t>(k)] = lik;
+        val[kk] = lik;
+        pivot += lik * lik;
       }
       if (dg[i] >= 0) pivot = val[dg[i]] - pivot;
       if (dg[i] < 0 || pivot_fails(pivot, scale, true)) {
@@ -251,7 +253,7 @@ inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
         val[dg[i]] = std::sqrt(pivot);
         inv[i] = V(1) / val[dg[i]];
       }
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) pos[static_cast<std::size_t>(ci[k])] = -1;
+      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) row[static_cast<std::size_t>(ci[k])] = V(0);
     }
     return failed;
   });
