@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -63,6 +64,14 @@ struct LastPlan {
 inline LastPlan& last_plan_storage() {
   thread_local LastPlan last;
   return last;
+}
+
+/// Keeps what `last_plan()` describes; `make` runs only when the plan is asked for, so a call
+/// pays for a closure, not for a description.
+inline void remember_lazy_plan(std::function<Plan()> make) {
+  auto& last = last_plan_storage();
+  last.plan.reset();
+  last.make = std::move(make);
 }
 
 }  // namespace detail

@@ -316,14 +316,11 @@ inline std::optional<Options> layout_only(std::string_view source, const Options
 /// Keeps what `last_plan()` describes (on a mesh), then runs the call.
 inline at::Tensor run_prepared(const PreparedFft& prepared, std::string_view source, const at::Tensor& x,
                                const Options& o, const at::Tensor& into = {}) {
-  if (o.mesh) {
-    auto& last = last_plan_storage();
-    last.plan.reset();
-    last.make = [call = prepared.call, source = std::string(source), mesh = o.mesh,
-                 element = x.element_size(), complex = x.is_complex()] {
+  if (o.mesh)
+    remember_lazy_plan([call = prepared.call, source = std::string(source), mesh = o.mesh,
+                        element = x.element_size(), complex = x.is_complex()] {
       return exec::describe_fft(source, *call, mesh, element, complex);
-    };
-  }
+    });
   return exec::run_fft(*prepared.call, x, into);
 }
 

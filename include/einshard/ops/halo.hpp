@@ -300,9 +300,7 @@ inline StencilPlan stencil_plan(std::string_view written, const at::Tensor& x, c
 
 /// Keeps a call for `last_plan()`, described only when asked.
 inline void remember_plan(StencilPlan&& call) {
-  auto& last = last_plan_storage();
-  last.plan.reset();
-  last.make = [call = std::move(call)] { return call.describe(); };
+  remember_lazy_plan([call = std::move(call)] { return call.describe(); });
 }
 
 /// Keeps a call on a mesh for `last_plan()` (moved in: this runs on every call).
@@ -432,11 +430,8 @@ EINSHARD_INLINE at::Tensor run_prepared_halo(const std::shared_ptr<const Prepare
   if (fault->any)
     throw Error(s.what + ": a rank this one exchanges rows with was called with a tensor other than the one "
                 "the exchange was prepared for; this rank's ghost rows are not valid");
-  if (plan.mesh) {  // the prepared plan itself, shared: no copy on every call
-    auto& last = last_plan_storage();
-    last.plan.reset();
-    last.make = [state] { return state->call.plan.describe(); };
-  }
+  if (plan.mesh)  // the prepared plan itself, shared: no copy on every call
+    remember_lazy_plan([state] { return state->call.plan.describe(); });
   return y;
 }
 
