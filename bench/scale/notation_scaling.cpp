@@ -19,6 +19,11 @@
 //                   per call: the stencil loop's exchange, agreement included
 //   halo_prepare    the same exchange prepared once (es::prepare_halo: agreement and planning),
 //                   then `halo_prepared` per call: the ghost rows only, no collective
+//   window, conv, roll
+//                   (phase `stencil`, not run by default) einwindow, einconv and einroll of the
+//                   halo's block with 2 channels, each repeated per call (agreement included), then
+//                   `*_prepare` once (es::prepare_window, prepare_conv, prepare_roll) and
+//                   `*_prepared` per call: the rows only, no collective
 //   fft_first       the first 3-D complex FFT over pencils, "x/p y/q z -> kx ky/p kz/q" (two
 //                   transposes, each an all-to-all within one mesh dimension), then `fft` per call
 //
@@ -32,7 +37,8 @@
 //   --repart-reps k   repeated calls of the repartition over all P ranks (default 2: each is P^2
 //                     simulated messages)
 //   --fft-per-rank n  elements per rank of the FFT (a power of two; default 512)
-//   --phases LIST     comma-separated subset of contract,repart,mlp,rowrepart,halo,fft (default all)
+//   --phases LIST     comma-separated subset of contract,repart,mlp,rowrepart,halo,stencil,fft
+//                     (default all but stencil)
 //   --counts 1        also print the per-phase MPI counts of mpi_count.hpp and the memory of
 //                     memory_count.hpp (default 1)
 //   SCALE_TRACE=1     (environment) rank 0 names each phase on stderr as it starts
@@ -52,6 +58,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -199,7 +206,7 @@ int main(int argc, char** argv) {
       }
       checksum += x.grad().sum().item<double>();
     }
-    if (want("rowrepart") || want("halo") || want("fft"))
+    if (want("rowrepart") || want("halo") || want("stencil") || want("fft"))
       timed("mesh2", 1, [&] { mesh2 = es::Mesh(MPI_COMM_WORLD, {pp, pq}, {"p", "q"}); });
     if (want("rowrepart")) {
       // The same move inside each row of the 2-D mesh (q ranks: an all-to-all of a sub-group, as
@@ -224,6 +231,39 @@ int main(int argc, char** argv) {
       timed("halo_prepare", 1, [&] { prepared.emplace(es::prepare_halo<"x/p y/q">(x, {{"x", 1}, {"y", 1}}, h)); });
       timed("halo_prepared", reps, [&] { y = (*prepared)(x); });
       checksum += y.sum().item<double>();
+    }
+    if (want("stencil")) {
+      const auto x = at::randn({32, 32, 2}, dbl), weight = at::randn({2, 2, 3, 3}, dbl);
+      const es::Options h{.mesh = mesh2, .boundary = es::Boundary::periodic};
+      const es::AxisMap windows{{"x", "kx"}, {"y", "ky"}};
+      const es::Halos radius{{"x", 1}, {"y", 1}};
+      const es::Shifts shifts{{"x", 1}, {"y", 1}};
+      at::Tensor y;
+      // `call` each time, then `make` once (preparing), then what it made per call.
+      const auto compare = [&](const char* each, const char* prepare, const char* prepared, const auto& call,
+                               const auto& make) {
+        timed(each, reps, [&] { y = call(); });
+        std::function<at::Tensor()> run;
+        timed(prepare, 1, [&] { run = make(); });
+        timed(prepared, reps, [&] { y = run(); });
+        checksum += y.sum().item<double>();
+      };
+      compare(
+          "window", "window_prepare", "window_prepared",
+          [&] { return es::einwindow<"x/p y/q c -> x/p y/q kx ky c">(x, windows, radius, h); },
+          [&] { return [p = es::prepare_window<"x/p y/q c -> x/p y/q kx ky c">(x, windows, radius, h), &x] { return p(x); }; });
+      compare(
+          "conv", "conv_prepare", "conv_prepared",
+          [&] { return es::einconv<"x/p y/q c, o c kx ky -> x/p y/q o">(x, weight, windows, h); },
+          [&] {
+            return [p = es::prepare_conv<"x/p y/q c, o c kx ky -> x/p y/q o">(x, weight, windows, h), &x, &weight] {
+              return p(x, weight);
+            };
+          });
+      compare(
+          "roll", "roll_prepare", "roll_prepared",
+          [&] { return es::einroll<"x/p y/q c">(x, shifts, {.mesh = mesh2}); },
+          [&] { return [p = es::prepare_roll<"x/p y/q c">(x, shifts, {.mesh = mesh2}), &x] { return p(x); }; });
     }
     if (want("fft")) {
       // Global sides: powers of two whose product is fft_per_rank * P, as even as they go.

@@ -345,3 +345,42 @@ TEST_CASE("plan counts: a repeated halo exchange sends the plan's rows to the ne
   CHECK(prepared.forward.sends == neighbours);
   CHECK(prepared.forward.receives == neighbours);
 }
+
+TEST_CASE("plan counts: a prepared window, roll or convolution makes no collective forward, only its plan's messages",
+          "[mpi][plan_counts]") {
+  const auto w = et::world();
+  const auto [p, q] = two_factors(w.size);
+  const es::Mesh mesh(MPI_COMM_WORLD, {p, q}, {"p", "q"});
+  const auto cp = static_cast<std::size_t>(mesh.coordinate("p")), cq = static_cast<std::size_t>(mesh.coordinate("q"));
+  const auto x = at::randn({es::compute_split_shapes(2 * p + 1, p)[cp], es::compute_split_shapes(2 * q + 1, q)[cq], 2},
+                           dbl)
+                     .requires_grad_(true);
+  const es::Options o{.mesh = mesh, .boundary = es::Boundary::periodic};
+  const int neighbours = 2 * ((p > 1 ? 1 : 0) + (q > 1 ? 1 : 0));
+  const es::AxisMap windows{{"x", "kx"}, {"y", "ky"}};
+  // One row each side of both axes, as the halo above: the same neighbours.
+  const auto window = es::prepare_window<"x/p y/q c -> x/p y/q kx ky c">(x, windows, {{"x", 1}, {"y", 1}}, o);
+  const auto windowed = measure([&] { return window(x); });
+  check_exchanges(windowed, 0);
+  CHECK(windowed.forward.sends == neighbours);
+  CHECK(windowed.forward.receives == neighbours);
+  // A roll by one fetches from the rank before and sends to the rank after, along each split axis.
+  const auto roll = es::prepare_roll<"x/p y/q c">(x, {{"x", 1}, {"y", 1}}, {.mesh = mesh});
+  const auto rolled = measure([&] { return roll(x); });
+  check_exchanges(rolled, 0);
+  CHECK(rolled.forward.sends == neighbours / 2);
+  // A convolution's forward alike; its backward all-reduces the weight's gradient, as einconv's.
+  const auto weight = at::randn({3, 2, 3, 3}, dbl).requires_grad_(true);
+  const auto conv = es::prepare_conv<"x/p y/q c, o c kx ky -> x/p y/q o">(x, weight, windows, o);
+  const auto convolved = measure([&] { return conv(x, weight); });
+  const auto forward = convolved.plan.total_forward();
+  check_figures({{"forward bytes sent", forward.bytes_sent, convolved.forward.sent},
+                 {"forward bytes received", forward.bytes_received, convolved.forward.received},
+                 {"forward exchanges", forward.collectives, convolved.forward.waits}});
+  CHECK(convolved.forward.allreduces == 0);
+  CHECK(convolved.forward.others() == 0);
+  CHECK(convolved.forward.sends == neighbours);
+  CHECK(convolved.backward.allreduces ==
+        static_cast<std::int64_t>(steps_named(convolved.plan, "identity_forward_allreduce_backward").size()));
+  CHECK(convolved.backward.sends == neighbours);
+}

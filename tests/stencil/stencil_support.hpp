@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -246,6 +247,32 @@ inline void check_op(const es::Mesh& mesh, const at::Tensor& X, const Sharding& 
       [&](const at::Tensor& Xf, const Params&, int q) { return ref(Xf, q); }, {}, seed, tol);
 }
 
+inline void check_cost(const es::StepCost& a, const es::StepCost& b) {
+  CHECK(a.bytes_sent == b.bytes_sent);
+  CHECK(a.bytes_received == b.bytes_received);
+  CHECK(a.collectives == b.collectives);
+  CHECK(a.peak_bytes == b.peak_bytes);
+}
+
+/// es::last_plan() (after the call) is what explain said.
+inline void check_same(const es::Plan& ran, const es::Plan& explained) {
+  CHECK(ran.notation == explained.notation);
+  REQUIRE(ran.steps.size() == explained.steps.size());
+  for (std::size_t i = 0; i < ran.steps.size(); ++i) {
+    const auto& a = ran.steps[i];
+    const auto& b = explained.steps[i];
+    INFO("step " << i << ": " << a.name);
+    CHECK(a.name == b.name);
+    CHECK(a.group == b.group);
+    CHECK(a.axis == b.axis);
+    CHECK(a.before == b.before);
+    CHECK(a.after == b.after);
+    CHECK(a.operand == b.operand);
+    check_cost(a.forward, b.forward);
+    check_cost(a.backward, b.backward);
+  }
+}
+
 /// Every rank must throw es::Error containing `fragment`, with the same message everywhere.
 inline void expect_same_error(const std::function<void()>& f, const std::string& fragment) {
   std::string message;
@@ -271,5 +298,85 @@ inline void expect_same_error(const std::function<void()>& f, const std::string&
 }
 
 inline int faulty_rank() { return es::testing::world().size > 1 ? 1 : 0; }
+
+/// The mesh ranks a prepared call exchanging one row on every axis (periodic) reports a fault on
+/// when rank `f` passes the wrong operands: f, then, axis by axis in order, every rank that
+/// receives rows from a rank already faulty (its neighbours along that axis's group: on both sides,
+/// or with `before_only` the one before, as a roll by +1 fetches).
+inline std::set<int> faulted_ranks(const es::Mesh& mesh, const std::vector<std::string>& groups, int f,
+                                   bool before_only = false) {
+  std::set<int> faulty{f};
+  for (const auto& g : groups) {
+    auto next = faulty;
+    for (int q = 0; q < mesh.size(); ++q)
+      for (int p : faulty) {
+        bool same_line = true;  // p and q differ at most in g's coordinate
+        for (const auto& other : groups)
+          if (other != g) same_line = same_line && coordinate_of(mesh, other, p) == coordinate_of(mesh, other, q);
+        const int n = mesh.size(g), d = (coordinate_of(mesh, g, q) - coordinate_of(mesh, g, p) + n) % n;
+        if (same_line && (d == 1 || (!before_only && d == n - 1))) next.insert(q);
+      }
+    faulty = next;
+  }
+  return faulty;
+}
+
+/// A prepared call on every rank, rank faulty_rank() making each call of `bad` in turn (named by
+/// the operand it gets wrong): that rank raises, the ranks in `faulted` raise as its peers, the
+/// others return `expected` (no rank waits for a collective), and the next `good` call is whole
+/// everywhere.
+inline void check_prepared_faults(const es::Mesh& mesh, const std::set<int>& faulted,
+                                  const std::function<at::Tensor()>& good,
+                                  const std::vector<std::pair<std::string, std::function<at::Tensor()>>>& bad,
+                                  const at::Tensor& expected) {
+  const int f = faulty_rank();
+  for (const auto& [operand, call] : bad) {
+    std::string message;
+    try {
+      const auto y = mesh.rank() == f ? call() : good();
+      CHECK(near(y, expected));
+    } catch (const es::Error& e) {
+      message = e.what();
+    }
+    INFO("rank " << mesh.rank() << " (faulty rank " << f << ", wrong " << operand << "): " << message);
+    if (mesh.rank() == f)
+      CHECK_THAT(message, Catch::Contains("this rank's " + operand + " is") && Catch::Contains("prepared for"));
+    else if (faulted.count(mesh.rank()))
+      CHECK_THAT(message, Catch::Contains("a rank this one exchanges rows with"));
+    else
+      CHECK(message.empty());
+    CHECK(near(good(), expected));
+  }
+}
+
+/// The layout of the prepared calls' fault tests: h split over dp, and w over sp on a 2 x W/2 mesh
+/// (from 4 ranks on, so that faults spread along two axes), else whole; X a (2W + 3, 2W + 1) field
+/// drawn from `seed`, x this rank's block of it.
+struct FaultLayout {
+  const es::Mesh& mesh;
+  std::string h, w;                   ///< "h/dp", "w/sp" or "w"
+  std::vector<std::string> groups;    ///< the groups splitting h and w, in order
+  std::vector<std::string> sharding;  ///< of (h, w)
+  at::Tensor X, x;
+};
+inline FaultLayout fault_layout(std::uint64_t seed) {
+  const int W = es::testing::world().size;
+  const bool two = W % 2 == 0 && W > 2;
+  FaultLayout L{two ? mesh_of({2, W / 2}) : mesh_of({W}), "h/dp", two ? "w/sp" : "w",
+                two ? std::vector<std::string>{"dp", "sp"} : std::vector<std::string>{"dp"},
+                {"dp", two ? "sp" : ""}, full({2 * W + 3, 2 * W + 1}, seed), {}};
+  L.x = Sharding{L.sharding}.block(L.X, L.mesh, L.mesh.rank()).contiguous();
+  return L;
+}
+
+/// check_prepared_faults for an op of the tensor alone, given `x` on good calls and each of `bad`
+/// on the faulty rank's.
+inline void check_prepared_faults(const es::Mesh& mesh, const std::set<int>& faulted,
+                                  const std::function<at::Tensor(const at::Tensor&)>& op, const at::Tensor& x,
+                                  const at::Tensor& expected, const std::vector<at::Tensor>& bad) {
+  std::vector<std::pair<std::string, std::function<at::Tensor()>>> calls;
+  for (const auto& b : bad) calls.emplace_back("tensor", [&op, b] { return op(b); });
+  check_prepared_faults(mesh, faulted, [&] { return op(x); }, calls, expected);
+}
 
 }  // namespace stencil_test

@@ -254,61 +254,16 @@ TEST_CASE("prepared einhalo: its plan is einhalo's, and a call needs only the ra
   }
 }
 
-namespace {
-
-/// The mesh ranks a prepared halo of width 1 on every axis (periodic) reports a fault on when rank
-/// `f` passes the wrong tensor: f, then, axis by axis in order, every rank that receives rows from
-/// a rank already faulty (its neighbours along that axis's group).
-std::set<int> faulted_ranks(const es::Mesh& mesh, const std::vector<std::string>& groups, int f) {
-  std::set<int> faulty{f};
-  for (const auto& g : groups) {
-    auto next = faulty;
-    for (int q = 0; q < mesh.size(); ++q)
-      for (int p : faulty) {
-        bool same_line = true;  // p and q differ at most in g's coordinate
-        for (const auto& other : groups)
-          if (other != g) same_line = same_line && coordinate_of(mesh, other, p) == coordinate_of(mesh, other, q);
-        const int n = mesh.size(g), d = (coordinate_of(mesh, g, q) - coordinate_of(mesh, g, p) + n) % n;
-        if (same_line && (d == 1 || d == n - 1)) next.insert(q);
-      }
-    faulty = next;
-  }
-  return faulty;
-}
-
-}  // namespace
-
 TEST_CASE("prepared einhalo: another tensor raises on its rank and on the ranks it sends rows to, and no rank waits",
           "[stencil][halo][prepared]") {
-  const int W = es::testing::world().size;
-  const auto& mesh = W % 2 == 0 && W > 2 ? mesh_of({2, W / 2}) : mesh_of({W});
-  const bool two = mesh.ndim() == 2;
-  const std::vector<std::string> groups = two ? std::vector<std::string>{"dp", "sp"} : std::vector<std::string>{"dp"};
-  const Sharding sh{two ? std::vector<std::string>{"dp", "sp"} : std::vector<std::string>{"dp", ""}};
-  const auto X = full({2 * W + 3, 2 * W + 1}, 23);
-  const auto x = sh.block(X, mesh, mesh.rank()).contiguous();
+  const auto L = fault_layout(23);
+  const auto& mesh = L.mesh;
+  const auto& x = L.x;
   const es::Options o{.mesh = mesh, .boundary = es::Boundary::periodic};
-  const es::Halos halos = two ? es::Halos{{"h", 1}, {"w", 1}} : es::Halos{{"h", 1}};
-  const auto halo = two ? es::prepare_halo("h/dp w/sp", x, halos, o) : es::prepare_halo("h/dp w", x, halos, o);
-  const auto expected = halo_reference(X, sh, mesh, mesh.rank(), halos, {"h", "w"}, es::Boundary::periodic, 0);
-  const int f = faulty_rank();
-  const auto faulted = faulted_ranks(mesh, groups, f);
-  for (const auto& bad : {x.narrow(1, 0, x.size(1) - 1), x.to(at::kFloat), x.unsqueeze(0)}) {
-    std::string message;
-    try {
-      const auto y = halo(mesh.rank() == f ? bad : x);
-      CHECK(near(y, expected));
-    } catch (const es::Error& e) {
-      message = e.what();
-    }
-    INFO("rank " << mesh.rank() << " (faulty rank " << f << "): " << message);
-    if (mesh.rank() == f)
-      CHECK_THAT(message, Catch::Contains("this rank's tensor is") && Catch::Contains("prepared for"));
-    else if (faulted.count(mesh.rank()))
-      CHECK_THAT(message, Catch::Contains("a rank this one exchanges rows with"));
-    else
-      CHECK(message.empty());
-    // The exchange is whole again at the next call, everywhere.
-    CHECK(near(halo(x), expected));
-  }
+  const es::Halos halos = L.groups.size() == 2 ? es::Halos{{"h", 1}, {"w", 1}} : es::Halos{{"h", 1}};
+  const auto halo = es::prepare_halo(L.h + " " + L.w, x, halos, o);
+  const auto expected =
+      halo_reference(L.X, Sharding{L.sharding}, mesh, mesh.rank(), halos, {"h", "w"}, es::Boundary::periodic, 0);
+  check_prepared_faults(mesh, faulted_ranks(mesh, L.groups, faulty_rank()), [&](const at::Tensor& t) { return halo(t); }, x,
+                        expected, {x.narrow(1, 0, x.size(1) - 1), x.to(at::kFloat), x.unsqueeze(0)});
 }

@@ -1,5 +1,5 @@
 // The plans of the stencil operations (explain_halo, explain_roll, explain_window, explain_conv
-// and es::last_plan() after a call): steps in the order they run, and this rank's bytes, checked
+// and es::last_plan() after a call, prepared or not): steps in the order they run, and this rank's bytes, checked
 // against the rows each rank's request needs from the others, computed here from the shard sizes
 // by brute force (every requested index, its owner). Backward mirrors forward; over all ranks the
 // bytes sent equal the bytes received.
@@ -104,30 +104,15 @@ void check_balanced(const es::Plan& p) {
   CHECK(v[2] == v[3]);
 }
 
-void check_cost(const es::StepCost& a, const es::StepCost& b) {
-  CHECK(a.bytes_sent == b.bytes_sent);
-  CHECK(a.bytes_received == b.bytes_received);
-  CHECK(a.collectives == b.collectives);
-  CHECK(a.peak_bytes == b.peak_bytes);
-}
-
-/// es::last_plan() (after the call) is what explain said.
-void check_same(const es::Plan& ran, const es::Plan& explained) {
-  CHECK(ran.notation == explained.notation);
-  REQUIRE(ran.steps.size() == explained.steps.size());
-  for (std::size_t i = 0; i < ran.steps.size(); ++i) {
-    const auto& a = ran.steps[i];
-    const auto& b = explained.steps[i];
-    INFO("step " << i << ": " << a.name);
-    CHECK(a.name == b.name);
-    CHECK(a.group == b.group);
-    CHECK(a.axis == b.axis);
-    CHECK(a.before == b.before);
-    CHECK(a.after == b.after);
-    CHECK(a.operand == b.operand);
-    check_cost(a.forward, b.forward);
-    check_cost(a.backward, b.backward);
-  }
+/// A prepared call's plan, and last_plan() after one of its calls on `args` (the call before it on
+/// `mesh` another), are `plan`.
+template <class Prepared, class... Args>
+void check_prepared_plan(const Prepared& prepared, const es::Plan& plan, const es::Mesh& mesh, const Args&... args) {
+  (void)es::einhalo<"q">(at::zeros({1}), {}, {.mesh = mesh});  // local: no collective
+  REQUIRE(es::last_plan().notation == "q");
+  (void)prepared(args...);
+  check_same(es::last_plan(), plan);
+  check_same(prepared.plan(), plan);
 }
 
 /// Layouts of (b, h, w, c) on a mesh: notation, group per dimension.
@@ -180,6 +165,7 @@ TEST_CASE("explain_halo: the bytes of every exchange, in order; last_plan() afte
             const auto y = es::einhalo(notation, x, halos, o);
             CHECK(y.sizes().vec() == shape);
             check_same(es::last_plan(), plan);
+            check_prepared_plan(es::prepare_halo(notation, x, halos, o), plan, *mesh, x);
           }
   // Without a mesh: local padding, nothing sent.
   const auto plan = es::explain_halo<"h w">(full({4, 3}, 2, at::kFloat), {{"w", 2}});
@@ -218,6 +204,7 @@ TEST_CASE("explain_roll: sharded axes fetch their shifted range, whole ones roll
         check_balanced(plan);
         (void)es::einroll(notation, x, shifts, o);
         check_same(es::last_plan(), plan);
+        check_prepared_plan(es::prepare_roll(notation, x, shifts, o), plan, *mesh, x);
       }
   }
   const auto& mesh = mesh_of({es::testing::world().size});
@@ -267,6 +254,7 @@ TEST_CASE("explain_window: each window axis's exchange, then the unfold", "[sten
             check_balanced(plan);
             (void)es::einwindow(full_notation, x, windows, radius, o);
             check_same(es::last_plan(), plan);
+            check_prepared_plan(es::prepare_window(full_notation, x, windows, radius, o), plan, *mesh, x);
           }
 }
 
@@ -318,10 +306,13 @@ TEST_CASE("explain_conv: the exchanges, the convolution, the weight and bias red
                                    ? (mine.second - mine.first - 3) / stride + 1
                                    : 0));
           check_same(es::last_plan(), plan);
+          const auto prepared = es::prepare_conv(notation, x, W, windows, o);
+          check_prepared_plan(prepared, plan, *mesh, x, W);
           {
             const at::NoGradGuard no_grad;  // the overlapped path runs the same plan
             (void)es::einconv(notation, x, W, windows, o);
             check_same(es::last_plan(), plan);
+            check_prepared_plan(prepared, plan, *mesh, x, W);
           }
         }
   const auto& mesh = mesh_of({es::testing::world().size});

@@ -1,6 +1,8 @@
 // einroll against at::roll on one process: every mesh, uneven and empty shards, negative shifts,
 // shifts larger than the axis, shard-aligned shifts, several axes at once; values and gradients.
 
+#include <functional>
+
 #include "stencil_support.hpp"
 
 using namespace stencil_test;
@@ -15,9 +17,12 @@ std::vector<std::pair<std::string, std::vector<std::string>>> layouts(const es::
   }
 }
 
-}  // namespace
+using RollRun = std::function<at::Tensor(const std::string&, const at::Tensor&, const es::Shifts&, const es::Options&)>;
 
-TEST_CASE("einroll: every mesh, shift and layout, uneven and empty shards", "[stencil][roll]") {
+/// `run(notation, x, shifts, options)` against at::roll on one process, values and gradients: every
+/// mesh and layout, even and empty shards, negative, wrapping and shard-aligned shifts, several
+/// axes at once.
+void check_every_roll(const RollRun& run) {
   const I64 shape{9, 5, 7};
   const std::vector<std::string> names{"a", "b", "c"};
   for (const auto* mesh : meshes())
@@ -42,7 +47,7 @@ TEST_CASE("einroll: every mesh, shift and layout, uneven and empty shards", "[st
           const auto X = full(shape, 21);
           const es::Options o{.mesh = *mesh, .shapes = sh.shapes(shape, *mesh)};
           check_op(
-              *mesh, X, sh, [&, &notation = notation](const at::Tensor& x) { return es::einroll(notation, x, shifts, o); },
+              *mesh, X, sh, [&, &notation = notation](const at::Tensor& x) { return run(notation, x, shifts, o); },
               [&](const at::Tensor& Xf, int q) {
                 std::vector<std::int64_t> s, d;
                 for (const auto& [name, shift] : shifts) {
@@ -53,6 +58,42 @@ TEST_CASE("einroll: every mesh, shift and layout, uneven and empty shards", "[st
               });
         }
       }
+}
+
+}  // namespace
+
+TEST_CASE("einroll: every mesh, shift and layout, uneven and empty shards", "[stencil][roll]") {
+  check_every_roll([](const std::string& notation, const at::Tensor& x, const es::Shifts& shifts,
+                      const es::Options& o) { return es::einroll(notation, x, shifts, o); });
+}
+
+TEST_CASE("prepared einroll: einroll's values and gradients, call after call", "[stencil][roll][prepared]") {
+  check_every_roll([](const std::string& notation, const at::Tensor& x, const es::Shifts& shifts,
+                      const es::Options& o) {
+    const auto roll = es::prepare_roll(notation, x, shifts, o);
+    (void)roll(x.detach() * 2);  // an earlier call leaves nothing behind
+    return roll(x);
+  });
+}
+
+TEST_CASE("prepared einroll: its plan is einroll's; another tensor raises on its rank and the ranks it sends rows "
+          "to, and no rank waits",
+          "[stencil][roll][prepared]") {
+  const auto L = fault_layout(29);
+  const auto& mesh = L.mesh;
+  const auto& x = L.x;
+  const es::Options o{.mesh = mesh};
+  const es::Shifts shifts{{"a", 1}, {"b", 1}};
+  const auto notation = "a" + L.h.substr(1) + " b" + L.w.substr(1);
+  const auto roll = es::prepare_roll(notation, x, shifts, o);
+  const auto expected = Sharding{L.sharding}.block(at::roll(L.X, {1, 1}, {0, 1}), mesh, mesh.rank());
+  for (int call = 0; call < 2; ++call) CHECK(at::equal(roll(x), expected));
+  CHECK(at::equal(roll(x), es::einroll(notation, x, shifts, o)));
+  check_same(roll.plan(), es::explain_roll(notation, x, shifts, o));
+  // A roll by one fetches from the rank before only.
+  check_prepared_faults(mesh, faulted_ranks(mesh, L.groups, faulty_rank(), true),
+                        [&](const at::Tensor& t) { return roll(t); }, x, expected,
+                        {x.narrow(1, 0, x.size(1) - 1), x.to(at::kFloat), x.unsqueeze(0)});
 }
 
 TEST_CASE("einroll: compile-time notation; errors on every rank", "[stencil][roll]") {

@@ -5,6 +5,7 @@
 
 #include "stencil_support.hpp"
 
+#include <functional>
 #include <optional>
 
 using namespace stencil_test;
@@ -35,9 +36,12 @@ struct WindowCase {
   es::Boundary boundary;
 };
 
-}  // namespace
+using WindowRun = std::function<at::Tensor(const std::string&, const at::Tensor&, const es::AxisMap&,
+                                           const es::Halos&, const es::Options&)>;
 
-TEST_CASE("einwindow: every mesh, radius, stride, dilation and boundary", "[stencil][window]") {
+/// `run(notation, x, windows, radius, options)` against unfold on one process, values and
+/// gradients: every mesh and layout, even and empty shards, every boundary, stride and dilation.
+void check_every_window(const WindowRun& run) {
   const std::vector<std::string> names{"b", "h", "w", "c"}, sources{"h", "w"};
   const std::vector<WindowCase> cases{
       {{{"h", 1}, {"w", {0, 2}}}, {1, 1}, {1, 1}, es::Boundary::constant},
@@ -79,7 +83,7 @@ TEST_CASE("einwindow: every mesh, radius, stride, dilation and boundary", "[sten
             check_op(
                 *mesh, X, sh,
                 [&, &notation = notation](const at::Tensor& x) {
-                  return es::einwindow(notation, x, {{"h", "kh"}, {"w", "kw"}}, wc.radius, o);
+                  return run(notation, x, {{"h", "kh"}, {"w", "kw"}}, wc.radius, o);
                 },
                 [&, &groups = groups](const at::Tensor& Xf, int q) {
                   auto F = Xf;
@@ -107,6 +111,24 @@ TEST_CASE("einwindow: every mesh, radius, stride, dilation and boundary", "[sten
           }
 }
 
+}  // namespace
+
+TEST_CASE("einwindow: every mesh, radius, stride, dilation and boundary", "[stencil][window]") {
+  check_every_window([](const std::string& notation, const at::Tensor& x, const es::AxisMap& windows,
+                        const es::Halos& radius, const es::Options& o) {
+    return es::einwindow(notation, x, windows, radius, o);
+  });
+}
+
+TEST_CASE("prepared einwindow: einwindow's values and gradients, call after call", "[stencil][window][prepared]") {
+  check_every_window([](const std::string& notation, const at::Tensor& x, const es::AxisMap& windows,
+                        const es::Halos& radius, const es::Options& o) {
+    const auto window = es::prepare_window(notation, x, windows, radius, o);
+    (void)window(x.detach() * 2);  // an earlier call leaves nothing behind
+    return window(x);
+  });
+}
+
 // ---- einconv -----------------------------------------------------------------------------------
 
 namespace {
@@ -130,7 +152,7 @@ const std::vector<ConvCase> conv_cases{
 /// A convolution over x of shape (b, spatial..., c) sharded as `groups`, weight (o, c/g, k...).
 void check_conv(const es::Mesh& mesh, const std::string& notation, const std::vector<std::string>& groups,
                 const I64& shape, const I64& kernel, std::int64_t O, const std::vector<std::string>& spatial,
-                const std::vector<std::string>& kernels, const ConvCase& cc, bool holes) {
+                const std::vector<std::string>& kernels, const ConvCase& cc, bool holes, bool prepared = false) {
   const auto n = spatial.size();
   const auto C = shape.back();
   Sharding sh{groups};
@@ -159,13 +181,17 @@ void check_conv(const es::Mesh& mesh, const std::string& notation, const std::ve
     o.padding = p;
   }
   if (cc.boundary == es::Boundary::constant) o.fill = cc.fill;
-  INFO(notation << " on " << label(mesh) << (holes ? ", empty shards" : "") << ", stride " << cc.stride
+  INFO((prepared ? "prepared " : "") << notation << " on " << label(mesh) << (holes ? ", empty shards" : "")
+                                    << ", stride " << cc.stride
                 << ", dilation " << cc.dilation << ", groups " << cc.groups << ", boundary "
                 << static_cast<int>(cc.boundary));
   auto run = [&](const at::Tensor& x, const Params& p) {
     auto opts = o;
     if (cc.bias) opts.bias = p[1];
-    return es::einconv(notation, x, p[0], windows, opts);
+    if (!prepared) return es::einconv(notation, x, p[0], windows, opts);
+    const auto conv = es::prepare_conv(notation, x, p[0], windows, opts);
+    (void)conv(x.detach() * 2, p[0].detach() * 3);  // an earlier call, with another weight, leaves nothing behind
+    return conv(x, p[0]);
   };
   const auto reference = [&](const at::Tensor& Xf, const Params& p, int q) {
     auto F = Xf;
@@ -220,6 +246,23 @@ TEST_CASE("einconv: 2-D on every mesh, stride, dilation, groups, padding, bounda
           for (const auto& cc : conv_cases)
             check_conv(*mesh, notation, groups, {2, H, 7, 4}, {3, 3}, 8, {"h", "w"}, {"kh", "kw"}, cc, holes);
   }
+}
+
+TEST_CASE("prepared einconv: einconv's values and gradients, call after call, the weight changing",
+          "[stencil][conv][prepared]") {
+  for (const auto* mesh : meshes()) {
+    const auto& g = mesh->names();
+    const auto h = "h/" + g[0], w = mesh->ndim() > 1 ? "w/" + g[1] : std::string("w");
+    for (std::int64_t H : {11, 4})
+      for (bool holes : {false, true})
+        for (const auto& cc : conv_cases)
+          check_conv(*mesh, "b " + h + " " + w + " c, o c kh kw -> b " + h + " " + w + " o",
+                     {"", g[0], mesh->ndim() > 1 ? g[1] : "", ""}, {2, H, 7, 4}, {3, 3}, 8, {"h", "w"}, {"kh", "kw"},
+                     cc, holes, true);
+  }
+  const auto& line = mesh_of({es::testing::world().size});
+  for (const auto& cc : conv_cases)  // kernels wider than shards
+    check_conv(line, "b t/dp c, o c k -> b t/dp o", {"", "dp", ""}, {3, 5, 4}, {5}, 4, {"t"}, {"k"}, cc, true, true);
 }
 
 TEST_CASE("einconv: 1-D with kernels wider than shards, 3-D, sharded batch", "[stencil][conv]") {
@@ -282,4 +325,46 @@ TEST_CASE("einconv and einwindow: compile-time forms, local use, errors on every
   const bool faulty = mesh.rank() == faulty_rank();
   expect_same_error([&] { (void)conv(x, faulty ? Wt.narrow(0, 0, 5) : Wt, o); }, "same whole tensor");
   expect_same_error([&] { (void)conv(faulty ? x.narrow(3, 0, 2) : x, Wt, o); }, "axis 'c'");
+}
+
+TEST_CASE("prepared einwindow and einconv: their plans; another tensor or weight raises on its rank and the ranks it "
+          "sends rows to, and no rank waits",
+          "[stencil][window][conv][prepared]") {
+  const int W = es::testing::world().size;
+  const auto L = fault_layout(51);
+  const auto& mesh = L.mesh;
+  const auto faulted = faulted_ranks(mesh, L.groups, faulty_rank());
+  const es::Options o{.mesh = mesh, .boundary = es::Boundary::periodic};
+  const es::AxisMap hw{{"h", "kh"}, {"w", "kw"}};
+  {
+    const auto& x = L.x;
+    const auto notation = L.h + " " + L.w + " -> " + L.h + " " + L.w + " kh kw";
+    const es::Halos radius{{"h", 1}, {"w", 1}};
+    const auto window = es::prepare_window(notation, x, hw, radius, o);
+    const auto expected = es::einwindow(notation, x, hw, radius, o);
+    const auto plan = es::last_plan();
+    for (int call = 0; call < 2; ++call) CHECK(at::equal(window(x), expected));
+    check_same(window.plan(), plan);
+    check_prepared_faults(mesh, faulted, [&](const at::Tensor& t) { return window(t); }, x, expected,
+                          {x.narrow(1, 0, x.size(1) - 1), x.to(at::kFloat), x.unsqueeze(0)});
+  }
+  const Sharding sh{{"", L.sharding[0], L.sharding[1], ""}};
+  const auto x = sh.block(full({2, 2 * W + 3, 2 * W + 1, 3}, 52), mesh, mesh.rank()).contiguous();
+  const auto Wt = full({4, 3, 3, 3}, 53);
+  const auto notation = "b " + L.h + " " + L.w + " c, o c kh kw -> b " + L.h + " " + L.w + " o";
+  const auto conv = es::prepare_conv(notation, x, Wt, hw, o);
+  const auto expected = es::einconv(notation, x, Wt, hw, o);
+  const auto plan = es::last_plan();
+  for (int call = 0; call < 2; ++call) CHECK(at::equal(conv(x, Wt), expected));
+  check_same(conv.plan(), plan);
+  // The weight's values may change between calls; its shape, dtype and device may not.
+  CHECK(near(conv(x, 2 * Wt), 2 * expected));
+  const auto with = [&](const at::Tensor& xx, const at::Tensor& ww) { return [&conv, xx, ww] { return conv(xx, ww); }; };
+  check_prepared_faults(mesh, faulted, with(x, Wt),
+                        {{"tensor", with(x.narrow(2, 0, x.size(2) - 1), Wt)},
+                         {"tensor", with(x.to(at::kFloat), Wt)},
+                         {"weight", with(x, Wt.narrow(0, 0, 3))},
+                         {"weight", with(x, Wt.to(at::kFloat))},
+                         {"weight", with(x, Wt.unsqueeze(0))}},
+                        expected);
 }

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -50,6 +51,17 @@ EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::stri
                                     const at::Tensor& weight, const AxisMap& windows, const Options& o);
 EINSHARD_INLINE Plan explain_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                                   const at::Tensor& weight, const AxisMap& windows, const Options& o);
+/// An einconv call prepared once (`PreparedConv`).
+struct ConvCall;
+using PreparedConvState = Prepared<ConvCall>;
+EINSHARD_INLINE std::shared_ptr<const PreparedConvState> prepare_conv_state(const notation::ExpressionView& e,
+                                                                            std::string_view written,
+                                                                            const at::Tensor& x,
+                                                                            const at::Tensor& weight,
+                                                                            const AxisMap& windows, const Options& o);
+EINSHARD_INLINE at::Tensor run_prepared_conv(const std::shared_ptr<const PreparedConvState>& state,
+                                             const at::Tensor& x, const at::Tensor& weight);
+EINSHARD_INLINE Plan explain_prepared(const PreparedConvState& state);
 
 #if !EINSHARD_DECLARE_ONLY
 /// The roles of the axes of `x, w -> y`, checked.
@@ -116,17 +128,15 @@ inline ConvAxes conv_axes(const notation::ExpressionView& e, const AxisMap& wind
 
 /// An einconv call prepared: checked, agreed (collective over the mesh when an axis is sharded) and
 /// planned. Per spatial axis (in the input's order): stride, dilation.
-struct ConvCall {
-  StencilPlan plan;
-  plan::Edge edge;
-  double fill;
+struct ConvCall : StencilCall {
   ConvAxes axes;
   std::vector<std::int64_t> strides, dilations, perm;
   std::int64_t groups;
+  at::Tensor bias;  ///< `.bias`, or undefined
 };
 
-inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
-                             const at::Tensor& weight, const AxisMap& windows, const Options& o) {
+inline ConvCall conv_call(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                          const at::Tensor& weight, const AxisMap& windows, const Options& o) {
   const auto what = "einconv '" + std::string(written) + "'";
   check_unused_options(o, "einconv",
                        {"shapes", "families", "boundary", "fill", "bias", "stride", "padding", "dilation", "groups"});
@@ -207,8 +217,13 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
     return p;
   });
   auto output = output_layout(in.layout, expected, perm);
-  ConvCall call{stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill, std::move(a),
-                std::move(strides), std::move(dilations), std::move(perm), groups};
+  ConvCall call{{stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill},
+                std::move(a),
+                std::move(strides),
+                std::move(dilations),
+                std::move(perm),
+                groups,
+                o.bias ? *o.bias : at::Tensor()};
   call.plan.output = std::move(output);
   call.plan.local = "convolution";
   if (in.distributed) {
@@ -227,25 +242,22 @@ inline ConvCall prepare_conv(const notation::ExpressionView& e, std::string_view
   return call;
 }
 
-EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
-                           const at::Tensor& weight, const AxisMap& windows, const Options& o) {
-  auto call = prepare_conv(e, written, x, weight, windows, o);
-  const auto exchanges = call.plan.exchanges;
-  const auto partial_group = call.plan.partial_group;
-  remember_plan(o, std::move(call.plan));
+/// Runs a planned convolution on this rank's shard (`fault`: a prepared call's).
+inline at::Tensor convolve_call(const ConvCall& call, const at::Tensor& x, const at::Tensor& weight,
+                                const std::shared_ptr<exec::ExchangeFault>& fault = {}) {
   const auto& a = call.axes;
-  const auto& prepared = *exchanges;
+  const auto& prepared = *call.plan.exchanges;
+  const auto& mesh = call.plan.mesh;
+  const auto& partial_group = call.plan.partial_group;
   const auto& strides = call.strides;
   const auto& dilations = call.dilations;
-  const auto edge = call.edge;
-  const auto fill = call.fill;
   const auto w_size = [&](const std::string& n) { return weight.size(positions(a.w, {n})[0]); };
   auto w = weight;
-  auto b = o.bias ? *o.bias : at::Tensor();
+  auto b = call.bias;
   const bool recording = at::GradMode::is_enabled() &&
                          (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
   if (!partial_group.empty()) {
-    const auto comm = o.mesh.comm(partial_group);
+    const auto comm = mesh.comm(partial_group);
     w = comm::apply_op(w, c10::make_intrusive<exec::AddPartialOp>(comm));
     if (b.defined()) b = comm::apply_op(b, c10::make_intrusive<exec::AddPartialOp>(comm));
   }
@@ -276,7 +288,7 @@ EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::stri
   std::ptrdiff_t remote = -1;
   int remotes = 0;
   for (std::size_t i = 0; i < prepared.size(); ++i) {
-    const int me = exec::coordinate(prepared[i].axis, o.mesh);
+    const int me = exec::coordinate(prepared[i].axis, mesh);
     if (prepared[i].exchange->rows_received(me) + prepared[i].exchange->rows_sent(me) > 0) {
       remote = static_cast<std::ptrdiff_t>(i);
       ++remotes;
@@ -288,11 +300,7 @@ EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::stri
   // axes before it): with overlap, the axes after the remote one (local for this rank) extend the
   // interior and the completed result separately.
   const auto last = overlap ? static_cast<std::size_t>(remote) : prepared.size();
-  auto extend = [&](at::Tensor t, std::size_t from, std::size_t to) {
-    for (std::size_t i = from; i < to; ++i)
-      t = exec::exchange_axis(t, prepared[i].axis, o.mesh, prepared[i].exchange, edge, fill);
-    return t;
-  };
+  auto extend = [&](at::Tensor t, std::size_t from, std::size_t to) { return run_exchanges(call, t, fault, from, to); };
   auto y = extend(x, 0, last);
   at::Tensor out;
   if (empty) {
@@ -309,11 +317,11 @@ EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::stri
     const auto i = static_cast<std::size_t>(remote);
     const auto& p = prepared[i];
     const auto dim = p.axis.dim;
-    const int me = exec::coordinate(p.axis, o.mesh);
+    const int me = exec::coordinate(p.axis, mesh);
     const auto st = strides[i], n = p.outputs;
     const auto span = dilations[i] * (w_size(a.kernels[i]) - 1) + 1;  // rows one window spans
-    const auto op = c10::make_intrusive<exec::AxisExchangeOp>(o.mesh.comm(p.axis.group), me, dim, p.exchange,
-                                                              edge, fill);
+    const auto op = c10::make_intrusive<exec::AxisExchangeOp>(mesh.comm(p.axis.group), me, dim, p.exchange,
+                                                              call.edge, call.fill, fault);
     auto flight = op->start(y);
     // Output jj reads fetched rows [jj*st, jj*st + span); this rank's own rows are fetched rows
     // [lo, lo + size).
@@ -339,10 +347,38 @@ EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::stri
   return out.reshape(unflat).permute(call.perm);
 }
 
+EINSHARD_INLINE at::Tensor run_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+                           const at::Tensor& weight, const AxisMap& windows, const Options& o) {
+  auto call = conv_call(e, written, x, weight, windows, o);
+  auto y = convolve_call(call, x, weight);
+  remember_plan(o, std::move(call.plan));
+  return y;
+}
+
 EINSHARD_INLINE Plan explain_conv(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                                   const at::Tensor& weight, const AxisMap& windows, const Options& o) {
-  return prepare_conv(e, written, x, weight, windows, o).plan.describe();
+  return conv_call(e, written, x, weight, windows, o).plan.describe();
 }
+
+EINSHARD_INLINE std::shared_ptr<const PreparedConvState> prepare_conv_state(const notation::ExpressionView& e,
+                                                                            std::string_view written,
+                                                                            const at::Tensor& x,
+                                                                            const at::Tensor& weight,
+                                                                            const AxisMap& windows, const Options& o) {
+  return std::make_shared<const PreparedConvState>(
+      PreparedConvState{conv_call(e, written, x, weight, windows, o),
+                        {"einconv '" + std::string(written) + "'", {{"tensor", &x}, {"weight", &weight}}}});
+}
+
+EINSHARD_INLINE at::Tensor run_prepared_conv(const std::shared_ptr<const PreparedConvState>& state,
+                                             const at::Tensor& x, const at::Tensor& weight) {
+  const auto fault = start_prepared(state->call, state->check, {x, weight});
+  auto y = convolve_call(state->call, x, weight, fault);
+  end_prepared(state, *fault);
+  return y;
+}
+
+EINSHARD_INLINE Plan explain_prepared(const PreparedConvState& s) { return s.call.plan.describe(); }
 #endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
@@ -370,6 +406,46 @@ EINSHARD_INLINE at::Tensor einconv(std::string_view notation, const at::Tensor& 
 }
 #endif
 
+/// An `einconv` prepared once for one shard and one weight shape, for a training or time-stepping
+/// loop that convolves same-shaped shards every step: construction agrees and plans (collective over
+/// the mesh, as an `einconv` call), and each call then exchanges the rows its outputs read, with no
+/// collective forward. A call takes a tensor and a weight of the shape, dtype and device they were
+/// prepared with (the weight's values may change between calls: training) and returns what
+/// `einconv` would, differentiable alike: its backward all-reduces the weight's and bias's gradients
+/// as `einconv`'s does. The bias is the one prepared (a tensor handle: an optimizer's in-place steps
+/// are seen). The weight's values are not compared between ranks, as `einconv` does not compare
+/// them; its shape, agreed at preparation, is checked on each rank alone, and a call with another
+/// tensor or weight raises as a `PreparedHalo`'s call does. Copies share the prepared exchange.
+class PreparedConv : public detail::PreparedOp<detail::PreparedConvState> {
+ public:
+  using PreparedOp::PreparedOp;
+  /// The convolution of `x`'s shard by `weight`, as `einconv` with the prepared notation, windows
+  /// and options.
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& weight) const {
+    return detail::run_prepared_conv(state_, x, weight);
+  }
+};
+
+/// `prepare_conv<"b h/sp w c, o c kh kw -> b h/sp w o">(x, weight, {{"h", "kh"}, {"w", "kw"}},
+/// {.mesh = mesh})`: `einconv`'s arguments, prepared for shards like `x` and weights like `weight`
+/// (collective over the mesh when an axis is sharded).
+template <fixed_string S>
+PreparedConv prepare_conv(const at::Tensor& x, const at::Tensor& weight, const AxisMap& windows,
+                          const Options& o = {}) {
+  return PreparedConv(detail::prepare_conv_state(notation::static_expression<S>.view(), S.view(), x, weight, windows, o));
+}
+
+/// The run-time form: `prepare_conv("b h/sp w c, o c kh kw -> b h/sp w o", x, weight, windows, {...})`.
+EINSHARD_INLINE PreparedConv prepare_conv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                                          const AxisMap& windows, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE PreparedConv prepare_conv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
+                                          const AxisMap& windows, const Options& o) {
+  const auto parsed = detail::parse_cached(notation, false, o.families);
+  return PreparedConv(detail::prepare_conv_state(parsed->view(), notation, x, weight, windows, o));
+}
+#endif
+
 /// What `einconv<S>(x, weight, windows, o)` would run: the exchange of each spatial axis, in the
 /// input's order ("pad" for a whole axis, "halo_forward_accumulate_backward" for a sharded one), the
 /// local "convolution", and on a split input the weight's (operand 1) and bias's (operand 2)
@@ -386,7 +462,7 @@ EINSHARD_INLINE Plan explain_conv(std::string_view notation, const at::Tensor& x
 EINSHARD_INLINE Plan explain_conv(std::string_view notation, const at::Tensor& x, const at::Tensor& weight,
                          const AxisMap& windows, const Options& o) {
   const auto parsed = detail::parse_cached(notation, false, o.families);
-  return detail::prepare_conv(parsed->view(), notation, x, weight, windows, o).plan.describe();
+  return detail::conv_call(parsed->view(), notation, x, weight, windows, o).plan.describe();
 }
 #endif
 

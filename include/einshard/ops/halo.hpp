@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -94,14 +95,19 @@ EINSHARD_INLINE at::Tensor run_halo(const notation::ExpressionView& e, std::stri
                                     const at::Tensor& x, const Halos& halos, const Options& o);
 EINSHARD_INLINE Plan explain_halo(const notation::ExpressionView& e, std::string_view written,
                                   const at::Tensor& x, const Halos& halos, const Options& o);
-/// A halo exchange prepared once (`PreparedHalo`), defined with the executor.
-struct PreparedHaloState;
+/// A stencil call prepared once (`PreparedHalo`, `PreparedRoll`, `PreparedWindow`, `PreparedConv`):
+/// the call's plan with what a call checks on its rank (defined with the executor).
+template <class Call>
+struct Prepared;
+struct StencilCall;
+/// A prepared exchange alone: einhalo's, and einroll's (its periodic fetch of a moved interval).
+using PreparedHaloState = Prepared<StencilCall>;
 EINSHARD_INLINE std::shared_ptr<const PreparedHaloState> prepare_halo_state(const notation::ExpressionView& e,
                                                                             std::string_view written,
                                                                             const at::Tensor& x, const Halos& halos,
                                                                             const Options& o);
 EINSHARD_INLINE at::Tensor run_prepared_halo(const std::shared_ptr<const PreparedHaloState>& state, const at::Tensor& x);
-EINSHARD_INLINE Plan explain_prepared_halo(const PreparedHaloState& state);
+EINSHARD_INLINE Plan explain_prepared(const PreparedHaloState& state);
 
 #if !EINSHARD_DECLARE_ONLY
 /// A run-time notation, or with `self` one operand spec as `spec->spec`, families expanded;
@@ -234,6 +240,7 @@ struct PreparedAxis {
   exec::StencilAxis axis;
   std::shared_ptr<const plan::AxisExchange> exchange;  ///< null: einroll's local roll of a whole axis
   std::int64_t outputs = 0;  ///< einwindow, einconv: this rank's output positions (plan::plan_window)
+  std::int64_t shift = 0;    ///< einroll's whole axis: what it rolls by
 };
 using PreparedExchanges = std::vector<PreparedAxis>;
 
@@ -275,7 +282,7 @@ struct StencilPlan {
     Plan p{source, {}, {}};
     auto extended = shape;
     const auto layout = input.str();
-    for (const auto& [axis, exchange, outputs] : *exchanges)
+    for (const auto& [axis, exchange, outputs, shift] : *exchanges)
       p.steps.push_back(exchange ? exec::describe_exchange(axis, *exchange, mesh, extended, element, layout)
                                  : PlanStep{"roll", "", axis.name, layout, layout, {}, {}, -1});
     if (!local.empty()) p.steps.push_back({local, "", "", layout, output.str(), {}, {}, -1});
@@ -345,14 +352,29 @@ inline std::vector<std::int64_t> per_axis(const std::optional<PerAxis>& v, const
   return out;
 }
 
-/// An einhalo call prepared: agreed (collective over the mesh when an axis is sharded) and planned.
-struct HaloCall {
+/// A stencil call agreed (collective over the mesh when an axis is sharded) and planned: its
+/// exchanges with the boundary they pad by. einhalo's whole call; the others add their local part.
+struct StencilCall {
   StencilPlan plan;
-  plan::Edge edge;
-  double fill;
+  plan::Edge edge = plan::Edge::constant;
+  double fill = 0;
 };
 
-inline HaloCall halo_call(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
+/// Runs a call's exchanges [from, to) on `y`, in order (einroll's whole axes roll locally);
+/// `fault`: a prepared call's.
+inline at::Tensor run_exchanges(const StencilCall& call, at::Tensor y,
+                                const std::shared_ptr<exec::ExchangeFault>& fault = {}, std::size_t from = 0,
+                                std::size_t to = static_cast<std::size_t>(-1)) {
+  const auto& exchanges = *call.plan.exchanges;
+  for (std::size_t i = from; i < std::min(to, exchanges.size()); ++i) {
+    const auto& p = exchanges[i];
+    y = p.exchange ? exec::exchange_axis(y, p.axis, call.plan.mesh, p.exchange, call.edge, call.fill, fault)
+                   : at::roll(y, {p.shift}, {p.axis.dim});
+  }
+  return y;
+}
+
+inline StencilCall halo_call(const notation::ExpressionView& e, std::string_view written, const at::Tensor& x,
                              const Halos& halos, const Options& o) {
   const auto what = "einhalo '" + std::string(written) + "'";
   check_unused_options(o, "einhalo", {"shapes", "families", "boundary", "fill"});
@@ -376,10 +398,8 @@ inline HaloCall halo_call(const notation::ExpressionView& e, std::string_view wr
 EINSHARD_INLINE at::Tensor run_halo(const notation::ExpressionView& e, std::string_view written,
                            const at::Tensor& x, const Halos& halos, const Options& o) {
   auto call = halo_call(e, written, x, halos, o);
-  const auto exchanges = call.plan.exchanges;
+  auto y = run_exchanges(call, x);
   remember_plan(o, std::move(call.plan));
-  auto y = x;
-  for (const auto& p : *exchanges) y = exec::exchange_axis(y, p.axis, o.mesh, p.exchange, call.edge, call.fill);
   return y;
 }
 
@@ -388,54 +408,89 @@ EINSHARD_INLINE Plan explain_halo(const notation::ExpressionView& e, std::string
   return halo_call(e, written, x, halos, o).plan.describe();
 }
 
-/// An einhalo call prepared once: its plan, and the shard it was prepared for.
-struct PreparedHaloState {
-  HaloCall call;
-  std::string what;
-  at::ScalarType dtype;
-  at::Device device;
-};
-
-EINSHARD_INLINE std::shared_ptr<const PreparedHaloState> prepare_halo_state(const notation::ExpressionView& e,
-                                                                            std::string_view written,
-                                                                            const at::Tensor& x, const Halos& halos,
-                                                                            const Options& o) {
-  auto call = halo_call(e, written, x, halos, o);
-  return std::make_shared<const PreparedHaloState>(
-      PreparedHaloState{std::move(call), "prepared einhalo '" + std::string(written) + "'", x.scalar_type(), x.device()});
-}
-
 inline std::string shard_text(at::IntArrayRef sizes, at::ScalarType dtype, at::Device device) {
   std::string s = "(";
   for (std::size_t d = 0; d < sizes.size(); ++d) s += (d ? ", " : "") + std::to_string(sizes[d]);
   return s + (sizes.size() == 1 ? ",) " : ") ") + c10::toString(dtype) + " on " + device.str();
 }
 
+/// What a prepared call checks on its own rank: each operand's shape, dtype and device as it was
+/// prepared. The ranks agreed on these once; a call that keeps them needs no agreement again.
+struct PreparedCheck {
+  struct Operand {
+    std::string name;  ///< in errors: "tensor", "weight"
+    std::vector<std::int64_t> shape;
+    at::ScalarType dtype;
+    at::Device device;
+    [[nodiscard]] bool fits(const at::Tensor& t) const {
+      return t.sizes() == at::IntArrayRef(shape) && t.scalar_type() == dtype && t.device() == device;
+    }
+    [[nodiscard]] std::string text() const { return shard_text(shape, dtype, device); }
+  };
+  std::string what;
+  std::vector<Operand> operands;
+
+  /// `what` as "prepared einconv '...'", with operands named and prepared like `xs`.
+  PreparedCheck(std::string w, std::initializer_list<std::pair<std::string, const at::Tensor*>> xs)
+      : what("prepared " + std::move(w)) {
+    for (const auto& [name, t] : xs) operands.push_back({name, t->sizes().vec(), t->scalar_type(), t->device()});
+  }
+};
+
+template <class Call>
+struct Prepared {
+  Call call;
+  PreparedCheck check;
+};
+
+/// Starts a prepared call with no collective: its operands checked on this rank alone. A rank
+/// whose operands are not the prepared ones still runs every exchange of `call`, with markers in
+/// place of its rows, so that no peer waits for rows that never come (and those the rows were for
+/// raise too), then raises. Returns the fault the call's exchanges share.
+inline std::shared_ptr<exec::ExchangeFault> start_prepared(
+    const StencilCall& call, const PreparedCheck& check,
+    std::initializer_list<std::reference_wrapper<const at::Tensor>> xs) {
+  const auto* bad = check.operands.data();
+  for (const at::Tensor& t : xs) {
+    if (!bad->fits(t)) {
+      const auto& x = check.operands.front();
+      const auto fault = std::make_shared<exec::ExchangeFault>(exec::ExchangeFault{true});
+      (void)run_exchanges(call, at::zeros(x.shape, at::TensorOptions().dtype(x.dtype).device(x.device)), fault);
+      throw Error(check.what + ": this rank's " + bad->name + " is " + shard_text(t.sizes(), t.scalar_type(), t.device()) +
+                  ", but the call was prepared for " + bad->text() + "; the ranks it exchanges rows with raise too");
+    }
+    ++bad;
+  }
+  return std::make_shared<exec::ExchangeFault>();
+}
+
+/// Ends a prepared call's exchanges: raises when a peer's markers came in place of rows, else keeps
+/// the prepared plan itself, shared, for `last_plan()` (no copy on every call).
+template <class Call>
+void end_prepared(const std::shared_ptr<const Prepared<Call>>& state, const exec::ExchangeFault& fault) {
+  if (fault.any)
+    throw Error(state->check.what + ": a rank this one exchanges rows with was called with operands other than "
+                "the ones the call was prepared for; this rank's ghost rows are not valid");
+  if (state->call.plan.mesh) remember_lazy_plan([state] { return state->call.plan.describe(); });
+}
+
+EINSHARD_INLINE std::shared_ptr<const PreparedHaloState> prepare_halo_state(const notation::ExpressionView& e,
+                                                                            std::string_view written,
+                                                                            const at::Tensor& x, const Halos& halos,
+                                                                            const Options& o) {
+  return std::make_shared<const PreparedHaloState>(
+      PreparedHaloState{halo_call(e, written, x, halos, o), {"einhalo '" + std::string(written) + "'", {{"tensor", &x}}}});
+}
+
 EINSHARD_INLINE at::Tensor run_prepared_halo(const std::shared_ptr<const PreparedHaloState>& state,
                                              const at::Tensor& x) {
-  const auto& s = *state;
-  const auto& plan = s.call.plan;
-  const bool mine = x.sizes() == at::IntArrayRef(plan.shape) && x.scalar_type() == s.dtype && x.device() == s.device;
-  // No agreement: a rank whose operand is not the prepared one still takes part in every exchange,
-  // with markers in place of its rows, so that no peer waits for rows that never come; the ranks
-  // whose ghost rows those would have been raise with it.
-  auto fault = std::make_shared<exec::ExchangeFault>(exec::ExchangeFault{!mine});
-  auto y = mine ? x : at::zeros(plan.shape, at::TensorOptions().dtype(s.dtype).device(s.device));
-  for (const auto& p : *plan.exchanges)
-    y = exec::exchange_axis(y, p.axis, plan.mesh, p.exchange, s.call.edge, s.call.fill, fault);
-  if (!mine)
-    throw Error(s.what + ": this rank's tensor is " + shard_text(x.sizes(), x.scalar_type(), x.device()) +
-                ", but the exchange was prepared for " + shard_text(plan.shape, s.dtype, s.device) +
-                "; the ranks it exchanges rows with raise too");
-  if (fault->any)
-    throw Error(s.what + ": a rank this one exchanges rows with was called with a tensor other than the one "
-                "the exchange was prepared for; this rank's ghost rows are not valid");
-  if (plan.mesh)  // the prepared plan itself, shared: no copy on every call
-    remember_lazy_plan([state] { return state->call.plan.describe(); });
+  const auto fault = start_prepared(state->call, state->check, {x});
+  auto y = run_exchanges(state->call, x, fault);
+  end_prepared(state, *fault);
   return y;
 }
 
-EINSHARD_INLINE Plan explain_prepared_halo(const PreparedHaloState& s) { return s.call.plan.describe(); }
+EINSHARD_INLINE Plan explain_prepared(const PreparedHaloState& s) { return s.call.plan.describe(); }
 #endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
@@ -460,6 +515,23 @@ EINSHARD_INLINE at::Tensor einhalo(std::string_view spec, const at::Tensor& x, c
 }
 #endif
 
+namespace detail {
+/// What the prepared operations share (`PreparedHalo`, `PreparedRoll`, `PreparedWindow`,
+/// `PreparedConv`): the prepared call, which copies share, and its plan.
+template <class State>
+class PreparedOp {
+ public:
+  /// What each call runs (as the operation's `explain_*`); moves no data.
+  [[nodiscard]] Plan plan() const { return explain_prepared(*state_); }
+
+  /// Made by the operation's `prepare_*`.
+  explicit PreparedOp(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+ protected:
+  std::shared_ptr<const State> state_;
+};
+}  // namespace detail
+
 /// An `einhalo` prepared once for one shard, for a stencil loop that exchanges ghost rows every
 /// step: construction agrees and plans (collective over the mesh, as an `einhalo` call), and each
 /// call then sends and receives the ghost rows only, with no collective (as a PETSc DMDA's
@@ -475,18 +547,11 @@ EINSHARD_INLINE at::Tensor einhalo(std::string_view spec, const at::Tensor& x, c
 ///                                               {.mesh = mesh, .boundary = es::Boundary::periodic});
 /// for (int step = 0; step < steps; ++step) u = update(halo(u));  // u keeps its shape
 /// ```
-class PreparedHalo {
+class PreparedHalo : public detail::PreparedOp<detail::PreparedHaloState> {
  public:
+  using PreparedOp::PreparedOp;
   /// `x`'s shard with its ghost rows, as `einhalo` with the prepared notation, widths and options.
   at::Tensor operator()(const at::Tensor& x) const { return detail::run_prepared_halo(state_, x); }
-  /// What each call runs (as `explain_halo`); moves no data.
-  [[nodiscard]] Plan plan() const { return detail::explain_prepared_halo(*state_); }
-
-  /// Made by `prepare_halo`.
-  explicit PreparedHalo(std::shared_ptr<const detail::PreparedHaloState> state) : state_(std::move(state)) {}
-
- private:
-  std::shared_ptr<const detail::PreparedHaloState> state_;
 };
 
 /// `prepare_halo<"b h/sp w c">(x, {{"h", 2}}, {.mesh = mesh})`: `einhalo`'s arguments, prepared

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,15 @@ EINSHARD_INLINE at::Tensor run_window(const notation::ExpressionView& in_e, cons
 EINSHARD_INLINE Plan explain_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
                                     std::string_view written, const at::Tensor& x, const AxisMap& windows,
                                     const Halos& radius, const Options& o);
+/// An einwindow call prepared once (`PreparedWindow`).
+struct WindowCall;
+using PreparedWindowState = Prepared<WindowCall>;
+EINSHARD_INLINE std::shared_ptr<const PreparedWindowState> prepare_window_state(
+    const notation::ExpressionView& in_e, const notation::ExpressionView& out_e, std::string_view written,
+    const at::Tensor& x, const AxisMap& windows, const Halos& radius, const Options& o);
+EINSHARD_INLINE at::Tensor run_prepared_window(const std::shared_ptr<const PreparedWindowState>& state,
+                                               const at::Tensor& x);
+EINSHARD_INLINE Plan explain_prepared(const PreparedWindowState& state);
 
 #if !EINSHARD_DECLARE_ONLY
 /// The sharding of every axis of a spec, by name.
@@ -107,16 +117,13 @@ inline plan::Layout output_layout(const plan::Layout& in, const std::vector<std:
 
 /// An einwindow call prepared: agreed (collective over the mesh when an axis is sharded) and
 /// planned. Per window axis, in `windows` order: taps (left + right + 1), stride, dilation.
-struct WindowCall {
-  StencilPlan plan;
-  plan::Edge edge;
-  double fill;
+struct WindowCall : StencilCall {
   std::vector<std::int64_t> taps, strides, dilations, perm;
 };
 
-inline WindowCall prepare_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
-                                 std::string_view written, const at::Tensor& x, const AxisMap& windows,
-                                 const Halos& radius, const Options& o) {
+inline WindowCall window_call(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+                              std::string_view written, const at::Tensor& x, const AxisMap& windows,
+                              const Halos& radius, const Options& o) {
   const auto what = "einwindow '" + std::string(written) + "'";
   check_unused_options(o, "einwindow", {"shapes", "families", "boundary", "fill", "stride", "dilation"});
   const auto [edge, fill] = boundary_of(o, what);
@@ -165,22 +172,16 @@ inline WindowCall prepare_window(const notation::ExpressionView& in_e, const not
     return p;
   });
   auto output = output_layout(in.layout, expected, perm);
-  WindowCall call{stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill, std::move(taps),
-                  std::move(strides), std::move(dilations), std::move(perm)};
+  WindowCall call{{stencil_plan(written, x, o, std::move(prepared), std::move(in.layout)), edge, fill},
+                  std::move(taps), std::move(strides), std::move(dilations), std::move(perm)};
   call.plan.output = std::move(output);
   call.plan.local = "unfold";
   return call;
 }
 
-EINSHARD_INLINE at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
-                             std::string_view written, const at::Tensor& x, const AxisMap& windows,
-                             const Halos& radius, const Options& o) {
-  auto call = prepare_window(in_e, out_e, written, x, windows, radius, o);
-  const auto exchanges = call.plan.exchanges;
-  remember_plan(o, std::move(call.plan));
-  const auto& prepared = *exchanges;
-  auto y = x;
-  for (const auto& p : prepared) y = exec::exchange_axis(y, p.axis, o.mesh, p.exchange, call.edge, call.fill);
+/// The windows of `y`, extended by the call's exchanges.
+inline at::Tensor unfold_windows(const WindowCall& call, at::Tensor y) {
+  const auto& prepared = *call.plan.exchanges;
   for (std::size_t i = 0; i < prepared.size(); ++i) {
     const auto& p = prepared[i];
     const auto k = call.taps[i];
@@ -198,11 +199,37 @@ EINSHARD_INLINE at::Tensor run_window(const notation::ExpressionView& in_e, cons
   return y.permute(call.perm);
 }
 
+EINSHARD_INLINE at::Tensor run_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
+                             std::string_view written, const at::Tensor& x, const AxisMap& windows,
+                             const Halos& radius, const Options& o) {
+  auto call = window_call(in_e, out_e, written, x, windows, radius, o);
+  auto y = unfold_windows(call, run_exchanges(call, x));
+  remember_plan(o, std::move(call.plan));
+  return y;
+}
+
 EINSHARD_INLINE Plan explain_window(const notation::ExpressionView& in_e, const notation::ExpressionView& out_e,
                                     std::string_view written, const at::Tensor& x, const AxisMap& windows,
                                     const Halos& radius, const Options& o) {
-  return prepare_window(in_e, out_e, written, x, windows, radius, o).plan.describe();
+  return window_call(in_e, out_e, written, x, windows, radius, o).plan.describe();
 }
+
+EINSHARD_INLINE std::shared_ptr<const PreparedWindowState> prepare_window_state(
+    const notation::ExpressionView& in_e, const notation::ExpressionView& out_e, std::string_view written,
+    const at::Tensor& x, const AxisMap& windows, const Halos& radius, const Options& o) {
+  return std::make_shared<const PreparedWindowState>(PreparedWindowState{
+      window_call(in_e, out_e, written, x, windows, radius, o), {"einwindow '" + std::string(written) + "'", {{"tensor", &x}}}});
+}
+
+EINSHARD_INLINE at::Tensor run_prepared_window(const std::shared_ptr<const PreparedWindowState>& state,
+                                               const at::Tensor& x) {
+  const auto fault = start_prepared(state->call, state->check, {x});
+  auto y = run_exchanges(state->call, x, fault);
+  end_prepared(state, *fault);
+  return unfold_windows(state->call, std::move(y));
+}
+
+EINSHARD_INLINE Plan explain_prepared(const PreparedWindowState& s) { return s.call.plan.describe(); }
 #endif  // !EINSHARD_DECLARE_ONLY
 }  // namespace detail
 
@@ -230,6 +257,40 @@ EINSHARD_INLINE at::Tensor einwindow(std::string_view notation, const at::Tensor
 }
 #endif
 
+/// An `einwindow` prepared once for one shard, for a loop that takes the windows of same-shaped
+/// shards every step: construction agrees and plans (collective over the mesh, as an `einwindow`
+/// call), and each call then exchanges the rows its windows need beyond the shard and unfolds,
+/// with no collective. A call takes a tensor of the shape, dtype and device it was prepared for
+/// and returns what `einwindow` would, differentiable alike; another tensor raises as a
+/// `PreparedHalo`'s call does. Copies share the prepared exchange.
+class PreparedWindow : public detail::PreparedOp<detail::PreparedWindowState> {
+ public:
+  using PreparedOp::PreparedOp;
+  /// `x`'s windows, as `einwindow` with the prepared notation, windows, radius and options.
+  at::Tensor operator()(const at::Tensor& x) const { return detail::run_prepared_window(state_, x); }
+};
+
+/// `prepare_window<"b h/sp w c -> b h/sp w kh c">(x, {{"h", "kh"}}, {{"h", 1}}, {.mesh = mesh})`:
+/// `einwindow`'s arguments, prepared for shards like `x` (collective over the mesh when an axis is
+/// sharded).
+template <fixed_string S>
+PreparedWindow prepare_window(const at::Tensor& x, const AxisMap& windows, const Halos& radius, const Options& o = {}) {
+  return PreparedWindow(detail::prepare_window_state(notation::static_expression<detail::side_v<S, true>>.view(),
+                                                     notation::static_expression<detail::side_v<S, false>>.view(),
+                                                     S.view(), x, windows, radius, o));
+}
+
+/// The run-time form: `prepare_window("b h/sp w c -> b h/sp w kh c", x, {{"h", "kh"}}, {{"h", 1}}, {...})`.
+EINSHARD_INLINE PreparedWindow prepare_window(std::string_view notation, const at::Tensor& x, const AxisMap& windows,
+                                              const Halos& radius, const Options& o = {});
+#if !EINSHARD_DECLARE_ONLY
+EINSHARD_INLINE PreparedWindow prepare_window(std::string_view notation, const at::Tensor& x, const AxisMap& windows,
+                                              const Halos& radius, const Options& o) {
+  const auto [in, out] = detail::parse_sides(notation, o.families);
+  return PreparedWindow(detail::prepare_window_state(in->view(), out->view(), notation, x, windows, radius, o));
+}
+#endif
+
 /// What `einwindow<S>(x, windows, radius, o)` would run: the exchange of each window axis, in
 /// `windows` order ("pad" for a whole axis, "halo_forward_accumulate_backward" for a sharded one),
 /// with this rank's bytes sent and received forward and backward, then the local "unfold".
@@ -247,7 +308,7 @@ EINSHARD_INLINE Plan explain_window(std::string_view notation, const at::Tensor&
 EINSHARD_INLINE Plan explain_window(std::string_view notation, const at::Tensor& x, const AxisMap& windows, const Halos& radius,
                            const Options& o) {
   const auto [in, out] = detail::parse_sides(notation, o.families);
-  return detail::prepare_window(in->view(), out->view(), notation, x, windows, radius, o).plan.describe();
+  return detail::window_call(in->view(), out->view(), notation, x, windows, radius, o).plan.describe();
 }
 #endif
 
