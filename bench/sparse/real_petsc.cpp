@@ -19,6 +19,8 @@
 //   es_ilu       einshard block_jacobi (ILU(0) per rank)
 //   es_..._one_pass  any of the above with GMRES's Gram–Schmidt in one pass (Reorthogonalize::never,
 //                PETSc's default), for the nonsymmetric problems
+//   es_..._reduced   any of the above (after _one_pass, if both) with GMRES's basis in float32
+//                (GmresBasis::reduced)
 //   petsc_gamg   PETSc PCGAMG, with the block size and MatNullSpaceCreateRigidBody's near-null space
 //                where the problem has coords
 //   petsc_hypre  PETSc PCHYPRE BoomerAMG with einshard's resolved default settings (the hierarchy
@@ -221,13 +223,19 @@ int run(const Config& cfg) {
     if (solver.rfind("es_", 0) == 0) {
       // "<solver>_one_pass": GMRES with one Gram–Schmidt pass (PETSc's default), convergence
       // confirmed by the true residual.
-      const std::string one_pass = "_one_pass";
-      const bool one = solver.size() > one_pass.size() && solver.ends_with(one_pass);
-      const std::string base = one ? solver.substr(0, solver.size() - one_pass.size()) : solver;
+      const auto suffix = [](std::string& name, const std::string& end) {
+        const bool has = name.size() > end.size() && name.ends_with(end);
+        if (has) name.resize(name.size() - end.size());
+        return has;
+      };
+      std::string base = solver;
+      const bool reduced = suffix(base, "_reduced");
+      const bool one = suffix(base, "_one_pass");
       sp::SolveOptions o{.method = symmetric ? sp::Method::cg : sp::Method::gmres,
                          .preconditioner = base == "es_ilu" ? sp::Preconditioner::block_jacobi : sp::Preconditioner::amg,
                          .rtol = cfg.rtol, .maxiter = 1000, .residual_history = false};
       if (one) o.reorthogonalize = sp::Reorthogonalize::never;
+      if (reduced) o.gmres_basis = sp::GmresBasis::reduced;
       if (base == "es_systems") o.preconditioner_options.amg = systems;
       if (base == "es_amg") {
         auto amg = einshard_bench::apply_amg_spec({}, cfg.amg_spec);

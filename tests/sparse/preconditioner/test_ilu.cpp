@@ -100,11 +100,9 @@ TEST_CASE("ILU(0) of a tridiagonal matrix is its exact LU factorisation", "[spar
   }
   const auto csr = to_csr(a, a != 0);
   const auto values = csr.values.clone();
-  // The block of a matrix with no other columns is the matrix itself; factoring it leaves it be.
-  const auto block = sp::detail::leading_block(csr, n, false);
-  CHECK(block.values.is_same(csr.values));
+  // Factoring reads the matrix and leaves it be.
   sp::detail::IncompleteFactor f;
-  REQUIRE(sp::detail::factor_ilu0(block, f) == -1);
+  REQUIRE(sp::detail::factor_ilu0(csr, f) == -1);
   CHECK(at::equal(csr.values, values));
   const auto [l, u] = factors(f);
   // LU without pivoting, the exact factorisation: no fill exists for a tridiagonal matrix.
@@ -169,7 +167,7 @@ TEST_CASE("IC(0) of 2-D Poisson: L Lᵀ matches A on the pattern and L is ILU(0)
   const auto n = a.size(0);
   const auto csr = to_csr(a, a != 0);
   sp::detail::IncompleteFactor ic;
-  REQUIRE(sp::detail::factor_ic0(sp::detail::leading_block(csr, n, /*lower=*/true), ic) == -1);
+  REQUIRE(sp::detail::factor_ic0(csr, ic) == -1);  // the upper triangle is not read
   CHECK(at::equal(stored_pattern(ic), (a != 0).tril()));
   const auto [l, lt] = factors(ic);
   const auto llt = at::matmul(l, lt);
@@ -187,16 +185,34 @@ TEST_CASE("IC(0) of 2-D Poisson: L Lᵀ matches A on the pattern and L is ILU(0)
   CHECK(at::allclose(w, z, 1e-15, 0));
 }
 
-TEST_CASE("leading_block keeps the owned columns (and the lower triangle) only", "[sparse][ilu][unit]") {
-  // 3 owned rows, columns 3..4 are halo.
-  auto a = at::tensor({4., -1., 0., -1., 0., -1., 4., -1., 0., -2., 0., -1., 4., -3., 0.},
-                      at::kDouble).view({3, 5});
-  const auto csr = to_csr(a, a != 0);
-  const auto block = sp::detail::leading_block(csr, 3, false);
-  CHECK(block.cols == 3);
-  CHECK(at::equal(to_dense(block), a.slice(1, 0, 3)));
-  CHECK(block.col.scalar_type() == csr.col.scalar_type());
-  CHECK(at::equal(to_dense(sp::detail::leading_block(csr, 3, true)), a.slice(1, 0, 3).tril()));
+TEST_CASE("the factors of rows with ghost columns are those of their leading square block",
+          "[sparse][ilu][unit]") {
+  // 3 owned rows, columns 3..4 are halo: they take no part in ILU(0), IC(0) or SSOR.
+  const auto a = at::tensor({4., -1., 0., -1., 0., -1., 4., -1., 0., -2., 0., -1., 4., -3., 0.}, at::kDouble)
+                     .view({3, 5});
+  const auto block = a.slice(1, 0, 3).contiguous();
+  for (const bool int32 : {false, true}) {
+    auto rows = to_csr(a, a != 0);
+    auto square = to_csr(block, block != 0);
+    if (int32) {  // 32-bit row pointers, as the distributed product's blocks store them
+      rows = sp::detail::compact_rowptr(rows);
+      square = sp::detail::compact_rowptr(square);
+    }
+    sp::detail::IncompleteFactor f, g;
+    REQUIRE(sp::detail::factor_ilu0(rows, f) == -1);
+    REQUIRE(sp::detail::factor_ilu0(square, g) == -1);
+    CHECK(at::equal(stored(f), stored(g)));
+    CHECK(at::equal(stored_pattern(f), block != 0));
+    const auto [l_ref, u_ref] = dense_ilu0(block, block != 0);
+    const auto [l, u] = factors(f);
+    CHECK(at::allclose(l, l_ref, 1e-14, 1e-14));
+    CHECK(at::allclose(u, u_ref, 1e-14, 1e-14));
+    REQUIRE(sp::detail::factor_ic0(rows, f) == -1);
+    REQUIRE(sp::detail::factor_ic0(square, g) == -1);
+    CHECK(at::equal(stored(f), stored(g)));
+    CHECK(at::equal(stored_pattern(f), (block != 0).tril()));
+    CHECK(at::equal(stored(sp::detail::ssor_factor(rows, 1.3)), stored(sp::detail::ssor_factor(square, 1.3))));
+  }
 }
 
 TEST_CASE("zero and non-positive pivots are reported with their row", "[sparse][ilu][unit]") {
@@ -209,11 +225,11 @@ TEST_CASE("zero and non-positive pivots are reported with their row", "[sparse][
   CHECK(sp::detail::factor_ilu0(to_csr(b, b != 0), f) == 1);
   // An indefinite symmetric matrix breaks IC(0) at its second pivot, not ILU(0).
   auto c = at::tensor({1., 2., 2., 1.}, at::kDouble).view({2, 2});
-  CHECK(sp::detail::factor_ic0(sp::detail::leading_block(to_csr(c, c != 0), 2, true), f) == 1);
+  CHECK(sp::detail::factor_ic0(to_csr(c, c != 0), f) == 1);
   CHECK(sp::detail::factor_ilu0(to_csr(c, c != 0), f) == -1);
   // A negative-definite matrix breaks IC(0) at once; ILU(0) is fine with negative pivots.
   auto d = -poisson_2d(3, 3);
-  CHECK(sp::detail::factor_ic0(sp::detail::leading_block(to_csr(d, d != 0), 9, true), f) == 0);
+  CHECK(sp::detail::factor_ic0(to_csr(d, d != 0), f) == 0);
   CHECK(sp::detail::factor_ilu0(to_csr(d, d != 0), f) == -1);
   // Relative test: a tiny but well-scaled matrix factors.
   auto e = poisson_2d(3, 3) * 1e-200;

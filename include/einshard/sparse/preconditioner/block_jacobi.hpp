@@ -20,8 +20,7 @@ class BlockJacobiOp final : public PreconditionerOp {
   BlockJacobiOp(const LocalRows& rows, bool ic0) {
     agreed_setup(rows.comm, [&] {
       check_rows(rows);
-      const auto block = leading_block(rows.a, rows.n_owned, ic0);
-      const auto failed = ic0 ? factor_ic0(block, factor_) : factor_ilu0(block, factor_);
+      const auto failed = ic0 ? factor_ic0(rows.a, factor_) : factor_ilu0(rows.a, factor_);
       if (failed >= 0)
         throw Error(std::string("block_jacobi preconditioner setup: expected ") + (ic0 ? "positive IC(0)" : "nonzero ILU(0)") +
                     " pivots, found a " + (ic0 ? "non-positive" : "zero") + " pivot at owned row " +

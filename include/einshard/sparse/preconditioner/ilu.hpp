@@ -37,53 +37,77 @@ struct IncompleteFactor {
   bool cholesky = false;
 };
 
-/// The sweeps' layout of a factor computed in A's pattern (`lu`, with `diag` the position of each
-/// row's diagonal entry).
-inline IncompleteFactor split_factor(const Csr& lu, const at::Tensor& diag, at::Tensor inv_diag, bool cholesky) {
+/// The factor's layout for the leading square block of `a` (its first `a.rows` columns: the
+/// columns after them, a rank's ghost columns, are left out), with its values still to be
+/// written: row i's entries left of column i go to `lower` and, unless `cholesky`, those right of
+/// it to `upper`. Columns are sorted within rows, so each row splits at two positions, found by
+/// one scan of its columns: `diag[i]`, its first entry in a column ≥ i (the diagonal when the row
+/// stores one), and `end[i]`, its first in a column ≥ `a.rows`. The factorisations write the
+/// values straight into this layout: no copy of A's values, no second copy into the sweeps' one.
+struct SplitRows {
   IncompleteFactor f;
-  f.inv_diag = std::move(inv_diag);
-  f.cholesky = cholesky;
-  const auto n = lu.rows;
-  const auto empty = [&](std::int64_t entries) {
-    return Csr{n, n, at::zeros({n + 1}, at::kLong), at::empty({entries}, lu.col.options()),
-               at::empty({entries}, lu.values.options())};
+  std::vector<std::int64_t> diag, end;
+};
+
+template <class I>
+SplitRows split_rows(const Csr& a, const std::int64_t* rp, bool cholesky) {
+  const auto n = a.rows;
+  const auto* ci = a.col.data_ptr<I>();
+  const auto at_or_after = [&](std::int64_t k, std::int64_t i, std::int64_t column) {
+    while (k < rp[i + 1] && static_cast<std::int64_t>(ci[k]) < column) ++k;
+    return k;
   };
-  const auto* rp = lu.rowptr.data_ptr<std::int64_t>();
-  const auto* dg = diag.data_ptr<std::int64_t>();
-  std::int64_t below = 0;
-  for (std::int64_t i = 0; i < n; ++i) below += dg[i] - rp[i];
-  f.lower = empty(below);
-  f.upper = empty(cholesky ? 0 : lu.nnz() - below - n);
-  dispatch_csr(lu, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* ci = lu.col.data_ptr<I>();
-    const auto* val = lu.values.data_ptr<V>();
-    const auto copy_rows = [&](Csr& out, auto&& row_of, auto&& first, auto&& last) {
-      auto* orp = out.rowptr.data_ptr<std::int64_t>();
-      auto* oci = out.col.data_ptr<I>();
-      auto* oval = out.values.data_ptr<V>();
-      orp[0] = 0;
-      for (std::int64_t t = 0; t < n; ++t) {
-        const auto i = row_of(t);
-        const auto b = first(i), e = last(i);
-        std::copy(ci + b, ci + e, oci + orp[t]);
-        std::copy(val + b, val + e, oval + orp[t]);
-        orp[t + 1] = orp[t] + (e - b);
-      }
-    };
-    copy_rows(f.lower, [](std::int64_t t) { return t; }, [&](std::int64_t i) { return rp[i]; },
-              [&](std::int64_t i) { return dg[i]; });
-    if (!cholesky)
-      copy_rows(f.upper, [&](std::int64_t t) { return n - 1 - t; }, [&](std::int64_t i) { return dg[i] + 1; },
-                [&](std::int64_t i) { return rp[i + 1]; });
-  });
-  // Both or neither 32-bit, so that one dispatch serves both sweeps.
-  if (lu.nnz() <= std::numeric_limits<std::int32_t>::max()) {
+  SplitRows s;
+  s.diag.resize(static_cast<std::size_t>(n));
+  s.end.resize(static_cast<std::size_t>(n));
+  std::int64_t below = 0, above = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto d = at_or_after(rp[i], i, i);
+    const auto u = at_or_after(d, i, i + 1);  // past the diagonal, when the row stores one
+    const auto e = at_or_after(u, i, n);
+    s.diag[static_cast<std::size_t>(i)] = d;
+    s.end[static_cast<std::size_t>(i)] = e;
+    below += d - rp[i];
+    above += e - u;
+  }
+  if (cholesky) above = 0;
+  auto& f = s.f;
+  f.cholesky = cholesky;
+  f.inv_diag = at::empty({n}, a.values.options());
+  const auto triangle = [&](std::int64_t entries, auto&& first, auto&& last) {
+    Csr t{n, n, at::empty({n + 1}, at::kLong), at::empty({entries}, a.col.options()),
+          at::empty({entries}, a.values.options())};
+    auto* trp = t.rowptr.data_ptr<std::int64_t>();
+    auto* tci = t.col.data_ptr<I>();
+    trp[0] = 0;
+    for (std::int64_t r = 0; r < n; ++r) {  // row r of the triangle holds row i(r) of A
+      const auto b = entries ? first(r) : 0, e = entries ? last(r) : 0;
+      std::copy(ci + b, ci + e, tci + trp[r]);
+      trp[r + 1] = trp[r] + (e - b);
+    }
+    return t;
+  };
+  const auto pos = [](const std::vector<std::int64_t>& v, std::int64_t i) { return v[static_cast<std::size_t>(i)]; };
+  f.lower = triangle(below, [&](std::int64_t i) { return rp[i]; }, [&](std::int64_t i) { return pos(s.diag, i); });
+  // Last row first: the backward sweep then reads forward through memory.
+  f.upper = triangle(
+      above,
+      [&](std::int64_t r) {
+        const auto i = n - 1 - r;
+        const auto d = pos(s.diag, i);
+        return d < pos(s.end, i) && static_cast<std::int64_t>(ci[d]) == i ? d + 1 : d;
+      },
+      [&](std::int64_t r) { return pos(s.end, n - 1 - r); });
+  return s;
+}
+
+/// Row pointers in 32 bits where the entry count fits, both or neither, so that one dispatch
+/// serves both sweeps.
+inline void compact_factor(IncompleteFactor& f) {
+  if (f.lower.nnz() + f.upper.nnz() <= std::numeric_limits<std::int32_t>::max()) {
     f.lower.rowptr = f.lower.rowptr.to(at::kInt);
     f.upper.rowptr = f.upper.rowptr.to(at::kInt);
   }
-  return f;
 }
 
 template <class F>
@@ -94,43 +118,6 @@ void dispatch_real_csr(const Csr& a, const char* what, F&& f) {
   dispatch_csr(a, [&](auto v0, auto i0) {
     if constexpr (!c10::is_complex<decltype(v0)>::value) f(v0, i0);
   });
-}
-
-/// The block of `a` in columns [0, n) (only the lower triangle, column ≤ row, when `lower`), with
-/// the same index type; rows keep their sorted column order. `a` itself (shared, not copied) when
-/// it has no other columns: the factorisations copy the values they overwrite.
-inline Csr leading_block(const Csr& a, std::int64_t n, bool lower) {
-  if (!lower && a.cols <= n && a.rowptr.scalar_type() == at::kLong) return a;
-  Csr out;
-  out.rows = a.rows;
-  out.cols = n;
-  out.rowptr = at::empty({a.rows + 1}, at::kLong);
-  dispatch_csr(a, [&](auto v0, auto i0) {
-    using V = decltype(v0);
-    using I = decltype(i0);
-    const auto* rp = a.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = a.col.data_ptr<I>();
-    const auto* av = a.values.data_ptr<V>();
-    auto* orp = out.rowptr.data_ptr<std::int64_t>();
-    // Columns are sorted, so a row's kept entries are a prefix of it.
-    orp[0] = 0;
-    for (std::int64_t i = 0; i < a.rows; ++i) {
-      const std::int64_t limit = lower ? std::min(n, i + 1) : n;
-      std::int64_t k = rp[i];
-      while (k < rp[i + 1] && static_cast<std::int64_t>(ci[k]) < limit) ++k;
-      orp[i + 1] = orp[i] + (k - rp[i]);
-    }
-    out.col = at::empty({orp[a.rows]}, a.col.options());
-    out.values = at::empty({orp[a.rows]}, a.values.options());
-    auto* oci = out.col.data_ptr<I>();
-    auto* oav = out.values.data_ptr<V>();
-    for (std::int64_t i = 0; i < a.rows; ++i)
-      for (std::int64_t k = 0; k < orp[i + 1] - orp[i]; ++k) {
-        oci[orp[i] + k] = ci[rp[i] + k];
-        oav[orp[i] + k] = av[rp[i] + k];
-      }
-  });
-  return out;
 }
 
 /// A pivot fails when it is not finite or not larger in magnitude than machine epsilon times the
@@ -144,167 +131,196 @@ bool pivot_fails(V pivot, V row_scale, bool need_positive) {
   return need_positive ? !(pivot > tol) : !(std::abs(pivot) > tol);
 }
 
-/// Typed pointers into a factor computed in place, and the current row scattered into a dense
-/// work row of n entries (zero outside the row's pattern where a factorisation reads it there).
-/// The dense row makes the elimination's inner loop branch-free, as PETSc's AIJ factorisations
-/// are: an update lands in its column's slot whether or not the row stores that column, and a
-/// slot outside the pattern is never read back (ILU(0) drops it; IC(0) clears the row's slots
-/// after each row and reads zeros there).
+/// Typed pointers into A's block and the factor being written, and the current row scattered into
+/// a dense work row of n entries (zero outside the row's pattern where a factorisation reads it
+/// there). The dense row makes the elimination's inner loop branch-free, as PETSc's AIJ
+/// factorisations are: an update lands in its column's slot whether or not the row stores that
+/// column, and a slot outside the pattern is never read back (ILU(0) drops it; IC(0) clears the
+/// row's slots after each row and reads zeros there).
 template <class V, class I>
 struct FactorView {
   std::int64_t n;
-  const std::int64_t* rp;
+  const std::int64_t* rp;  ///< A's rows: columns `ci`, values `av`
   const I* ci;
-  V* val;
-  std::int64_t* dg;
+  const V* av;
+  const std::int64_t* diag;  ///< split_rows's positions in A
+  const std::int64_t* end;
+  const std::int64_t* lrp;  ///< the factor's strictly lower rows
+  const I* lci;
+  V* lval;
+  const std::int64_t* urp;  ///< its strictly upper rows, A's row i at n − 1 − i
+  const I* uci;
+  V* uval;
   V* inv;
   std::vector<V> row;
 };
 
-/// Factors a copy of `a` in place by `body(view)`, which returns the first row whose pivot fails,
-/// or -1; on success `f` is the factor in the sweeps' layout.
+/// Factors the leading square block of `a` by `body(view)` straight into the sweeps' layout;
+/// `body` returns the first row whose pivot fails, or -1; on success `f` is the factor.
 template <class F>
-std::int64_t factor_in_place(const Csr& a, IncompleteFactor& f, bool cholesky, const char* what, F&& body) {
-  Csr lu = a;
-  lu.values = a.values.clone();
-  const auto diag = at::empty({a.rows}, at::kLong);
-  auto inv_diag = at::empty({a.rows}, a.values.options());
+std::int64_t factor_split(const Csr& a, IncompleteFactor& f, bool cholesky, const char* what, F&& body) {
+  const auto rowptr = a.rowptr.to(at::kLong);  // a copy only where they are 32-bit
   std::int64_t failed = -1;
   dispatch_real_csr(a, what, [&](auto v0, auto i0) {
     using V = decltype(v0);
     using I = decltype(i0);
-    FactorView<V, I> m{a.rows, lu.rowptr.data_ptr<std::int64_t>(), lu.col.data_ptr<I>(),
-                       lu.values.data_ptr<V>(), diag.data_ptr<std::int64_t>(), inv_diag.data_ptr<V>(),
+    const auto* rp = rowptr.data_ptr<std::int64_t>();
+    auto s = split_rows<I>(a, rp, cholesky);
+    FactorView<V, I> m{a.rows,
+                       rp,
+                       a.col.data_ptr<I>(),
+                       a.values.data_ptr<V>(),
+                       s.diag.data(),
+                       s.end.data(),
+                       s.f.lower.rowptr.template data_ptr<std::int64_t>(),
+                       s.f.lower.col.template data_ptr<I>(),
+                       s.f.lower.values.template data_ptr<V>(),
+                       s.f.upper.rowptr.template data_ptr<std::int64_t>(),
+                       s.f.upper.col.template data_ptr<I>(),
+                       s.f.upper.values.template data_ptr<V>(),
+                       s.f.inv_diag.template data_ptr<V>(),
                        std::vector<V>(static_cast<std::size_t>(a.rows), V(0))};
     failed = body(m);
+    if (failed < 0) {
+      compact_factor(s.f);
+      f = std::move(s.f);
+    }
   });
-  if (failed < 0) f = split_factor(lu, diag, std::move(inv_diag), cholesky);
   return failed;
 }
 
-/// ILU(0) of a square block (Saad, Iterative Methods, Algorithm 10.4, the IKJ variant): for each
-/// row i and each k < i in its pattern, l_ik = a_ik / u_kk, then a_ij -= l_ik u_kj for the j > k
-/// of row k that row i also holds; updates outside the pattern are dropped. Fills `f`. Returns
-/// the first row whose pivot fails (or which stores no diagonal entry), -1 when none does; the
-/// factorisation stops there.
-inline std::int64_t factor_ilu0(const Csr& block, IncompleteFactor& f) {
-  return factor_in_place(block, f, false, "ILU(0)", [](auto& m) {
-    using V = std::remove_pointer_t<decltype(m.val)>;
-    auto& [n, rp, ci, val, dg, inv, row] = m;
-    std::int64_t failed = -1;
-    for (std::int64_t i = 0; i < n && failed < 0; ++i) {
-      dg[i] = -1;
+/// ILU(0) of the leading square block of `a` (Saad, Iterative Methods, Algorithm 10.4, the IKJ
+/// variant): for each row i and each k < i in its pattern, l_ik = a_ik / u_kk, then
+/// a_ij -= l_ik u_kj for the j > k of row k that row i also holds; updates outside the pattern are
+/// dropped. Fills `f`. Returns the first row whose pivot fails (or which stores no diagonal
+/// entry), -1 when none does; the factorisation stops there.
+inline std::int64_t factor_ilu0(const Csr& a, IncompleteFactor& f) {
+  return factor_split(a, f, false, "ILU(0)", [](auto& m) {
+    using V = std::remove_pointer_t<decltype(m.lval)>;
+    const auto n = m.n;
+    auto* row = m.row.data();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto b = m.rp[i], d = m.diag[static_cast<std::size_t>(i)], e = m.end[static_cast<std::size_t>(i)];
+      if (d == e || static_cast<std::int64_t>(m.ci[d]) != i) return i;  // no diagonal entry
       V scale{};
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
-        row[static_cast<std::size_t>(ci[k])] = val[k];
-        if (static_cast<std::int64_t>(ci[k]) == i) dg[i] = k;
-        scale = std::max(scale, static_cast<V>(std::abs(val[k])));
+      for (std::int64_t k = b; k < e; ++k) {
+        row[m.ci[k]] = m.av[k];
+        scale = std::max(scale, static_cast<V>(std::abs(m.av[k])));
       }
-      for (std::int64_t kk = rp[i]; kk < rp[i + 1] && static_cast<std::int64_t>(ci[kk]) < i; ++kk) {
-        const auto k = static_cast<std::int64_t>(ci[kk]);
-        const V lik = row[static_cast<std::size_t>(k)] * inv[k];
-        row[static_cast<std::size_t>(k)] = lik;
-        for (std::int64_t jj = dg[k] + 1; jj < rp[k + 1]; ++jj) row[static_cast<std::size_t>(ci[jj])] -= lik * val[jj];
+      for (std::int64_t kk = b; kk < d; ++kk) {
+        const auto k = static_cast<std::int64_t>(m.ci[kk]);
+        const V lik = row[k] * m.inv[k];
+        row[k] = lik;
+        const auto t = n - 1 - k;  // row k of U
+        for (auto jj = m.urp[t]; jj < m.urp[t + 1]; ++jj) row[m.uci[jj]] -= lik * m.uval[jj];
       }
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) val[k] = row[static_cast<std::size_t>(ci[k])];
-      if (dg[i] < 0 || pivot_fails(val[dg[i]], scale, false))
-        failed = i;
-      else
-        inv[i] = V(1) / val[dg[i]];
+      V* l = m.lval + m.lrp[i];
+      for (std::int64_t kk = b; kk < d; ++kk) l[kk - b] = row[m.ci[kk]];
+      const auto t = n - 1 - i;
+      for (auto jj = m.urp[t]; jj < m.urp[t + 1]; ++jj) m.uval[jj] = row[m.uci[jj]];
+      const V pivot = row[i];
+      if (pivot_fails(pivot, scale, false)) return i;
+      m.inv[i] = V(1) / pivot;
     }
-    return failed;
+    return std::int64_t{-1};
   });
 }
 
-/// IC(0) of a symmetric block given by its lower triangle (leading_block(..., true)); the upper
-/// triangle of A is never read, so an unsymmetric A is factored as if it were symmetric.
-/// Row-oriented: l_ik = (a_ik − Σ_{j<k} l_ij l_kj) / l_kk over j in both rows' patterns, then
+/// IC(0) of the leading square block of `a`, from its lower triangle (the upper one is never
+/// read, so an unsymmetric A is factored as if it were symmetric). Row-oriented:
+/// l_ik = (a_ik − Σ_{j<k} l_ij l_kj) / l_kk over j in both rows' patterns, then
 /// l_ii = sqrt(a_ii − Σ_{j<i} l_ij²). For symmetric A this is ILU(0) with U = D Lᵀ rescaled
 /// (L_IC = L_ILU D^½), the same preconditioner at half the storage. Returns the first row whose
 /// pivot a_ii − Σ l_ij² fails (is not positive: A is not SPD enough for IC(0)), -1 when none does.
-inline std::int64_t factor_ic0(const Csr& lower, IncompleteFactor& f) {
-  return factor_in_place(lower, f, true, "IC(0)", [](auto& m) {
-    using V = std::remove_pointer_t<decltype(m.val)>;
-    auto& [n, rp, ci, val, dg, inv, row] = m;
-    std::int64_t failed = -1;
-    for (std::int64_t i = 0; i < n && failed < 0; ++i) {
-      V scale{};
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) {
-        row[static_cast<std::size_t>(ci[k])] = val[k];
-        scale = std::max(scale, static_cast<V>(std::abs(val[k])));
+inline std::int64_t factor_ic0(const Csr& a, IncompleteFactor& f) {
+  return factor_split(a, f, true, "IC(0)", [](auto& m) {
+    using V = std::remove_pointer_t<decltype(m.lval)>;
+    auto* row = m.row.data();
+    for (std::int64_t i = 0; i < m.n; ++i) {
+      const auto b = m.rp[i], d = m.diag[static_cast<std::size_t>(i)];
+      const bool has_diag = d < m.end[static_cast<std::size_t>(i)] && static_cast<std::int64_t>(m.ci[d]) == i;
+      V scale = has_diag ? static_cast<V>(std::abs(m.av[d])) : V(0);
+      for (std::int64_t k = b; k < d; ++k) {
+        row[m.ci[k]] = m.av[k];
+        scale = std::max(scale, static_cast<V>(std::abs(m.av[k])));
       }
-      const std::int64_t last = rp[i + 1] - 1;  // the diagonal, when the row stores one
-      dg[i] = last >= rp[i] && static_cast<std::int64_t>(ci[last]) == i ? last : -1;
+      V* l = m.lval + m.lrp[i];
       V pivot{};
-      for (std::int64_t kk = rp[i]; kk < rp[i + 1] && static_cast<std::int64_t>(ci[kk]) < i; ++kk) {
-        const auto k = static_cast<std::int64_t>(ci[kk]);
+      for (std::int64_t kk = b; kk < d; ++kk) {
+        const auto k = static_cast<std::int64_t>(m.ci[kk]);
         // Row i's slots left of column k hold its finished l_ij; the others are zero.
-        V s = row[static_cast<std::size_t>(k)];
-        for (std::int64_t jj = rp[k]; jj < dg[k]; ++jj) s -= row[static_cast<std::size_t>(ci[jj])] * val[jj];
-        const V lik = s * inv[k];
-        row[static_cast<std::size_t>(k)] = lik;
-        val[kk] = lik;
+        V s = row[k];
+        for (auto jj = m.lrp[k]; jj < m.lrp[k + 1]; ++jj) s -= row[m.lci[jj]] * m.lval[jj];
+        const V lik = s * m.inv[k];
+        row[k] = lik;
+        l[kk - b] = lik;
         pivot += lik * lik;
       }
-      if (dg[i] >= 0) pivot = val[dg[i]] - pivot;
-      if (dg[i] < 0 || pivot_fails(pivot, scale, true)) {
-        failed = i;
-      } else {
-        val[dg[i]] = std::sqrt(pivot);
-        inv[i] = V(1) / val[dg[i]];
-      }
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k) row[static_cast<std::size_t>(ci[k])] = V(0);
+      for (std::int64_t k = b; k < d; ++k) row[m.ci[k]] = V(0);
+      if (!has_diag) return i;
+      pivot = m.av[d] - pivot;
+      if (pivot_fails(pivot, scale, true)) return i;
+      m.inv[i] = V(1) / std::sqrt(pivot);
     }
-    return failed;
+    return std::int64_t{-1};
   });
 }
 
-/// SSOR of a square block as an ILU-shaped factor: M = (D/ω + L)(D/ω)⁻¹(D/ω + U) / (2 − ω) is
+/// SSOR of the leading square block of `a` as an ILU-shaped factor: M = (D/ω + L)(D/ω)⁻¹(D/ω + U) / (2 − ω) is
 /// L̃ Ũ with L̃ = I + L (D/ω)⁻¹ (unit lower: l̃_ij = a_ij ω / a_jj) and Ũ = (D/ω + U) / (2 − ω)
 /// (ũ_ij = a_ij / (2 − ω), 1 / ũ_ii = ω (2 − ω) / a_ii), so incomplete_solve applies
 /// M⁻¹ = (2 − ω) (D/ω + U)⁻¹ (D/ω) (D/ω + L)⁻¹, one symmetric SOR sweep from zero, with the
 /// (2 − ω) of the stationary iteration folded into the stored values. No elimination: O(nnz).
 /// For Hermitian A, U = Lᴴ and D is real, so M is Hermitian, definite with D's sign.
 /// The block must store a nonzero diagonal in every row (the caller checks, with the rows named).
-inline IncompleteFactor ssor_factor(const Csr& block, double omega) {
-  Csr lu = block;
-  lu.values = block.values.clone();
-  const auto diag = at::empty({block.rows}, at::kLong);
-  auto inv_diag = at::empty({block.rows}, block.values.options());
-  dispatch_csr(block, [&](auto v0, auto i0) {
+inline IncompleteFactor ssor_factor(const Csr& a, double omega) {
+  const auto rowptr = a.rowptr.to(at::kLong);  // a copy only where they are 32-bit
+  IncompleteFactor f;
+  dispatch_csr(a, [&](auto v0, auto i0) {
     using V = decltype(v0);
     using I = decltype(i0);
-    const auto n = block.rows;
-    const auto* rp = lu.rowptr.data_ptr<std::int64_t>();
-    const auto* ci = lu.col.data_ptr<I>();
-    auto* val = lu.values.data_ptr<V>();
-    auto* dg = diag.data_ptr<std::int64_t>();
-    auto* inv = inv_diag.data_ptr<V>();
+    const auto n = a.rows;
+    const auto* rp = rowptr.data_ptr<std::int64_t>();
+    const auto* ci = a.col.data_ptr<I>();
+    const auto* av = a.values.data_ptr<V>();
+    auto s = split_rows<I>(a, rp, false);
+    auto* inv = s.f.inv_diag.template data_ptr<V>();
     std::vector<V> scale(static_cast<std::size_t>(n));  // ω / a_jj, the lower columns' factor
     for (std::int64_t i = 0; i < n; ++i) {
-      dg[i] = -1;
-      for (std::int64_t k = rp[i]; k < rp[i + 1]; ++k)
-        if (static_cast<std::int64_t>(ci[k]) == i) dg[i] = k;
-      if (dg[i] < 0 || val[dg[i]] == V(0))
+      const auto d = s.diag[static_cast<std::size_t>(i)];
+      if (d == s.end[static_cast<std::size_t>(i)] || static_cast<std::int64_t>(ci[d]) != i || av[d] == V(0))
         throw Error("ssor_factor: expected a nonzero diagonal in every row, found none in row " + std::to_string(i));
-      scale[static_cast<std::size_t>(i)] = V(omega) / val[dg[i]];
-      inv[i] = V(omega * (2 - omega)) / val[dg[i]];
+      scale[static_cast<std::size_t>(i)] = V(omega) / av[d];
+      inv[i] = V(omega * (2 - omega)) / av[d];
     }
-    for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t k = rp[i]; k < dg[i]; ++k) val[k] *= scale[static_cast<std::size_t>(ci[k])];
-      val[dg[i]] /= V(omega * (2 - omega));
-      for (std::int64_t k = dg[i] + 1; k < rp[i + 1]; ++k) val[k] /= V(2 - omega);
+    auto* lval = s.f.lower.values.template data_ptr<V>();
+    auto* uval = s.f.upper.values.template data_ptr<V>();
+    const auto* urp = s.f.upper.rowptr.template data_ptr<std::int64_t>();
+    for (std::int64_t i = 0, l = 0; i < n; ++i) {
+      const auto d = s.diag[static_cast<std::size_t>(i)];
+      for (std::int64_t k = rp[i]; k < d; ++k) lval[l++] = av[k] * scale[static_cast<std::size_t>(ci[k])];
+      auto* u = uval + urp[n - 1 - i];
+      for (std::int64_t k = d + 1; k < s.end[static_cast<std::size_t>(i)]; ++k) *u++ = av[k] / V(2 - omega);
     }
+    compact_factor(s.f);
+    f = std::move(s.f);
   });
-  return split_factor(lu, diag, std::move(inv_diag), false);
+  return f;
 }
 
-/// Σ val[k] x[ci[k]] over [begin, end), a row of one triangle of the factor.
+/// Σ val[k] x[ci[k]] over [begin, end), a row of one triangle of the factor, in two partial sums
+/// (even and odd entries): a sweep's rows wait on each other through x, and one running sum made
+/// each row wait out the latency of all its additions in turn.
 template <class V, class I, class P>
 EINSHARD_KERNEL_INLINE V sparse_dot(const V* __restrict val, const I* __restrict ci, const V* x, P begin, P end) {
-  V s{};
-  for (P k = begin; k < end; ++k) s += val[k] * x[ci[k]];
-  return s;
+  V s0{}, s1{};
+  P k = begin;
+  for (; k + 1 < end; k += 2) {
+    s0 += val[k] * x[ci[k]];
+    s1 += val[k + 1] * x[ci[k + 1]];
+  }
+  if (k < end) s0 += val[k] * x[ci[k]];
+  return s0 + s1;
 }
 
 /// z = (L U)⁻¹ r (ILU) or (L Lᵀ)⁻¹ r (IC): a forward and a backward sweep over the factor, in

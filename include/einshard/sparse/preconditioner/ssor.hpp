@@ -27,7 +27,7 @@ class SsorOp final : public PreconditionerOp {
       if (!(omega > 0 && omega < 2))
         throw Error("ssor options: expected 0 < ssor_omega < 2, found " + std::to_string(omega));
       (void)nonzero_diagonal(rows, "ssor");
-      factor_ = ssor_factor(leading_block(rows.a, rows.n_owned, false), omega);
+      factor_ = ssor_factor(rows.a, omega);
     });
   }
   void apply(const at::Tensor& r, at::Tensor& z) const override { incomplete_solve(factor_, r, z); }
