@@ -10,7 +10,8 @@ against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and
 counts of each phase against the number of ranks. From notation.jsonl and notation_comm_only.jsonl
 (notation_scaling.cpp): the notation's phases against P, their counts per rank, and the planner's
 cost model (es::last_plan()) beside the counted figures. From memory_comm_only.jsonl and
-memory_notation_comm_only.jsonl: each phase's memory per rank against P (memory_count.hpp).
+memory_notation_comm_only.jsonl: each phase's memory per rank against P (memory_count.hpp). From
+prepared_*_comm_only.jsonl: the stencil operations per call against the same prepared once.
 """
 import json
 import sys
@@ -235,7 +236,8 @@ NOTATION_PHASES = (("contract_first", "contraction, 1st call", False), ("contrac
                    ("repart_first", "repartition, 1st", False), ("repart", "repartition", True),
                    ("mlp_first", "TP MLP step, 1st", False), ("mlp", "TP MLP step", True),
                    ("rowrepart_first", "row repartition, 1st", False), ("rowrepart", "row repartition", True),
-XX, "pencil FFT, 1st", False), ("fft", "pencil FFT", True))
+                   ("halo_first", "halo exchange, 1st", False), ("halo", "halo exchange", True),
+                   ("fft_first", "pencil FFT, 1st", False), ("fft", "pencil FFT", True))
 
 
 def notation_times(runs, title):
@@ -356,6 +358,44 @@ def notation(out):
         print(notation_model(models, cc, cr))
 
 
+# The stencil operations, each per call (agreement included), prepared once, then the prepared call.
+PREPARED = (("halo", "halo_prepare", "halo_prepared", "`einhalo` / `prepare_halo`"),
+            ("window", "window_prepare", "window_prepared", "`einwindow` / `prepare_window`"),
+            ("conv", "conv_prepare", "conv_prepared", "`einconv` / `prepare_conv`"),
+            ("roll", "roll_prepare", "roll_prepared", "`einroll` / `prepare_roll`"))
+
+
+def prepared(out):
+    """From prepared_*_comm_only.jsonl (run.sh notation-one-comm FILE fat_tree P --phases halo or
+    stencil): per operation and P, the simulated time of a call, of preparing once and of a prepared
+    call, and the counts per call (max over ranks) of the call and of the prepared call."""
+    runs, counts = [], []
+    for f in sorted(out.glob("prepared_*_comm_only.jsonl")):
+        r, c = load(f)
+        runs += r
+        counts += c
+    if not runs:
+        return
+    rows = []
+    for each, prep, done, label in PREPARED:
+        for d in sorted((d for d in runs if f"{done}_s" in d), key=lambda d: d["ranks"]):
+            p, reps = d["ranks"], d["reps"]
+            cs = {c["phase"]: c for c in counts if c["ranks"] == p and c["reps"] == reps
+                  and c["phase"] in (each, done)}
+            if each not in cs or done not in cs:
+                continue
+            per = [(cs[k]["collectives"] / reps, cs[k]["sends"] / reps, cs[k]["bytes"] / reps) for k in (each, done)]
+            rows.append([label, p, d[f"{each}_s"] * 1e6, d[f"{prep}_s"] * 1e6, d[f"{done}_s"] * 1e6,
+                         d[f"{each}_s"] / d[f"{done}_s"], reps,
+                         f"{per[0][0]:g} / {per[0][1]:g} / {per[0][2]:,.0f}",
+                         f"{per[1][0]:g} / {per[1][1]:g} / {per[1][2]:,.0f}", d.get("wall_s")])
+    print("\n### The stencil operations prepared once (no computation charged)\n")
+    print("\n**Per call, simulated; counts per call per rank, max over ranks: collectives / messages sent / "
+          "bytes handed to MPI**\n")
+    print(table(["operation", "ranks", "per call (us)", "prepare once (us)", "prepared call (us)", "ratio",
+                 "calls timed", "counted per call", "counted per prepared call", "wall (s)"], rows))
+
+
 # The phases of each program in the order they run; the others (sync, model, init) hold what lies
 # between them.
 MEMORY_PHASES = {
@@ -428,6 +468,7 @@ def main():
     out = Path(args[0] if args else "build/scale/results")
     if only == "notation":
         notation(out)
+        prepared(out)
         return
     if only == "memory":
         memory(out)
@@ -469,6 +510,7 @@ def main():
         plot(cr, wr, plot_to)
     if only is None:
         notation(out)
+        prepared(out)
         memory(out)
 
 
