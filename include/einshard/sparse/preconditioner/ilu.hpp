@@ -60,44 +60,36 @@ SplitRows split_rows(const Csr& a, const std::int64_t* rp, bool cholesky) {
   SplitRows s;
   s.diag.resize(static_cast<std::size_t>(n));
   s.end.resize(static_cast<std::size_t>(n));
-  std::int64_t below = 0, above = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const auto d = at_or_after(rp[i], i, i);
-    const auto u = at_or_after(d, i, i + 1);  // past the diagonal, when the row stores one
-    const auto e = at_or_after(u, i, n);
     s.diag[static_cast<std::size_t>(i)] = d;
-    s.end[static_cast<std::size_t>(i)] = e;
-    below += d - rp[i];
-    above += e - u;
+    s.end[static_cast<std::size_t>(i)] = at_or_after(d, i, n);
   }
-  if (cholesky) above = 0;
   auto& f = s.f;
   f.cholesky = cholesky;
   f.inv_diag = at::empty({n}, a.values.options());
-  const auto triangle = [&](std::int64_t entries, auto&& first, auto&& last) {
-    Csr t{n, n, at::empty({n + 1}, at::kLong), at::empty({entries}, a.col.options()),
-          at::empty({entries}, a.values.options())};
-    auto* trp = t.rowptr.data_ptr<std::int64_t>();
-    auto* tci = t.col.data_ptr<I>();
+  // A triangle whose row r holds A's entries [first(r), last(r)).
+  const auto triangle = [&](auto&& first, auto&& last) {
+    auto rowptr = at::empty({n + 1}, at::kLong);
+    auto* trp = rowptr.data_ptr<std::int64_t>();
     trp[0] = 0;
-    for (std::int64_t r = 0; r < n; ++r) {  // row r of the triangle holds row i(r) of A
-      const auto b = entries ? first(r) : 0, e = entries ? last(r) : 0;
-      std::copy(ci + b, ci + e, tci + trp[r]);
-      trp[r + 1] = trp[r] + (e - b);
-    }
+    for (std::int64_t r = 0; r < n; ++r) trp[r + 1] = trp[r] + (last(r) - first(r));
+    Csr t{n, n, rowptr, at::empty({trp[n]}, a.col.options()), at::empty({trp[n]}, a.values.options())};
+    auto* tci = t.col.data_ptr<I>();
+    for (std::int64_t r = 0; r < n; ++r) std::copy(ci + first(r), ci + last(r), tci + trp[r]);
     return t;
   };
   const auto pos = [](const std::vector<std::int64_t>& v, std::int64_t i) { return v[static_cast<std::size_t>(i)]; };
-  f.lower = triangle(below, [&](std::int64_t i) { return rp[i]; }, [&](std::int64_t i) { return pos(s.diag, i); });
-  // Last row first: the backward sweep then reads forward through memory.
-  f.upper = triangle(
-      above,
-      [&](std::int64_t r) {
-        const auto i = n - 1 - r;
-        const auto d = pos(s.diag, i);
-        return d < pos(s.end, i) && static_cast<std::int64_t>(ci[d]) == i ? d + 1 : d;
-      },
-      [&](std::int64_t r) { return pos(s.end, n - 1 - r); });
+  f.lower = triangle([&](std::int64_t i) { return rp[i]; }, [&](std::int64_t i) { return pos(s.diag, i); });
+  // Last row first: the backward sweep then reads forward through memory. IC(0) keeps no upper
+  // triangle: its rows are empty.
+  const auto past_diagonal = [&](std::int64_t i) {
+    const auto d = pos(s.diag, i);
+    if (cholesky) return pos(s.end, i);
+    return d < pos(s.end, i) && static_cast<std::int64_t>(ci[d]) == i ? d + 1 : d;
+  };
+  f.upper = triangle([&](std::int64_t r) { return past_diagonal(n - 1 - r); },
+                     [&](std::int64_t r) { return pos(s.end, n - 1 - r); });
   return s;
 }
 
