@@ -136,7 +136,7 @@ inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, st
     return std::string("amg preconditioner setup (hypre BoomerAMG): expected float64 values, found ") +
            c10::toString(rows.a.dtype()) + " (convert the matrix with .to(at::kDouble))";
   if (global_rows > std::numeric_limits<HYPRE_BigInt>::max() ||
-      rows.a.nnz() > std::numeric_limits<HYPRE_Int>::max())
+      rows.a.nnz() + rows.n_owned > std::numeric_limits<HYPRE_Int>::max())  // + an explicit diagonal per row
     return "amg preconditioner setup: expected at most " +
            std::to_string(std::numeric_limits<HYPRE_BigInt>::max()) + " rows and as many local entries (hypre's " +
            std::to_string(8 * sizeof(HYPRE_BigInt)) + "-bit indices), found " + std::to_string(global_rows) +
@@ -305,8 +305,8 @@ class AmgOp final : public PreconditionerOp {
     double* own_;
   };
 
-  /// A's owned rows as hypre's ParCSR matrix, built from the local CSR by a counting pass and a
-  /// copying pass (the copy PETSc's PCHYPRE makes; hypre's IJ interface would also search each
+  /// A's owned rows as hypre's ParCSR matrix, copied from the local CSR in one pass (the copy
+  /// PETSc's PCHYPRE makes; hypre's IJ interface would also search each
   /// row for repeated columns and sort the halo columns in its assembly): the owned columns form
   /// the diag block with the diagonal entry first (hypre's smoothers read it there), the halo
   /// columns the offd block, numbered by their sorted hypre numbers. Local work only; returns the
@@ -321,33 +321,19 @@ class AmgOp final : public PreconditionerOp {
     const auto* op = order.data_ptr<std::int64_t>();
     std::vector<HYPRE_Int> offd_of(static_cast<std::size_t>(n_ghosts));
     for (std::int64_t j = 0; j < n_ghosts; ++j) offd_of[static_cast<std::size_t>(op[j])] = static_cast<HYPRE_Int>(j);
-    // Entries of each block; a row without a stored diagonal gets an explicit zero there. Stored
+    // Room for each block's entries, filled in one pass and trimmed to what it holds: a row
+    // without a stored diagonal gets an explicit zero there (at most n_ more in diag), and stored
     // zeros off the diagonal are left out: element-by-element assembly stores them wherever an
     // element's coupling vanishes (elasticity on structured tetrahedra), and hypre's systems
     // interpolation (nodal blocks, fitted vectors) fails its setup on them (hypre error 12).
-    std::int64_t diag_nnz = 0, offd_nnz = 0;
-    dispatch_view(rows.a, [&](auto m) {
-      using V = typename decltype(m)::value_type;
-      std::int64_t owned = 0, halo = 0, missing = 0;
-      for (std::int64_t i = 0; i < n_; ++i) {
-        bool has_diagonal = false;
-        for (auto k = m.rp[i]; k < m.rp[i + 1]; ++k) {
-          const auto c = static_cast<std::int64_t>(m.ci[k]);
-          const bool kept = c == i || m.av[k] != V{};
-          owned += kept && c < n_;
-          halo += kept && c >= n_;
-          has_diagonal |= c == i;
-        }
-        missing += !has_diagonal;
-      }
-      diag_nnz = owned + missing;
-      offd_nnz = halo;
-    });
+    // A counting pass first took as long as the copy.
+    const std::int64_t halo_room = n_ghosts > 0 ? rows.a.col.ge(n_).sum().item<std::int64_t>() : 0;
+    const std::int64_t diag_room = rows.a.nnz() - halo_room + n_, offd_room = halo_room;
     std::array<HYPRE_BigInt, 2> starts{static_cast<HYPRE_BigInt>(first), static_cast<HYPRE_BigInt>(first + n_)};
     par_a_ = reinterpret_cast<HYPRE_ParCSRMatrix>(hypre_ParCSRMatrixCreate(
         comm_, static_cast<HYPRE_BigInt>(global_rows), static_cast<HYPRE_BigInt>(global_rows), starts.data(),
-        starts.data(), static_cast<HYPRE_Int>(n_ghosts), static_cast<HYPRE_Int>(diag_nnz),
-        static_cast<HYPRE_Int>(offd_nnz)));
+        starts.data(), static_cast<HYPRE_Int>(n_ghosts), static_cast<HYPRE_Int>(diag_room),
+        static_cast<HYPRE_Int>(offd_room)));
     auto* a = reinterpret_cast<hypre_ParCSRMatrix*>(par_a_);
     hypre_ParCSRMatrixInitialize(a);
     auto* diag = hypre_ParCSRMatrixDiag(a);
@@ -365,18 +351,17 @@ class AmgOp final : public PreconditionerOp {
         for (std::int64_t i = 0; i < n_; ++i) {
           di[i] = d;
           oi[i] = o;
-          const HYPRE_Int slot = d++;  // the diagonal's
-          dj[slot] = static_cast<HYPRE_Int>(i);
-          dv[slot] = 0.0;
-          bool has_diagonal = false;
+          // The row's order with its diagonal swapped into the first slot, as hypre's IJ
+          // assembly of preallocated rows leaves it (the way PETSc's PCHYPRE hands rows over):
+          // interpolation truncation breaks ties by this order, so shifting the entries before
+          // the diagonal instead gives another hierarchy (one more CG iteration on 3-D P1 Poisson).
+          const HYPRE_Int start = d;
+          HYPRE_Int diagonal = -1;
           for (auto k = m.rp[i]; k < m.rp[i + 1]; ++k) {
             const auto c = static_cast<std::int64_t>(m.ci[k]);
-            if (c == i && !has_diagonal) {
-              dv[slot] = m.av[k];
-              has_diagonal = true;
-            } else if (c != i && m.av[k] == 0.0) {
-              continue;
-            } else if (c < n_) {
+            if (c != i && m.av[k] == 0.0) continue;
+            if (c < n_) {
+              if (c == i && diagonal < 0) diagonal = d;
               dj[d] = static_cast<HYPRE_Int>(c);
               dv[d++] = m.av[k];
             } else {
@@ -384,13 +369,22 @@ class AmgOp final : public PreconditionerOp {
               ov[o++] = m.av[k];
             }
           }
-          if (dv[slot] == 0.0) {
+          if (diagonal < 0) {
+            diagonal = d;
+            dj[d] = static_cast<HYPRE_Int>(i);
+            dv[d++] = 0.0;
+          }
+          std::swap(dj[start], dj[diagonal]);
+          std::swap(dv[start], dv[diagonal]);
+          if (dv[start] == 0.0) {
             if (first_zero < 0) first_zero = i;
             ++zero_diagonals;
           }
         }
         di[n_] = d;
         oi[n_] = o;
+        hypre_CSRMatrixNumNonzeros(diag) = d;
+        hypre_CSRMatrixNumNonzeros(offd) = o;
       }
     });
     if (zero_diagonals == 0) return {};
