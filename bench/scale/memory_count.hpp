@@ -204,7 +204,9 @@ struct Phases {
 };
 
 static Phases& phases() {
-  static Phases p;
+  // Never destroyed: under SMPI's mmap privatization every rank's static registers its destructor,
+  // and at exit they all run on the one data segment mapped then (a double free).
+  static auto& p = *new Phases;
   return p;
 }
 

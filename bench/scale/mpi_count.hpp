@@ -92,7 +92,9 @@ struct State {
 };
 
 static State& state() {  // internal linkage: one per dlopen copy (an inline function's static is GNU_UNIQUE, shared)
-  static State s;  // per simulated rank: smpirun privatizes the executable's globals (dlopen)
+  // Per simulated rank: smpirun privatizes the executable's globals. Never destroyed, as
+  // memory_count.hpp's phases (mmap privatization runs every rank's destructor on one segment).
+  static auto& s = *new State;
   return s;
 }
 

@@ -40,7 +40,7 @@ struct MeshState {
   MeshState(const MeshState&) = delete;
   MeshState& operator=(const MeshState&) = delete;
   ~MeshState() {
-    if (comm::finalized()) return;  // a Mesh that outlives MPI_Finalize has nothing left to free
+    if (comm::mpi_ended()) return;  // a Mesh that outlives MPI_Finalize has nothing left to free
     for (auto& comm : groups)
       if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
     if (cart != MPI_COMM_NULL) MPI_Comm_free(&cart);

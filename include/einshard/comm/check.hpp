@@ -31,10 +31,16 @@ inline int size_of(MPI_Comm comm) {
   return n;
 }
 
-/// Whether MPI_Finalize has run: objects that hold MPI resources (communicators, requests, hypre
-/// matrices) and outlive it leave them to the process's exit instead of calling MPI (as Boost.MPI).
-[[nodiscard]] inline bool finalized() {
-  int done = 0;
+/// Whether this caller can no longer call MPI: MPI_Finalize has run, or the caller is no MPI
+/// process at all. Objects that hold MPI resources (communicators, requests, hypre matrices) and
+/// outlive MPI leave them to the process's exit instead of calling it (as Boost.MPI). The second
+/// case is SimGrid's SMPI, which destroys a simulated rank's statics from its own thread once
+/// the ranks have ended: there MPI_Finalized answers no (it asks a rank that is gone), MPI_Initialized
+/// answers no too, and any other call crashes.
+[[nodiscard]] inline bool mpi_ended() {
+  int up = 0, done = 0;
+  MPI_Initialized(&up);
+  if (up == 0) return true;
   MPI_Finalized(&done);
   return done != 0;
 }

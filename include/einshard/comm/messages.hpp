@@ -30,7 +30,7 @@ class Messages {
   /// Messages an exception left in flight are released, not waited for: their peers may never
   /// post the other half, and a destructor must not hang. Not once MPI is finalized.
   ~Messages() {
-    if (finalized()) return;
+    if (mpi_ended()) return;
     for (auto& r : requests_)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }

@@ -61,7 +61,7 @@ class Requests {
   void complete_noexcept() noexcept {
     for (const auto r : requests_)
       if (r != MPI_REQUEST_NULL) {
-        if (!finalized()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+        if (!mpi_ended()) MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
         return;
       }
   }

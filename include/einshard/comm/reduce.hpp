@@ -173,7 +173,7 @@ class OwnedComm {
 
  private:
   static void release(MPI_Comm* c) {
-    if (!finalized() && *c != MPI_COMM_NULL) MPI_Comm_free(c);
+    if (!mpi_ended() && *c != MPI_COMM_NULL) MPI_Comm_free(c);
     delete c;
   }
   std::shared_ptr<MPI_Comm> comm_;

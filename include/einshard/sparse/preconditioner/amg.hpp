@@ -273,7 +273,7 @@ class AmgOp final : public PreconditionerOp {
   /// hypre's objects and the duplicated communicator. Not once MPI is finalized (an AMG kept in
   /// a matrix that outlives MPI_Finalize): hypre would call MPI, so the process leaves them to exit.
   void release() {
-    if (comm::finalized()) return;
+    if (comm::mpi_ended()) return;
     if (solver_) HYPRE_BoomerAMGDestroy(solver_);
     drop_modes();
     if (x_) HYPRE_IJVectorDestroy(x_);
