@@ -8,9 +8,10 @@
 //   halo_first the exchange's construction and first exchange (its buffers), untimed
 //   halo       the sparse halo exchange (HaloExchange of the matrix's HaloPlan), per exchange
 //   rhs        the right-hand side, a DVector of ones, untimed
-//   cg_first   CG + Jacobi, 2 iterations, untimed: the preconditioner, the solver's first vectors
-//   cg         CG + Jacobi, a fixed number of iterations (rtol 0): time per iteration
-//   solve      CG + Jacobi to --rtol (0: skipped): iterations and time to solution
+//   cg_first   CG, 2 iterations: the preconditioner's setup (reported as setup_s: with --precond
+//              amg BoomerAMG's hierarchy), the solver's first vectors
+//   cg         CG, a fixed number of iterations (rtol 0): time per iteration
+//   solve      CG to --rtol (0: skipped), the preconditioner's setup reused: iterations and time
 //   save, load with --save DIR: DSparseTensor::save of the matrix into DIR (a file per rank and
 //              rank 0's metadata) and DSparseTensor::load of it at the same world size
 //
@@ -25,6 +26,8 @@
 //   --iters k       CG iterations timed (default 50)
 //   --halo-reps k   halo exchanges timed (default 50)
 //   --rtol r        the solve to tolerance (default 0: skipped)
+//   --precond p     jacobi (default) or amg: hypre BoomerAMG with einshard's defaults, which needs a
+//                   hypre built for the runner (run.sh amg builds one with smpicc for SMPI)
 //   --cg v          CG's variant: standard (2 all-reduces per iteration), single_reduction (1) or
 //                   pipelined (1 nonblocking, overlapped with the preconditioner and the product)
 //   --counts 1      also print the per-phase MPI counts of mpi_count.hpp and the memory of
@@ -95,7 +98,7 @@ int main(int argc, char** argv) {
   std::int64_t box = 64, grid = 0;
   int iters = 50, halo_reps = 50, counts = 1, mesh3 = 1;
   double rtol = 0;
-  std::string variant = "standard";
+  std::string variant = "standard", precond = "jacobi";
   std::string save_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -106,6 +109,7 @@ int main(int argc, char** argv) {
     if (a == "--halo-reps") halo_reps = std::stoi(argv[i + 1]);
     if (a == "--rtol") rtol = std::stod(argv[i + 1]);
     if (a == "--cg") variant = argv[i + 1];
+    if (a == "--precond") precond = argv[i + 1];
     if (a == "--counts") counts = std::stoi(argv[i + 1]);
     if (a == "--mesh3") mesh3 = std::stoi(argv[i + 1]);
     if (a == "--save") save_dir = argv[i + 1];
@@ -148,7 +152,7 @@ int main(int argc, char** argv) {
   const double stencil = 2.0 * g.dim;
 
   double mesh_s = 0, mesh3_s = 0, triples_s = 0, assemble_s = 0, halo_s = 0, cg_s = 0, solve_s = 0, save_s = 0,
-         load_s = 0;
+         load_s = 0, setup_s = 0;
   double wall_mesh = 0, wall_assemble = 0, wall_halo = 0, wall_cg = 0, wall_solve = 0;
   int solve_iters = 0, cg_done = 0;
   std::int64_t neighbours = 0, ghosts = 0, held = 0;  // held: the matrix's bytes on this rank
@@ -232,13 +236,13 @@ int main(int argc, char** argv) {
     fixed.cg_variant = variant == "pipelined"          ? sp::CgVariant::pipelined
                        : variant == "single_reduction" ? sp::CgVariant::single_reduction
                                                        : sp::CgVariant::standard;
-    fixed.preconditioner = sp::Preconditioner::jacobi;
+    fixed.preconditioner = precond == "amg" ? sp::Preconditioner::amg : sp::Preconditioner::jacobi;
     fixed.rtol = 0.0;
     fixed.atol = 0.0;
     fixed.residual_history = false;
     fixed.maxiter = 2;
     // warm: the preconditioner, the scratch vectors
-    timed("cg_first", untimed, nullptr, [&] { (void)A->solve(b, fixed); });
+    timed("cg_first", untimed, nullptr, [&] { setup_s = A->solve(b, fixed).info.setup_seconds; });
     fixed.maxiter = iters;
     timed("cg", cg_s, &wall_cg, [&] { cg_done = A->solve(b, fixed).info.iterations; });
     held = A->held_bytes();  // after products: the halo's buffers are in
@@ -262,19 +266,19 @@ int main(int argc, char** argv) {
   std::int64_t mx[4] = {neighbours, ghosts, held, -held};
   MPI_Allreduce(MPI_IN_PLACE, mx, 4, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   char extra[256];
-  std::snprintf(extra, sizeof extra, ",\"dim\":%d,\"mode\":\"%s\",\"rows\":%lld,\"cg_variant\":\"%s\"", g.dim,
-                grid > 0 ? "strong" : "weak", static_cast<long long>(N), variant.c_str());
+  std::snprintf(extra, sizeof extra, ",\"dim\":%d,\"mode\":\"%s\",\"rows\":%lld,\"cg_variant\":\"%s\",\"precond\":\"%s\"",
+                g.dim, grid > 0 ? "strong" : "weak", static_cast<long long>(N), variant.c_str(), precond.c_str());
   const double total_wall = wall() - wall0;
   if (rank == 0) {
     std::printf(
         "{\"bench\":\"poisson_scaling\",\"ranks\":%d%s,\"rows_per_rank\":%lld,\"procs\":[%d,%d,%d],"
         "\"neighbours_max\":%lld,\"ghosts_max\":%lld,\"mesh_s\":%.6g,\"mesh3_s\":%.6g,\"triples_s\":%.6g,"
-        "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"halo_reps\":%d,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,"
+        "\"assemble_s\":%.6g,\"halo_us\":%.4g,\"halo_reps\":%d,\"cg_iters\":%d,\"cg_iter_us\":%.4g,\"solve_iters\":%d,\"solve_s\":%.6g,\"setup_s\":%.6g,"
         "\"wall_s\":%.2f,\"wall_mesh_s\":%.2f,\"wall_assemble_s\":%.2f,\"wall_halo_s\":%.2f,\"wall_cg_s\":%.2f,"
         "\"wall_solve_s\":%.2f,\"save_s\":%.6g,\"load_s\":%.6g,\"held_bytes_max\":%lld,\"held_bytes_min\":%lld}\n",
         P, extra, static_cast<long long>(B), g.procs[0], g.procs[1], g.procs[2], static_cast<long long>(mx[0]),
         static_cast<long long>(mx[1]), mesh_s, mesh3_s, triples_s, assemble_s, 1e6 * halo_s / halo_reps, halo_reps, cg_done,
-        cg_done > 0 ? 1e6 * cg_s / cg_done : 0.0, solve_iters, solve_s, total_wall, wall_mesh, wall_assemble,
+        cg_done > 0 ? 1e6 * cg_s / cg_done : 0.0, solve_iters, solve_s, setup_s, total_wall, wall_mesh, wall_assemble,
         wall_halo, wall_cg, wall_solve, save_s, load_s, static_cast<long long>(mx[2]), static_cast<long long>(-mx[3]));
     std::fflush(stdout);
   }

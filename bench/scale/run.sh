@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scaling of einshard's sparse headline work to 4,096 simulated ranks, with SimGrid's SMPI.
 #
-#   bench/scale/run.sh [all|build|validate|weak|comm|strong|summary]   (default: all)
+#   bench/scale/run.sh [all|build|validate|weak|comm|strong|amg|summary]   (default: all)
 #
 #   build     header-only builds of bench/scale/poisson_scaling.cpp: with smpicxx (SMPI) and with
 #             mpicxx (the real runs), into $SCALE_BUILD (default build/scale)
@@ -13,6 +13,10 @@
 #   strong    fat tree, 16 ... $SCALE_MAX_P ranks: 2-D 1024^2 and 3-D 64^3
 #   notation  bench/scale/notation_scaling.cpp (the tensor notation's distributed calls), weak: 1 and 8
 #             ranks with computation charged, then 1, 8, 64, 256, 1,024 ranks with none charged
+#   amg       CG + hypre BoomerAMG (einshard's defaults) to rtol 1e-8, 2-D, a 64^2 box per rank, 1 ...
+#             $SCALE_MAX_P_AMG (default 256) ranks, charged and communication only, and real mpirun
+#             beside SMPI on this machine's model at 1-8 ranks; builds hypre 2.26.0 from source
+#             with smpicc first (build/scale/hypre-smpi; needs curl once)
 #   summary   bench/scale/summarize.py: markdown tables of the results
 #   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
 #   one-comm FILE PLATFORM P ARGS...   the same with no computation charged
@@ -126,7 +130,7 @@ sim() {
   ((p <= 512)) || priv=mmap
   log "smpi ${platform} P=${p} ${PROGRAM} $* (privatization ${priv})"
   local start=$SECONDS limit="${TIMEOUT}" fewer=() common=("${COMMON[@]}") context=()
-  if [[ "${PROGRAM}" == poisson_scaling ]]; then
+  if [[ "${PROGRAM}" == poisson_scaling* ]]; then
     # At 4,096 ranks: 5 CG iterations and halo exchanges (a simulation repeats them exactly) and no
     # 3-D Mesh (its 7 communicators cost the simulator O(P^2) each).
     ((p < 4096)) || { limit="${TIMEOUT_4096}"; fewer=(--iters 5 --halo-reps 5 --mesh3 0); }
@@ -159,7 +163,7 @@ real() {
   shift 2
   log "mpirun P=${p} $*"
   OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${TIMEOUT}" mpirun --allow-run-as-root --oversubscribe -np "${p}" \
-    -x OMP_NUM_THREADS "${BUILD}/poisson_scaling_mpi" "${COMMON[@]}" "$@" | tag mpirun this_machine >>"${OUT}/${file}" || log "  failed"
+    -x OMP_NUM_THREADS "${BUILD}/${PROGRAM}_mpi" "${COMMON[@]}" "$@" | tag mpirun this_machine >>"${OUT}/${file}" || log "  failed"
 }
 
 validate() {
@@ -230,6 +234,72 @@ notation() {
   RUNNER=smpi
 }
 
+# CG + BoomerAMG under SMPI. Debian's libHYPRE is linked against Open MPI, which a simulated
+# rank cannot call, so the same release (2.26.0, as scripts/install-deps.sh pins) is built from
+# its source with smpicc into $BUILD/hypre-smpi, static: smpirun privatizes the program's globals,
+# and hypre's must be among them. SMPI_PRETEND_CC lets hypre's configure run its test programs
+# outside smpirun. Needs the network once (the source tarball, checked against its SHA-256).
+HYPRE_VERSION=2.26.0
+HYPRE_SHA256=c214084bddc61a06f3758d82947f7f831e76d7e3edeac2c78bb82d597686e05d
+hypre_smpi() {
+  local dir="${BUILD}/hypre-smpi" tarball="${BUILD}/hypre_${HYPRE_VERSION}.orig.tar.gz"
+  [[ -f "${dir}/lib/libHYPRE.a" ]] && return 0
+  log "hypre ${HYPRE_VERSION} for SMPI (smpicc, static) into ${dir}"
+  [[ -f "${tarball}" ]] || curl -fsSL -o "${tarball}" \
+    "http://deb.debian.org/debian/pool/main/h/hypre/hypre_${HYPRE_VERSION}.orig.tar.gz"
+  echo "${HYPRE_SHA256}  ${tarball}" | sha256sum -c --quiet
+  rm -rf "${BUILD}/hypre-${HYPRE_VERSION}"
+  tar -xzf "${tarball}" -C "${BUILD}"
+  (cd "${BUILD}/hypre-${HYPRE_VERSION}/src" &&
+    SMPI_PRETEND_CC=1 ./configure CC=smpicc CXX=smpicxx CFLAGS="-O2" --disable-fortran --enable-shared=no \
+      --without-openmp --prefix="${dir}" > "${BUILD}/hypre-smpi.log" 2>&1 &&
+    nice -n 19 make -j 2 >> "${BUILD}/hypre-smpi.log" 2>&1 && make install >> "${BUILD}/hypre-smpi.log" 2>&1)
+}
+
+# The weak series of CG + AMG (einshard's defaults: hypre BoomerAMG) to rtol 1e-8, 64^2 rows per
+# rank: the setup, the time per iteration and the iterations. With computation charged and without;
+# past 256 ranks hypre's own setup makes the simulation slow (64 ranks: 25 s of wall time, about
+# P^1.6), so the series stops there unless SCALE_MAX_P_AMG says otherwise.
+amg() {
+  hypre_smpi
+  local tp
+  tp="$("${VENV}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
+  local out="${BUILD}/poisson_scaling_amg_smpi" newest
+  newest="$(find "${ROOT}/include" "${HERE}" -newer "${out}" -name '*.?pp' 2>/dev/null | head -1 || true)"
+  if [[ ! -x "${out}" || -n "${newest}" ]]; then
+    log "smpicxx poisson_scaling with hypre (SMPI build)"
+    nice -n 19 smpicxx "${HERE}/poisson_scaling.cpp" -std=c++20 -O2 -fno-gnu-unique -DEINSHARD_HAS_HYPRE \
+      -I "${ROOT}/include" -I "${tp}/include" -I "${BUILD}/hypre-smpi/include" -L "${tp}/lib" -ltorch_cpu -lc10 \
+      -Wl,-rpath,"${tp}/lib" -lmetis -Wl,-Bsymbolic "${BUILD}/hypre-smpi/lib/libHYPRE.a" -lm -o "${out}"
+  fi
+  # The real runs beside them: the same program with mpicxx and Debian's hypre.
+  out="${BUILD}/poisson_scaling_amg_mpi"
+  if [[ ! -x "${out}" || -n "${newest}" ]]; then
+    log "mpicxx poisson_scaling with hypre (real runs)"
+    nice -n 19 mpicxx "${HERE}/poisson_scaling.cpp" -std=c++20 -O2 -DEINSHARD_HAS_HYPRE -I "${ROOT}/include" \
+      -I "${tp}/include" -I /usr/include/hypre -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis \
+      -lHYPRE -o "${out}"
+  fi
+  PROGRAM=poisson_scaling_amg
+  local max="${SCALE_MAX_P_AMG:-256}" args=(--dim 2 --box 64 --precond amg --rtol 1e-8 --iters 10 --mesh3 0)
+  for p in 1 2 4 8; do
+    real amg_validate.jsonl "$p" "${args[@]}"
+    sim amg_validate.jsonl this_machine "$p" "${args[@]}"
+  done
+  for p in 1 4 8 16 64 256 1024; do
+    ((p <= max && p <= MAX_P)) || break
+    sim amg.jsonl fat_tree "$p" "${args[@]}"
+  done
+  comm_only
+  for p in 1 4 8 16 64 256 1024; do
+    ((p <= max && p <= MAX_P)) || break
+    sim amg_comm_only.jsonl fat_tree "$p" "${args[@]}"
+  done
+  EXTRA=()
+  RUNNER=smpi
+  PROGRAM=poisson_scaling
+}
+
 summary() { python3 "${HERE}/summarize.py" "${OUT}"; }
 
 case "${1:-all}" in
@@ -243,6 +313,7 @@ case "${1:-all}" in
   notation) build && notation ;;
   notation-one) shift && build && PROGRAM=notation_scaling && sim "$@" ;;  # run.sh notation-one notation.jsonl fat_tree 64
   notation-one-comm) shift && build && PROGRAM=notation_scaling && comm_only && sim "$@" ;;
+  amg) amg ;;
   summary) summary ;;
   all) build && validate && weak && comm && strong && summary ;;
   *) echo "usage: $0 [all|build|validate|weak|comm|strong|notation|summary|one|one-comm|notation-one|notation-one-comm FILE PLATFORM P ARGS...]" >&2; exit 2 ;;

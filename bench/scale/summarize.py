@@ -3,7 +3,7 @@
 
     python3 bench/scale/summarize.py build/scale/results
     python3 bench/scale/summarize.py bench/results/scale --plot docs/images/scale_weak.png
-    python3 bench/scale/summarize.py bench/results/scale --only sparse      # or notation, memory
+    python3 bench/scale/summarize.py bench/results/scale --only sparse      # or notation, memory, amg
 
 Reads validate.jsonl, weak.jsonl and strong.jsonl (whichever exist) and prints: the simulated
 against the real runs at 1-8 ranks, weak and strong scaling on the fat tree, and the per-rank MPI
@@ -11,7 +11,9 @@ counts of each phase against the number of ranks. From notation.jsonl and notati
 (notation_scaling.cpp): the notation's phases against P, their counts per rank, and the planner's
 cost model (es::last_plan()) beside the counted figures. From memory_comm_only.jsonl and
 memory_notation_comm_only.jsonl: each phase's memory per rank against P (memory_count.hpp). From
-prepared_*_comm_only.jsonl: the stencil operations per call against the same prepared once.
+prepared_*_comm_only.jsonl: the stencil operations per call against the same prepared once. From
+amg_validate.jsonl, amg.jsonl and amg_comm_only.jsonl: CG + BoomerAMG's setup, time per iteration and
+iterations, real against simulated and against P.
 """
 import json
 import sys
@@ -457,6 +459,55 @@ def memory(out):
         print(t)
 
 
+def amg(out):
+    """From amg.jsonl and amg_comm_only.jsonl (run.sh amg): CG + BoomerAMG to rtol 1e-8, weak."""
+    runs = {}
+    for name, label in (("amg.jsonl", "charged"), ("amg_comm_only.jsonl", "comm")):
+        for d in load(out / name)[0]:
+            runs[(label, d["ranks"])] = d
+    if not runs:
+        return
+    ranks = sorted({p for _, p in runs})
+    base = {label: runs.get((label, 8)) for label in ("charged", "comm")}
+    # The estimate: one rank's computation (charged, 1 rank) plus each P's simulated communication.
+    one = runs.get(("charged", 1))
+    estimate = {p: one["cg_iter_us"] + runs[("comm", p)]["cg_iter_us"] for p in ranks
+                if one and ("comm", p) in runs}
+    rows = []
+    for p in ranks:
+        row = [p]
+        for label in ("charged", "comm"):
+            d = runs.get((label, p))
+            b = base[label]
+            it = d["cg_iter_us"] if d else None
+            row += [1e3 * d["setup_s"] if d else None, it, d["solve_iters"] if d else None,
+                    b["cg_iter_us"] / it if d and b and it else None]
+        row += [estimate.get(p), estimate[8] / estimate[p] if 8 in estimate and p in estimate else None]
+        rows.append(row)
+    val = {}
+    for d in load(out / "amg_validate.jsonl")[0]:
+        val[(d.get("runner"), d["ranks"])] = d
+    vrows = []
+    for p in sorted({p for _, p in val}):
+        r, m = val.get(("mpirun", p)), val.get(("smpi", p))
+        if not (r and m):
+            continue
+        vrows.append([p, 1e3 * r["setup_s"], 1e3 * m["setup_s"], m["setup_s"] / r["setup_s"], r["cg_iter_us"],
+                      m["cg_iter_us"], m["cg_iter_us"] / r["cg_iter_us"], f'{r["solve_iters"]} / {m["solve_iters"]}'])
+    if vrows:
+        print("\n### CG + BoomerAMG, simulated against real, 1-8 ranks\n")
+        print("**2-D Poisson, 64² rows per rank** (real: mpirun with Debian's hypre; simulated: SMPI on this "
+              "machine's model with hypre built for it)\n")
+        print(table(["ranks", "setup real (ms)", "setup SMPI (ms)", "ratio", "CG + AMG it. real (us)",
+                     "it. SMPI (us)", "ratio", "iterations real / SMPI"], vrows))
+    print("\n### CG + BoomerAMG, weak scaling (hypre built for SMPI)\n")
+    print("**2-D Poisson, 64² rows per rank, rtol 1e-8, einshard's AMG defaults** (efficiency: CG + AMG per "
+          "iteration against 8 ranks)\n")
+    print(table(["ranks", "setup (ms)", "CG + AMG it. (us)", "iterations", "eff.",
+                 "setup, comm only (ms)", "it., comm only (us)", "iterations, comm only", "eff., comm only",
+                 "estimate: 1-rank it. + comm (us)", "est. eff."], rows))
+
+
 def main():
     args = [a for a in sys.argv[1:] if a not in ("--plot", "--only")]
     plot_to = sys.argv[sys.argv.index("--plot") + 1] if "--plot" in sys.argv else None
@@ -472,6 +523,9 @@ def main():
         return
     if only == "memory":
         memory(out)
+        return
+    if only == "amg":
+        amg(out)
         return
     vr, _ = load(out / "validate.jsonl")
     wr, wc = load(out / "weak.jsonl")
@@ -509,6 +563,7 @@ def main():
     if plot_to and cr:
         plot(cr, wr, plot_to)
     if only is None:
+        amg(out)
         notation(out)
         prepared(out)
         memory(out)
