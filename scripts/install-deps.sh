@@ -49,6 +49,7 @@ APT_PACKAGES=(
   python3-venv
   python3-pip
   git
+  curl
   ca-certificates
 )
 
