@@ -98,22 +98,28 @@ compile() {
   fi
 }
 
-build() {
+# FLAGS: what every program is compiled with (header-only einshard, LibTorch from the venv), and
+# the hostfiles of the platforms.
+prepare() {
   local tp
   tp="$("${VENV}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
   # shellcheck disable=SC2054  # -Wl,-rpath,DIR is one argument
-  local flags=(-std=c++20 -O2 -fno-gnu-unique -I "${ROOT}/include" -I "${tp}/include"
-               -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis)
+  FLAGS=(-std=c++20 -O2 -fno-gnu-unique -I "${ROOT}/include" -I "${tp}/include"
+         -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis)
+  [[ -f "${BUILD}/hosts_fat_tree" ]] || for i in $(seq 0 4095); do echo "node-$i"; done >"${BUILD}/hosts_fat_tree"
+  [[ -f "${BUILD}/hosts_this_machine" ]] || for _ in $(seq 0 63); do echo node-0; done >"${BUILD}/hosts_this_machine"
+}
+
+build() {
+  prepare
   # -Bsymbolic: the program's calls to MPI_* reach mpi_count.hpp's definitions in it under mmap
   # privatization too (then smpirun loads it once, after libsimgrid, whose MPI_* come first).
   local progs=(poisson_scaling)
   [[ "${SECTION}" != notation* ]] || progs=(notation_scaling)
   for prog in "${progs[@]}"; do
-    compile "${prog}" smpicxx smpi "${flags[@]}" -Wl,-Bsymbolic
-    [[ "${prog}" == notation_scaling ]] || compile "${prog}" mpicxx mpi "${flags[@]}"
+    compile "${prog}" smpicxx smpi "${FLAGS[@]}" -Wl,-Bsymbolic
+    [[ "${prog}" == notation_scaling ]] || compile "${prog}" mpicxx mpi "${FLAGS[@]}"
   done
-  [[ -f "${BUILD}/hosts_fat_tree" ]] || for i in $(seq 0 4095); do echo "node-$i"; done >"${BUILD}/hosts_fat_tree"
-  [[ -f "${BUILD}/hosts_this_machine" ]] || for _ in $(seq 0 63); do echo node-0; done >"${BUILD}/hosts_this_machine"
 }
 
 # tag RUNNER PLATFORM: adds the two keys to every JSON line.
@@ -262,24 +268,11 @@ hypre_smpi() {
 # P^1.6), so the series stops there unless SCALE_MAX_P_AMG says otherwise.
 amg() {
   hypre_smpi
-  local tp
-  tp="$("${VENV}/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
-  local out="${BUILD}/poisson_scaling_amg_smpi" newest
-  newest="$(find "${ROOT}/include" "${HERE}" -newer "${out}" -name '*.?pp' 2>/dev/null | head -1 || true)"
-  if [[ ! -x "${out}" || -n "${newest}" ]]; then
-    log "smpicxx poisson_scaling with hypre (SMPI build)"
-    nice -n 19 smpicxx "${HERE}/poisson_scaling.cpp" -std=c++20 -O2 -fno-gnu-unique -DEINSHARD_HAS_HYPRE \
-      -I "${ROOT}/include" -I "${tp}/include" -I "${BUILD}/hypre-smpi/include" -L "${tp}/lib" -ltorch_cpu -lc10 \
-      -Wl,-rpath,"${tp}/lib" -lmetis -Wl,-Bsymbolic "${BUILD}/hypre-smpi/lib/libHYPRE.a" -lm -o "${out}"
-  fi
+  prepare
+  compile poisson_scaling smpicxx amg_smpi "${FLAGS[@]}" -DEINSHARD_HAS_HYPRE -I "${BUILD}/hypre-smpi/include" \
+    -Wl,-Bsymbolic "${BUILD}/hypre-smpi/lib/libHYPRE.a" -lm
   # The real runs beside them: the same program with mpicxx and Debian's hypre.
-  out="${BUILD}/poisson_scaling_amg_mpi"
-  if [[ ! -x "${out}" || -n "${newest}" ]]; then
-    log "mpicxx poisson_scaling with hypre (real runs)"
-    nice -n 19 mpicxx "${HERE}/poisson_scaling.cpp" -std=c++20 -O2 -DEINSHARD_HAS_HYPRE -I "${ROOT}/include" \
-      -I "${tp}/include" -I /usr/include/hypre -L "${tp}/lib" -ltorch_cpu -lc10 -Wl,-rpath,"${tp}/lib" -lmetis \
-      -lHYPRE -o "${out}"
-  fi
+  compile poisson_scaling mpicxx amg_mpi "${FLAGS[@]}" -DEINSHARD_HAS_HYPRE -I /usr/include/hypre -lHYPRE
   PROGRAM=poisson_scaling_amg
   local max="${SCALE_MAX_P_AMG:-256}" args=(--dim 2 --box 64 --precond amg --rtol 1e-8 --iters 10 --mesh3 0)
   for p in 1 2 4 8; do

@@ -285,7 +285,7 @@ TEST_CASE("AMG with an empty shard and with from_local ownership", "[sparse][amg
 namespace {
 
 /// Levels and operator complexity of BoomerAMG set up, with `o`'s settings, on the rows [first,
-/// first + dense_rows.size(0)) of `dense` handed over through hypre's IJ interface with each row's
+/// first + rows) of `dense` handed over through hypre's IJ interface with each row's
 /// sizes given first (as PETSc's PCHYPRE and MFEM hand them over: the diagonal swapped to the
 /// front, the other entries in column order).
 std::pair<int, double> ij_hierarchy(const at::Tensor& dense, std::int64_t first, std::int64_t rows,
