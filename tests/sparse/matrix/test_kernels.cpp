@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -149,6 +150,80 @@ TEST_CASE("CSR products over rows of every length from 0 to 10 equal a dense pro
     (void)sp::detail::spmv_halo(a, none, none, 12, x, x, h, {}, false);
     CHECK(gap(h, ref) < tol);
   }
+}
+
+TEST_CASE("Products over diagonal runs find the runs and equal a dense product", "[sparse][kernels][unit]") {
+  // Stretches of rows with one offset pattern each: 5 points (unrolled), 9 (a run-time count), 7
+  // (unrolled) cut by a row that needs the halo, 3; rows near the ends lose the entries that fall
+  // outside and break the runs; a stretch shorter than a run stays with the CSR loops. Run lengths
+  // leave remainders past the vector lanes.
+  const std::int64_t n = 300;
+  const auto pattern = [](std::int64_t i) -> std::vector<std::int64_t> {
+    if (i < 100) return {-5, -1, 0, 1, 5};
+    if (i == 100) return {0};
+    if (i < 150) return {-7, -2, 0, 2, 4, 7, 9, 11, 13};
+    if (i < 230) return {-20, -10, -1, 0, 1, 10, 20};
+    return {-1, 0, 1};
+  };
+  std::vector<std::int64_t> r, c;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (const auto o : pattern(i))
+      if (i + o >= 0 && i + o < n) {
+        r.push_back(i);
+        c.push_back(i + o);
+      }
+  const auto rows = at::tensor(r, at::kLong), cols = at::tensor(c, at::kLong);
+  const auto boundary = at::tensor(std::vector<std::int64_t>{170}, at::kLong);  // reads x only: no ghosts here
+  const auto base = sp::detail::coo_to_csr(random_like({rows.numel()}, at::kDouble, 3), rows, cols, n, n);
+  const auto runs_found = sp::detail::find_diagonal_runs(base.rowptr, base.col, n, boundary);
+  std::vector<std::int64_t> got;  // begin, end, points of each run
+  for (const auto& run : runs_found.runs) got.insert(got.end(), {run.begin, run.end, run.points});
+  CHECK(got == std::vector<std::int64_t>{5, 100, 5, 101, 150, 9, 171, 230, 7, 230, 299, 3});
+  // A 2-D 5-point matrix on a grid narrower than a run has none.
+  const auto small = es::testing::poisson2d(20, 20);
+  const auto small_csr = sp::detail::coo_to_csr(small.values, small.rows, small.cols, 400, 400);
+  CHECK(sp::detail::find_diagonal_runs(small_csr.rowptr, small_csr.col, 400, at::empty({0}, at::kLong)).runs.empty());
+
+  // float64, float32, and float32 values applied to float64 vectors (Precision::single_values).
+  for (const auto& [values_type, vector_type] : {std::pair{at::kDouble, at::kDouble}, std::pair{at::kFloat, at::kFloat},
+                                                 std::pair{at::kFloat, at::kDouble}}) {
+    auto a = base;
+    a.values = base.values.to(values_type);
+    auto runs = runs_found;
+    sp::detail::fill_diagonal_runs(runs, a.rowptr, a.values);
+    REQUIRE(runs.active());
+    const auto A = dense_of(a).to(at::kDouble);
+    const auto x = random_like({n}, vector_type, 8), w = random_like({n}, vector_type, 9);
+    const auto ref = at::mv(A, x.to(at::kDouble));
+    const double ref_dot = at::dot(w.to(at::kDouble), ref).item<double>();
+    const double tol = vector_type == at::kFloat ? 1e-5 : 1e-12;
+    const auto starts = sp::detail::ghost_starts(a, boundary, n);
+    for (const bool portable : {false, true}) {
+      for (const bool dotted : {false, true}) {
+        CAPTURE(c10::toString(values_type), c10::toString(vector_type), portable, dotted);
+        auto y = at::full({n}, std::numeric_limits<double>::quiet_NaN(), vector_type);
+        sp::detail::force_portable_kernels() = portable;
+        const auto wd = dotted ? w : at::Tensor();
+        auto dot = sp::detail::spmv_halo(a, boundary, starts, n, x, x, y, wd, false, nullptr, &runs);
+        dot += sp::detail::spmv_halo(a, boundary, starts, n, x, x, y, wd, true, nullptr, &runs);
+        sp::detail::force_portable_kernels() = false;
+        CHECK(gap(y.to(at::kDouble), ref) < tol);
+        if (dotted) CHECK(std::abs(dot.real() - ref_dot) < tol * (1 + std::abs(ref_dot)));
+      }
+    }
+    // y = A x + 0.5 y (LSQR's form) takes the CSR loops with runs given.
+    auto y = random_like({n}, vector_type, 10);
+    const auto y_ref = ref + 0.5 * y.to(at::kDouble);
+    const double half = 0.5;
+    auto norm2 = sp::detail::spmv_halo(a, boundary, starts, n, x, x, y, {}, false, &half, &runs);
+    norm2 += sp::detail::spmv_halo(a, boundary, starts, n, x, x, y, {}, true, &half, &runs);
+    CHECK(gap(y.to(at::kDouble), y_ref) < tol);
+    CHECK(std::abs(norm2.real() - at::dot(y_ref, y_ref).item<double>()) < tol * at::dot(y_ref, y_ref).item<double>());
+  }
+  // Complex values form the same runs but keep the CSR loops.
+  auto runs = runs_found;
+  sp::detail::fill_diagonal_runs(runs, base.rowptr, base.values.to(at::kComplexDouble));
+  CHECK_FALSE(runs.active());
 }
 
 TEST_CASE("CG's fused update in float32 and float64 with each instruction set equals torch's operations",

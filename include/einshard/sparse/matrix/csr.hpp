@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "einshard/error.hpp"
+#include "einshard/sparse/matrix/diagonal_runs.hpp"
 #include "einshard/sparse/matrix/isa.hpp"
 
 namespace einshard::sparse {
@@ -359,9 +360,12 @@ EINSHARD_KERNEL_NOINLINE void rows_in_pairs(const View& m, std::int64_t begin, s
 /// (`starts`: each boundary row's first ghost entry, ghost_starts).
 /// Returns the partial <w, y> over these rows (w conjugated) when `w` is defined. With `update`:
 /// y = A [x; g] + *update * y instead (y's old values read), returning the partial ‖y‖² (w unused).
+/// `runs` (active: float32 or float64 values on the CPU): interior rows taken by diagonals
+/// (diagonal_runs.hpp), except with `update`.
 inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
                                       std::int64_t owned, const at::Tensor& x, const at::Tensor& g, at::Tensor& y,
-                                      const at::Tensor& w, bool boundary_phase, const double* update = nullptr) {
+                                      const at::Tensor& w, bool boundary_phase, const double* update = nullptr,
+                                      const DiagonalRuns* runs = nullptr) {
   std::complex<double> dot{};
   dispatch_view(a, [&](auto m) {
     dispatch_vector<typename decltype(m)::value_type>(x, [&](auto x0) {
@@ -395,10 +399,27 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
           store(acc, i, s);
       };
       if (!boundary_phase) {
-        interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
+        const auto csr_rows = [&](std::int64_t begin, std::int64_t end) {
           if (update) return rows_in_pairs(m, begin, end, xv, acc0, acc1, updated);
           if (wv) return rows_in_pairs(m, begin, end, xv, acc0, acc1, dotted);
           rows_in_pairs(m, begin, end, xv, acc0, acc1, store);
+        };
+        std::size_t next = 0;  // the first run not yet taken (runs lie inside interior stretches, ascending)
+        interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
+#if EINSHARD_KERNEL_LANES
+          if constexpr (std::is_floating_point_v<V>) {
+            if (runs != nullptr && runs->active() && update == nullptr) {
+              const auto* values = runs->values.data_ptr<std::remove_cv_t<std::remove_reference_t<decltype(*m.av)>>>();
+              for (; next < runs->runs.size() && runs->runs[next].begin < end; ++next) {
+                const auto& r = runs->runs[next];
+                if (r.begin > begin) csr_rows(begin, r.begin);
+                acc0 += diagonal_run_product(*runs, r, values, xv, yv, wv);
+                begin = r.end;
+              }
+            }
+          }
+#endif
+          if (end > begin) csr_rows(begin, end);
         });
       } else {
         const V* __restrict gv = nb > 0 ? g.data_ptr<V>() : nullptr;  // ghost column owned + j is g[j]

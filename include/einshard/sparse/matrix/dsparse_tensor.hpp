@@ -336,6 +336,7 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   at::Tensor boundary_;  // local rows with ghost columns, ascending
   at::Tensor ghost_starts_;  // each boundary row's first ghost entry (ghost_starts)
   at::Tensor boundary_with_owned_;         // positions in boundary_ of the rows with owned columns too (mixed_rows)
+  detail::DiagonalRuns diagonal_runs_;  // interior rows of constant offsets, by diagonal (values via refresh_blocks)
   detail::GenericHaloCsr generic_;  // product_csr_ split for ATen, when the values take the generic kernels
   mutable detail::HaloScratch scratch_;
   mutable detail::SolveCaches solve_caches_;
@@ -360,7 +361,9 @@ EINSHARD_INLINE std::int64_t DSparseTensor::held_bytes() const {
     held.add(c->col);
     held.add(c->values);
   }
-  for (const auto* t : {&boundary_, &ghost_starts_, &boundary_with_owned_, &generic_.interior, &generic_.boundary,
+  held.add(diagonal_runs_.offsets);
+  held.add(diagonal_runs_.runs);
+  for (const auto* t : {&boundary_, &ghost_starts_, &boundary_with_owned_, &diagonal_runs_.values, &generic_.interior, &generic_.boundary,
                         &generic_.rows})
     held.add(*t);
   if (plan_) plan_->count_bytes(held);
@@ -450,7 +453,8 @@ EINSHARD_INLINE std::complex<double> DSparseTensor::halo_product(const at::Tenso
   auto& ghosts = scratch_.ghosts(x);
   const auto owned = domain_->local_size();
   scratch_.exchange()->start(x, ghosts);
-  auto dot = detail::spmv_halo(product_csr_, boundary_, ghost_starts_, owned, x, ghosts, y, w, /*boundary_phase=*/false, update);
+  auto dot = detail::spmv_halo(product_csr_, boundary_, ghost_starts_, owned, x, ghosts, y, w, /*boundary_phase=*/false,
+                               update, &diagonal_runs_);
   scratch_.exchange()->finish_receives();
   if (boundary_.numel() > 0)
     dot += detail::spmv_halo(product_csr_, boundary_, ghost_starts_, owned, x, ghosts, y, w, /*boundary_phase=*/true, update);
@@ -567,6 +571,7 @@ EINSHARD_INLINE void DSparseTensor::split_blocks() {
   boundary_ = detail::boundary_rows(local_, domain_->local_size());
   ghost_starts_ = detail::ghost_starts(local_, boundary_, domain_->local_size());
   boundary_with_owned_ = detail::mixed_rows(local_, boundary_, ghost_starts_);
+  diagonal_runs_ = detail::find_diagonal_runs(local_.rowptr, local_.col, local_.rows, boundary_);
   product_csr_ = Csr{local_.rows, local_.cols, local_.rowptr, local_.col, {}};
   refresh_blocks();  // first: compact_rowptr counts the entries by their values
   product_csr_ = detail::compact_rowptr(std::move(product_csr_));
@@ -583,6 +588,7 @@ EINSHARD_INLINE void DSparseTensor::place_on(const at::Device& device) {
 
 EINSHARD_INLINE void DSparseTensor::refresh_blocks() {
   product_csr_.values = local_.values.detach().contiguous();
+  detail::fill_diagonal_runs(diagonal_runs_, product_csr_.rowptr, product_csr_.values);
   generic_ = detail::uses_generic(product_csr_.values)
                  ? detail::generic_halo_csr(product_csr_, product_csr_.values, domain_->local_size())
                  : detail::GenericHaloCsr{};

@@ -68,6 +68,23 @@ struct Lanes<V, W, VB, std::enable_if_t<std::is_floating_point_v<V>>> {
     vec v[count];
   };
 };
+/// acc += v in double lanes: a vector of double added as it is, a vector of float widened in its
+/// two halves (acc[0] the low, acc[1] the high), as a scalar loop widens each float product. By
+/// reference and inlined: a vector argument of a function compiled without AVX changes its ABI.
+template <class D, class V>
+EINSHARD_KERNEL_INLINE void add_widened(D* acc, const V& v) {
+  using E = std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>;
+  if constexpr (std::is_same_v<E, double>) {
+    acc[0] += v;
+  } else {
+    typedef E half __attribute__((vector_size(sizeof(V) / 2)));
+    half lo, hi;
+    __builtin_memcpy(&lo, &v, sizeof lo);
+    __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+    acc[0] += __builtin_convertvector(lo, D);
+    acc[1] += __builtin_convertvector(hi, D);
+  }
+}
 #define EINSHARD_KERNEL_LANES 1
 #else
 #define EINSHARD_KERNEL_LANES 0

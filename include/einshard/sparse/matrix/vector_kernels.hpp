@@ -37,19 +37,6 @@ EINSHARD_KERNEL_INLINE void cg_update_lanes(V* __restrict x, V* __restrict r, co
   typedef V vec __attribute__((vector_size(VB)));
   typedef double dvec __attribute__((vector_size(VB)));
   dvec rz[halves] = {}, rr[halves] = {};
-  // By reference and inlined: a vector argument of a function compiled without AVX changes its ABI.
-  const auto add = [](dvec* acc, const vec& v) __attribute__((always_inline)) {
-    if constexpr (halves == 1) {
-      acc[0] += v;
-    } else {
-      typedef V half __attribute__((vector_size(VB / 2)));
-      half lo, hi;
-      __builtin_memcpy(&lo, &v, sizeof lo);
-      __builtin_memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
-      acc[0] += __builtin_convertvector(lo, dvec);
-      acc[1] += __builtin_convertvector(hi, dvec);
-    }
-  };
   std::int64_t i = 0;
   for (; i + width <= n; i += width) {
     vec xi, ri, pi, qi;
@@ -61,13 +48,13 @@ EINSHARD_KERNEL_INLINE void cg_update_lanes(V* __restrict x, V* __restrict r, co
     ri -= a * qi;
     __builtin_memcpy(x + i, &xi, sizeof xi);
     __builtin_memcpy(r + i, &ri, sizeof ri);
-    add(rr, ri * ri);
+    add_widened(rr, ri * ri);
     if constexpr (Diagonal) {
       vec di;
       __builtin_memcpy(&di, d + i, sizeof di);
       const vec zi = di * ri;
       __builtin_memcpy(z + i, &zi, sizeof zi);
-      add(rz, ri * zi);
+      add_widened(rz, ri * zi);
     }
   }
   double sz = 0.0, sr = 0.0;
