@@ -406,7 +406,6 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
         };
         std::size_t next = 0;  // the first run not yet taken (runs lie inside interior stretches, ascending)
         interior_runs(a.rows, b, nb, [&](std::int64_t begin, std::int64_t end) {
-#if EINSHARD_KERNEL_LANES
           if constexpr (std::is_floating_point_v<V>) {
             if (runs != nullptr && runs->active() && update == nullptr) {
               const auto* values = runs->values.data_ptr<std::remove_cv_t<std::remove_reference_t<decltype(*m.av)>>>();
@@ -418,7 +417,6 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
               }
             }
           }
-#endif
           if (end > begin) csr_rows(begin, end);
         });
       } else {

@@ -20,9 +20,11 @@
 namespace einshard::sparse::detail {
 
 /// Runs of rows [begin, end) of a local CSR, each row storing `points` entries at columns
-/// row + offsets[first .. first + points). `values` (the CSR's dtype) holds run r's entry k of row
-/// begin + j at values[at + k * (end - begin) + j]; undefined where the product does not use the
-/// runs (values neither float32 nor float64, or off the CPU).
+/// row + offsets[first .. first + points). `values` (the CSR's dtype) holds a run's entries in
+/// blocks of kRunBlock rows, point after point: entry k of row begin + j at values[at + (j / B) *
+/// B * points + k * B + j % B], B = kRunBlock (one stream through memory, where a run of 100 rows
+/// stored diagonal by diagonal is 7 short streams the prefetcher keeps losing); undefined where
+/// the product does not use the runs (values neither float32 nor float64, or off the CPU).
 struct DiagonalRuns {
   struct Run {
     std::int64_t begin, end, first, points, at;
@@ -34,6 +36,8 @@ struct DiagonalRuns {
   [[nodiscard]] bool active() const { return values.defined() && !runs.empty(); }
 };
 
+/// Rows of a block of a run's values: a multiple of every vector width of the kernels.
+inline constexpr std::int64_t kRunBlock = 8;
 /// Shortest run kept: shorter ones save less than the switch between loops costs.
 inline constexpr std::int64_t kMinDiagonalRun = 32;
 /// Longest row of a run (a 27-point stencil fits).
@@ -58,7 +62,7 @@ inline DiagonalRuns find_diagonal_runs(const at::Tensor& rowptr_in, const at::Te
         const auto points = static_cast<std::int64_t>(current.size());
         out.runs.push_back({start, end, static_cast<std::int64_t>(out.offsets.size()), points, at});
         out.offsets.insert(out.offsets.end(), current.begin(), current.end());
-        at += points * (end - start);
+        at += points * ((end - start + kRunBlock - 1) / kRunBlock * kRunBlock);
       }
       current.clear();
     };
@@ -87,7 +91,8 @@ inline void fill_diagonal_runs(DiagonalRuns& runs, const at::Tensor& rowptr_in, 
   const auto t = csr_values.scalar_type();
   if (runs.runs.empty() || !csr_values.device().is_cpu() || (t != at::kFloat && t != at::kDouble)) return;
   const auto& last = runs.runs.back();
-  auto values = at::empty({last.at + last.points * (last.end - last.begin)}, csr_values.options());
+  const auto last_rows = (last.end - last.begin + kRunBlock - 1) / kRunBlock * kRunBlock;
+  auto values = at::zeros({last.at + last.points * last_rows}, csr_values.options());
   const auto rowptr = rowptr_in.to(at::kLong).contiguous();
   const auto* rp = rowptr.data_ptr<std::int64_t>();
   const auto av_t = csr_values.contiguous();
@@ -97,21 +102,54 @@ inline void fill_diagonal_runs(DiagonalRuns& runs, const at::Tensor& rowptr_in, 
     for (const auto& r : runs.runs) {
       const auto rows = r.end - r.begin;
       for (std::int64_t j = 0; j < rows; ++j)
-        for (std::int64_t k = 0; k < r.points; ++k) out[r.at + k * rows + j] = av[rp[r.begin + j] + k];
+        for (std::int64_t k = 0; k < r.points; ++k)
+          out[r.at + j / kRunBlock * kRunBlock * r.points + k * kRunBlock + j % kRunBlock] = av[rp[r.begin + j] + k];
     }
   });
   runs.values = values;
 }
 
-#if EINSHARD_KERNEL_LANES
-/// y[j] = Σ_k c[k * rows + j] x[j + off[k]] over a run's rows (x, y, w from the run's first row),
-/// in VB-byte vectors of X, the values C widened to X; returns Σ w[j] y[j] (with `Dot`), summed in
-/// double lanes. P > 0: that many points, unrolled; 0: `points` of them.
-template <int VB, int P, bool Dot, class X, class C>
-EINSHARD_KERNEL_INLINE double diagonal_run_lanes(const C* __restrict c, const std::int64_t* __restrict off, int points,
-                                                 std::int64_t rows, const X* __restrict x, X* __restrict y,
+/// Where a line's coefficient c_k(j) of point k and row j is: c[k] for every j (`constant`: a
+/// stencil's constants), c[k * stride + j] (`strided`: one array per point), or a DiagonalRuns
+/// block, c[(j / B) * B * points + k * B + j % B] (`blocked`, B = kRunBlock).
+enum class Coefficients { constant, strided, blocked };
+
+template <Coefficients L, class C>
+EINSHARD_KERNEL_INLINE const C* coefficient_at(const C* c, std::int64_t stride, int points, int k, std::int64_t j) {
+  if constexpr (L == Coefficients::constant) return c + k;
+  if constexpr (L == Coefficients::strided) return c + k * stride + j;
+  return c + (j / kRunBlock) * kRunBlock * points + k * kRunBlock + j % kRunBlock;
+}
+
+/// A line of rows at fixed offsets: y[j] = Σ_k c_k(j) x[j + off[k]] for j in [begin, end), the
+/// coefficients as `L` says. Returns Σ w[j] y[j] with `Dot`. P > 0: that many points; 0: `points`
+/// of them. One row at a time (offset_line_lanes' remainder, and the whole line where the compiler
+/// has no vector extensions).
+template <int P, bool Dot, Coefficients L, class X, class C>
+EINSHARD_KERNEL_INLINE double offset_line_scalar(const C* __restrict c, std::int64_t stride,
+                                                 const std::int64_t* __restrict off, int points, std::int64_t begin,
+                                                 std::int64_t end, const X* __restrict x, X* __restrict y,
                                                  const X* __restrict w) {
+  const int count = P > 0 ? P : points;
+  double dot = 0.0;
+  for (std::int64_t j = begin; j < end; ++j) {
+    X s{};
+    for (int k = 0; k < count; ++k) s += static_cast<X>(*coefficient_at<L>(c, stride, count, k, j)) * x[j + off[k]];
+    y[j] = s;
+    if constexpr (Dot) dot += static_cast<double>(w[j] * s);
+  }
+  return dot;
+}
+
+#if EINSHARD_KERNEL_LANES
+/// offset_line_scalar in VB-byte vectors of X (the coefficients C widened to X), Σ w[j] y[j] in
+/// double lanes, the P points unrolled: GCC 12 at -O2 leaves the scalar loop scalar.
+template <int VB, int P, bool Dot, Coefficients L, class X, class C>
+EINSHARD_KERNEL_INLINE double offset_line_lanes(const C* __restrict c, std::int64_t stride,
+                                                const std::int64_t* __restrict off, int points, std::int64_t rows,
+                                                const X* __restrict x, X* __restrict y, const X* __restrict w) {
   constexpr int width = VB / static_cast<int>(sizeof(X));
+  static_assert(kRunBlock % width == 0, "a vector of rows lies inside one block of a run");
   typedef X vec __attribute__((vector_size(VB)));
   typedef C cvec __attribute__((vector_size(width * sizeof(C))));
   typedef double dvec __attribute__((vector_size(VB)));
@@ -123,11 +161,15 @@ EINSHARD_KERNEL_INLINE double diagonal_run_lanes(const C* __restrict c, const st
     vec s = {};
 #pragma GCC unroll 32
     for (int k = 0; k < count; ++k) {
-      cvec ck;
       vec xk;
-      __builtin_memcpy(&ck, c + k * rows + j, sizeof ck);  // unaligned loads and stores
-      __builtin_memcpy(&xk, x + j + off[k], sizeof xk);
-      s += __builtin_convertvector(ck, vec) * xk;
+      __builtin_memcpy(&xk, x + j + off[k], sizeof xk);  // unaligned loads and stores
+      if constexpr (L == Coefficients::constant) {
+        s += static_cast<X>(c[k]) * xk;
+      } else {
+        cvec ck;
+        __builtin_memcpy(&ck, coefficient_at<L>(c, stride, count, k, j), sizeof ck);
+        s += __builtin_convertvector(ck, vec) * xk;
+      }
     }
     __builtin_memcpy(y + j, &s, sizeof s);
     if constexpr (Dot) {
@@ -139,28 +181,45 @@ EINSHARD_KERNEL_INLINE double diagonal_run_lanes(const C* __restrict c, const st
   double dot = 0.0;
   for (int h = 0; h < halves; ++h)
     for (int l = 0; l < VB / 8; ++l) dot += acc[h][l];
-  for (; j < rows; ++j) {
-    X s{};
-    for (int k = 0; k < count; ++k) s += static_cast<X>(c[k * rows + j]) * x[j + off[k]];
-    y[j] = s;
-    if constexpr (Dot) dot += static_cast<double>(w[j] * s);
-  }
-  return dot;
+  return dot + offset_line_scalar<P, Dot, L>(c, stride, off, points, j, rows, x, y, w);
 }
 
-template <int P, bool Dot, class X, class C>
-double diagonal_run_portable(const C* c, const std::int64_t* off, int points, std::int64_t rows, const X* x, X* y,
-                             const X* w) {
-  return diagonal_run_lanes<16, P, Dot>(c, off, points, rows, x, y, w);
+template <int P, bool Dot, Coefficients L, class X, class C>
+double offset_line_portable(const C* c, std::int64_t stride, const std::int64_t* off, int points, std::int64_t rows,
+                            const X* x, X* y, const X* w) {
+  return offset_line_lanes<16, P, Dot, L>(c, stride, off, points, rows, x, y, w);
 }
 
 #if EINSHARD_KERNELS_X86
-template <int P, bool Dot, class X, class C>
-__attribute__((target("avx2,fma"))) double diagonal_run_avx2(const C* c, const std::int64_t* off, int points,
-                                                             std::int64_t rows, const X* x, X* y, const X* w) {
-  return diagonal_run_lanes<32, P, Dot>(c, off, points, rows, x, y, w);
+template <int P, bool Dot, Coefficients L, class X, class C>
+__attribute__((target("avx2,fma"))) double offset_line_avx2(const C* c, std::int64_t stride, const std::int64_t* off,
+                                                            int points, std::int64_t rows, const X* x, X* y,
+                                                            const X* w) {
+  return offset_line_lanes<32, P, Dot, L>(c, stride, off, points, rows, x, y, w);
 }
 #endif
+
+#endif
+
+/// offset_line_scalar over [0, rows) in vectors of the instruction set of kernel_isa() where the
+/// compiler has them; returns <w, y> when `w` is given.
+template <int P, Coefficients L, class X, class C>
+double offset_line(const C* c, std::int64_t stride, const std::int64_t* off, int points, std::int64_t rows,
+                   const X* x, X* y, const X* w) {
+  [[maybe_unused]] const bool avx2 = kernel_isa() == KernelIsa::avx2;
+  const auto go = [&](auto dot) {
+    constexpr bool D = decltype(dot)::value;
+#if EINSHARD_KERNEL_LANES
+#if EINSHARD_KERNELS_X86
+    if (avx2) return offset_line_avx2<P, D, L>(c, stride, off, points, rows, x, y, w);
+#endif
+    return offset_line_portable<P, D, L>(c, stride, off, points, rows, x, y, w);
+#else
+    return offset_line_scalar<P, D, L>(c, stride, off, points, 0, rows, x, y, w);
+#endif
+  };
+  return w != nullptr ? go(std::true_type{}) : go(std::false_type{});
+}
 
 /// y = A x over run `r`'s rows, x the owned columns (a run reads no ghost); returns the partial
 /// <w, y> over them when `w` is given.
@@ -171,27 +230,12 @@ double diagonal_run_product(const DiagonalRuns& runs, const DiagonalRuns::Run& r
   const auto* c = values + r.at;
   const auto* off = runs.offsets.data() + r.first;
   const int points = static_cast<int>(r.points);
-  const bool avx2 = kernel_isa() == KernelIsa::avx2;
-  const auto go = [&](auto p, auto dot) {
-    constexpr int P = decltype(p)::value;
-    constexpr bool D = decltype(dot)::value;
-    const auto* xr = x + r.begin;
-    auto* yr = y + r.begin;
-    const auto* wr = D ? w + r.begin : nullptr;
-#if EINSHARD_KERNELS_X86
-    if (avx2) return diagonal_run_avx2<P, D>(c, off, points, rows, xr, yr, wr);
-#endif
-    return diagonal_run_portable<P, D>(c, off, points, rows, xr, yr, wr);
-  };
-  const auto with_points = [&](auto dot) {
-    switch (points) {
-      case 5: return go(std::integral_constant<int, 5>{}, dot);
-      case 7: return go(std::integral_constant<int, 7>{}, dot);
-      default: return go(std::integral_constant<int, 0>{}, dot);
-    }
-  };
-  return w != nullptr ? with_points(std::true_type{}) : with_points(std::false_type{});
+  const auto* wr = w != nullptr ? w + r.begin : nullptr;
+  switch (points) {
+    case 5: return offset_line<5, Coefficients::blocked>(c, 0, off, points, rows, x + r.begin, y + r.begin, wr);
+    case 7: return offset_line<7, Coefficients::blocked>(c, 0, off, points, rows, x + r.begin, y + r.begin, wr);
+    default: return offset_line<0, Coefficients::blocked>(c, 0, off, points, rows, x + r.begin, y + r.begin, wr);
+  }
 }
-#endif
 
 }  // namespace einshard::sparse::detail

@@ -154,9 +154,10 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   [[nodiscard]] std::int64_t nnz() const { return local_.nnz(); }
   /// Stored entries of the whole matrix (collective).
   [[nodiscard]] std::int64_t global_nnz() const;
-  /// The bytes this rank's part holds (local): its CSR and the products' split of it, the halo's
-  /// plan and buffers, and the row and column layouts. Storage shared between them counts once;
-  /// the caches of solves (a preconditioner, an adjoint, a single-precision copy) are not counted.
+  /// The bytes this rank's part holds (local): its CSR and the products' split of it (the values of
+  /// its diagonal runs), the halo's plan and buffers, and the row and column layouts. Storage
+  /// shared between them counts once; the caches of solves (a preconditioner, an adjoint, a
+  /// single-precision copy) are not counted.
   /// What stays flat per rank as ranks are added (docs/scale.md measures it to 1,024 ranks).
   [[nodiscard]] std::int64_t held_bytes() const;
   [[nodiscard]] const Mesh& mesh() const { return mesh_; }

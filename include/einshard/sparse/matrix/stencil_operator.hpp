@@ -37,6 +37,7 @@
 #include "einshard/comm/mpi.hpp"
 #include "einshard/error.hpp"
 #include "einshard/mesh.hpp"
+#include "einshard/sparse/matrix/diagonal_runs.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/dvector.hpp"
 #include "einshard/sparse/matrix/halo.hpp"
@@ -67,7 +68,7 @@ struct StencilOptions {
 namespace detail {
 
 /// The interior of the box: lines along the last dimension, y[j] = Σ_s c_s x[j + off_s] with the
-/// S points unrolled (S = 0: a runtime count, accumulated into y's line, which stays in L1).
+/// S points unrolled (S = 0: a runtime count), each line in vector lanes (offset_line).
 /// Returns Σ w_j y_j over the rows written when w is given. A block of `cols` columns (row-major)
 /// is the same loop over a last dimension `cols` times longer (n, r and off scaled by the caller,
 /// constant coefficients only); its dots go per column into `dots` instead.
@@ -75,69 +76,36 @@ template <class V, int S, bool Variable>
 double stencil_interior(const V* __restrict x, V* __restrict y, const V* __restrict w, const V* __restrict coef,
                         std::int64_t owned, const std::int64_t* n, const std::int64_t* r, const std::int64_t* off,
                         const V* c, int points, std::int64_t cols = 1, double* __restrict dots = nullptr) {
-  constexpr int fixed = S > 0 ? S : 1;
-  const int count = S > 0 ? S : points;
-  [[maybe_unused]] std::int64_t o[fixed];
-  [[maybe_unused]] V k[fixed];
-  if constexpr (S > 0)
-    for (int s = 0; s < S; ++s) o[s] = off[s], k[s] = c[s];
-  double d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+  double dot = 0;
   const std::int64_t lo = r[2], hi = n[2] - r[2];
   for (std::int64_t i0 = r[0]; i0 < n[0] - r[0]; ++i0)
     for (std::int64_t i1 = r[1]; i1 < n[1] - r[1]; ++i1) {
       const std::int64_t base = (i0 * n[1] + i1) * n[2];
-      const V* __restrict xb = x + base;
-      V* __restrict yb = y + base;
-      if constexpr (S > 0 && !Variable) {
-        for (std::int64_t j = lo; j < hi; ++j) {
-          V acc = 0;
-#pragma GCC unroll 32
-          for (int s = 0; s < S; ++s) acc += k[s] * xb[j + o[s]];
-          yb[j] = acc;
-        }
-      } else if constexpr (S > 0) {
-        const V* __restrict cb = coef + base;
-        for (std::int64_t j = lo; j < hi; ++j) {
-          V acc = 0;
-#pragma GCC unroll 32
-          for (int s = 0; s < S; ++s) acc += cb[s * owned + j] * xb[j + o[s]];
-          yb[j] = acc;
-        }
-      } else {
-        for (int s = 0; s < count; ++s) {
-          const V* __restrict xs = xb + off[s];
-          if constexpr (Variable) {
-            const V* __restrict cs = coef + s * owned + base;
-            if (s == 0)
-              for (std::int64_t j = lo; j < hi; ++j) yb[j] = cs[j] * xs[j];
-            else
-              for (std::int64_t j = lo; j < hi; ++j) yb[j] += cs[j] * xs[j];
-          } else {
-            const V cs = c[s];
-            if (s == 0)
-              for (std::int64_t j = lo; j < hi; ++j) yb[j] = cs * xs[j];
-            else
-              for (std::int64_t j = lo; j < hi; ++j) yb[j] += cs * xs[j];
-          }
-        }
+      if (cols == 1) {
+        constexpr auto layout = Variable ? Coefficients::strided : Coefficients::constant;
+        dot += offset_line<S, layout>(Variable ? coef + base + lo : c, owned, off, points, hi - lo, x + base + lo,
+                                      y + base + lo, w != nullptr ? w + base + lo : nullptr);
+        continue;
       }
-      if (w != nullptr && cols > 1) {  // per column: elementwise into dots, no reassociation
-        const V* __restrict wb = w + base;
-        for (std::int64_t j = lo; j < hi; j += cols)
-          for (std::int64_t q = 0; q < cols; ++q) dots[q] += static_cast<double>(wb[j + q] * yb[j + q]);
-      } else if (w != nullptr) {  // the line is in L1: four chains, since one would be bound by latency
-        const V* __restrict wb = w + base;
-        std::int64_t j = lo;
-        for (; j + 4 <= hi; j += 4) {
-          d0 += static_cast<double>(wb[j] * yb[j]);
-          d1 += static_cast<double>(wb[j + 1] * yb[j + 1]);
-          d2 += static_cast<double>(wb[j + 2] * yb[j + 2]);
-          d3 += static_cast<double>(wb[j + 3] * yb[j + 3]);
+      if constexpr (!Variable) {
+        const V* __restrict xb = x + base;
+        V* __restrict yb = y + base;
+        for (int s = 0; s < (S > 0 ? S : points); ++s) {
+          const V* __restrict xs = xb + off[s];
+          const V cs = c[s];
+          if (s == 0)
+            for (std::int64_t j = lo; j < hi; ++j) yb[j] = cs * xs[j];
+          else
+            for (std::int64_t j = lo; j < hi; ++j) yb[j] += cs * xs[j];
         }
-        for (; j < hi; ++j) d0 += static_cast<double>(wb[j] * yb[j]);
+        if (w != nullptr) {  // per column: elementwise into dots, no reassociation
+          const V* __restrict wb = w + base;
+          for (std::int64_t j = lo; j < hi; j += cols)
+            for (std::int64_t q = 0; q < cols; ++q) dots[q] += static_cast<double>(wb[j + q] * yb[j + q]);
+        }
       }
     }
-  return (d0 + d1) + (d2 + d3);
+  return dot;
 }
 
 /// The box's faces: row brow[b] reads point s at src[b * points + s] of [x | ghosts] (-1: a
