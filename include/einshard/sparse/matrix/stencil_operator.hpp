@@ -81,28 +81,15 @@ double stencil_interior(const V* __restrict x, V* __restrict y, const V* __restr
   for (std::int64_t i0 = r[0]; i0 < n[0] - r[0]; ++i0)
     for (std::int64_t i1 = r[1]; i1 < n[1] - r[1]; ++i1) {
       const std::int64_t base = (i0 * n[1] + i1) * n[2];
-      if (cols == 1) {
-        constexpr auto layout = Variable ? Coefficients::strided : Coefficients::constant;
-        dot += offset_line<S, layout>(Variable ? coef + base + lo : c, owned, off, points, hi - lo, x + base + lo,
-                                      y + base + lo, w != nullptr ? w + base + lo : nullptr);
-        continue;
-      }
-      if constexpr (!Variable) {
-        const V* __restrict xb = x + base;
-        V* __restrict yb = y + base;
-        for (int s = 0; s < (S > 0 ? S : points); ++s) {
-          const V* __restrict xs = xb + off[s];
-          const V cs = c[s];
-          if (s == 0)
-            for (std::int64_t j = lo; j < hi; ++j) yb[j] = cs * xs[j];
-          else
-            for (std::int64_t j = lo; j < hi; ++j) yb[j] += cs * xs[j];
-        }
-        if (w != nullptr) {  // per column: elementwise into dots, no reassociation
-          const V* __restrict wb = w + base;
-          for (std::int64_t j = lo; j < hi; j += cols)
-            for (std::int64_t q = 0; q < cols; ++q) dots[q] += static_cast<double>(wb[j + q] * yb[j + q]);
-        }
+      constexpr auto layout = Variable ? Coefficients::strided : Coefficients::constant;
+      const bool per_column = w != nullptr && cols > 1;
+      dot += offset_line<S, layout>(Variable ? coef + base + lo : c, owned, off, points, hi - lo, x + base + lo,
+                                    y + base + lo, w != nullptr && !per_column ? w + base + lo : nullptr);
+      if (per_column) {  // elementwise into dots, no reassociation
+        const V* __restrict wb = w + base;
+        const V* __restrict yb = y + base;
+        for (std::int64_t j = lo; j < hi; j += cols)
+          for (std::int64_t q = 0; q < cols; ++q) dots[q] += static_cast<double>(wb[j + q] * yb[j + q]);
       }
     }
   return dot;
