@@ -160,6 +160,10 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   /// single-precision copy) are not counted.
   /// What stays flat per rank as ranks are added (docs/scale.md measures it to 1,024 ranks).
   [[nodiscard]] std::int64_t held_bytes() const;
+  /// Rows of this rank's part the product takes as diagonal runs (local; docs/sparse.md,
+  /// "Diagonal runs"): the interiors of a structured grid's lines; 0 for a matrix from an
+  /// unstructured mesh, for complex values and for values off the CPU.
+  [[nodiscard]] std::int64_t diagonal_run_rows() const;
   [[nodiscard]] const Mesh& mesh() const { return mesh_; }
   /// The range partition: rows, b, A x.
   [[nodiscard]] const std::shared_ptr<const RowLayout>& layout() const override { return layout_; }
@@ -353,6 +357,13 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
 
 EINSHARD_INLINE std::int64_t DSparseTensor::global_nnz() const {
   return comm::all_reduce_value(nnz(), comm::Reduction::sum, layout_->comm());
+}
+
+EINSHARD_INLINE std::int64_t DSparseTensor::diagonal_run_rows() const {
+  std::int64_t rows = 0;
+  if (diagonal_runs_.active())
+    for (const auto& r : diagonal_runs_.runs) rows += r.end - r.begin;
+  return rows;
 }
 
 EINSHARD_INLINE std::int64_t DSparseTensor::held_bytes() const {
