@@ -341,7 +341,9 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   at::Tensor boundary_;  // local rows with ghost columns, ascending
   at::Tensor ghost_starts_;  // each boundary row's first ghost entry (ghost_starts)
   at::Tensor boundary_with_owned_;         // positions in boundary_ of the rows with owned columns too (mixed_rows)
-  detail::DiagonalRuns diagonal_runs_;  // interior rows of constant offsets, by diagonal (values via refresh_blocks)
+  // Interior rows of constant offsets, their values copied (refresh_blocks; again after an
+  // in-place change of the values, at the next product).
+  mutable detail::DiagonalRuns diagonal_runs_;
   detail::GenericHaloCsr generic_;  // product_csr_ split for ATen, when the values take the generic kernels
   mutable detail::HaloScratch scratch_;
   mutable detail::SolveCaches solve_caches_;
@@ -375,7 +377,8 @@ EINSHARD_INLINE std::int64_t DSparseTensor::held_bytes() const {
   }
   held.add(diagonal_runs_.offsets);
   held.add(diagonal_runs_.runs);
-  for (const auto* t : {&boundary_, &ghost_starts_, &boundary_with_owned_, &diagonal_runs_.values, &generic_.interior, &generic_.boundary,
+  held.add(diagonal_runs_.values);
+  for (const auto* t : {&boundary_, &ghost_starts_, &boundary_with_owned_, &generic_.interior, &generic_.boundary,
                         &generic_.rows})
     held.add(*t);
   if (plan_) plan_->count_bytes(held);
@@ -462,6 +465,8 @@ EINSHARD_INLINE std::complex<double> DSparseTensor::halo_product(const at::Tenso
     generic_product(x, y, update != nullptr ? *update : 0.0);
     return detail::generic_product_dot(y, w, update != nullptr);
   }
+  if (diagonal_runs_.active() && !diagonal_runs_.current(product_csr_.values))
+    detail::fill_diagonal_runs(diagonal_runs_, product_csr_.rowptr, product_csr_.values);
   auto& ghosts = scratch_.ghosts(x);
   const auto owned = domain_->local_size();
   scratch_.exchange()->start(x, ghosts);
