@@ -32,14 +32,8 @@ struct DiagonalRuns {
   std::vector<Run> runs;
   std::vector<std::int64_t> offsets;
   at::Tensor values;
-  std::int64_t version = 0;  // the CSR values' version counter when copied
 
   [[nodiscard]] bool active() const { return values.defined() && !runs.empty(); }
-  /// Whether `values` still holds the CSR's `csr_values`: an in-place change of those (an
-  /// optimizer's step on a matrix's values) advances their version counter.
-  [[nodiscard]] bool current(const at::Tensor& csr_values) const {
-    return csr_values.is_inference() || csr_values._version() == version;
-  }
 };
 
 /// Rows of a block of a run's values: a multiple of every vector width of the kernels.
@@ -113,7 +107,6 @@ inline void fill_diagonal_runs(DiagonalRuns& runs, const at::Tensor& rowptr_in, 
     }
   });
   runs.values = values;
-  runs.version = csr_values.is_inference() ? 0 : csr_values._version();
 }
 
 /// Where a line's coefficient c_k(j) of point k and row j is: c[k] for every j (`constant`: a

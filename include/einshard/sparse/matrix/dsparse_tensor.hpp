@@ -315,6 +315,10 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   /// besides reading, and a chain of torch passes would cost several times as much).
   void split_blocks();
   void refresh_blocks();
+  /// refresh_blocks after an in-place change of the values (an optimizer's step on values()),
+  /// which advances their version counter: the copies the products keep (diagonal runs, the
+  /// generic kernels' split) would go on holding the old values.
+  void follow_values() const;
   /// Moves the stored entries (values differentiably) to `device` after a host assembly; the
   /// native kernels' row lists stay on the host, unused there.
   void place_on(const at::Device& device);
@@ -341,10 +345,12 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   at::Tensor boundary_;  // local rows with ghost columns, ascending
   at::Tensor ghost_starts_;  // each boundary row's first ghost entry (ghost_starts)
   at::Tensor boundary_with_owned_;         // positions in boundary_ of the rows with owned columns too (mixed_rows)
-  // Interior rows of constant offsets, their values copied (refresh_blocks; again after an
-  // in-place change of the values, at the next product).
-  mutable detail::DiagonalRuns diagonal_runs_;
-  detail::GenericHaloCsr generic_;  // product_csr_ split for ATen, when the values take the generic kernels
+  // Copies of the values the products keep (refresh_blocks; again at the next product after an
+  // in-place change of the values: follow_values). `values_version_`: the values' version counter
+  // when they were made.
+  mutable detail::DiagonalRuns diagonal_runs_;  // interior rows of constant offsets
+  mutable detail::GenericHaloCsr generic_;  // product_csr_ split for ATen, when the values take the generic kernels
+  mutable std::int64_t values_version_ = 0;
   mutable detail::HaloScratch scratch_;
   mutable detail::SolveCaches solve_caches_;
 };
@@ -378,8 +384,8 @@ EINSHARD_INLINE std::int64_t DSparseTensor::held_bytes() const {
   held.add(diagonal_runs_.offsets);
   held.add(diagonal_runs_.runs);
   held.add(diagonal_runs_.values);
-  for (const auto* t : {&boundary_, &ghost_starts_, &boundary_with_owned_, &generic_.interior, &generic_.boundary,
-                        &generic_.rows})
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
+           &boundary_, &ghost_starts_, &boundary_with_owned_, &generic_.interior, &generic_.boundary, &generic_.rows})
     held.add(*t);
   if (plan_) plan_->count_bytes(held);
   scratch_.count_bytes(held);
@@ -431,6 +437,7 @@ EINSHARD_INLINE void DSparseTensor::generic_product(const at::Tensor& x, at::Ten
 }
 
 EINSHARD_INLINE std::vector<double> DSparseTensor::apply_block(const at::Tensor& x, at::Tensor& y, const at::Tensor& w) const {
+  follow_values();
   if (generic_.defined()) {
     generic_product(x, y, 0.0);
     return w.defined() ? detail::to_host_real({detail::column_dots(w, y)}) : std::vector<double>{};
@@ -461,12 +468,11 @@ EINSHARD_INLINE double DSparseTensor::apply_update(const at::Tensor& x, at::Tens
 
 EINSHARD_INLINE std::complex<double> DSparseTensor::halo_product(const at::Tensor& x, at::Tensor& y, const at::Tensor& w,
                                                                 const double* update) const {
+  follow_values();
   if (generic_.defined()) {
     generic_product(x, y, update != nullptr ? *update : 0.0);
     return detail::generic_product_dot(y, w, update != nullptr);
   }
-  if (diagonal_runs_.active() && !diagonal_runs_.current(product_csr_.values))
-    detail::fill_diagonal_runs(diagonal_runs_, product_csr_.rowptr, product_csr_.values);
   auto& ghosts = scratch_.ghosts(x);
   const auto owned = domain_->local_size();
   scratch_.exchange()->start(x, ghosts);
@@ -563,6 +569,7 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
 
 
 EINSHARD_INLINE void DSparseTensor::transpose_apply(const at::Tensor& y, at::Tensor& x, bool conjugate) const {
+  follow_values();
   const auto owned = domain_->local_size();
   if (generic_.defined()) {
     // The ghost columns' part first, sent back while the owned columns' part is formed; Aᴴ y is
@@ -605,10 +612,18 @@ EINSHARD_INLINE void DSparseTensor::place_on(const at::Device& device) {
 
 EINSHARD_INLINE void DSparseTensor::refresh_blocks() {
   product_csr_.values = local_.values.detach().contiguous();
-  detail::fill_diagonal_runs(diagonal_runs_, product_csr_.rowptr, product_csr_.values);
-  generic_ = detail::uses_generic(product_csr_.values)
-                 ? detail::generic_halo_csr(product_csr_, product_csr_.values, domain_->local_size())
-                 : detail::GenericHaloCsr{};
+  values_version_ = -1;
+  follow_values();
+}
+
+EINSHARD_INLINE void DSparseTensor::follow_values() const {
+  const auto& values = product_csr_.values;
+  const auto version = values.is_inference() ? 0 : values._version();  // inference tensors keep none
+  if (version == values_version_) return;
+  detail::fill_diagonal_runs(diagonal_runs_, product_csr_.rowptr, values);
+  generic_ = detail::uses_generic(values) ? detail::generic_halo_csr(product_csr_, values, domain_->local_size())
+                                          : detail::GenericHaloCsr{};
+  values_version_ = version;
 }
 
 EINSHARD_INLINE const at::Tensor& DSparseTensor::same_structure(const DSparseTensor& b, const char* op) const {
