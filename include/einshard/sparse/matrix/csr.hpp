@@ -227,7 +227,7 @@ template <class V>
 using accumulator_t = std::conditional_t<c10::is_complex<V>::value, c10::complex<double>, double>;
 
 template <class V>
-V conj_if_complex(const V& v) {
+EINSHARD_KERNEL_INLINE V conj_if_complex(const V& v) {
   if constexpr (c10::is_complex<V>::value)
     return std::conj(v);
   else
