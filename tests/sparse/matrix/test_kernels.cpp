@@ -155,8 +155,8 @@ TEST_CASE("CSR products over rows of every length from 0 to 10 equal a dense pro
 TEST_CASE("Products over diagonal runs find the runs and equal a dense product", "[sparse][kernels][unit]") {
   // Stretches of rows with one offset pattern each: 5 points (unrolled), 9 (a run-time count), 7
   // (unrolled) cut by a row that needs the halo, 3; rows near the ends lose the entries that fall
-  // outside and break the runs; a stretch shorter than a run stays with the CSR loops. Run lengths
-  // leave remainders past the vector lanes.
+  // outside and break the runs; the 4 rows between the halo row and the 3-point stretch are too
+  // few for a run and stay with the CSR loops. Run lengths leave remainders past the vector lanes.
   const std::int64_t n = 300;
   const auto pattern = [](std::int64_t i) -> std::vector<std::int64_t> {
     if (i < 100) return {-5, -1, 0, 1, 5};
@@ -173,16 +173,21 @@ TEST_CASE("Products over diagonal runs find the runs and equal a dense product",
         c.push_back(i + o);
       }
   const auto rows = at::tensor(r, at::kLong), cols = at::tensor(c, at::kLong);
-  const auto boundary = at::tensor(std::vector<std::int64_t>{170}, at::kLong);  // reads x only: no ghosts here
+  const auto boundary = at::tensor(std::vector<std::int64_t>{225}, at::kLong);  // reads x only: no ghosts here
   const auto base = sp::detail::coo_to_csr(random_like({rows.numel()}, at::kDouble, 3), rows, cols, n, n);
   const auto runs_found = sp::detail::find_diagonal_runs(base.rowptr, base.col, n, boundary);
   std::vector<std::int64_t> got;  // begin, end, points of each run
   for (const auto& run : runs_found.runs) got.insert(got.end(), {run.begin, run.end, run.points});
-  CHECK(got == std::vector<std::int64_t>{5, 100, 5, 101, 150, 9, 171, 230, 7, 230, 299, 3});
-  // A 2-D 5-point matrix on a grid narrower than a run has none.
-  const auto small = es::testing::poisson2d(20, 20);
-  const auto small_csr = sp::detail::coo_to_csr(small.values, small.rows, small.cols, 400, 400);
-  CHECK(sp::detail::find_diagonal_runs(small_csr.rowptr, small_csr.col, 400, at::empty({0}, at::kLong)).runs.empty());
+  CHECK(got == std::vector<std::int64_t>{5, 100, 5, 101, 150, 9, 150, 225, 7, 230, 299, 3});
+  // A 2-D 5-point matrix on a grid whose lines have fewer interior rows than a run has none; one
+  // line longer and the interior of each of the 20 lines is a run.
+  for (const std::int64_t width : {9, 10}) {
+    const auto small = es::testing::poisson2d(width, 20);
+    const auto rows_n = width * 20;
+    const auto small_csr = sp::detail::coo_to_csr(small.values, small.rows, small.cols, rows_n, rows_n);
+    const auto found = sp::detail::find_diagonal_runs(small_csr.rowptr, small_csr.col, rows_n, at::empty({0}, at::kLong));
+    CHECK(found.runs.size() == (width == 9 ? 0U : 20U));
+  }
 
   // float64, float32, and float32 values applied to float64 vectors (Precision::single_values).
   for (const auto& [values_type, vector_type] : {std::pair{at::kDouble, at::kDouble}, std::pair{at::kFloat, at::kFloat},

@@ -38,8 +38,9 @@ struct DiagonalRuns {
 
 /// Rows of a block of a run's values: a multiple of every vector width of the kernels.
 inline constexpr std::int64_t kRunBlock = 8;
-/// Shortest run kept: shorter ones save less than the switch between loops costs.
-inline constexpr std::int64_t kMinDiagonalRun = 32;
+/// Shortest run kept: one block. Runs that short still pay: a 3-D 7-point product on a 10³ box
+/// (lines of 8 interior rows) takes 0.81x the time of the CSR loops, on 16³ to 32³ 0.6-0.7x.
+inline constexpr std::int64_t kMinDiagonalRun = kRunBlock;
 /// Longest row of a run (a 27-point stencil fits).
 inline constexpr std::int64_t kMaxDiagonalPoints = 32;
 
