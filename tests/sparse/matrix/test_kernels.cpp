@@ -152,6 +152,79 @@ TEST_CASE("CSR products over rows of every length from 0 to 10 equal a dense pro
   }
 }
 
+TEST_CASE("Block CG's vector passes equal torch on every column count, dtype and instruction set",
+          "[sparse][kernels][unit]") {
+  // Column counts that use each window (8, 4, 2, 1) and several of them; a stopped column (α =
+  // β = 0, inactive); a diagonal preconditioner and none.
+  const std::int64_t n = 37;
+  for (const auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
+    const double tol = dtype == at::kFloat ? 1e-4 : 1e-12;
+    for (const std::int64_t k : {1, 3, 8, 13, 32}) {
+      const auto r0 = random_like({n, k}, dtype, 21), q = random_like({n, k}, dtype, 22);
+      const auto x0 = random_like({n, k}, dtype, 23), p0 = random_like({n, k}, dtype, 24);
+      const auto s0 = random_like({n, k}, dtype, 25), w = random_like({n, k}, dtype, 26);
+      const auto u0 = random_like({n, k}, dtype, 27);
+      const auto d = (random_like({n}, dtype, 28).abs() + 0.5).to(dtype);
+      std::vector<double> alpha(static_cast<std::size_t>(k)), beta(alpha.size());
+      std::vector<char> active(alpha.size(), 1);
+      for (std::int64_t j = 0; j < k; ++j) {
+        alpha[static_cast<std::size_t>(j)] = 0.3 + 0.1 * static_cast<double>(j);
+        beta[static_cast<std::size_t>(j)] = 0.7 - 0.02 * static_cast<double>(j);
+      }
+      active.back() = 0;
+      alpha.back() = beta.back() = 0.0;
+      const auto col = [&](const std::vector<double>& v) { return at::tensor(v, at::kDouble).to(dtype).unsqueeze(0); };
+      const auto a = col(alpha), b = col(beta), on = col(std::vector<double>(active.begin(), active.end()));
+      const auto re_sums = [](const at::Tensor& u, const at::Tensor& v) {
+        return at::real(at::sum(u.conj() * v, 0)).to(at::kDouble);
+      };
+      const auto vec_of = [](const std::vector<double>& v, std::size_t from, std::size_t count) {
+        return at::tensor(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(from),
+                                              v.begin() + static_cast<std::ptrdiff_t>(from + count)),
+                          at::kDouble);
+      };
+      const auto uk = static_cast<std::size_t>(k);
+      for (const bool portable : {false, true}) {
+        CAPTURE(c10::toString(dtype), k, portable);
+        sp::detail::force_portable_kernels() = portable;
+        CHECK(gap(vec_of(sp::detail::block_dots(r0, q), 0, uk), re_sums(r0, q)) < tol * n);
+        for (const bool diagonal : {false, true}) {
+          const auto dd = diagonal ? d : at::Tensor();
+          const auto dcol = diagonal ? d.unsqueeze(1) : at::ones({n, 1}, dtype);
+          auto r = r0.clone();
+          const auto sums = sp::detail::block_cg_update(r, q, alpha, dd);
+          const auto r_ref = r0 - a * q;
+          CHECK(gap(r, r_ref) < tol);
+          CHECK(gap(vec_of(sums, 0, uk), re_sums(r_ref, dcol * r_ref)) < tol * n);
+          CHECK(gap(vec_of(sums, uk, uk), re_sums(r_ref, r_ref)) < tol * n);
+          auto x = x0.clone(), pp = p0.clone();
+          sp::detail::block_cg_direction(x, pp, r_ref, dd, alpha, beta, active);
+          CHECK(gap(x, x0 + a * p0) < tol);
+          CHECK(gap(pp, on * (dcol * r_ref + b * p0)) < tol);
+          for (const bool identity : {false, true}) {
+            auto x2 = x0.clone(), r2 = r0.clone(), p2 = p0.clone(), s2 = s0.clone(), u2 = u0.clone();
+            const auto cg = sp::detail::block_cgcg_update(x2, r2, p2, s2, u2, w, alpha, beta, dd, identity && !diagonal);
+            const auto p_ref = u0 + b * p0, s_ref = w + b * s0, r2_ref = r0 - a * s_ref;
+            CHECK(gap(p2, p_ref) < tol);
+            CHECK(gap(s2, s_ref) < tol);
+            CHECK(gap(x2, x0 + a * p_ref) < tol);
+            CHECK(gap(r2, r2_ref) < tol);
+            CHECK(gap(vec_of(cg, uk, uk), re_sums(r2_ref, r2_ref)) < tol * n);
+            if (diagonal || identity) {
+              const auto u_ref = dcol * r2_ref;
+              CHECK(gap(u2, u_ref) < tol);
+              CHECK(gap(vec_of(cg, 0, uk), re_sums(r2_ref, u_ref)) < tol * n);
+            } else {
+              CHECK(at::equal(u2, u0));  // a general preconditioner: u is the caller's
+            }
+          }
+        }
+        sp::detail::force_portable_kernels() = false;
+      }
+    }
+  }
+}
+
 TEST_CASE("Products over diagonal runs find the runs and equal a dense product", "[sparse][kernels][unit]") {
   // Stretches of rows with one offset pattern each: 5 points (unrolled), 9 (a run-time count), 7
   // (unrolled) cut by a row that needs the halo, 3; rows near the ends lose the entries that fall

@@ -14,6 +14,7 @@
 /// they update a solver's state, and differentiable products go through csr_autograd.hpp.
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <array>
 #include <complex>
