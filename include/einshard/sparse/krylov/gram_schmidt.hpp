@@ -102,8 +102,14 @@ EINSHARD_KERNEL_INLINE void gram_schmidt_sweep_body(const S* __restrict basis, s
       // Four rows at a time: w's tile is loaded and stored once per four. The entries go in runs
       // of `lanes`, a fixed count GCC's straight-line vectorizer packs: at -O2 (GCC 12's cheap
       // cost model) a loop of unknown length stays scalar, which ran this update at a third of
-      // the speed of the dots. (No lambda for the entry's update: unoptimized builds, the test
-      // suites', call it per entry.)
+      // the speed of the dots. (Inlined in unoptimized builds too, the test suites': a call per
+      // entry made GMRES there 30x slower.)
+      const auto update = [&](std::int64_t e, const S* __restrict v0, const S* __restrict v1,
+                              const S* __restrict v2, const S* __restrict v3, V c0, V c1, V c2,
+                              V c3) EINSHARD_KERNEL_LAMBDA_INLINE {
+        wt[e] -= c0 * static_cast<V>(v0[e]) + c1 * static_cast<V>(v1[e]) + c2 * static_cast<V>(v2[e]) +
+                 c3 * static_cast<V>(v3[e]);
+      };
       std::int64_t i = 0;
       for (; i + 4 <= rows; i += 4) {
         const S* __restrict v0 = basis + i * ld + t0;
@@ -111,16 +117,10 @@ EINSHARD_KERNEL_INLINE void gram_schmidt_sweep_body(const S* __restrict basis, s
         const S* __restrict v2 = v1 + ld;
         const S* __restrict v3 = v2 + ld;
         const V c0 = coef[i], c1 = coef[i + 1], c2 = coef[i + 2], c3 = coef[i + 3];
-        const auto whole = len / lanes * lanes;
-        for (std::int64_t e0 = 0; e0 < whole; e0 += lanes)
-          for (int l = 0; l < lanes; ++l) {
-            const auto e = e0 + l;
-            wt[e] -= c0 * static_cast<V>(v0[e]) + c1 * static_cast<V>(v1[e]) + c2 * static_cast<V>(v2[e]) +
-                     c3 * static_cast<V>(v3[e]);
-          }
-        for (auto e = whole; e < len; ++e)
-          wt[e] -= c0 * static_cast<V>(v0[e]) + c1 * static_cast<V>(v1[e]) + c2 * static_cast<V>(v2[e]) +
-                   c3 * static_cast<V>(v3[e]);
+        std::int64_t e = 0;
+        for (; e + lanes <= len; e += lanes)
+          for (int l = 0; l < lanes; ++l) update(e + l, v0, v1, v2, v3, c0, c1, c2, c3);
+        for (; e < len; ++e) update(e, v0, v1, v2, v3, c0, c1, c2, c3);
       }
       for (; i < rows; ++i) {
         const S* __restrict v = basis + i * ld + t0;

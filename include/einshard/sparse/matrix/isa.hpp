@@ -47,9 +47,11 @@ inline KernelIsa kernel_isa() {
 #if defined(__GNUC__) || defined(__clang__)
 #define EINSHARD_KERNEL_INLINE inline __attribute__((always_inline))
 #define EINSHARD_KERNEL_NOINLINE __attribute__((noinline))
+#define EINSHARD_KERNEL_LAMBDA_INLINE __attribute__((always_inline))  // after a lambda's parameters
 #else
 #define EINSHARD_KERNEL_INLINE inline
 #define EINSHARD_KERNEL_NOINLINE
+#define EINSHARD_KERNEL_LAMBDA_INLINE
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
