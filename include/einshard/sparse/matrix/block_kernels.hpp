@@ -265,8 +265,8 @@ struct Cols {
   using vec = typename L::vec;
   static constexpr int count = L::count;
   static constexpr int width = L::width;
-  // By reference, not by value: a vector returned by a function compiled without AVX changes its
-  // ABI, even inlined.
+  // By reference, not by value: a 32-byte vector returned by a function not compiled for AVX has
+  // another ABI, and GCC warns (-Wpsabi) even where the function is always inlined.
   EINSHARD_KERNEL_INLINE static void load(vec& v, const double* p, int c) {
     __builtin_memcpy(&v, p + c * width, sizeof v);  // unaligned
   }
