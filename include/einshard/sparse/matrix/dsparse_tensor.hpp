@@ -315,9 +315,9 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   /// besides reading, and a chain of torch passes would cost several times as much).
   void split_blocks();
   void refresh_blocks();
-  /// refresh_blocks after an in-place change of the values (an optimizer's step on values()),
-  /// which advances their version counter: the copies the products keep (diagonal runs, the
-  /// generic kernels' split) would go on holding the old values.
+  /// Makes the copies of the values the products keep (diagonal runs, the generic kernels' split)
+  /// again when the values' version counter has moved since: an in-place change (an optimizer's
+  /// step on values()) would otherwise leave them on the old values. One counter read per product.
   void follow_values() const;
   /// Moves the stored entries (values differentiably) to `device` after a host assembly; the
   /// native kernels' row lists stay on the host, unused there.
@@ -383,9 +383,9 @@ EINSHARD_INLINE std::int64_t DSparseTensor::held_bytes() const {
   }
   held.add(diagonal_runs_.offsets);
   held.add(diagonal_runs_.runs);
-  held.add(diagonal_runs_.values);
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{
-           &boundary_, &ghost_starts_, &boundary_with_owned_, &generic_.interior, &generic_.boundary, &generic_.rows})
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&boundary_, &ghost_starts_, &boundary_with_owned_,
+                                                                     &diagonal_runs_.values, &generic_.interior,
+                                                                     &generic_.boundary, &generic_.rows})
     held.add(*t);
   if (plan_) plan_->count_bytes(held);
   scratch_.count_bytes(held);
