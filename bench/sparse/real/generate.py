@@ -25,6 +25,11 @@ Problems (unknowns):
   convdiff2d_p1     -eps Δu + w·grad u = 1, |w| = 1 at 30°, Péclet |w| L / eps = 1e3, SUPG
                     streamline diffusion, unit square, P1 (nonsymmetric)                (65 025)
   convdiff3d_p1     the same in the unit cube, Péclet 1e2, P1 tetrahedra, jittered     (29 791)
+  convdiff3d_ball_p1  the same on the unit ball, Péclet 1e3, P1 tetrahedra            (41 727)
+  beam3d_p1         elasticity of a 6 x 1 x 1 cantilever, structured P1 tetrahedra, clamped
+                    at x = 0, gravity along z                                        (11 664)
+  elasticity2d_p1/p2  plane elasticity of the unit disc, P1 / P2 triangles, clamped where
+                    y < -0.8; 2 unknowns per node                                     (15 832)
 """
 import json
 import os
@@ -72,23 +77,23 @@ def unit(v, w):
     return 1.0 * v
 
 
-def elasticity(refine, element):
-    mesh = MeshTet.init_ball(refine)
+def elasticity(mesh, element, clamped):
+    """Linear elasticity, E = 1, nu = 0.3, under gravity along the last axis; `clamped(locations)`
+    marks the unknowns held at zero, every unknown of a clamped node (so rows stay in whole nodes)."""
+    dim = mesh.dim()
     basis = Basis(mesh, ElementVector(element))
     A = asm(linear_elasticity(*lame_parameters(1.0, 0.3)), basis)
 
     @LinearForm
     def gravity(v, w):
-        return -1e-2 * v[2]
+        return -1e-2 * v[dim - 1]
 
     b = asm(gravity, basis)
-    # Clamp the nodes below z = -0.8: every unknown of a clamped node (so rows stay in whole nodes).
     locs = basis.doflocs
-    fixed = np.nonzero(locs[2] < -0.8)[0]
-    A, b, _, free = condense(A, b, D=fixed)
-    nodes = locs[:, free[::3]].T
-    assert np.all(free[::3] % 3 == 0) and np.all(free[1::3] == free[::3] + 1) and np.all(free[2::3] == free[::3] + 2)
-    return A, b, {"functions": 3, "dim": 3, "symmetric": True}, nodes
+    A, b, _, free = condense(A, b, D=np.nonzero(clamped(locs))[0])
+    nodes = locs[:, free[::dim]].T
+    assert all(np.all(free[f::dim] == free[::dim] + f) for f in range(dim)) and np.all(free[::dim] % dim == 0)
+    return A, b, {"functions": dim, "dim": dim, "symmetric": True}, nodes
 
 
 def poisson(mesh, element):
@@ -143,9 +148,18 @@ def convection_diffusion(mesh, peclet):
     return A, b, {"functions": 1, "dim": dim, "symmetric": False, "peclet": peclet}, None
 
 
+def below(axis, level):
+    return lambda locs: locs[axis] < level
+
+
 PROBLEMS = {
-    "elasticity3d_p1": lambda: elasticity(4, ElementTetP1()),
-    "elasticity3d_p2": lambda: elasticity(3, ElementTetP2()),
+    "elasticity3d_p1": lambda: elasticity(MeshTet.init_ball(4), ElementTetP1(), below(2, -0.8)),
+    "elasticity3d_p2": lambda: elasticity(MeshTet.init_ball(3), ElementTetP2(), below(2, -0.8)),
+    "beam3d_p1": lambda: elasticity(
+        MeshTet.init_tensor(np.linspace(0, 6, 49), np.linspace(0, 1, 9), np.linspace(0, 1, 9)), ElementTetP1(),
+        below(0, 1e-9)),
+    "elasticity2d_p1": lambda: elasticity(MeshTri.init_circle(6), ElementTriP1(), below(1, -0.8)),
+    "elasticity2d_p2": lambda: elasticity(MeshTri.init_circle(5), ElementTriP2(), below(1, -0.8)),
     "poisson2d_p1": lambda: poisson(MeshTri.init_circle(7), ElementTriP1()),
     "poisson2d_p2": lambda: poisson(MeshTri.init_circle(6), ElementTriP2()),
     "poisson3d_p1": lambda: poisson(MeshTet.init_ball(5), ElementTetP1()),
@@ -154,6 +168,7 @@ PROBLEMS = {
     "convdiff2d_p1": lambda: convection_diffusion(jitter(MeshTri.init_sqsymmetric().refined(7), 0.2, 2), 1e3),
     "convdiff3d_p1": lambda: convection_diffusion(
         jitter(MeshTet.init_tensor(*[np.linspace(0, 1, 33)] * 3), 0.2, 3), 1e2),
+    "convdiff3d_ball_p1": lambda: convection_diffusion(MeshTet.init_ball(5), 1e3),
 }
 
 

@@ -101,6 +101,10 @@ TEST_CASE("AMG's defaults follow the matrix, and the options a caller sets win",
   CHECK(nodal == sp::AmgOptions{.coarsening = C::hmis, .interpolation = I::extended_i, .strong_threshold = 0.25,
                                 .max_elements = 4, .aggressive_levels = 1, .functions = 3, .nodal = true});
   CHECK(sp::AmgOptions{.functions = 3}.resolved(41.3).strong_threshold == 0.5);
+  // A near-null space keeps one aggressive level even on a narrow matrix (its fit needs it).
+  const sp::AmgOptions fitted{.functions = 2, .nodal = true, .near_null_space = at::zeros({4, 1}, at::kDouble)};
+  CHECK(fitted.resolved(4.99).aggressive_levels == 1);
+  CHECK(sp::AmgOptions{.functions = 2, .nodal = true}.resolved(4.99).aggressive_levels == 0);
   const auto mine = sp::AmgOptions{.coarsening = C::pmis, .strong_threshold = 0.3, .sweeps = 2}.resolved(4.99);
   CHECK(mine.coarsening == C::pmis);
   CHECK(mine.strong_threshold == 0.3);

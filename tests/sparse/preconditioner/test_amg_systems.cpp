@@ -267,6 +267,9 @@ TEST_CASE("Systems AMG options are checked on every rank before hypre sees them"
   const auto longer = w.rank == 0 ? at::cat({modes, at::zeros({1, 6}, at::kDouble)}) : modes;
   CHECK_THAT(fails({.functions = 3, .nodal = true, .near_null_space = longer}), Catch::Contains("near_null_space"));
   CHECK_THAT(fails({.functions = 3, .nodal = true, .near_null_space = modes.to(at::kLong)}), Catch::Contains("floating"));
+  // hypre's fit on a finest level without aggressive coarsening can write out of bounds: refused.
+  CHECK_THAT(fails({.aggressive_levels = 0, .functions = 3, .nodal = true, .near_null_space = modes}),
+             Catch::Contains("aggressive_levels ≥ 1"));
   if (w.size > 1) {
     const auto narrow = w.rank == 0 ? modes.slice(1, 0, 3) : modes;
     CHECK_THAT(fails({.functions = 3, .nodal = true, .near_null_space = narrow}),

@@ -159,6 +159,11 @@ inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, st
     if (!o.nodal)
       return "amg options: expected nodal = true (and functions > 1) with a near_null_space (hypre fits the "
              "interpolation to it node by node), found nodal = false";
+    if (*o.aggressive_levels < 1)
+      return "amg options: expected aggressive_levels ≥ 1 with a near_null_space (hypre 2.26 fits the modes on a "
+             "finest level without aggressive coarsening by writing past the end of interpolation rows, a "
+             "segmentation fault on a clamped beam of structured tetrahedra), found aggressive_levels = " +
+             std::to_string(*o.aggressive_levels);
     if (z.dim() != 2 || z.size(0) != rows.n_owned || !at::isFloatingType(z.scalar_type()) || !z.device().is_cpu())
       return "amg options: expected near_null_space of shape (owned rows, m) = (" + std::to_string(rows.n_owned) +
              ", m), real floating point, on the CPU, found shape " + c10::str(z.sizes()) + ", " +

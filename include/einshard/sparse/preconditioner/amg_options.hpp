@@ -79,7 +79,7 @@ struct AmgOptions {
   int sweeps = 1;                  ///< smoother sweeps before and after each coarse correction
   AmgCycle cycle = AmgCycle::v;
   int max_levels = 25;             ///< hypre's default
-  std::optional<int> aggressive_levels;  ///< levels of aggressive coarsening: 0 (2-D), 1 (3-D)
+  std::optional<int> aggressive_levels;  ///< levels of aggressive coarsening: 0 (2-D), 1 (3-D, or a near_null_space)
   /// How those levels interpolate. A two-stage interpolation keeps `max_elements` entries per row
   /// in each stage and in their product: fewer iterations and cheaper solves than multipass for a
   /// dearer setup, so it pays when the setup is reused over solves with the same matrix
@@ -131,7 +131,8 @@ struct AmgOptions {
     o.interpolation = interpolation.value_or(wide ? AmgInterpolation::extended_i : AmgInterpolation::classical);
     o.strong_threshold = strong_threshold.value_or(wide && !nodal ? 0.5 : 0.25);
     o.max_elements = max_elements.value_or(wide ? 4 : 0);
-    o.aggressive_levels = aggressive_levels.value_or(wide ? 1 : 0);
+    // A fitted near-null space needs an aggressive level whatever the width (amg.hpp's check).
+    o.aggressive_levels = aggressive_levels.value_or(wide || near_null_space.defined() ? 1 : 0);
     return o;
   }
 };
