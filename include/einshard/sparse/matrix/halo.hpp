@@ -157,10 +157,23 @@ class HaloExchange {
     if (packed_) {
       packed = static_cast<char*>(buffer_for(owned, p.send_count()).data_ptr());
       const auto* rows = send_rows().data_ptr<std::int64_t>();
-      for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
-        if (run_start_[i] < 0)
-          for (auto k = p.send_offsets[i]; k < p.send_offsets[i + 1]; ++k)
-            std::memcpy(packed + k * size, from + rows[k] * size, static_cast<std::size_t>(size));
+      // A vector's row is one element: a copy of a size known here compiles to a move, where a
+      // memcpy call of a run-time size per row cost as much as the message (17,500 boundary
+      // values of an unstructured mesh cut in two).
+      const auto pack = [&](auto bytes) {
+        constexpr auto b = static_cast<std::int64_t>(decltype(bytes)::value);
+        const auto width_bytes = b > 0 ? b : size;
+        for (std::size_t i = 0; i < p.send_ranks.size(); ++i)
+          if (run_start_[i] < 0)
+            for (auto k = p.send_offsets[i]; k < p.send_offsets[i + 1]; ++k)
+              std::memcpy(packed + k * width_bytes, from + rows[k] * width_bytes, static_cast<std::size_t>(width_bytes));
+      };
+      if (size == 8)
+        pack(std::integral_constant<int, 8>{});
+      else if (size == 4)
+        pack(std::integral_constant<int, 4>{});
+      else
+        pack(std::integral_constant<int, 0>{});
     }
     for (std::size_t i = 0; i < p.send_ranks.size(); ++i) {
       const auto* send = run_start_[i] >= 0 ? from + run_start_[i] * size : packed + p.send_offsets[i] * size;
