@@ -158,8 +158,8 @@ class HaloExchange {
       packed = static_cast<char*>(buffer_for(owned, p.send_count()).data_ptr());
       const auto* rows = send_rows().data_ptr<std::int64_t>();
       // A vector's row is one element: a copy of a size known here compiles to a move, where a
-      // memcpy call of a run-time size per row cost as much as the message (17,500 boundary
-      // values of an unstructured mesh cut in two).
+      // memcpy call of a run-time size per row took 50 µs of a 505 µs product (17,500 values
+      // sent from an unstructured mesh cut in two).
       const auto pack = [&](auto bytes) {
         constexpr auto b = static_cast<std::int64_t>(decltype(bytes)::value);
         const auto width_bytes = b > 0 ? b : size;
