@@ -10,6 +10,8 @@
 // slowest rank's; medians of `--reps` after `--warmup` untimed runs of every solver, the order
 // rotating from rep to rep (the machine is shared). Solvers (`--solvers`):
 //   es_default   einshard amg with no option set (AmgOptions{}: the defaults it picks)
+//   es_functions einshard amg with functions = meta's alone: unknown-wise coarsening, no
+//                coordinates (elasticity only)
 //   es_systems   einshard amg with functions = meta's, nodal and the rigid body modes of coords.mtx
 //                (elasticity only)
 //   es_2d, es_3d einshard amg with the settings its defaults pick for a 5-point (2-D) or a 7-point
@@ -237,6 +239,7 @@ int run(const Config& cfg) {
       if (one) o.reorthogonalize = sp::Reorthogonalize::never;
       if (reduced) o.gmres_basis = sp::GmresBasis::reduced;
       if (base == "es_systems") o.preconditioner_options.amg = systems;
+      if (base == "es_functions") o.preconditioner_options.amg = sp::AmgOptions{.functions = functions};
       if (base == "es_amg") {
         auto amg = einshard_bench::apply_amg_spec({}, cfg.amg_spec);
         if (amg.nodal && has_coords) amg.near_null_space = modes;
@@ -299,7 +302,7 @@ int run(const Config& cfg) {
   };
   std::vector<std::string> solvers;
   for (const auto& s : cfg.solvers)
-    if (s != "es_systems" || has_coords) solvers.push_back(s);
+    if ((s != "es_systems" && s != "es_functions") || has_coords) solvers.push_back(s);
   for (int rep = 0; rep < cfg.warmup; ++rep)
     for (const auto& s : solvers) sample(s, false);
   for (int rep = 0; rep < cfg.reps; ++rep)

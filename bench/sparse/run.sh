@@ -214,7 +214,8 @@ case "${suite}" in
     "${real}/venv/bin/python" -c "import skfem, scipy" 2> /dev/null ||
       "${real}/venv/bin/pip" install --quiet scikit-fem scipy >&2
     "${real}/venv/bin/python" "${here}/real/generate.py" "${real}/problems" >&2
-    # es_systems: functions, nodal and the rigid body modes; es_2d: the settings of a 2-D stencil
+    # es_functions: the unknowns per node alone; es_systems: functions, nodal and the rigid body
+    # modes; es_2d: the settings of a 2-D stencil
     # forced (docs/sparse.md, "AMG on finite-element matrices").
     run_real() {
       local solvers="$1" problem
@@ -224,7 +225,7 @@ case "${suite}" in
           --solvers "${solvers}"
       done
     }
-    run_real es_default,es_systems,petsc_gamg,petsc_hypre elasticity3d_p1 elasticity3d_p2 beam3d_p1 elasticity2d_p1 \
+    run_real es_default,es_functions,es_systems,petsc_gamg,petsc_hypre elasticity3d_p1 elasticity3d_p2 beam3d_p1 elasticity2d_p1 \
       elasticity2d_p2
     run_real es_default,es_2d,petsc_gamg,petsc_hypre poisson2d_p1 poisson2d_p2 aniso2d_p1
     run_real es_default,petsc_gamg,petsc_hypre poisson3d_p1 poisson3d_p2
