@@ -151,6 +151,9 @@ int run(const Config& cfg) {
   const int functions = std::stoi(meta_field(meta, "functions"));
   const bool symmetric = meta_field(meta, "symmetric") == "true";
   const bool has_coords = std::ifstream(cfg.dir + "/coords.mtx").good();
+  // A singular A whose null space is the constants (pure Neumann): einshard's null_space, PETSc's
+  // MatSetNullSpace and MatSetTransposeNullSpace (which removes b's component in it).
+  const bool constants = meta_field(meta, "null_space") == "\"constants\"";
 
   // Every rank reads the whole file and keeps its block of whole nodes.
   const auto whole = sp::read_matrix_market(cfg.dir + "/A.mtx");
@@ -197,6 +200,12 @@ int run(const Config& cfg) {
     PETSC(MatSetNearNullSpace(A, near));
     PETSC(VecDestroy(&xyz));
   }
+  MatNullSpace null_space = nullptr;
+  if (constants) {
+    PETSC(MatNullSpaceCreate(PETSC_COMM_WORLD, PETSC_TRUE, 0, nullptr, &null_space));
+    PETSC(MatSetNullSpace(A, null_space));
+    PETSC(MatSetTransposeNullSpace(A, null_space));
+  }
   Vec pb = nullptr, px = nullptr;
   PETSC(MatCreateVecs(A, &px, &pb));
   {
@@ -238,6 +247,7 @@ int run(const Config& cfg) {
                          .rtol = cfg.rtol, .maxiter = 1000, .residual_history = false};
       if (one) o.reorthogonalize = sp::Reorthogonalize::never;
       if (reduced) o.gmres_basis = sp::GmresBasis::reduced;
+      if (constants) o.null_space = at::ones({hi - lo, 1}, at::kDouble);
       if (base == "es_systems") o.preconditioner_options.amg = systems;
       if (base == "es_functions") o.preconditioner_options.amg = sp::AmgOptions{.functions = functions};
       if (base == "es_amg") {
@@ -343,6 +353,7 @@ int run(const Config& cfg) {
     std::fflush(stdout);
   }
   if (near) PETSC(MatNullSpaceDestroy(&near));
+  if (null_space) PETSC(MatNullSpaceDestroy(&null_space));
   PETSC(VecDestroy(&px));
   PETSC(VecDestroy(&pb));
   PETSC(MatDestroy(&A));

@@ -10,9 +10,11 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "collective_error.hpp"
 #include "einshard/sparse.hpp"
 #include "operations_support.hpp"
 #include "random_sparse.hpp"
@@ -33,6 +35,7 @@ using es::testing::max_abs;
 using es::testing::my_share;
 using es::testing::random_vector;
 using es::testing::rel;
+using es::testing::relative_error;
 using es::testing::shifted_laplacian;
 using es::testing::sum_over_ranks;
 using es::testing::world_mesh;
@@ -671,4 +674,170 @@ TEST_CASE("random sparse systems: every method and preconditioner solves like a 
     ++ran;
   }
   CHECK(ran > 0);
+}
+
+namespace {
+
+/// The graph Laplacian of the nx x ny grid with the edges between columns cut - 1 and cut
+/// removed: symmetric positive semidefinite, with one constant null vector per component (two).
+es::testing::Coo split_neumann_laplacian(std::int64_t nx, std::int64_t ny, std::int64_t cut) {
+  auto a = es::testing::poisson2d(nx, ny);
+  const auto x_row = a.rows % nx, x_col = a.cols % nx;
+  const auto crossing = ((x_row < cut) != (x_col < cut));
+  const auto keep = (~crossing).nonzero().flatten();
+  a = {a.values.index_select(0, keep), a.rows.index_select(0, keep), a.cols.index_select(0, keep), a.n};
+  const auto off = a.rows != a.cols;
+  const auto degree = at::zeros({a.n}, at::kDouble).index_add_(0, a.rows, off.to(at::kDouble));
+  a.values = at::where(off, a.values, degree.index_select(0, a.rows));
+  return a;
+}
+
+/// x = A⁺ b on one process, from A's eigenvectors (the reference of a singular solve).
+at::Tensor pseudo_inverse_solve(const at::Tensor& dense, const at::Tensor& b) {
+  const auto [lambda, v] = at::linalg_eigh(dense);
+  const auto keep = lambda.abs() > 1e-9 * lambda.abs().max();
+  const auto inv = at::where(keep, 1.0 / at::where(keep, lambda, at::ones_like(lambda)), at::zeros_like(lambda));
+  return at::matmul(v, (b.dim() == 1 ? inv : inv.unsqueeze(-1)) * at::matmul(v.transpose(0, 1), b));
+}
+
+/// Uneven contiguous shards: rank r owns a block of weight r + 1, the last rank (of several) none.
+at::Tensor uneven_rows(std::int64_t n) {
+  const auto p = es::testing::world().size, r = es::testing::world().rank;
+  const auto weight = [p](int q) -> std::int64_t { return p > 1 && q == p - 1 ? 0 : q + 1; };
+  std::int64_t total = 0, before = 0;
+  for (int q = 0; q < p; ++q) {
+    if (q < r) before += weight(q);
+    total += weight(q);
+  }
+  return at::arange(n * before / total, n * (before + weight(r)) / total, at::kLong);
+}
+
+/// The square matrix of `a`, each rank handing in (and owning) the rows of `owned`; `values` the
+/// entries of those rows, in `a`'s order (a leaf for gradients when it requires them).
+sp::DSparseTensor assemble_rows(const es::testing::Coo& a, const at::Tensor& owned, const es::Mesh& mesh,
+                                std::optional<at::Tensor> values = std::nullopt) {
+  const auto mine = at::isin(a.rows, owned).nonzero().flatten();
+  return sp::DSparseTensor::from_local(values ? *values : a.values.index_select(0, mine), a.rows.index_select(0, mine),
+                                       a.cols.index_select(0, mine), {a.n, a.n}, mesh, {.owned_rows = owned});
+}
+
+}  // namespace
+
+TEST_CASE("A singular system with its null space given: the minimum-norm least-squares solution", "[sparse][solve]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 9, ny = 7, n = nx * ny;
+  const auto coo = split_neumann_laplacian(nx, ny, 4);
+  const auto dense = es::testing::dense(coo);
+  const auto owned = uneven_rows(n);
+  const auto D = assemble_rows(coo, owned, mesh);
+  // A basis of the null space that is not orthonormal: all ones, and the left component's indicator.
+  const auto left = (at::arange(n, at::kLong) % nx < 4).to(at::kDouble);
+  const auto basis = at::stack({at::ones({n}, at::kDouble), left}, 1);
+  const auto my_basis = basis.index_select(0, owned);
+  const auto q = std::get<0>(at::linalg_qr(basis));
+  const auto b = random_vector(n, 71);  // inconsistent: it has a component along the null space
+  const auto ref = pseudo_inverse_solve(dense, b);
+  const double removed = at::matmul(q.transpose(0, 1), b).norm().item<double>();
+  using P = sp::Preconditioner;
+  struct Case {
+    sp::Method method;
+    sp::CgVariant variant;
+  };
+  for (const auto c : {Case{sp::Method::cg, sp::CgVariant::standard}, Case{sp::Method::cg, sp::CgVariant::single_reduction},
+                       Case{sp::Method::cg, sp::CgVariant::pipelined}, Case{sp::Method::minres, sp::CgVariant::standard}}) {
+    std::vector<P> kinds{P::none, P::jacobi, P::block_jacobi};
+#if defined(EINSHARD_HAS_HYPRE)
+    kinds.push_back(P::amg);
+#endif
+    for (const auto pc : kinds) {
+      CAPTURE(sp::to_string(c.method), static_cast<int>(c.variant), static_cast<int>(pc));
+      const auto s = D.solve(D.scatter(b), {.method = c.method, .preconditioner = pc, .rtol = 1e-11,
+                                            .cg_variant = c.variant, .null_space = my_basis});
+      CHECK(s.info.converged);
+      const auto x = s.x.full_tensor();
+      CHECK(relative_error(x, ref) < 1e-8);
+      CHECK(max_abs(at::matmul(basis.transpose(0, 1), x)) < 1e-9 * max_abs(ref));
+      CHECK(s.info.rhs_null_space_norm == Approx(removed).epsilon(1e-10));
+    }
+  }
+  // An initial guess with a null-space component, and a block of right-hand sides.
+  const auto x0 = random_vector(n, 72) + 3.0 * left;
+  const auto s = D.solve(D.scatter(b), {.rtol = 1e-11, .x0 = D.scatter(x0), .null_space = my_basis});
+  CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+  const auto B = at::stack({b, random_vector(n, 73), left}, 1);
+  const auto block = D.solve(D.scatter(B), {.preconditioner = P::jacobi, .rtol = 1e-11, .null_space = my_basis});
+  CHECK(block.info.converged);
+  CHECK(relative_error(block.x.full_tensor(), pseudo_inverse_solve(dense, B)) < 1e-8);
+  CHECK(block.info.rhs_null_space_norm == Approx(at::matmul(q.transpose(0, 1), left).norm().item<double>()).epsilon(1e-10));
+  // A vector for m = 1: the constants (only part of this null space: the removed norm is checked,
+  // not the solve).
+  const auto one = D.solve(D.scatter(b), {.maxiter = 3, .null_space = at::ones({owned.numel()}, at::kDouble)});
+  const auto ones = at::ones({n, 1}, at::kDouble) / std::sqrt(static_cast<double>(n));
+  CHECK(one.info.rhs_null_space_norm == Approx(at::matmul(ones.transpose(0, 1), b).abs().item<double>()).epsilon(1e-10));
+}
+
+TEST_CASE("A singular solve's gradients: the adjoint solve projects as the forward one", "[sparse][solve]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 8, ny = 6, n = nx * ny;
+  const auto coo = split_neumann_laplacian(nx, ny, 3);
+  const auto owned = uneven_rows(n);
+  const auto left = (at::arange(n, at::kLong) % nx < 3).to(at::kDouble);
+  const auto basis = at::stack({at::ones({n}, at::kDouble), left}, 1);
+  const auto q = std::get<0>(at::linalg_qr(basis));
+  const auto project = [&q](const at::Tensor& v) { return v - at::matmul(q, at::matmul(q.transpose(0, 1), v)); };
+  // A consistent b and a loss weight orthogonal to the null space: the derivatives of A⁺ b then
+  // hold no term of the null space's own motion.
+  const auto b = project(random_vector(n, 81)), w = project(random_vector(n, 82));
+  const auto mine = at::isin(coo.rows, owned).nonzero().flatten();
+  auto values = coo.values.index_select(0, mine).clone().requires_grad_(true);
+  auto b_local = b.index_select(0, owned).clone().requires_grad_(true);
+  const auto D = assemble_rows(coo, owned, mesh, values);
+  const auto s = D.solve(sp::DVector(D.layout(), b_local),
+                         {.preconditioner = sp::Preconditioner::jacobi, .rtol = 1e-12, .null_space = basis.index_select(0, owned)});
+  (s.x.local() * w.index_select(0, owned)).sum().backward();
+  const auto grad = [](const at::Tensor& leaf) { return leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf); };
+  const auto dense = es::testing::dense(coo);
+  CHECK(relative_error(sum_over_ranks(at::zeros({n}, at::kDouble).index_add_(0, owned, grad(b_local))),
+                       pseudo_inverse_solve(dense, w)) < 1e-8);
+  // The values along a change of one edge's weight (inside the left component: the null space
+  // stays), against central differences of the dense solve.
+  const std::int64_t i = 9, j = 10;  // (1, 1) and (2, 1): both left of the cut
+  const auto edge = [&](const at::Tensor& r, const at::Tensor& c) {
+    return ((r == i) & (c == i)).to(at::kDouble) + ((r == j) & (c == j)).to(at::kDouble) -
+           ((r == i) & (c == j)).to(at::kDouble) - ((r == j) & (c == i)).to(at::kDouble);
+  };
+  const double directional = sum_over_ranks((grad(values) * edge(coo.rows.index_select(0, mine), coo.cols.index_select(0, mine)))
+                                                .sum()
+                                                .reshape({1}))
+                                 .item<double>();
+  const double h = 1e-5;
+  const auto change = es::testing::dense({edge(coo.rows, coo.cols), coo.rows, coo.cols, n});
+  const auto loss = [&](double t) { return at::dot(w, pseudo_inverse_solve(dense + t * change, b)).item<double>(); };
+  CHECK(directional == Approx((loss(h) - loss(-h)) / (2 * h)).epsilon(1e-6));
+}
+
+TEST_CASE("null_space faults are the same Error on every rank", "[sparse][solve][faults]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 6, ny = 5, n = nx * ny;
+  const auto coo = split_neumann_laplacian(nx, ny, 3);
+  const auto owned = uneven_rows(n);
+  const auto D = assemble_rows(coo, owned, mesh);
+  const auto b = D.scatter(random_vector(n, 91));
+  const auto rows = owned.numel();
+  const auto ones = at::ones({rows, 1}, at::kDouble);
+  const auto error = [&](const sp::SolveOptions& o) {
+    return es::testing::collective_error([&] { (void)D.solve(b, o); }, MPI_COMM_WORLD);
+  };
+  const bool first = es::testing::world().rank == 0;
+  CHECK_THAT(error({.null_space = first ? at::ones({rows + 1, 1}, at::kDouble) : ones}),
+             Catch::Contains("null_space") && Catch::Contains("rows"));
+  CHECK_THAT(error({.null_space = at::cat({ones, ones}, 1)}), Catch::Contains("linearly dependent"));
+  CHECK_THAT(error({.null_space = at::zeros({rows, 1}, at::kDouble)}), Catch::Contains("linearly dependent"));
+  CHECK_THAT(error({.null_space = ones.to(at::kLong)}), Catch::Contains("floating-point"));
+  CHECK_THAT(error({.null_space = ones.to(at::kComplexDouble)}), Catch::Contains("complex vectors for a real system"));
+  CHECK_THAT(error({.null_space = first ? at::cat({ones, at::rand({rows, 1}, at::kDouble)}, 1) : ones}),
+             Catch::Contains(es::testing::world().size > 1 ? "different numbers of vectors" : ""));
+  CHECK_THAT(error({.method = sp::Method::gmres, .null_space = ones}), Catch::Contains("needs cg or minres"));
+  CHECK_THAT(error({.method = sp::Method::lsqr, .null_space = ones}), Catch::Contains("minimum-norm solution without it"));
+  CHECK_THAT(error({.precision = sp::Precision::mixed, .null_space = ones}), Catch::Contains("working precision"));
 }

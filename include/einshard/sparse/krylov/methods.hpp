@@ -23,6 +23,7 @@
 #include "einshard/sparse/krylov/lsmr.hpp"
 #include "einshard/sparse/krylov/lsqr.hpp"
 #include "einshard/sparse/krylov/minres.hpp"
+#include "einshard/sparse/krylov/null_space.hpp"
 #include "einshard/sparse/matrix/operator.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
 #include "einshard/sparse/krylov/options.hpp"
@@ -105,12 +106,51 @@ inline SolveResult krylov_solve_block(const Operator& A, const DVector& b, const
   throw Error("solve: unknown method");
 }
 
+SolveResult run_method(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o);
+
+/// `run_method` with `o.null_space` (krylov/null_space.hpp): b, x0 and every preconditioned
+/// residual projected onto the null space's complement, and x at the end.
+inline SolveResult solve_in_complement(const Operator& A, const DVector& b, const PreconditionerOp* m,
+                                       const SolveOptions& o) {
+  if (o.method != Method::cg && o.method != Method::minres)
+    throw Error(std::string("solve: null_space needs cg or minres (a symmetric A, whose range is the null "
+                            "space's complement), got ") +
+                to_string(o.method) +
+                (is_least_squares(o.method) ? "; lsqr and lsmr return the minimum-norm solution without it" : ""));
+  const auto bl = b.local().detach();
+  const NullSpace null_space(o.null_space, *A.layout(), bl, "solve");
+  auto rhs = bl.clone(at::MemoryFormat::Contiguous);
+  const double removed = null_space.remove(rhs);
+  // A column of b inside the null space leaves only rounding behind, which no relative stop test
+  // can meet: it is zero, as its solution is.
+  const auto sq = [](const at::Tensor& v) { return at::real(v * v.conj()).sum(0).to(at::kDouble).reshape({-1}); };
+  const auto norms = comm::summed(host_complex(at::cat({sq(bl), sq(rhs)})), A.layout()->comm());
+  const auto k = norms.size() / 2;
+  for (std::size_t j = 0; j < k; ++j)
+    if (norms[k + j].real() <= 1e-24 * norms[j].real()) (rhs.dim() == 1 ? rhs : rhs.select(1, static_cast<std::int64_t>(j))).zero_();
+  auto inner = o;
+  inner.null_space = at::Tensor();
+  if (o.x0) {
+    auto x0 = o.x0->local().detach().to(bl.scalar_type()).clone(at::MemoryFormat::Contiguous);
+    (void)null_space.remove(x0);
+    inner.x0 = DVector(o.x0->layout(), x0);
+  }
+  const ProjectedPreconditioner projected(m, null_space);
+  auto result = run_method(A, DVector(b.layout(), rhs), &projected, inner);
+  auto x = result.x.local().clone(at::MemoryFormat::Contiguous);
+  (void)null_space.remove(x);
+  result.x = DVector(result.x.layout(), x);
+  result.info.rhs_null_space_norm = removed;
+  return result;
+}
+
 /// An (n_local, k) b runs the block form of the method (k coupled recurrences, one product and
 /// one reduction per step for all columns); a vector, the method itself, except (f)gmres with a
 /// reduced basis, which the block form holds: a block of one column, its record as a vector's.
 /// A block of one column runs the vector method, its record as a block's (the vector kernels are
 /// built for one column: a block of one took 2.3x the time of the same CG on a vector).
 inline SolveResult run_method(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o) {
+  if (o.null_space.defined()) return solve_in_complement(A, b, m, o);
   const bool block_basis = o.gmres_basis == GmresBasis::reduced && (o.method == Method::gmres || o.method == Method::fgmres);
   const auto column = [](const DVector& v) { return DVector(v.layout(), v.local().unsqueeze(1)); };
   const auto vector = [](const DVector& v) { return DVector(v.layout(), v.local().squeeze(1)); };

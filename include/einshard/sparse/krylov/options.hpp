@@ -170,6 +170,13 @@ struct SolveOptions {
   /// `Precision::mixed`, `single_values`: single-precision iterations or values, refined to this
   /// solve's tolerance.
   Precision precision = Precision::working;
+  /// A singular A's null space, as PETSc's MatSetNullSpace: this rank's rows of m vectors that
+  /// span it, (owned rows, m) or a vector (the constants of a pure Neumann problem, the rigid body
+  /// modes of a floating structure). b's component in their span is removed, every preconditioned
+  /// residual projected onto the complement, and x returned with no component in it (the
+  /// minimum-norm solution). cg and minres (a symmetric A, whose range is the complement), with
+  /// `Precision::working`. Given on every rank or on none (krylov/null_space.hpp).
+  at::Tensor null_space{};
 };
 
 struct SolveInfo {
@@ -192,6 +199,9 @@ struct SolveInfo {
   /// `Precision::mixed`, `single_values`: the refinement rounds (true residuals computed in the
   /// working precision).
   int refinements = 0;
+  /// `SolveOptions::null_space`: the norm of b's component in its span, removed before the
+  /// iterations (0 for a consistent b; a block: the largest column's). `rhs_norm` is the rest's.
+  double rhs_null_space_norm = 0.0;
 };
 
 struct SolveResult {

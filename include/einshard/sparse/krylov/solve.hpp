@@ -322,6 +322,8 @@ EINSHARD_INLINE SolveResult SolvePipeline::solve_mixed(const DSparseTensor& A, c
   if (b.local().dim() != 1)
     throw Error(what + ": one right-hand side at a time, got an (n_local, " + std::to_string(b.local().size(1)) +
                 ") block; use Precision::working for blocks");
+  if (options.null_space.defined())
+    throw Error(what + ": null_space projects in the working precision only; use Precision::working");
   const bool values_only = options.precision == Precision::single_values;
   const auto& copy =
       caches(A).inner->get(A.local_.values, A.layout_->comm(), [&A] { return A.to(inner_dtype(A.dtype())); });
