@@ -63,7 +63,11 @@ class NullSpace {
   double remove(at::Tensor& v) const {
     const auto local = at::matmul(q_.conj().transpose(0, 1), v);
     const auto c = comm::summed(host_complex(local.flatten()), comm_);
-    v.sub_(at::matmul(q_, tensor_like(c, v).reshape(local.sizes())));
+    const auto coefficients = tensor_like(c, v).reshape(local.sizes());
+    if (v.dim() == 1)
+      v.addmv_(q_, coefficients, 1, -1);
+    else
+      v.addmm_(q_, coefficients, 1, -1);
     const auto columns = v.dim() == 1 ? std::int64_t{1} : v.size(1);
     double largest = 0.0;
     for (std::int64_t j = 0; j < columns; ++j) {
