@@ -841,3 +841,28 @@ TEST_CASE("null_space faults are the same Error on every rank", "[sparse][solve]
   CHECK_THAT(error({.method = sp::Method::lsqr, .null_space = ones}), Catch::Contains("minimum-norm solution without it"));
   CHECK_THAT(error({.precision = sp::Precision::mixed, .null_space = ones}), Catch::Contains("working precision"));
 }
+
+TEST_CASE("A periodic stencil's singular solve with the constants as its null space", "[sparse][solve][stencil]") {
+  const auto mesh = world_mesh();
+  const std::int64_t n0 = 7, n1 = 5, n = n0 * n1;
+  const sp::StencilOperator A(sp::Stencil::laplacian5(), {n0, n1}, mesh, {.boundary = {sp::StencilBoundary::periodic}});
+  auto dense = at::zeros({n, n}, at::kDouble);
+  for (std::int64_t i = 0; i < n0; ++i)
+    for (std::int64_t j = 0; j < n1; ++j) {
+      const auto p = i * n1 + j;
+      dense[p][p] = 4.0;
+      for (const auto q : {((i + 1) % n0) * n1 + j, ((i + n0 - 1) % n0) * n1 + j, i * n1 + (j + 1) % n1,
+                           i * n1 + (j + n1 - 1) % n1})
+        dense[p][q] -= 1.0;
+    }
+  const auto b = random_vector(n, 95);
+  const auto ref = pseudo_inverse_solve(dense, b);
+  const auto ones = at::ones({A.layout()->local_size(), 1}, at::kDouble);
+  for (const auto pc : {sp::Preconditioner::none, sp::Preconditioner::jacobi, sp::Preconditioner::chebyshev}) {
+    CAPTURE(static_cast<int>(pc));
+    const auto s = A.solve(A.scatter(b), {.preconditioner = pc, .rtol = 1e-11, .null_space = ones});
+    CHECK(s.info.converged);
+    CHECK(relative_error(s.x.full_tensor(), ref) < 1e-8);
+    CHECK(s.info.rhs_null_space_norm == Approx(std::abs(b.sum().item<double>()) / std::sqrt(static_cast<double>(n))).epsilon(1e-10));
+  }
+}
