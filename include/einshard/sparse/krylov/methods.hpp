@@ -106,7 +106,7 @@ inline SolveResult krylov_solve_block(const Operator& A, const DVector& b, const
   throw Error("solve: unknown method");
 }
 
-SolveResult run_method(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o);
+inline SolveResult run_method(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o);
 
 /// `run_method` with `o.null_space` (krylov/null_space.hpp): b, x0 and every preconditioned
 /// residual projected onto the null space's complement, and x at the end.
