@@ -6,7 +6,7 @@
 #      clone build/dev is configured with -g1 first, see readme_tests);
 #   2. scripts/sanitize.sh: ASan + UBSan (+ LeakSanitizer) build of every suite, the unit suite and
 #      the MPI suites at 1 and 3 ranks, failing on any report; at the same time scripts/fuzz.sh: every
-#      libFuzzer target for EINSHARD_CI_FUZZ_SECONDS (default 20) each
+#      libFuzzer target for EINSHARD_CI_FUZZ_SECONDS (default 10) each
 #      (EINSHARD_CI_FUZZ_ALONGSIDE=0 runs it afterwards instead);
 #   3. the clang 14 build of the unit suite with -Wall -Wextra -Werror, run (EINSHARD_CI_CLANG=0
 #      skips it).
@@ -34,10 +34,10 @@ clang_unit() {
 }
 
 # The fuzzers need no LibTorch and one core each, one after the other: beside the sanitizer build
-# they cost its wall time only the CPU they take (their 30 s are wall time either way). Their
+# they cost its wall time only the CPU they take (their seconds are wall time either way). Their
 # report comes after the sanitizers' so the two do not interleave.
 sanitize_and_fuzz() {
-  local seconds="${EINSHARD_CI_FUZZ_SECONDS:-20}"
+  local seconds="${EINSHARD_CI_FUZZ_SECONDS:-10}"
   if [[ "${EINSHARD_CI_FUZZ_ALONGSIDE:-1}" == 0 ]]; then
     "${here}/sanitize.sh"
     "${here}/fuzz.sh" "${seconds}"

@@ -151,9 +151,11 @@ int run(const Config& cfg) {
   const int functions = std::stoi(meta_field(meta, "functions"));
   const bool symmetric = meta_field(meta, "symmetric") == "true";
   const bool has_coords = std::ifstream(cfg.dir + "/coords.mtx").good();
-  // A singular A whose null space is the constants (pure Neumann): einshard's null_space, PETSc's
-  // MatSetNullSpace and MatSetTransposeNullSpace (which removes b's component in it).
+  // A singular A whose null space is the constants (pure Neumann) or the rigid body modes (a
+  // floating body): einshard's null_space, PETSc's MatSetNullSpace and MatSetTransposeNullSpace
+  // (which removes b's component in it).
   const bool constants = meta_field(meta, "null_space") == "\"constants\"";
+  const bool floating = meta_field(meta, "null_space") == "\"rigid_body\"";
 
   // Every rank reads the whole file and keeps its block of whole nodes.
   const auto whole = sp::read_matrix_market(cfg.dir + "/A.mtx");
@@ -201,8 +203,12 @@ int run(const Config& cfg) {
     PETSC(VecDestroy(&xyz));
   }
   MatNullSpace null_space = nullptr;
-  if (constants) {
-    PETSC(MatNullSpaceCreate(PETSC_COMM_WORLD, PETSC_TRUE, 0, nullptr, &null_space));
+  if (constants) PETSC(MatNullSpaceCreate(PETSC_COMM_WORLD, PETSC_TRUE, 0, nullptr, &null_space));
+  if (floating) {
+    null_space = near;
+    PETSC(PetscObjectReference(reinterpret_cast<PetscObject>(near)));
+  }
+  if (null_space) {
     PETSC(MatSetNullSpace(A, null_space));
     PETSC(MatSetTransposeNullSpace(A, null_space));
   }
@@ -248,6 +254,7 @@ int run(const Config& cfg) {
       if (one) o.reorthogonalize = sp::Reorthogonalize::never;
       if (reduced) o.gmres_basis = sp::GmresBasis::reduced;
       if (constants) o.null_space = at::ones({hi - lo, 1}, at::kDouble);
+      if (floating) o.null_space = modes;
       if (base == "es_systems") o.preconditioner_options.amg = systems;
       if (base == "es_functions") o.preconditioner_options.amg = sp::AmgOptions{.functions = functions};
       if (base == "es_amg") {

@@ -18,6 +18,8 @@ Problems (unknowns):
   elasticity3d_p1   linear elasticity, E = 1, nu = 0.3, unit ball, P1 tetrahedra, clamped where
                     z < -0.8, gravity; 3 unknowns per node, interleaved            (17 409)
   elasticity3d_p2   the same with P2 tetrahedra on a coarser ball                     (17 409)
+  floating3d_p1     elasticity3d_p1's ball unclamped: singular (the 6 rigid body modes), gravity's
+                    net force not balanced, meta "null_space": "rigid_body"
   poisson2d_p1/p2   -Δu = 1 on the unit disc, P1 / P2 triangles, u = 0 on the circle  (32 513)
   poisson3d_p1/p2   -Δu = 1 on the unit ball, P1 / P2 tetrahedra                      (41 727)
   aniso2d_p1        -div(K grad u) = 1, K with eigenvalues 1 and 1e-3 along axes turned 30°,
@@ -35,8 +37,9 @@ Problems (unknowns):
                     solved in the least-squares sense, meta "null_space": "constants" (33 025)
   neumann3d_p1      the same on the unit ball, P1 tetrahedra                          (45 825)
 
-A problem with "null_space": "constants" is checked against the consistent part of b (b minus its
-mean): ||P b - A x|| / ||P b||, with x's own mean removed.
+A problem with a "null_space" ("constants", or "rigid_body": the modes of coords.mtx) is checked
+against the consistent part of b: ||P b - A x|| / ||P b||, P the projection onto the null space's
+orthogonal complement, with P applied to x as well.
 """
 import json
 import os
@@ -86,7 +89,9 @@ def unit(v, w):
 
 def elasticity(mesh, element, clamped):
     """Linear elasticity, E = 1, nu = 0.3, under gravity along the last axis; `clamped(locations)`
-    marks the unknowns held at zero, every unknown of a clamped node (so rows stay in whole nodes)."""
+    marks the unknowns held at zero, every unknown of a clamped node (so rows stay in whole nodes).
+    `clamped` None: a floating body, A singular (its rigid body modes), and gravity's net force
+    makes b inconsistent."""
     dim = mesh.dim()
     basis = Basis(mesh, ElementVector(element))
     A = asm(linear_elasticity(*lame_parameters(1.0, 0.3)), basis)
@@ -97,10 +102,16 @@ def elasticity(mesh, element, clamped):
 
     b = asm(gravity, basis)
     locs = basis.doflocs
-    A, b, _, free = condense(A, b, D=np.nonzero(clamped(locs))[0])
+    if clamped is None:
+        free = np.arange(A.shape[0])
+    else:
+        A, b, _, free = condense(A, b, D=np.nonzero(clamped(locs))[0])
     nodes = locs[:, free[::dim]].T
     assert all(np.all(free[f::dim] == free[::dim] + f) for f in range(dim)) and np.all(free[::dim] % dim == 0)
-    return A, b, {"functions": dim, "dim": dim, "symmetric": True}, nodes
+    meta = {"functions": dim, "dim": dim, "symmetric": True}
+    if clamped is None:
+        meta["null_space"] = "rigid_body"
+    return A, b, meta, nodes
 
 
 def poisson(mesh, element):
@@ -173,6 +184,7 @@ def below(axis, level):
 PROBLEMS = {
     "elasticity3d_p1": lambda: elasticity(MeshTet.init_ball(4), ElementTetP1(), below(2, -0.8)),
     "elasticity3d_p2": lambda: elasticity(MeshTet.init_ball(3), ElementTetP2(), below(2, -0.8)),
+    "floating3d_p1": lambda: elasticity(MeshTet.init_ball(4), ElementTetP1(), None),
     "beam3d_p1": lambda: elasticity(
         MeshTet.init_tensor(np.linspace(0, 6, 49), np.linspace(0, 1, 9), np.linspace(0, 1, 9)), ElementTetP1(),
         below(0, 1e-9)),
@@ -217,6 +229,23 @@ def generate(root, names):
         print(json.dumps({"bench": "real_problem", **meta}), flush=True)
 
 
+def null_space_projection(meta, folder, n):
+    """v -> v minus its component in the problem's null space (the identity when it has none)."""
+    kind = meta.get("null_space")
+    if kind is None:
+        return lambda v: v
+    if kind == "constants":
+        basis = np.ones((n, 1))
+    else:  # the rigid body modes of the nodes, 3 unknowns per node
+        xyz = np.asarray(scipy.io.mmread(os.path.join(folder, "coords.mtx")))
+        x, y, z = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+        zero, one = np.zeros_like(x), np.ones_like(x)
+        modes = [(one, zero, zero), (zero, one, zero), (zero, zero, one), (-y, x, zero), (zero, -z, y), (z, zero, -x)]
+        basis = np.stack([np.stack(m, axis=1).ravel() for m in modes], axis=1)
+    q, _ = np.linalg.qr(basis)
+    return lambda v: v - q @ (q.T @ v)
+
+
 def check(root):
     """||b - A x|| / ||b|| of every written solution, from the files alone."""
     for name in sorted(os.listdir(root)):
@@ -227,13 +256,11 @@ def check(root):
         A = sps.csr_matrix(scipy.io.mmread(os.path.join(folder, "A.mtx")))
         b = np.asarray(scipy.io.mmread(os.path.join(folder, "b.mtx"))).ravel()
         with open(os.path.join(folder, "meta.json")) as f:
-            constants = json.load(f).get("null_space") == "constants"
-        if constants:
-            b = b - b.mean()
+            meta = json.load(f)
+        project = null_space_projection(meta, folder, b.size)
+        b = project(b)
         for f in solutions:
-            x = np.asarray(scipy.io.mmread(os.path.join(folder, f))).ravel()
-            if constants:
-                x = x - x.mean()
+            x = project(np.asarray(scipy.io.mmread(os.path.join(folder, f))).ravel())
             r = np.linalg.norm(b - A @ x) / np.linalg.norm(b)
             print(json.dumps({"bench": "real_residual", "problem": name, "solution": f[2:-4],
                               "true_relative_residual": float(r)}), flush=True)
