@@ -6,7 +6,10 @@
 // Rows: contiguous blocks of whole nodes (meta.json's `functions` rows each), the same on both
 // sides; every rank reads the file and keeps its rows. Stop test: ‖r‖ ≤ rtol ‖b‖ on the
 // unpreconditioned residual, x0 = 0. Symmetric problems: CG; the others GMRES(30), right-
-// preconditioned on both sides. Time to solution: preconditioner setup plus iterations, the
+// preconditioned on both sides. A singular problem (meta's "null_space": the constants or the
+// rigid body modes of coords.mtx) is solved with its null space on both sides (SolveOptions::
+// null_space; MatSetNullSpace and MatSetTransposeNullSpace), ‖b‖ then b's consistent part's.
+// Time to solution: preconditioner setup plus iterations, the
 // slowest rank's; medians of `--reps` after `--warmup` untimed runs of every solver, the order
 // rotating from rep to rep (the machine is shared). Solvers (`--solvers`):
 //   es_default   einshard amg with no option set (AmgOptions{}: the defaults it picks)
