@@ -135,8 +135,14 @@ inline SolveResult solve_in_complement(const Operator& A, const DVector& b, cons
     (void)null_space.remove(x0);
     inner.x0 = DVector(o.x0->layout(), x0);
   }
+  // The identity and the diagonal preconditioners (the Jacobi kinds) keep the methods' fused
+  // kernels: b and x0 are projected, A maps into the complement, and a bounded diagonal cannot
+  // amplify what rounding leaves along the null space, which the projection of x removes at the
+  // end. A general one can (a V-cycle whose coarsest matrix is singular): its every application
+  // is projected, as PETSc projects every preconditioned residual.
+  const bool project_each = m != nullptr && !m->diagonal().defined();
   const ProjectedPreconditioner projected(m, null_space);
-  auto result = run_method(A, DVector(b.layout(), rhs), &projected, inner);
+  auto result = run_method(A, DVector(b.layout(), rhs), project_each ? &projected : m, inner);
   auto x = result.x.local().clone(at::MemoryFormat::Contiguous);
   (void)null_space.remove(x);
   result.x = DVector(result.x.layout(), x);

@@ -4,9 +4,10 @@
 /// constants of a pure Neumann problem, the rigid body modes of a floating structure. As PETSc's
 /// MatSetNullSpace: b's component in the null space is removed before iterating (for a symmetric
 /// A the range is the null space's orthogonal complement, so an inconsistent b is solved in the
-/// least-squares sense), every preconditioned residual is projected onto the complement, so the
-/// iterates gather no component along the null space however the preconditioner or rounding
-/// pushes them, and x is returned with none (the minimum-norm solution). Without it CG on a
+/// least-squares sense), every application of a general preconditioner is projected onto the
+/// complement, so the iterates gather no component along the null space however it pushes them
+/// (the identity and a diagonal cannot amplify rounding's: they run unprojected, run_method), and
+/// x is returned with none (the minimum-norm solution). Without it CG on a
 /// singular A converges only for an exactly consistent b and returns x plus an arbitrary null
 /// vector; with any inconsistency it diverges.
 

@@ -172,8 +172,9 @@ struct SolveOptions {
   Precision precision = Precision::working;
   /// A singular A's null space, as PETSc's MatSetNullSpace: this rank's rows of m vectors that
   /// span it, (owned rows, m) or a vector (the constants of a pure Neumann problem, the rigid body
-  /// modes of a floating structure). b's component in their span is removed, every preconditioned
-  /// residual projected onto the complement, and x returned with no component in it (the
+  /// modes of a floating structure). b's component in their span is removed, a general
+  /// preconditioner's every application projected onto the complement, and x returned with no
+  /// component in it (the
   /// minimum-norm solution). cg and minres (a symmetric A, whose range is the complement), with
   /// `Precision::working`. Given on every rank or on none (krylov/null_space.hpp).
   at::Tensor null_space{};
