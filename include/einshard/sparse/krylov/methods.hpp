@@ -6,6 +6,7 @@
 /// preconditioner a solve's options carry.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,8 +109,8 @@ inline SolveResult krylov_solve_block(const Operator& A, const DVector& b, const
 
 inline SolveResult run_method(const Operator& A, const DVector& b, const PreconditionerOp* m, const SolveOptions& o);
 
-/// `run_method` with `o.null_space` (krylov/null_space.hpp): b, x0 and every preconditioned
-/// residual projected onto the null space's complement, and x at the end.
+/// `run_method` with `o.null_space` (krylov/null_space.hpp): b, x0 and x projected onto the null
+/// space's complement, and every application of a general preconditioner.
 inline SolveResult solve_in_complement(const Operator& A, const DVector& b, const PreconditionerOp* m,
                                        const SolveOptions& o) {
   if (o.method != Method::cg && o.method != Method::minres)
@@ -120,14 +121,14 @@ inline SolveResult solve_in_complement(const Operator& A, const DVector& b, cons
   const auto bl = b.local().detach();
   const NullSpace null_space(o.null_space, *A.layout(), bl, "solve");
   auto rhs = bl.clone(at::MemoryFormat::Contiguous);
-  const double removed = null_space.remove(rhs);
+  const auto removed = null_space.remove(rhs);
   // A column of b inside the null space leaves only rounding behind, which no relative stop test
   // can meet: it is zero, as its solution is.
   const auto sq = [](const at::Tensor& v) { return at::real(v * v.conj()).sum(0).to(at::kDouble).reshape({-1}); };
-  const auto norms = comm::summed(host_complex(at::cat({sq(bl), sq(rhs)})), A.layout()->comm());
-  const auto k = norms.size() / 2;
-  for (std::size_t j = 0; j < k; ++j)
-    if (norms[k + j].real() <= 1e-24 * norms[j].real()) (rhs.dim() == 1 ? rhs : rhs.select(1, static_cast<std::int64_t>(j))).zero_();
+  const auto norms = comm::all_reduce(at::stack({sq(bl), sq(rhs)}), A.layout()->comm()).cpu();
+  const auto inside = (norms[1] <= 1e-24 * norms[0]).nonzero().flatten();
+  if (inside.numel() > 0 && rhs.dim() == 1) rhs.zero_();
+  if (inside.numel() > 0 && rhs.dim() == 2) rhs.index_fill_(1, inside.to(rhs.device()), 0);
   auto inner = o;
   inner.null_space = at::Tensor();
   if (o.x0) {
@@ -140,13 +141,16 @@ inline SolveResult solve_in_complement(const Operator& A, const DVector& b, cons
   // amplify what rounding leaves along the null space, which the projection of x removes at the
   // end. A general one can (a V-cycle whose coarsest matrix is singular): its every application
   // is projected, as PETSc projects every preconditioned residual.
-  const bool project_each = m != nullptr && !m->diagonal().defined();
-  const ProjectedPreconditioner projected(m, null_space);
-  auto result = run_method(A, DVector(b.layout(), rhs), project_each ? &projected : m, inner);
+  std::optional<ProjectedPreconditioner> projected;
+  if (m != nullptr && !m->diagonal().defined()) projected.emplace(m, null_space);
+  auto result = run_method(A, DVector(b.layout(), rhs), projected ? &*projected : m, inner);
   auto x = result.x.local().clone(at::MemoryFormat::Contiguous);
   (void)null_space.remove(x);
   result.x = DVector(result.x.layout(), x);
-  result.info.rhs_null_space_norm = removed;
+  // The largest column's: Q is orthonormal, so the removed part's norm is its coefficients'.
+  if (removed.numel() > 0)
+    result.info.rhs_null_space_norm =
+        at::linalg_vector_norm(removed.reshape({removed.size(0), -1}), 2, 0).max().item<double>();
   return result;
 }
 

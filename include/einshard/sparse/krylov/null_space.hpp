@@ -14,17 +14,16 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
-#include <algorithm>
 #include <cmath>
-#include <complex>
 #include <cstdint>
+#include <span>
 #include <string>
-#include <vector>
+#include <utility>
 
+#include "einshard/comm/collectives.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
-#include "einshard/sparse/krylov/common.hpp"
 #include "einshard/sparse/matrix/row_layout.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
 
@@ -53,30 +52,23 @@ class NullSpace {
     const std::int64_t m = fault.empty() ? (vectors.dim() == 1 ? 1 : vectors.size(1)) : 0;
     if (fault.empty() && m == 0) fault = "expected at least one vector, got none";
     comm::raise_if_any(comm_, fault.empty() ? fault : what + ": null_space: " + fault);
-    if (comm::all_reduce_value(m, comm::Reduction::min, comm_) != comm::all_reduce_value(m, comm::Reduction::max, comm_))
+    std::int64_t extremes[2] = {m, -m};  // the largest m and minus the smallest, in one call
+    comm::all_reduce_values(std::span<std::int64_t>(extremes), comm::Reduction::max, comm_);
+    if (extremes[0] != -extremes[1])
       throw Error(what + ": null_space: the ranks hold different numbers of vectors; give every rank the same m");
     q_ = vectors.detach().reshape({vectors.size(0), m}).to(like.device(), like.scalar_type()).contiguous();
     for (int pass = 0; pass < 2; ++pass) orthonormalize(m, what);
   }
 
   /// v − Q (Qᴴ v), in place, for v (owned rows) or (owned rows, k): one all-reduce of m (m·k)
-  /// values. Returns the norm of the removed part, the largest over the columns.
-  double remove(at::Tensor& v) const {
-    const auto local = at::matmul(q_.conj().transpose(0, 1), v);
-    const auto c = comm::summed(host_complex(local.flatten()), comm_);
-    const auto coefficients = tensor_like(c, v).reshape(local.sizes());
+  /// values. Returns Qᴴ v, the removed part's coefficients (summed, on v's device).
+  at::Tensor remove(at::Tensor& v) const {
+    const auto coefficients = comm::all_reduce(at::matmul(q_.conj().transpose(0, 1), v), comm_);
     if (v.dim() == 1)
       v.addmv_(q_, coefficients, 1, -1);
     else
       v.addmm_(q_, coefficients, 1, -1);
-    const auto columns = v.dim() == 1 ? std::int64_t{1} : v.size(1);
-    double largest = 0.0;
-    for (std::int64_t j = 0; j < columns; ++j) {
-      double sq = 0.0;
-      for (std::int64_t i = 0; i < q_.size(1); ++i) sq += std::norm(c[static_cast<std::size_t>(i * columns + j)]);
-      largest = std::max(largest, std::sqrt(sq));
-    }
-    return largest;
+    return coefficients;
   }
 
  private:
@@ -84,8 +76,7 @@ class NullSpace {
   void orthonormalize(std::int64_t m, const std::string& what) {
     const auto work = q_.is_complex() ? at::kComplexDouble : at::kDouble;
     const auto q = q_.to(work);
-    const auto local = at::matmul(q.conj().transpose(0, 1), q).cpu();
-    const auto g = tensor_like(comm::summed(host_complex(local.flatten()), comm_), local).reshape({m, m});
+    const auto g = comm::all_reduce(at::matmul(q.conj().transpose(0, 1), q), comm_).cpu();
     const auto [l, info] = at::linalg_cholesky_ex(g);
     const double largest = at::real(at::diagonal(g)).max().item<double>();
     const bool dependent = info.item<int>() != 0 || !(largest > 0.0) ||
