@@ -270,3 +270,42 @@ TEST_CASE("partition: bad input raises einshard::Error", "[sparse][partition][un
   CHECK_THROWS_AS(sp::partition_ids(g.row, g.col, g.n, 2, {M::automatic, g.coords.slice(0, 3)}),
                   es::Error);
 }
+
+TEST_CASE("partition in whole nodes: every method partitions the nodes, a node's rows stay together",
+          "[sparse][partition][unit]") {
+  // A 3-unknown system on the 5-point grid: rows 3k, 3k + 1, 3k + 2 of node k, every unknown of a
+  // node coupled to every unknown of its neighbours.
+  const auto g = poisson_2d(9, 7);
+  const int f = 3;
+  const auto unknown = at::arange(f, at::kLong);
+  const auto rows = (g.row.unsqueeze(1) * f + unknown).unsqueeze(2).expand({-1, f, f}).reshape({-1});
+  const auto cols = (g.col.unsqueeze(1) * f + unknown).unsqueeze(1).expand({-1, f, f}).reshape({-1});
+  const auto n = g.n * f;
+  const auto row_coords = g.coords.repeat_interleave(f, 0);
+  std::vector<M> methods{M::simple, M::rcb, M::hilbert, M::slicing, M::automatic};
+#if defined(EINSHARD_HAS_METIS) && EINSHARD_HAS_METIS
+  methods.push_back(M::metis);
+#endif
+  for (const auto method : methods)
+    for (const int parts : {1, 2, 3, 4, 8}) {
+      INFO("method " << static_cast<int>(method) << ", " << parts << " parts");
+      const auto ids = sp::partition_ids(rows, cols, n, parts, {method, row_coords, f});
+      REQUIRE(ids.sizes() == at::IntArrayRef{n});
+      const auto by_node = ids.reshape({-1, f});
+      CHECK(at::equal(by_node, by_node.select(1, 0).unsqueeze(1).expand({-1, f})));  // whole nodes
+      // The nodes' parts are those of the node graph itself, with coordinates per row or per node.
+      const auto nodes = sp::partition_ids(g.row, g.col, g.n, parts, {method, g.coords});
+      CHECK(at::equal(by_node.select(1, 0), nodes));
+      CHECK(at::equal(sp::partition_ids(rows, cols, n, parts, {method, g.coords, f}), ids));
+      if (method != M::metis) check_balanced(nodes, g.n, parts);
+    }
+  // simple: blocks of ceil(nodes / parts) nodes (10 nodes on 4 parts: 3, 3, 3, 1).
+  CHECK(sizes(sp::partition_ids(none, none, 30, 4, {M::simple, {}, 3}), 4) == std::vector<std::int64_t>{9, 9, 9, 3});
+  CHECK(at::equal(sp::partition_ids(none, none, 30, 4, {M::simple, {}, 1}), sp::partition_ids(none, none, 30, 4)));
+  CHECK_THROWS_WITH(sp::partition_ids(none, none, 10, 2, {M::simple, {}, 3}),
+                    Catch::Contains("functions ≥ 1 dividing the rows") && Catch::Contains("10 rows"));
+  CHECK_THROWS_WITH(sp::partition_ids(none, none, 9, 2, {M::simple, {}, 0}), Catch::Contains("functions ≥ 1"));
+  CHECK_THROWS_WITH(sp::partition_ids(rows, cols, n, 2, {M::rcb, g.coords.slice(0, 1), f}),
+                    Catch::Contains("coords of the rows") && Catch::Contains("of the nodes (63, d)"));
+  CHECK_THROWS_WITH(sp::partition_ids(rows, cols, n, 2, {M::rcb, {}, f}), Catch::Contains("expected coordinates"));
+}

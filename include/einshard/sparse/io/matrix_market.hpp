@@ -81,7 +81,8 @@ SparseTensor read_matrix_market(const std::string& path, const MatrixMarketReadO
 SparseTensor parse_matrix_market(std::string_view text, const MatrixMarketReadOptions& o = {});
 
 /// A distributed read of a square matrix: every rank streams the file and keeps the entries of the
-/// rows it will own. `partition.method` simple (the default) needs nothing more; any other method
+/// rows it will own. `partition.method` simple (the default) needs nothing more; any other method,
+/// or simple in whole nodes (`partition.functions` > 1),
 /// reads the pattern once on rank 0 to compute the partition, whose ids are broadcast (as
 /// `DSparseTensor::partition` does). Collective over `mesh`: a fault on any rank (a missing file,
 /// a malformed line) is the same Error on every rank.
@@ -172,10 +173,11 @@ EINSHARD_INLINE DSparseTensor read_matrix_market(const std::string& path, const 
   const int me = comm::rank_of(comm), p = comm::size_of(comm);
   std::string fault;
   MatrixMarketHeader h;
-  at::Tensor ids;  // partition ids, for methods other than simple
+  at::Tensor ids;  // partition ids, for methods other than simple (or whole nodes)
   detail::CooEntries t;
   // Step 1 (not simple): rank 0 partitions the pattern.
-  if (partition.method != PartitionMethod::simple) {
+  const bool by_ids = partition.method != PartitionMethod::simple || partition.functions != 1;
+  if (by_ids) {
     if (me == 0) {
       try {
         auto in = detail::open_matrix_market(path);

@@ -284,7 +284,7 @@ EINSHARD_INLINE std::unique_ptr<PreconditionerOp> SolvePipeline::make_preconditi
     return make_amg(
         rows, A.m_, A.n_,
         [exchange = A.scratch_.exchange()](const at::Tensor& owned) { return exchange->ghosts_of(owned); },
-        options.preconditioner_options.amg);
+        options.preconditioner_options.amg, A.layout_->owned());
   return detail::make_preconditioner(
       options.preconditioner, rows, [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); },
       options.preconditioner_options);

@@ -147,9 +147,10 @@ EINSHARD_INLINE DSparseTensor DSparseTensor::partition(const SparseTensor& A, co
   const MPI_Comm comm = mesh.comm();
   const auto n = A.rows();
   if (A.rows() != A.cols()) {
-    if (options.method != PartitionMethod::simple)
+    if (options.method != PartitionMethod::simple || options.functions != 1)
       throw Error("DSparseTensor::partition: a rectangular matrix (" + std::to_string(A.rows()) + " x " +
-                  std::to_string(A.cols()) + ") is partitioned in contiguous blocks; expected method simple");
+                  std::to_string(A.cols()) + ") is partitioned in contiguous blocks of rows; expected method simple "
+                  "and functions = 1");
     const auto [first, last] = simple_rows(n, comm);
     const auto keep = ((A.row_indices() >= first) & (A.row_indices() < last)).nonzero().flatten();
     return from_local(A.values().index_select(0, keep), A.row_indices().index_select(0, keep),

@@ -17,6 +17,10 @@
 ///   bisection up to 8 parts, k-way above (see `detail::metis_ids`); a graph without edges, or
 ///   with no more vertices than parts, falls back to simple.
 /// - automatic: rcb when coordinates are given, else simple.
+///
+/// With `functions` > 1 (a PDE system: rows functions·k … functions·k + functions − 1 are the
+/// unknowns of node k) each method partitions the nodes and every node's rows go to one part,
+/// which nodal AMG needs (`AmgOptions::nodal`) and which keeps a node's couplings off the halo.
 
 #include <ATen/ATen.h>
 
@@ -41,8 +45,11 @@ enum class PartitionMethod { simple, rcb, hilbert, metis, slicing, automatic };
 
 struct PartitionOptions {
   PartitionMethod method = PartitionMethod::simple;
-  /// (n, d) vertex coordinates for rcb, hilbert, slicing and automatic.
+  /// (n, d) vertex coordinates for rcb, hilbert, slicing and automatic; with `functions` > 1 the
+  /// rows' (a node's first row gives its place) or the nodes' (n / functions, d).
   std::optional<at::Tensor> coords{};
+  /// Unknowns per node, interleaved (as `AmgOptions::functions`): a node's rows stay together.
+  int functions = 1;
 };
 
 namespace detail {
@@ -278,6 +285,25 @@ inline at::Tensor partition_ids(const at::Tensor& row, const at::Tensor& col, st
   if (parts < 1)
     throw Error("partition_ids: expected at least 1 part, found " + std::to_string(parts));
   if (n < 0) throw Error("partition_ids: expected n >= 0, found " + std::to_string(n));
+  if (const int f = options.functions; f != 1) {
+    if (f < 1 || n % f != 0)
+      throw Error("partition: expected functions ≥ 1 dividing the rows (functions unknowns per node), found functions = " +
+                  std::to_string(f) + " with " + std::to_string(n) + " rows");
+    // The nodes partitioned as vertices of their own (node k: rows f·k …), then each node's part
+    // given to all its rows.
+    PartitionOptions nodes = options;
+    nodes.functions = 1;
+    if (options.coords && options.coords->defined()) {
+      const auto& c = *options.coords;
+      if (c.dim() == 2 && c.size(0) == n) nodes.coords = c.slice(0, 0, n, f);
+      else if (c.dim() != 2 || c.size(0) != n / f)
+        throw Error("partition: expected coords of the rows (" + std::to_string(n) + ", d) or of the nodes (" +
+                    std::to_string(n / f) + ", d) with functions = " + std::to_string(f) + ", found shape " +
+                    std::string(c10::str(c.sizes())));
+    }
+    const auto node_of = [f](const at::Tensor& v) { return v.defined() ? at::div(v, f, "floor") : v; };
+    return partition_ids(node_of(row), node_of(col), n / f, parts, nodes).repeat_interleave(f);
+  }
   switch (options.method) {
     case PartitionMethod::simple:
       return detail::simple_ids(n, parts);

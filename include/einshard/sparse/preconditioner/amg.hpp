@@ -124,11 +124,28 @@ inline double mean_row_entries(const LocalRows& rows, std::int64_t global_rows) 
   return global_rows > 0 ? static_cast<double>(nnz) / static_cast<double>(global_rows) : 0.0;
 }
 
+/// Where a rank's owned rows break nodes: empty when every node it holds (rows functions·k …
+/// functions·k + functions − 1 of the matrix, node k) is whole and in consecutive owned rows, as
+/// nodal coarsening reads them; else the first owned row that breaks one. `owned`: the owned rows'
+/// global indices, ascending.
+inline std::string broken_node(const at::Tensor& owned, int functions) {
+  const auto n = owned.numel();
+  const auto* g = owned.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto first = i - i % functions;  // the owned row that should hold this node's unknown 0
+    if (g[first] % functions == 0 && g[i] == g[first] + i % functions && first + functions <= n) continue;
+    return "owned row " + std::to_string(i) + " (global row " + std::to_string(g[i]) + ", unknown " +
+           std::to_string(g[i] % functions) + " of node " + std::to_string(g[i] / functions) +
+           ") is not in a whole node of " + std::to_string(functions) + " consecutive owned rows";
+  }
+  return {};
+}
+
 /// The faults of options (resolved: every field set) and matrix found before any hypre call, so
 /// that a bad input is the same `Error` on every rank instead of a hypre abort or a hang inside a
-/// collective setup.
+/// collective setup. `owned`: the owned rows' global indices.
 inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols,
-                             const AmgOptions& o) {
+                             const AmgOptions& o, const at::Tensor& owned) {
   if (global_rows != global_cols)
     return "amg preconditioner setup: expected a square matrix, found " + std::to_string(global_rows) + "x" +
            std::to_string(global_cols);
@@ -148,13 +165,18 @@ inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, st
            std::to_string(*o.strong_threshold) + ", " + std::to_string(o.sweeps) + ", " +
            std::to_string(o.max_levels) + ", " + std::to_string(*o.max_elements) + ", " +
            std::to_string(*o.aggressive_levels) + " and " + std::to_string(o.cycles);
-  if (o.functions < 1 || rows.n_owned % o.functions != 0)
-    return "amg options: expected functions ≥ 1 dividing every rank's owned rows (whole nodes on each rank), "
-           "found functions = " + std::to_string(o.functions) + " with " + std::to_string(rows.n_owned) +
-           " owned rows on this rank";
+  if (o.functions < 1 || global_rows % o.functions != 0)
+    return "amg options: expected functions ≥ 1 dividing the matrix's rows (functions unknowns per node), "
+           "found functions = " + std::to_string(o.functions) + " with " + std::to_string(global_rows) + " rows";
   if (o.nodal && o.functions < 2)
     return "amg options: expected functions > 1 with nodal = true (nodal coarsening groups the unknowns of a "
            "node), found functions = " + std::to_string(o.functions);
+  if (o.nodal) {
+    if (auto broken = broken_node(owned, o.functions); !broken.empty())
+      return "amg options: expected every rank to own whole nodes with nodal = true (the " +
+             std::to_string(o.functions) + " rows of a node on one rank: partition with PartitionOptions{.functions = " +
+             std::to_string(o.functions) + "}, or own whole nodes in from_local), found " + broken;
+  }
   if (const auto& z = o.near_null_space; z.defined()) {
     if (!o.nodal)
       return "amg options: expected nodal = true (and functions > 1) with a near_null_space (hypre fits the "
@@ -218,8 +240,9 @@ inline int& amg_spoiled_cycles() {
 
 class AmgOp final : public PreconditionerOp {
  public:
+  /// `owned`: the owned rows' global indices (int64, ascending), which say each row's unknown.
   AmgOp(const LocalRows& rows, std::int64_t global_rows, std::int64_t global_cols, const GhostsOf& ghosts_of,
-        const AmgOptions& o)
+        const AmgOptions& o, const at::Tensor& owned)
       : options_(o.resolved(mean_row_entries(rows, global_rows))) {
     // The near-null space's width, agreed before anything reads it (-1: none on this rank).
     const auto& z = options_.near_null_space;
@@ -227,7 +250,7 @@ class AmgOp final : public PreconditionerOp {
     const auto widest = comm::all_reduce_value(width, comm::Reduction::max, rows.comm);
     const auto narrowest = comm::all_reduce_value(width, comm::Reduction::min, rows.comm);
     agreed_setup(rows.comm, [&] {
-      if (auto fault = amg_fault(rows, global_rows, global_cols, options_); !fault.empty()) throw Error(fault);
+      if (auto fault = amg_fault(rows, global_rows, global_cols, options_, owned); !fault.empty()) throw Error(fault);
       if (widest != narrowest)
         throw Error("amg options: expected a near_null_space with the same number of columns on every rank, found " +
                     std::to_string(narrowest) + " to " + std::to_string(widest) + " (-1: none)");
@@ -235,6 +258,12 @@ class AmgOp final : public PreconditionerOp {
     initialize_hypre();
     comm_ = comm::OwnedComm(rows.comm);
     const std::int64_t n = rows.n_owned;
+    if (options_.functions > 1) {
+      // Global row g is unknown g % functions of node g / functions, wherever the partition put
+      // it; hypre's own assignment would count from each rank's first row instead.
+      const auto unknown = (owned % options_.functions).to(at::kInt).contiguous();
+      dof_func_.assign(unknown.data_ptr<std::int32_t>(), unknown.data_ptr<std::int32_t>() + unknown.numel());
+    }
     const std::int64_t first = comm::exclusive_sum(n, comm_);
     const auto numbers = ghosts_of(at::arange(first, first + n, at::kLong)).contiguous();
     HYPRE_ClearAllErrors();
@@ -462,7 +491,14 @@ class AmgOp final : public PreconditionerOp {
     HYPRE_BoomerAMGSetRelaxOrder(solver_, o.cf_order ? 1 : 0);
     HYPRE_BoomerAMGSetCycleType(solver_, o.cycle == AmgCycle::v ? 1 : 2);
     HYPRE_BoomerAMGSetMaxLevels(solver_, o.max_levels);
-    if (o.functions > 1) HYPRE_BoomerAMGSetNumFunctions(solver_, o.functions);  // unknown i: i % functions
+    if (o.functions > 1) {
+      HYPRE_BoomerAMGSetNumFunctions(solver_, o.functions);
+      if (n_ > 0) {  // hypre frees the array with the solver
+        auto* dof_func = hypre_CTAlloc(HYPRE_Int, n_, HYPRE_MEMORY_HOST);
+        std::copy(dof_func_.begin(), dof_func_.end(), dof_func);
+        HYPRE_BoomerAMGSetDofFunc(solver_, dof_func);
+      }
+    }
     if (o.nodal) {
       // Row-sum norm of each node block, and its diagonal made the negative sum of the node's
       // off-diagonal blocks: the strength measure of hypre's own elasticity settings (MFEM's).
@@ -543,22 +579,24 @@ class AmgOp final : public PreconditionerOp {
   HYPRE_Solver solver_ = nullptr;
   std::vector<HYPRE_IJVector> modes_;      // the near-null space's level-0 vectors, ours to free
   std::vector<HYPRE_ParVector> par_modes_;
+  std::vector<HYPRE_Int> dof_func_;  // the unknown of each owned row, with functions > 1
   int levels_ = 0;
   double complexity_ = 0.0;
 };
 
 #endif  // EINSHARD_HAS_HYPRE
 
-/// The amg preconditioner of a distributed matrix: its rows, its global shape and its halo
-/// exchange. Collective over `rows.comm`; every fault is the same `Error` on every rank.
+/// The amg preconditioner of a distributed matrix: its rows, its global shape, its halo exchange
+/// and the owned rows' global indices. Collective over `rows.comm`; every fault is the same
+/// `Error` on every rank.
 inline std::unique_ptr<PreconditionerOp> make_amg(const LocalRows& rows, std::int64_t global_rows,
                                                   std::int64_t global_cols, const GhostsOf& ghosts_of,
-                                                  const AmgOptions& options) {
+                                                  const AmgOptions& options, const at::Tensor& owned) {
   require_host(rows, "amg", "hypre BoomerAMG is a host library");
 #if defined(EINSHARD_HAS_HYPRE)
-  return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options);
+  return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options, owned);
 #else
-  (void)rows, (void)global_rows, (void)global_cols, (void)ghosts_of, (void)options;
+  (void)rows, (void)global_rows, (void)global_cols, (void)ghosts_of, (void)options, (void)owned;
   throw Error("amg preconditioner setup: expected a build of einshard with hypre (BoomerAMG), found one "
               "configured without it (EINSHARD_HAS_HYPRE is not set; install libhypre-dev and reconfigure)");
 #endif

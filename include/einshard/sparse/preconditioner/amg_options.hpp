@@ -89,15 +89,17 @@ struct AmgOptions {
   /// Relax the coarse points, then the fine ones (hypre's relax order 1, PETSc's PCHYPRE default)
   /// instead of in row order (hypre's default, 0).
   bool cf_order = false;
-  /// Unknowns per node of a PDE system, interleaved: owned row i is unknown i % functions of its
-  /// node (elasticity: the dimension, the displacement components of a node in consecutive rows).
-  /// Coarsening and interpolation then never mix unknowns of different kinds (hypre's
-  /// NumFunctions). Every rank's owned rows must hold whole nodes: a multiple of `functions`.
+  /// Unknowns per node of a PDE system, interleaved: global row g is unknown g % functions of node
+  /// g / functions (elasticity: the dimension, the displacement components of a node in
+  /// consecutive rows). Coarsening and interpolation then never mix unknowns of different kinds
+  /// (hypre's NumFunctions, with each row's unknown handed over as its DofFunc), on any row
+  /// partition. Must divide the matrix's rows.
   int functions = 1;
   /// Coarsen nodes instead of unknowns: the strength of a node's connections is taken from the
   /// row sums of the `functions` × `functions` blocks (hypre's nodal coarsening 4), so all the
   /// unknowns of a node are coarse or fine together, which strongly coupled systems (elasticity)
-  /// need. Needs `functions` > 1.
+  /// need. Needs `functions` > 1 and every node's rows on one rank (`PartitionOptions::functions`
+  /// partitions so; `from_local` owners choose their rows).
   bool nodal = false;
   /// (owned rows, m), this rank's rows of m vectors the interpolation should reproduce, the
   /// near-null space of the operator: for elasticity its rigid body modes
