@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scaling of einshard's sparse headline work to 4,096 simulated ranks, with SimGrid's SMPI.
 #
-#   bench/scale/run.sh [all|build|validate|weak|comm|strong|amg|summary]   (default: all)
+#   bench/scale/run.sh [all|headline|build|validate|weak|comm|strong|amg|summary]   (default: all)
 #
 #   build     header-only builds of bench/scale/poisson_scaling.cpp: with smpicxx (SMPI) and with
 #             mpicxx (the real runs), into $SCALE_BUILD (default build/scale)
@@ -18,6 +18,11 @@
 #             beside SMPI on this machine's model at 1-8 ranks; builds hypre 2.26.0 from source
 #             with smpicc first (build/scale/hypre-smpi; needs curl once)
 #   summary   bench/scale/summarize.py: markdown tables of the results
+#   headline  the performance page's headline in about 15 minutes, to 1,024 ranks: build, validate,
+#             one rank with computation charged, then CG (both variants), the halo exchange and
+#             from_local on the fat tree with none charged at 8, 64, 256 and 1,024 ranks, 16,384
+#             (128^2, 2-D) and 13,824 (24^3, 3-D) rows per rank; its own results directory
+#             ($SCALE_OUT/headline) and summary
 #   one FILE PLATFORM P ARGS...   one simulation, appended to $SCALE_OUT/FILE
 #   one-comm FILE PLATFORM P ARGS...   the same with no computation charged
 #   notation-one, notation-one-comm FILE PLATFORM P ARGS...   the same for notation_scaling
@@ -295,6 +300,28 @@ amg() {
 
 summary() { python3 "${HERE}/summarize.py" "${OUT}"; }
 
+# The rows per rank of a simulation code's weak-scaling run (PETSc's users are told to keep 10^4
+# or more per process), where two all-reduces per CG iteration stay behind the computation.
+headline() {
+  OUT="${OUT}/headline"
+  mkdir -p "${OUT}"
+  rm -f "${OUT}"/*.jsonl
+  validate
+  sim weak.jsonl fat_tree 1 --dim 2 --box 128
+  sim weak.jsonl fat_tree 1 --dim 3 --box 24
+  comm_only
+  for p in 8 64 256 1024; do
+    ((p <= MAX_P)) || break
+    for cg in standard single_reduction; do
+      sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 128 --cg "${cg}"
+      sim weak_comm_only.jsonl fat_tree "$p" --dim 3 --box 24 --cg "${cg}"
+    done
+  done
+  EXTRA=()
+  RUNNER=smpi
+  summary
+}
+
 case "${1:-all}" in
   build) build ;;
   validate) build && validate ;;
@@ -308,6 +335,7 @@ case "${1:-all}" in
   notation-one-comm) shift && build && PROGRAM=notation_scaling && comm_only && sim "$@" ;;
   amg) amg ;;
   summary) summary ;;
+  headline) build && headline ;;
   all) build && validate && weak && comm && strong && summary ;;
-  *) echo "usage: $0 [all|build|validate|weak|comm|strong|notation|summary|one|one-comm|notation-one|notation-one-comm FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|headline|build|validate|weak|comm|strong|notation|summary|one|one-comm|notation-one|notation-one-comm FILE PLATFORM P ARGS...]" >&2; exit 2 ;;
 esac

@@ -13,7 +13,10 @@
 /// slice, so applying the preconditioner lends hypre the slices' memory and gathers nothing. The
 /// matrix is copied straight into hypre's ParCSR blocks, as PETSc's PCHYPRE does.
 ///
-/// Only real float64 (hypre's HYPRE_Real); other dtypes raise an `Error` naming the conversion.
+/// hypre computes in float64 on the host (HYPRE_Real). A matrix of another real dtype or on a
+/// device gets its hierarchy from a float64 host copy of its rows, and each application stages
+/// the vector there and back (`StagedAmgOp`): the V-cycle runs on the CPU whatever the Krylov
+/// method runs on, as torch-sla's AMG is built on the CPU. Complex values raise an `Error`.
 /// Without hypre (EINSHARD_HAS_HYPRE unset) the option raises an `Error` naming hypre.
 
 #include <ATen/ATen.h>
@@ -149,9 +152,9 @@ inline std::string amg_fault(const LocalRows& rows, std::int64_t global_rows, st
   if (global_rows != global_cols)
     return "amg preconditioner setup: expected a square matrix, found " + std::to_string(global_rows) + "x" +
            std::to_string(global_cols);
-  if (rows.a.dtype() != at::kDouble)
-    return std::string("amg preconditioner setup (hypre BoomerAMG): expected float64 values, found ") +
-           c10::toString(rows.a.dtype()) + " (convert the matrix with .to(at::kDouble))";
+  if (rows.a.dtype() != at::kDouble)  // other real dtypes are staged through float64 (make_amg)
+    return std::string("amg preconditioner setup (hypre BoomerAMG): expected real values, found ") +
+           c10::toString(rows.a.dtype());
   if (global_rows > std::numeric_limits<HYPRE_BigInt>::max() ||
       rows.a.nnz() + rows.n_owned > std::numeric_limits<HYPRE_Int>::max())  // + an explicit diagonal per row
     return "amg preconditioner setup: expected at most " +
@@ -586,14 +589,45 @@ class AmgOp final : public PreconditionerOp {
 
 #endif  // EINSHARD_HAS_HYPRE
 
+/// AMG for a matrix whose values are not float64 on the host: the hierarchy of a float64 host
+/// copy, each application staged through it (r to float64 on the host, z back in the matrix's
+/// dtype and device). The copies cost two passes over a vector per cycle, a fraction of the
+/// cycle's own traffic over every level's matrix.
+class StagedAmgOp final : public PreconditionerOp {
+ public:
+  explicit StagedAmgOp(std::unique_ptr<PreconditionerOp> host) : host_(std::move(host)) {}
+  void apply(const at::Tensor& r, at::Tensor& z) const override {
+    const auto r_host = r.to(at::kCPU, at::kDouble).contiguous();
+    auto z_host = at::empty_like(r_host);
+    host_->apply(r_host, z_host);
+    z.copy_(z_host);
+  }
+  [[nodiscard]] std::string name() const override { return host_->name() + " staged through float64 on the host"; }
+  [[nodiscard]] std::pair<int, double> hierarchy() const override { return host_->hierarchy(); }
+
+ private:
+  std::unique_ptr<PreconditionerOp> host_;
+};
+
 /// The amg preconditioner of a distributed matrix: its rows, its global shape, its halo exchange
 /// and the owned rows' global indices. Collective over `rows.comm`; every fault is the same
 /// `Error` on every rank.
 inline std::unique_ptr<PreconditionerOp> make_amg(const LocalRows& rows, std::int64_t global_rows,
                                                   std::int64_t global_cols, const GhostsOf& ghosts_of,
                                                   const AmgOptions& options, const at::Tensor& owned) {
-  require_host(rows, "amg", "hypre BoomerAMG is a host library");
 #if defined(EINSHARD_HAS_HYPRE)
+  const auto& values = rows.a.values;
+  // Every rank's matrix has one dtype and device kind (agreed at assembly), so every rank stages
+  // or none does.
+  if (values.defined() && at::isFloatingType(values.scalar_type()) &&
+      (values.scalar_type() != at::kDouble || !values.device().is_cpu())) {
+    const Csr host{rows.a.rows, rows.a.cols, rows.a.rowptr.cpu(), rows.a.col.cpu(), values.to(at::kCPU, at::kDouble)};
+    const auto device = values.device();
+    const GhostsOf host_ghosts = [&](const at::Tensor& o) { return ghosts_of(o.to(device)).cpu(); };
+    return std::make_unique<StagedAmgOp>(std::make_unique<AmgOp>(LocalRows{host, rows.n_owned, rows.comm},
+                                                                 global_rows, global_cols, host_ghosts, options,
+                                                                 owned.cpu()));
+  }
   return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options, owned);
 #else
   (void)rows, (void)global_rows, (void)global_cols, (void)ghosts_of, (void)options, (void)owned;

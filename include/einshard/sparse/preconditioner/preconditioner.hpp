@@ -75,8 +75,10 @@ void agreed_setup(MPI_Comm comm, F&& local) {
   comm::raise_if_any(comm, fault);
 }
 
-/// The preconditioners that run on any device, through the generic kernels (kernels.hpp).
-inline constexpr const char* device_preconditioners = "none, jacobi, l1_jacobi, chebyshev or neumann";
+/// The preconditioners that run on any device: through the generic kernels (kernels.hpp), and amg
+/// with its V-cycle on the host (amg.hpp).
+inline constexpr const char* device_preconditioners =
+    "none, jacobi, l1_jacobi, chebyshev, neumann or amg (its V-cycle on the host)";
 
 /// Throws unless the rows are on the CPU: `who` runs on the host only (`why`). The device kind,
 /// which every rank agreed on at assembly, is named without its index, so every rank throws the
