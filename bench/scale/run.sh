@@ -18,7 +18,7 @@
 #             beside SMPI on this machine's model at 1-8 ranks; builds hypre 2.26.0 from source
 #             with smpicc first (build/scale/hypre-smpi; needs curl once)
 #   summary   bench/scale/summarize.py: markdown tables of the results
-#   headline  the performance page's headline in about 15 minutes, to 1,024 ranks: build, validate,
+#   headline  the performance page's headline in about 25 minutes, to 1,024 ranks: build, validate,
 #             one rank with computation charged, then CG (both variants), the halo exchange and
 #             from_local on the fat tree with none charged at 8, 64, 256 and 1,024 ranks, 16,384
 #             (128^2, 2-D) and 13,824 (24^3, 3-D) rows per rank; its own results directory
@@ -33,7 +33,9 @@
 # Environment: SCALE_MAX_P (default 4096), SCALE_TIMEOUT (seconds per simulation, default 470;
 # 1,800 at 4,096 ranks, SCALE_TIMEOUT_4096), SCALE_NICE (the niceness of the simulations and real
 # runs, default 19: at 19 a run gets almost no CPU while others' builds run at 0),
-# SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv).
+# SCALE_BUILD, SCALE_OUT, EINSHARD_VENV (the venv with torch; default /opt/einshard-deps/venv),
+# SCALE_CPU_THRESHOLD (smpi/cpu-threshold: computation bursts shorter are not charged; default
+# 1.5 times SMPI's own time per MPI call on this machine, at least SMPI's 1e-6 s, docs/scale.md).
 # Needs libsimgrid-dev (scripts/install-deps.sh installs it) and Open MPI for the real runs.
 #
 # Why these SMPI settings (docs/scale.md has the measurements):
@@ -127,6 +129,25 @@ build() {
   done
 }
 
+# CPU_THRESHOLD: smpi/cpu-threshold. SMPI charges the time between MPI calls as computation, and
+# that time includes the simulator's own work inside each call (1.8-2.1 us per all-reduce on the
+# 2-core VM of 2026-12-07, under SMPI's default threshold of 1 us on the one of 2026-12-04):
+# charged, it doubled a CG iteration at one rank. Measured once per build directory.
+calibrate() {
+  [[ -z "${CPU_THRESHOLD:-}" ]] || return 0
+  if [[ -n "${SCALE_CPU_THRESHOLD:-}" ]]; then
+    CPU_THRESHOLD="${SCALE_CPU_THRESHOLD}"
+    return 0
+  fi
+  prepare
+  [[ -x "${BUILD}/smpi_call_cost" ]] || smpicc -O2 "${HERE}/smpi_call_cost.c" -o "${BUILD}/smpi_call_cost"
+  local cost
+  cost="$(cd "${BUILD}" && smpirun -np 1 -platform "${HERE}/platforms/this_machine.xml" -hostfile "${BUILD}/hosts_this_machine" \
+          --cfg=smpi/host-speed:1Gf --cfg=smpi/cpu-threshold:0 --log=root.thres:warning ./smpi_call_cost 2>/dev/null)"
+  CPU_THRESHOLD="$(python3 -c "print('%.2g' % max(1e-6, 1.5 * float('${cost:-0}')))")"
+  log "SMPI's own time per MPI call ${cost} s: smpi/cpu-threshold ${CPU_THRESHOLD}"
+}
+
 # tag RUNNER PLATFORM: adds the two keys to every JSON line.
 tag() { sed -u "s/^{/{\"runner\":\"$1\",\"platform\":\"$2\",/"; }
 
@@ -158,8 +179,10 @@ sim() {
     ((p <= 256)) || fewer+=(--reps 1)
     ((p < 256)) || limit="${TIMEOUT_4096}"
   fi
+  calibrate
   if ! (cd "${BUILD}" && OMP_NUM_THREADS=1 nice -n "${NICE}" timeout "${limit}" smpirun -np "${p}" \
         -platform "${HERE}/platforms/${platform}.xml" -hostfile "${BUILD}/hosts_${platform}" "${SMPI_OPTS[@]}" \
+        --cfg=smpi/cpu-threshold:"${CPU_THRESHOLD}" \
         --cfg=smpi/privatization:${priv} "${context[@]}" "${EXTRA[@]}" \
         "./${PROGRAM}_smpi" "${common[@]}" "${fewer[@]}" "$@" 2>"${BUILD}/last_smpi.err" | tag "${RUNNER}" "${platform}" >>"${OUT}/${file}"); then
     log "  failed or timed out after $((SECONDS - start)) s (${BUILD}/last_smpi.err)"
@@ -310,11 +333,13 @@ headline() {
   sim weak.jsonl fat_tree 1 --dim 2 --box 128
   sim weak.jsonl fat_tree 1 --dim 3 --box 24
   comm_only
+  # No 3-D Mesh (its communicators cost the simulator O(P^2) each) and 5 halo exchanges (a
+  # simulation repeats them exactly): a 3-D run at 1,024 ranks took over 470 s with them.
   for p in 8 64 256 1024; do
     ((p <= MAX_P)) || break
     for cg in standard single_reduction; do
-      sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 128 --cg "${cg}"
-      sim weak_comm_only.jsonl fat_tree "$p" --dim 3 --box 24 --cg "${cg}"
+      sim weak_comm_only.jsonl fat_tree "$p" --dim 2 --box 128 --cg "${cg}" --mesh3 0 --halo-reps 5
+      sim weak_comm_only.jsonl fat_tree "$p" --dim 3 --box 24 --cg "${cg}" --mesh3 0 --halo-reps 5
     done
   done
   EXTRA=()

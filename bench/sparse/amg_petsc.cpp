@@ -31,6 +31,10 @@
 //   es_amg_values, es_jacobi_values
 //                 es_amg and es_jacobi with Precision::single_values: the products read float32
 //                 values into float64 vectors, refined on the float64 matrix
+//   es_amg_float32, es_jacobi_float32
+//                 es_amg and es_jacobi on a float32 copy of the matrix, b and x float32 (reach
+//                 rtol 1e-5 or so, not 1e-8): AMG's hierarchy is then made from a float64 host
+//                 copy and each cycle staged through it, the path of a matrix on a device
 //   petsc_jacobi  PETSc CG + PCJACOBI (es_jacobi_mixed's anchor)
 //   petsc_hypre   PETSc CG + PCHYPRE BoomerAMG with PETSc's settings (the same as es_amg_f)
 //   petsc_hypre_x PETSc CG + PCHYPRE BoomerAMG with einshard's default settings (the same
@@ -374,12 +378,14 @@ int run(const Config& cfg) {
                                           .max_elements = 0, .smoother = sp::AmgSmoother::hybrid_gauss_seidel,
                                           .aggressive_levels = 0,
                                           .cf_order = true};
-        const auto fresh = D.with_values(D.values().clone());  // no setup to reuse
+        const bool single = ends("_float32");
+        const auto fresh = D.with_values(single ? D.values().to(at::kFloat) : D.values().clone());  // no setup to reuse
+        const auto rhs = single ? fresh.vector(b.local().to(at::kFloat)) : b;
         sp::SolveResult r;
         double wall = 0;
         total = timed([&] {
           const double t0 = MPI_Wtime();
-          r = fresh.solve(b, o);
+          r = fresh.solve(rhs, o);
           wall = MPI_Wtime() - t0;
         });
         if (!r.info.converged) throw std::runtime_error(name + " did not converge: " + sp::to_string(r.info.reason));
@@ -391,7 +397,7 @@ int run(const Config& cfg) {
         s.iterations = r.info.iterations;
         s.levels = r.info.levels;
         s.complexity = r.info.operator_complexity;
-        s.residuals.push_back(petsc.true_residual(r.x.full_tensor()));
+        s.residuals.push_back(petsc.true_residual(r.x.full_tensor().to(at::kDouble)));
       } else {
         const char* pc = name == "petsc_jacobi" ? PCJACOBI : name.rfind("petsc_gamg", 0) == 0 ? PCGAMG : PCHYPRE;
         KSP ksp = petsc.make(KSPCG, pc, name + "_", cfg.rtol, 100000);
