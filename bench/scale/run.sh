@@ -132,7 +132,7 @@ build() {
 # CPU_THRESHOLD: smpi/cpu-threshold. SMPI charges the time between MPI calls as computation, and
 # that time includes the simulator's own work inside each call (1.8-2.1 us per all-reduce on the
 # 2-core VM of 2026-12-07, under SMPI's default threshold of 1 us on the one of 2026-12-04):
-# charged, it doubled a CG iteration at one rank. Measured once per build directory.
+# charged, it doubled a CG iteration at one rank. Measured once per run of this script.
 calibrate() {
   [[ -z "${CPU_THRESHOLD:-}" ]] || return 0
   if [[ -n "${SCALE_CPU_THRESHOLD:-}" ]]; then
