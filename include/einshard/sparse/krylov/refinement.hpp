@@ -38,26 +38,6 @@ inline at::ScalarType inner_dtype(at::ScalarType working) {
   return working == at::kComplexDouble ? at::kComplexFloat : at::kFloat;
 }
 
-/// A preconditioner applied in its own dtype to vectors of another: AMG (hypre runs in float64)
-/// and custom preconditioners (written for the matrix's dtype) in a single-precision phase, and
-/// those made for the single-precision copy in the working-precision phase of mixed CG.
-class PrecisionAdapter final : public PreconditionerOp {
- public:
-  PrecisionAdapter(std::shared_ptr<const PreconditionerOp> op, at::ScalarType own) : op_(std::move(op)), own_(own) {}
-  void apply(const at::Tensor& r, at::Tensor& z) const override {
-    auto zw = at::empty(r.sizes(), r.options().dtype(own_));
-    op_->apply(r.to(own_), zw);
-    z.copy_(zw);
-  }
-  [[nodiscard]] std::string name() const override { return op_->name(); }
-  [[nodiscard]] at::Tensor diagonal() const override { return op_->diagonal(); }
-  [[nodiscard]] std::pair<int, double> hierarchy() const override { return op_->hierarchy(); }
-
- private:
-  std::shared_ptr<const PreconditionerOp> op_;
-  at::ScalarType own_;
-};
-
 /// The largest relative difference between a stored value and its single-precision copy, over
 /// every rank (complex values: each part's): what the copy adds to a product of `single_values`,
 /// 0 where the copy holds every value exactly (integer stencils); a value the copy flushes to

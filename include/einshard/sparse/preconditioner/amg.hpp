@@ -15,7 +15,7 @@
 ///
 /// hypre computes in float64 on the host (HYPRE_Real). A matrix of another real dtype or on a
 /// device gets its hierarchy from a float64 host copy of its rows, and each application stages
-/// the vector there and back (`StagedAmgOp`): the V-cycle runs on the CPU whatever the Krylov
+/// the vector there and back (`PrecisionAdapter`): the V-cycle runs on the CPU whatever the Krylov
 /// method runs on, as torch-sla's AMG is built on the CPU. Complex values raise an `Error`.
 /// Without hypre (EINSHARD_HAS_HYPRE unset) the option raises an `Error` naming hypre.
 
@@ -589,26 +589,6 @@ class AmgOp final : public PreconditionerOp {
 
 #endif  // EINSHARD_HAS_HYPRE
 
-/// AMG for a matrix whose values are not float64 on the host: the hierarchy of a float64 host
-/// copy, each application staged through it (r to float64 on the host, z back in the matrix's
-/// dtype and device). The copies cost two passes over a vector per cycle, a fraction of the
-/// cycle's own traffic over every level's matrix.
-class StagedAmgOp final : public PreconditionerOp {
- public:
-  explicit StagedAmgOp(std::unique_ptr<PreconditionerOp> host) : host_(std::move(host)) {}
-  void apply(const at::Tensor& r, at::Tensor& z) const override {
-    const auto r_host = r.to(at::kCPU, at::kDouble).contiguous();
-    auto z_host = at::empty_like(r_host);
-    host_->apply(r_host, z_host);
-    z.copy_(z_host);
-  }
-  [[nodiscard]] std::string name() const override { return host_->name() + " staged through float64 on the host"; }
-  [[nodiscard]] std::pair<int, double> hierarchy() const override { return host_->hierarchy(); }
-
- private:
-  std::unique_ptr<PreconditionerOp> host_;
-};
-
 /// The amg preconditioner of a distributed matrix: its rows, its global shape, its halo exchange
 /// and the owned rows' global indices. Collective over `rows.comm`; every fault is the same
 /// `Error` on every rank.
@@ -624,9 +604,12 @@ inline std::unique_ptr<PreconditionerOp> make_amg(const LocalRows& rows, std::in
     const Csr host{rows.a.rows, rows.a.cols, rows.a.rowptr.cpu(), rows.a.col.cpu(), values.to(at::kCPU, at::kDouble)};
     const auto device = values.device();
     const GhostsOf host_ghosts = [&](const at::Tensor& o) { return ghosts_of(o.to(device)).cpu(); };
-    return std::make_unique<StagedAmgOp>(std::make_unique<AmgOp>(LocalRows{host, rows.n_owned, rows.comm},
-                                                                 global_rows, global_cols, host_ghosts, options,
-                                                                 owned.cpu()));
+    // Each cycle stages r to float64 on the host and z back: two passes over a vector, beside the
+    // cycle's sweeps over every level's matrix.
+    return std::make_unique<PrecisionAdapter>(
+        std::make_unique<AmgOp>(LocalRows{host, rows.n_owned, rows.comm}, global_rows, global_cols, host_ghosts,
+                                options, owned.cpu()),
+        at::kDouble, at::Device(at::kCPU));
   }
   return std::make_unique<AmgOp>(rows, global_rows, global_cols, ghosts_of, options, owned);
 #else

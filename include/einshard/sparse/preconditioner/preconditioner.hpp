@@ -28,6 +28,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -60,6 +62,31 @@ struct PreconditionerOp {
   /// A multigrid hierarchy's levels and operator complexity (Σ nnz(A_l) / nnz(A_0)) for
   /// `SolveInfo`; {0, 0} for a preconditioner without one.
   [[nodiscard]] virtual std::pair<int, double> hierarchy() const { return {0, 0.0}; }
+};
+
+/// A preconditioner applied in its own dtype (and on its own device) to vectors of another: AMG
+/// (hypre runs in float64 on the host) for a float32 matrix or one on a device, and in a
+/// single-precision phase of mixed CG; custom preconditioners (written for the matrix's dtype)
+/// there too; those made for the single-precision copy in the working-precision phase.
+class PrecisionAdapter final : public PreconditionerOp {
+ public:
+  PrecisionAdapter(std::shared_ptr<const PreconditionerOp> op, at::ScalarType own,
+                   std::optional<at::Device> device = std::nullopt)
+      : op_(std::move(op)), own_(own), device_(device) {}
+  void apply(const at::Tensor& r, at::Tensor& z) const override {
+    const auto own = r.options().dtype(own_).device(device_.value_or(r.device()));
+    auto zw = at::empty(r.sizes(), own);
+    op_->apply(r.to(own), zw);
+    z.copy_(zw);
+  }
+  [[nodiscard]] std::string name() const override { return op_->name(); }
+  [[nodiscard]] at::Tensor diagonal() const override { return op_->diagonal(); }
+  [[nodiscard]] std::pair<int, double> hierarchy() const override { return op_->hierarchy(); }
+
+ private:
+  std::shared_ptr<const PreconditionerOp> op_;
+  at::ScalarType own_;
+  std::optional<at::Device> device_;
 };
 
 /// Runs a rank's local setup and turns any `Error` it throws into a collective one (the lowest
