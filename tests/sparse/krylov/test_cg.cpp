@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collective_error.hpp"
+#include "einshard/shapes.hpp"
 #include "einshard/sparse.hpp"
 #include "operations_support.hpp"
 #include "sparse_problems.hpp"
@@ -337,4 +338,58 @@ TEST_CASE("block CG with one all-reduce per step: each column as its own single-
   CHECK_FALSE(bad.info.converged);
   CHECK(bad.info.columns[0].reason == sp::StopReason::breakdown);
   CHECK(bad.info.columns[1].reason == sp::StopReason::zero_rhs);
+}
+
+TEST_CASE("CG leaves out a Jacobi of a constant diagonal (its iterates) and applies a varying one", "[sparse][cg]") {
+  const auto mesh = world_mesh();
+  const auto world = es::testing::world();
+  const std::int64_t nx = 15, ny = 11, n = nx * ny;
+  // Rank 0 owns no row (with several ranks), the others contiguous blocks of the rest.
+  const auto owned = [&] {
+    if (world.size == 1) return at::arange(n, at::kLong);
+    if (world.rank == 0) return at::empty({0}, at::kLong);
+    const auto sizes = es::compute_split_shapes(n, world.size - 1);
+    std::int64_t first = 0;
+    for (int r = 1; r < world.rank; ++r) first += sizes[static_cast<std::size_t>(r - 1)];
+    return at::arange(first, first + sizes[static_cast<std::size_t>(world.rank - 1)], at::kLong);
+  }();
+  const auto coo = es::testing::poisson2d(nx, ny);
+  const auto mine = at::isin(coo.rows, owned).nonzero().flatten();
+  const auto make = [&](const at::Tensor& values) {
+    return sp::DSparseTensor::from_local(values.index_select(0, mine), coo.rows.index_select(0, mine),
+                                         coo.cols.index_select(0, mine), {n, n}, mesh, {.owned_rows = owned});
+  };
+  // 0.3 A: 1 / 1.2 on the diagonal is not a power of two, so applying it would round differently.
+  const auto uniform = make(coo.values * 0.3);
+  const auto on_diagonal = (coo.rows == coo.cols).to(at::kDouble);
+  const auto varying_values = coo.values * 0.3 + on_diagonal * coo.rows.remainder(7).to(at::kDouble);
+  const auto varying = make(varying_values);
+  const auto b = random_vector(n, 5);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  const auto B = at::randn({n, 3}, gen, at::kDouble);
+  const auto dense_varying = es::testing::dense({varying_values, coo.rows, coo.cols, n});
+  using P = sp::Preconditioner;
+  for (const auto variant : {sp::CgVariant::standard, sp::CgVariant::single_reduction, sp::CgVariant::pipelined}) {
+    CAPTURE(static_cast<int>(variant));
+    const sp::SolveOptions none{.rtol = 1e-10, .cg_variant = variant};
+    auto jacobi = none;
+    jacobi.preconditioner = P::jacobi;
+    const auto plain = uniform.solve(uniform.scatter(b), none);
+    const auto scaled = uniform.solve(uniform.scatter(b), jacobi);
+    REQUIRE(plain.info.converged);
+    CHECK(scaled.info.iterations == plain.info.iterations);
+    CHECK(at::equal(scaled.x.local(), plain.x.local()));
+    CHECK(scaled.info.residual_history == plain.info.residual_history);
+    const auto block_plain = uniform.solve(uniform.scatter(B), none);
+    const auto block_scaled = uniform.solve(uniform.scatter(B), jacobi);
+    CHECK(at::equal(block_scaled.x.local(), block_plain.x.local()));
+    // A varying diagonal is applied: the dense solution, other iterates than without it.
+    const auto applied = varying.solve(varying.scatter(b), jacobi);
+    const auto without = varying.solve(varying.scatter(b), none);
+    CHECK(applied.info.converged);
+    CHECK(relative_error(applied.x.full_tensor(), at::linalg_solve(dense_varying, b)) < 1e-8);
+    CHECK(applied.info.residual_history != without.info.residual_history);
+    const auto block_applied = varying.solve(varying.scatter(B), jacobi);
+    CHECK(relative_error(block_applied.x.full_tensor(), at::linalg_solve(dense_varying, B)) < 1e-8);
+  }
 }

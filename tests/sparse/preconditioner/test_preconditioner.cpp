@@ -195,6 +195,23 @@ TEST_CASE("jacobi: 1/a_ii with the sign kept, rank-invariant", "[sparse][precond
   }
 }
 
+TEST_CASE("jacobi: uniform exactly when M⁻¹ is one positive constant on every rank", "[sparse][preconditioner]") {
+  const auto comm = es::testing::world().comm;
+  const auto a = poisson_2d(7, 5);
+  const auto n = a.size(0);
+  auto one_off = a.clone();
+  one_off[n - 1][n - 1] = 4.5;  // on the last rank only
+  for (const auto& sizes : {even(n, comm), first_empty(n, comm)}) {
+    CHECK(distribute(a, sizes, comm).make(Preconditioner::jacobi)->uniform());
+    CHECK(distribute(0.3 * a, sizes, comm).make(Preconditioner::jacobi)->uniform());
+    CHECK_FALSE(distribute(-a, sizes, comm).make(Preconditioner::jacobi)->uniform());
+    CHECK_FALSE(distribute(one_off, sizes, comm).make(Preconditioner::jacobi)->uniform());
+    // The boundary rows' l1 norms are smaller than the interior's.
+    CHECK_FALSE(distribute(a, sizes, comm).make(Preconditioner::l1_jacobi)->uniform());
+    CHECK_FALSE(distribute(a, sizes, comm).make(Preconditioner::chebyshev)->uniform());
+  }
+}
+
 TEST_CASE("jacobi on a negative-definite matrix: PCG converges as for -A", "[sparse][preconditioner]") {
   const auto comm = es::testing::world().comm;
   const auto a = badly_scaled(poisson_2d(12, 10));

@@ -29,8 +29,8 @@ inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind
                                                              const PreconditionerOptions& opts) {
   switch (kind) {
     case Preconditioner::none: return std::make_unique<IdentityOp>();
-    case Preconditioner::jacobi: return std::make_unique<DiagonalOp>(inverse_diagonal(rows), "jacobi");
-    case Preconditioner::l1_jacobi: return std::make_unique<DiagonalOp>(inverse_l1_norms(rows), "l1_jacobi");
+    case Preconditioner::jacobi: return std::make_unique<DiagonalOp>(inverse_diagonal(rows), "jacobi", rows.comm);
+    case Preconditioner::l1_jacobi: return std::make_unique<DiagonalOp>(inverse_l1_norms(rows), "l1_jacobi", rows.comm);
     case Preconditioner::block_jacobi:
       require_host(rows, "block_jacobi", "ILU(0)/IC(0) factors by row loops: ATen has no incomplete factorization");
       return std::make_unique<BlockJacobiOp>(rows, opts.ic0);

@@ -6,9 +6,13 @@
 #include <ATen/ATen.h>
 #include <mpi.h>
 
+#include <array>
+#include <limits>
+#include <span>
 #include <string>
 #include <utility>
 
+#include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/matrix/generic_kernels.hpp"
@@ -24,17 +28,35 @@ class IdentityOp final : public PreconditionerOp {
   [[nodiscard]] std::string name() const override { return "none"; }
 };
 
-/// z = s ⊙ r for a fixed vector s (Jacobi and l1-Jacobi).
+/// Whether every rank's `scale` holds one and the same positive real value (a rank without rows
+/// agrees with any; no rows anywhere is not uniform). Collective over `comm`: one all-reduce.
+inline bool uniform_positive(const at::Tensor& scale, MPI_Comm comm) {
+  if (scale.is_complex()) return false;  // the dtype is the matrix's: the same on every rank
+  constexpr double none = std::numeric_limits<double>::infinity();
+  std::array<double, 2> low_and_negated_high{none, none};
+  if (scale.numel() > 0) {
+    const auto [low, high] = at::aminmax(scale);
+    low_and_negated_high = {low.item<double>(), -high.item<double>()};
+  }
+  comm::all_reduce_values(std::span<double>(low_and_negated_high), comm::Reduction::min, comm);
+  const auto [low, negated_high] = low_and_negated_high;
+  return low > 0 && low == -negated_high;
+}
+
+/// z = s ⊙ r for a fixed vector s (Jacobi and l1-Jacobi). Collective construction (`uniform`).
 class DiagonalOp final : public PreconditionerOp {
  public:
-  DiagonalOp(at::Tensor scale, std::string name) : scale_(std::move(scale)), name_(std::move(name)) {}
+  DiagonalOp(at::Tensor scale, std::string name, MPI_Comm comm)
+      : scale_(std::move(scale)), name_(std::move(name)), uniform_(uniform_positive(scale_, comm)) {}
   void apply(const at::Tensor& r, at::Tensor& z) const override { at::mul_out(z, r, scale_); }
   [[nodiscard]] std::string name() const override { return name_; }
   [[nodiscard]] at::Tensor diagonal() const override { return scale_; }
+  [[nodiscard]] bool uniform() const override { return uniform_; }
 
  private:
   at::Tensor scale_;
   std::string name_;
+  bool uniform_;
 };
 
 /// The owned diagonal (duplicates were summed at assembly), or this rank's fault naming `who`

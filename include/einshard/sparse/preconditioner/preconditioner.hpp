@@ -59,6 +59,11 @@ struct PreconditionerOp {
   /// M⁻¹ as a vector when it is diagonal (undefined otherwise), so a Krylov method can fuse it
   /// into its vector updates instead of applying it in a pass of its own.
   [[nodiscard]] virtual at::Tensor diagonal() const { return {}; }
+  /// Whether M⁻¹ = c I for one c > 0 on every rank (Jacobi of a matrix whose diagonal is one
+  /// constant, as a constant-coefficient stencil's is): CG's iterates are then those without M (α
+  /// grows by 1/c, p shrinks by c), so CG leaves it out and streams one vector less per row. The
+  /// same answer on every rank.
+  [[nodiscard]] virtual bool uniform() const { return false; }
   /// A multigrid hierarchy's levels and operator complexity (Σ nnz(A_l) / nnz(A_0)) for
   /// `SolveInfo`; {0, 0} for a preconditioner without one.
   [[nodiscard]] virtual std::pair<int, double> hierarchy() const { return {0, 0.0}; }
@@ -81,6 +86,7 @@ class PrecisionAdapter final : public PreconditionerOp {
   }
   [[nodiscard]] std::string name() const override { return op_->name(); }
   [[nodiscard]] at::Tensor diagonal() const override { return op_->diagonal(); }
+  [[nodiscard]] bool uniform() const override { return op_->uniform(); }
   [[nodiscard]] std::pair<int, double> hierarchy() const override { return op_->hierarchy(); }
 
  private:
