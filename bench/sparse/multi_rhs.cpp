@@ -34,12 +34,12 @@
 //    "reorthogonalize":"if_needed"|"never","k":k,
 //    "iterations":...,"block_ms":...,"singles_ms":...,"throughput_ratio":singles / block,
 //    "petsc_matsolve_ms":...,"petsc_singles_ms":...,"vs_petsc":best PETSc / block (-1: no PETSc),
-//    "allreduces_per_step_block":...,"allreduces_per_step_singles":...,"reps":...}
+//    "allreduces_per_step_block":...,"allreduces_per_step_singles":...,"block_columns":--block-columns,"reps":...}
 //
 //   mpirun -n P einshard_bench_sparse_multi_rhs [--grid 300] [--stencil 5|7|27] [--iters 100] [--reps 3]
 //        [--k 8,16,32] [--variants standard,single_reduction,gmres,gmres_reduced,bicgstab,minres] [--restart 30]
 //        [--reorthogonalize if_needed|never] [--convection c] [--rtol r]
-//        [--isa avx2,portable] [--petsc 1|0]
+//        [--isa avx2,portable] [--petsc 1|0] [--block-columns w (0: fitted to the cache)]
 //
 // GMRES's block basis is restart + 1 blocks of (n_local, 8): leave it out on a large grid, or
 // shorten --restart. bench/sparse/run.sh --suite multi_rhs runs the published set of cases.
@@ -99,6 +99,8 @@ struct Config {
   double convection = 0.0;
   /// > 0: instead of timing, solve to this rtol and report iterations and true residuals.
   double rtol = 0.0;
+  /// The block's `SolveOptions::block_columns` (0: groups that fit the cache; k: one block).
+  int block_columns = 0;
 };
 
 Config parse(int argc, char** argv) {
@@ -116,6 +118,7 @@ Config parse(int argc, char** argv) {
     else if (a == "--petsc") c.petsc = next() != "0";
     else if (a == "--convection") c.convection = std::stod(next());
     else if (a == "--rtol") c.rtol = std::stod(next());
+    else if (a == "--block-columns") c.block_columns = std::stoi(next());
     else return false;
     return true;
   });
@@ -316,12 +319,13 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
         Variant{"minres", sp::Method::minres, sp::CgVariant::standard, W}}) {
     if (!listed(cfg.variants, name)) continue;
     // The block's options; the singles run einshard's single GMRES (its basis in float64) either way.
-    const sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
+    sp::SolveOptions o{.method = method, .preconditioner = sp::Preconditioner::jacobi, .rtol = 0.0,
                              .maxiter = cfg.iters, .cg_variant = variant, .restart = cfg.restart,
                              .reorthogonalize = cfg.reorthogonalize == "never" ? sp::Reorthogonalize::never
                                                                               : sp::Reorthogonalize::if_needed,
                              .gmres_basis = basis, .residual_history = false};
     auto single = o;
+    o.block_columns = cfg.block_columns;
     single.gmres_basis = W;
     if (cfg.rtol > 0.0) {
       converge(cfg, D, B, cols, name, o, single);
@@ -380,12 +384,12 @@ void run_width(const Config& cfg, const Problem& problem, std::int64_t k) {
                     "\"n\":%lld,\"isa\":\"%s\",\"restart\":%d,\"reorthogonalize\":\"%s\",\"k\":%lld,\"iterations\":%d,\"block_ms\":%.3f,"
                     "\"singles_ms\":%.3f,\"throughput_ratio\":%.3f,\"petsc_matsolve_ms\":%.3f,\"petsc_singles_ms\":%.3f,"
                     "\"vs_petsc\":%.3f,\"allreduces_per_step_block\":%.2f,"
-                    "\"allreduces_per_step_singles\":%.2f,\"reps\":%d}\n",
+                    "\"allreduces_per_step_singles\":%.2f,\"block_columns\":%d,\"reps\":%d}\n",
                     name, P, static_cast<long long>(cfg.grid), cfg.stencil, static_cast<long long>(D.shape()[0]),
                     isa.c_str(), cfg.restart, cfg.reorthogonalize.c_str(), static_cast<long long>(k), cfg.iters, median(t[0]) * 1e3,
                     median(t[1]) * 1e3, median(t[1]) / median(t[0]), petsc ? median(t[2]) * 1e3 : -1.0,
                     petsc ? median(t[3]) * 1e3 : -1.0, petsc ? best_petsc / median(t[0]) : -1.0, ar_block, ar_single,
-                    cfg.reps);
+                    cfg.block_columns, cfg.reps);
       std::fflush(stdout);
     }
   }

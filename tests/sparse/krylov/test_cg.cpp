@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -392,4 +393,61 @@ TEST_CASE("CG leaves out a Jacobi of a constant diagonal (its iterates) and appl
     const auto block_applied = varying.solve(varying.scatter(B), jacobi);
     CHECK(relative_error(block_applied.x.full_tensor(), at::linalg_solve(dense_varying, B)) < 1e-8);
   }
+}
+
+TEST_CASE("column groups: the widest that fits a rank's share of the cache", "[sparse][multi_rhs][unit]") {
+  using sp::detail::column_group_width;
+  constexpr std::int64_t cache = 32 << 20;
+  CHECK(column_group_width(32, 100000, 5, 8, cache) == 8);   // 5 blocks of 10⁵ x 8 doubles: 32 MB
+  CHECK(column_group_width(8, 100000, 5, 8, cache) == 8);    // all of them fit
+  CHECK(column_group_width(32, 1000, 5, 8, cache) == 32);
+  CHECK(column_group_width(32, 1000000, 5, 8, cache) == 32); // not even one column fits
+  CHECK(column_group_width(32, 100000, 5, 8, 0) == 32);      // the cache unknown
+  CHECK(column_group_width(3, 300000, 5, 8, cache) == 2);
+  CHECK(column_group_width(16, 100000, 34, 8, cache) == 1);  // GMRES(30)'s basis
+  CHECK(column_group_width(32, 200000, 5, 4, cache) == 8);   // float32: float64's 4 twice
+}
+
+TEST_CASE("block solves in column groups: the whole block's iterates, column by column", "[sparse][multi_rhs]") {
+  const auto mesh = world_mesh();
+  const std::int64_t nx = 12, ny = 9;
+  const auto D = poisson(nx, ny, mesh, sp::PartitionMethod::rcb, 0.3);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
+  auto B = at::randn({nx * ny, 5}, gen, at::kDouble);
+  B.select(1, 2).zero_();
+  const auto X0 = 0.1 * at::randn({nx * ny, 5}, gen, at::kDouble);
+  using M = sp::Method;
+  for (const auto method : {M::cg, M::gmres, M::bicgstab, M::minres})
+    for (const auto pc : {sp::Preconditioner::none, sp::Preconditioner::jacobi, sp::Preconditioner::block_jacobi})
+      for (const bool warm : {false, true}) {
+        if (method == M::minres && pc == sp::Preconditioner::block_jacobi) continue;  // ILU(0): not SPD
+        CAPTURE(sp::to_string(method), sp::to_string(pc), warm);
+        sp::SolveOptions whole{.method = method, .preconditioner = pc, .rtol = 1e-9, .block_columns = 5};
+        if (warm) whole.x0 = D.scatter(X0);
+        const auto all = D.solve(D.scatter(B), whole);
+        for (const int width : {1, 2, 4}) {
+          auto grouped = whole;
+          grouped.block_columns = width;
+          const auto g = D.solve(D.scatter(B), grouped);
+          // The same recurrences; a group of one column runs the vector kernels (other roundings,
+          // which BiCGStab amplifies: both converged, their difference within the tolerance's).
+          CHECK(relative_error(g.x.full_tensor(), all.x.full_tensor()) < (method == M::bicgstab ? 1e-7 : 1e-12));
+          REQUIRE(g.info.columns.size() == 5);
+          for (std::size_t j = 0; j < 5; ++j) {
+            CHECK(std::abs(g.info.columns[j].iterations - all.info.columns[j].iterations) <= 1);
+            CHECK(g.info.columns[j].reason == all.info.columns[j].reason);
+            CHECK(g.info.columns[j].residual_history.size() == static_cast<std::size_t>(g.info.columns[j].iterations) + 1);
+          }
+          CHECK(std::abs(g.info.iterations - all.info.iterations) <= 1);
+          CHECK(g.info.converged == all.info.converged);
+        }
+        CHECK(all.info.converged);
+        CHECK(all.info.columns[2].reason == sp::StopReason::zero_rhs);
+      }
+  // The default (0) chooses the same width on every rank; a negative one is an error everywhere.
+  const auto chosen = D.solve(D.scatter(B), {.rtol = 1e-9});
+  CHECK(relative_error(chosen.x.full_tensor(), D.solve(D.scatter(B), {.rtol = 1e-9, .block_columns = 1}).x.full_tensor()) < 1e-12);
+  const auto message = es::testing::collective_error([&] { (void)D.solve(D.scatter(B), {.block_columns = -1}); },
+                                                     MPI_COMM_WORLD);
+  CHECK_THAT(message, Catch::Contains(".block_columns must be 0") && Catch::Contains("got -1"));
 }

@@ -17,6 +17,7 @@
 #include "einshard/sparse/krylov/bicgstab.hpp"
 #include "einshard/sparse/krylov/block_bicgstab.hpp"
 #include "einshard/sparse/krylov/block_cg.hpp"
+#include "einshard/sparse/krylov/column_groups.hpp"
 #include "einshard/sparse/krylov/block_gmres.hpp"
 #include "einshard/sparse/krylov/block_minres.hpp"
 #include "einshard/sparse/krylov/cg.hpp"
@@ -165,6 +166,14 @@ inline SolveResult run_method(const Operator& A, const DVector& b, const Precond
   const auto column = [](const DVector& v) { return DVector(v.layout(), v.local().unsqueeze(1)); };
   const auto vector = [](const DVector& v) { return DVector(v.layout(), v.local().squeeze(1)); };
   if (b.local().dim() == 2) {
+    if (b.local().size(1) != 1 && !is_least_squares(o.method)) {
+      const auto width = column_group_width(b, o);
+      if (width < b.local().size(1))
+        return solve_in_column_groups(b, o, width, A.domain_layout(), [&](const DVector& group, SolveOptions og) {
+          og.block_columns = static_cast<int>(width);
+          return run_method(A, group, m, og);
+        });
+    }
     if (b.local().size(1) != 1 || block_basis) return krylov_solve_block(A, b, m, o);
     auto ov = o;
     if (o.x0) ov.x0 = vector(*o.x0);
@@ -228,8 +237,12 @@ inline std::pair<at::Tensor, at::Tensor> least_squares_adjoint(const Operator& A
   return {z, lambda};
 }
 
-/// Throws unless `o.x0`, when given, is a block of as many columns as `b` (a solve of an (n_local, k) b).
-inline void check_block_x0(const DVector& b, const SolveOptions& o, const std::string& what) {
+/// Throws unless `o.x0`, when given, is a block of as many columns as `b` (a solve of an (n_local, k)
+/// b) and `o.block_columns` is not negative (the same on every rank: the options are).
+inline void check_block_options(const DVector& b, const SolveOptions& o, const std::string& what) {
+  if (o.block_columns < 0)
+    throw Error(what + ": .block_columns must be 0 (as the cache holds) or positive, got " +
+                std::to_string(o.block_columns));
   if (o.x0 && (o.x0->local().dim() != 2 || o.x0->columns() != b.columns()))
     throw Error(what + ": x0 must be a block of " + std::to_string(b.columns()) + " columns like b, got shape " +
                 std::string(c10::str(o.x0->local().sizes())));

@@ -157,6 +157,10 @@ struct SolveOptions {
   Monitor monitor{};
   CgVariant cg_variant = CgVariant::standard;
   int restart = detail::solve_defaults().restart;  ///< (f)gmres: Krylov vectors per cycle (PETSc's and SciPy's 30)
+  /// k right-hand sides: at most this many columns iterate together, the groups one after another
+  /// (the same iterates). 0: all k while their vectors fit each rank's share of its node's
+  /// last-level cache, else the widest group of 8, 4, 2 or 1 that does (krylov/column_groups.hpp).
+  int block_columns = 0;
   Reorthogonalize reorthogonalize = Reorthogonalize::if_needed;  ///< gmres: see `Reorthogonalize`
   GmresBasis gmres_basis = GmresBasis::working;                  ///< (f)gmres: see `GmresBasis`
   PreconditionerOptions preconditioner_options{};

@@ -163,7 +163,7 @@ inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& 
   A.check(b, *A.layout(), what, "");
   if (options.x0) A.check(*options.x0, *A.domain_layout(), what + " (x0)", "");
   const auto bl = b.like(b.local().detach().contiguous());
-  if (bl.local().dim() == 2) check_block_x0(bl, options, what);
+  if (bl.local().dim() == 2) check_block_options(bl, options, what);
   const auto m = custom_preconditioner(options, A.layout(), what);
   return run_method(A, bl, m.get(), options);
 }
@@ -180,7 +180,7 @@ inline SolveResult SolvePipeline::solve(const StencilOperator& A, const DVector&
   A.check(b, what);
   if (options.x0) A.check(*options.x0, what + " (x0)");
   const auto bl = b.like(b.local().detach().to(A.dtype()).contiguous());
-  if (bl.local().dim() == 2) check_block_x0(bl, options, what);
+  if (bl.local().dim() == 2) check_block_options(bl, options, what);
   const auto start = comm::wall_time();
   std::shared_ptr<const PreconditionerOp> m = custom_preconditioner(options, A.layout(), what);
   std::optional<DSparseTensor> assembled;  // what a preconditioner built from rows refers to
@@ -378,7 +378,7 @@ EINSHARD_INLINE SolveResult SolvePipeline::solve(const DSparseTensor& A, const D
     check_square_system(A, options.method, "DSparseTensor::solve", "matrix",
                         "the columns partitioned as the rows (from_local's owned_cols differs from owned_rows)");
   A.check_vector(b, "solve", *A.layout_);
-  if (b.local().dim() == 2) check_block_x0(b, options, "DSparseTensor::solve");
+  if (b.local().dim() == 2) check_block_options(b, options, "DSparseTensor::solve");
   // Whether to record is decided together: the backward is collective.
   const bool record = comm::any_rank(
       at::GradMode::is_enabled() && (b.local().requires_grad() || A.local_.values.requires_grad()), A.layout_->comm());
