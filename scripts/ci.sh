@@ -5,7 +5,7 @@
 #   1. the README's test command, scripts/run-tests.sh: the dev preset, the whole suite (on a clean
 #      clone build/dev is configured with -g1 first, see readme_tests);
 #   2. scripts/sanitize.sh: ASan + UBSan (+ LeakSanitizer) build of every suite, the unit suite and
-#      the MPI suites at 1 and 3 ranks, failing on any report; at the same time scripts/fuzz.sh: every
+#      the MPI suites at 3 ranks, failing on any report; at the same time scripts/fuzz.sh: every
 #      libFuzzer target for EINSHARD_CI_FUZZ_SECONDS (default 10) each
 #      (EINSHARD_CI_FUZZ_ALONGSIDE=0 runs it afterwards instead);
 #   3. the clang 14 build of the unit suite with -Wall -Wextra -Werror, run (EINSHARD_CI_CLANG=0
