@@ -55,7 +55,7 @@ inline std::vector<char> start_columns(std::vector<Progress>& progress, SolveInf
 /// (single_reduction; pipelined, which a block runs blocking): Chronopoulos–Gear, ONE all-reduce
 /// per step of (<r, u>, <u, A u>, <r, r>) for all k columns, u = M r.
 inline SolveResult block_cg(const Operator& A, const DVector& B, const PreconditionerOp* m, const SolveOptions& o) {
-  if (m != nullptr && m->uniform()) m = nullptr;  // M⁻¹ = c I: the iterates without it
+  m = for_cg(m);
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();
   const auto b = B.local().detach().contiguous();

@@ -28,7 +28,7 @@ namespace einshard::sparse::detail {
 
 inline SolveResult cg(const Operator& A, const DVector& b, const PreconditionerOp* m,
                       const SolveOptions& o) {
-  if (m != nullptr && m->uniform()) m = nullptr;  // M⁻¹ = c I: the iterates without it
+  m = for_cg(m);
   if (o.cg_variant == CgVariant::pipelined) return pipecg(A, b, m, o);
   const auto& layout = A.layout();
   const MPI_Comm comm = layout->comm();

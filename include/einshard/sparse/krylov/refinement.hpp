@@ -92,9 +92,9 @@ template <class Working>
 SolveResult mixed_cg(const Operator& A, const Operator& single, const DVector& b, const PreconditionerOp* m_working,
                      const PreconditionerOp* m_low, at::ScalarType low, double rounding, const SolveOptions& o,
                      Working&& working) {
-  // M⁻¹ = c I: the iterates without it (both are made from one diagonal: uniform together).
-  if (m_working != nullptr && m_working->uniform()) m_working = nullptr;
-  if (m_low != nullptr && m_low->uniform()) m_low = nullptr;
+  // Both are made from one diagonal: uniform together.
+  m_working = for_cg(m_working);
+  m_low = for_cg(m_low);
   SolveResult result;
   auto& info = result.info;
   Progress progress(o, info);

@@ -69,6 +69,10 @@ struct PreconditionerOp {
   [[nodiscard]] virtual std::pair<int, double> hierarchy() const { return {0, 0.0}; }
 };
 
+/// What CG applies of `m`: nothing (null) when M⁻¹ = c I (`PreconditionerOp::uniform`), since CG's
+/// iterates are then those without it; `m` otherwise.
+inline const PreconditionerOp* for_cg(const PreconditionerOp* m) { return m != nullptr && m->uniform() ? nullptr : m; }
+
 /// A preconditioner applied in its own dtype (and on its own device) to vectors of another: AMG
 /// (hypre runs in float64 on the host) for a float32 matrix or one on a device, and in a
 /// single-precision phase of mixed CG; custom preconditioners (written for the matrix's dtype)
