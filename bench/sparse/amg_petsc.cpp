@@ -25,9 +25,11 @@
 //   es_amg_f      einshard CG + amg with PETSc's PCHYPRE settings (Falgout, classical, no
 //                 truncation, hybrid symmetric Gauss–Seidel in C/F order)
 //   es_jacobi     einshard CG + Jacobi (the anchor of the speed-up)
-//   es_amg_mixed, es_jacobi_mixed
-//                 es_amg and es_jacobi with Precision::mixed: float32 inner solves refined to rtol
-//                 on the float64 matrix (hypre's V-cycle stays float64, on converted vectors)
+//   es_sa         einshard CG + smoothed_aggregation (einshard's own AMG) with its defaults
+//   es_amg_mixed, es_jacobi_mixed, es_sa_mixed
+//                 es_amg, es_jacobi and es_sa with Precision::mixed: float32 inner solves refined
+//                 to rtol on the float64 matrix (hypre's V-cycle stays float64, on converted
+//                 vectors; smoothed aggregation's hierarchy is the float32 copy's, its cycle float32)
 //   es_amg_values, es_jacobi_values
 //                 es_amg and es_jacobi with Precision::single_values: the products read float32
 //                 values into float64 vectors, refined on the float64 matrix
@@ -361,16 +363,20 @@ int run(const Config& cfg) {
       double setup = 0, solve = 0, total = 0;
       const auto usage0 = usage();
       if (name.rfind("es_", 0) == 0) {
-        const bool jacobi = name.rfind("es_jacobi", 0) == 0;
+        const bool jacobi = name.rfind("es_jacobi", 0) == 0, aggregation = name.rfind("es_sa", 0) == 0;
         const auto ends = [&](std::string_view suffix) {
           return name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
         };
-        sp::SolveOptions o{.preconditioner = jacobi ? sp::Preconditioner::jacobi : sp::Preconditioner::amg,
+        sp::SolveOptions o{.preconditioner = jacobi        ? sp::Preconditioner::jacobi
+                                             : aggregation ? sp::Preconditioner::smoothed_aggregation
+                                                           : sp::Preconditioner::amg,
                            .rtol = cfg.rtol, .maxiter = 100000, .residual_history = false,
                            .precision = ends("_mixed")    ? sp::Precision::mixed
                                         : ends("_values") ? sp::Precision::single_values
                                                           : sp::Precision::working};
-        o.preconditioner_options.amg = name == "es_amg_alt" ? amg_settings(cfg, es_request, &cfg.amg_alt_spec) : es_request;
+        o.preconditioner_options.amg = name == "es_amg_alt" ? amg_settings(cfg, es_request, &cfg.amg_alt_spec)
+                                       : aggregation        ? sp::AmgOptions{}
+                                                            : es_request;
         if (name == "es_amg_f")
           o.preconditioner_options.amg = {.coarsening = sp::AmgCoarsening::falgout,
                                           .interpolation = sp::AmgInterpolation::classical,
@@ -489,6 +495,7 @@ int run(const Config& cfg) {
            {std::tuple<std::string, std::string, std::string>{"es_jacobi_mixed", "petsc_jacobi", "es_jacobi"},
             {"es_jacobi_values", "petsc_jacobi", "es_jacobi"},
             {"es_amg_mixed", fastest_petsc_amg(), "es_amg"},
+            {"es_sa_mixed", fastest_petsc_amg(), "es_sa"},
             {"es_amg_values", fastest_petsc_amg(), "es_amg"}}) {
         if (!samples.count(mixed) || anchor.empty() || !samples.count(anchor)) continue;
         const auto& m = samples[mixed].total;

@@ -90,8 +90,8 @@ inline void set_petsc_options(const sp::AmgOptions& o, const std::string& extra)
       {sp::AmgSmoother::hybrid_gauss_seidel, {"symmetric-SOR/Jacobi", "symmetric-SOR/Jacobi"}},
       {sp::AmgSmoother::l1_jacobi, {"l1scaled-Jacobi", "l1scaled-Jacobi"}},
       {sp::AmgSmoother::chebyshev, {"Chebyshev", "Chebyshev"}}};
-  set_option(x + "boomeramg_relax_type_down", relax.at(o.smoother).first);
-  set_option(x + "boomeramg_relax_type_up", relax.at(o.smoother).second);
+  set_option(x + "boomeramg_relax_type_down", relax.at(o.smoother.value_or(sp::AmgSmoother::l1_gauss_seidel)).first);
+  set_option(x + "boomeramg_relax_type_up", relax.at(o.smoother.value_or(sp::AmgSmoother::l1_gauss_seidel)).second);
   set_option(x + "boomeramg_relax_type_coarse", "Gaussian-elimination");
   if (!o.cf_order) set_option(x + "boomeramg_no_CF", "");  // row-order relaxation, hypre's default
   for (const auto& item : extra.empty() ? std::vector<std::string>{} : split(extra)) {

@@ -21,6 +21,8 @@
 //                (3-D) stencil, forced: AmgOptions{}.resolved(5) and resolved(7)
 //   es_amg       einshard amg with `--amg` (amg_petsc.cpp's keys, and functions, nodal; the
 //                rigid body modes are added with nodal where the problem has coords)
+//   es_sa        einshard smoothed_aggregation with functions = meta's and, where the problem has
+//                coords, the rigid body modes as its near-null space; `--amg` keys apply too
 //   es_ilu       einshard block_jacobi (ILU(0) per rank)
 //   es_..._one_pass  any of the above with GMRES's Gram–Schmidt in one pass (Reorthogonalize::never,
 //                PETSc's default), for the nonsymmetric problems
@@ -252,7 +254,9 @@ int run(const Config& cfg) {
       const bool reduced = suffix(base, "_reduced");
       const bool one = suffix(base, "_one_pass");
       sp::SolveOptions o{.method = symmetric ? sp::Method::cg : sp::Method::gmres,
-                         .preconditioner = base == "es_ilu" ? sp::Preconditioner::block_jacobi : sp::Preconditioner::amg,
+                         .preconditioner = base == "es_ilu"  ? sp::Preconditioner::block_jacobi
+                                           : base == "es_sa" ? sp::Preconditioner::smoothed_aggregation
+                                                             : sp::Preconditioner::amg,
                          .rtol = cfg.rtol, .maxiter = 1000, .residual_history = false};
       if (one) o.reorthogonalize = sp::Reorthogonalize::never;
       if (reduced) o.gmres_basis = sp::GmresBasis::reduced;
@@ -264,6 +268,11 @@ int run(const Config& cfg) {
         auto amg = einshard_bench::apply_amg_spec({}, cfg.amg_spec);
         if (amg.nodal && has_coords) amg.near_null_space = modes;
         o.preconditioner_options.amg = amg;
+      }
+      if (base == "es_sa") {
+        auto sa = einshard_bench::apply_amg_spec({.functions = functions}, cfg.amg_spec);
+        if (has_coords) sa.near_null_space = modes;
+        o.preconditioner_options.amg = sa;
       }
       if (base == "es_2d" || base == "es_3d") o.preconditioner_options.amg = sp::AmgOptions{}.resolved(base == "es_2d" ? 5 : 7);
       const auto fresh = D.with_values(D.values().clone());  // no setup to reuse

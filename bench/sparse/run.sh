@@ -149,7 +149,7 @@ case "${suite}" in
     # GAMG is left out at 2000² and in 3-D, and PCHYPRE with PETSc's own settings in 3-D: neither
     # was ever PETSc's fastest there. Read the "amg_summary" lines: paired_ratio and
     # ratio_vs_best_petsc (≤ 1: einshard is sooner), best_petsc naming PETSc's fastest.
-    bench "${amg}" "1 2 4" --grid 1000 --reps 3 --solvers es_amg,petsc_hypre,petsc_hypre_x,petsc_gamg
+    bench "${amg}" "1 2 4" --grid 1000 --reps 3 --solvers es_amg,es_sa,petsc_hypre,petsc_hypre_x,petsc_gamg
     bench "${amg}" "1 2 4" --problem poisson3d --grid 100 --reps 3 --solvers es_amg,petsc_hypre_x
     bench "${amg}" "1 2 4" --grid 2000 --reps 1 --solvers es_amg,petsc_hypre_x
     ;;
@@ -164,7 +164,7 @@ case "${suite}" in
     bench "${amg}" "1 2 4" --grid 500 --scale 0.1 --reps 3 --jacobi-reps 3 \
       --solvers es_jacobi_mixed,es_jacobi_values,es_jacobi,petsc_jacobi
     bench "${amg}" "1 2 4" --grid 1000 --scale 0.1 --reps 3 \
-      --solvers es_amg_mixed,es_amg_values,es_amg,petsc_hypre_x,petsc_hypre
+      --solvers es_amg_mixed,es_amg_values,es_amg,es_sa_mixed,es_sa,petsc_hypre_x,petsc_hypre,petsc_gamg
     ;;
   pipecg)
     bench "${amg}" "1 2 4" --grid 1000 --reps 3 --cases pipecg --iters 100
@@ -225,10 +225,10 @@ case "${suite}" in
           --solvers "${solvers}"
       done
     }
-    run_real es_default,es_functions,es_systems,petsc_gamg,petsc_hypre elasticity3d_p1 elasticity3d_p2 beam3d_p1 elasticity2d_p1 \
+    run_real es_default,es_functions,es_systems,es_sa,petsc_gamg,petsc_hypre elasticity3d_p1 elasticity3d_p2 beam3d_p1 elasticity2d_p1 \
       elasticity2d_p2 floating3d_p1
-    run_real es_default,es_2d,petsc_gamg,petsc_hypre poisson2d_p1 poisson2d_p2 aniso2d_p1
-    run_real es_default,petsc_gamg,petsc_hypre poisson3d_p1 poisson3d_p2 neumann2d_p1 neumann3d_p1
+    run_real es_default,es_2d,es_sa,petsc_gamg,petsc_hypre poisson2d_p1 poisson2d_p2 aniso2d_p1
+    run_real es_default,es_sa,petsc_gamg,petsc_hypre poisson3d_p1 poisson3d_p2 neumann2d_p1 neumann3d_p1
     # GAMG (its defaults) does not reach 1e-8 in 1000 GMRES iterations at Péclet 1e3: left out.
     # GMRES with one Gram–Schmidt pass (_one_pass) as PETSc's KSPGMRES runs by default.
     run_real es_default,es_default_one_pass,es_ilu,es_ilu_one_pass,petsc_hypre,petsc_ilu convdiff2d_p1 convdiff3d_p1 \

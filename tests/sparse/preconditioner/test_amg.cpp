@@ -228,7 +228,7 @@ TEST_CASE("AMG's rank-flat 3-D settings keep the one-process iteration count wit
     const auto one = whole.solve(whole.scatter(b), o);
     REQUIRE(one.info.converged);
     for (auto method : {sp::PartitionMethod::simple, sp::PartitionMethod::rcb}) {
-      CAPTURE(static_cast<int>(amg.smoother), amg.coarsening.has_value(), static_cast<int>(method));
+      CAPTURE(static_cast<int>(amg.smoother.value_or(sp::AmgSmoother::l1_gauss_seidel)), amg.coarsening.has_value(), static_cast<int>(method));
       const auto D = distribute(p, world_mesh(), method);
       const auto s = D.solve(D.scatter(b), o);
       CHECK(s.info.converged);

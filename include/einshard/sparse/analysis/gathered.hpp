@@ -45,25 +45,6 @@ inline void warn_gathering(const char* op, const DSparseTensor& a) {
                op, static_cast<long long>(a.rows()), static_cast<long long>(a.cols()));
 }
 
-/// The dense matrix on `root` (every rank when root < 0); an undefined tensor elsewhere.
-inline at::Tensor gather_dense(const DSparseTensor& a, int root) {
-  const auto t = global_entries(a);
-  const auto& layout = *a.layout();
-  const MPI_Comm comm = layout.comm();
-  const auto values = t.values.detach().contiguous();
-  const auto index = (t.rows * a.cols() + t.cols).to(values.device()).contiguous();  // row-major position
-  const bool here = root < 0 || layout.rank() == root;
-  std::vector<std::int64_t> counts;
-  if (root < 0) counts = comm::all_gather_values(std::array<std::int64_t, 1>{values.numel()}, comm);
-  const auto gather = [&](const at::Tensor& x) {
-    return root < 0 ? comm::all_gather(x, 0, counts, comm) : comm::gather_to_root(x, root, comm);
-  };
-  const auto all_values = gather(values);
-  const auto all_index = gather(index);
-  if (!here) return {};
-  return at::zeros({a.rows() * a.cols()}, values.options()).index_put_({all_index}, all_values, true).view({a.rows(), a.cols()});
-}
-
 /// `f(dense)` on rank 0, its doubles broadcast; an Error there (a LAPACK failure) on every rank.
 template <class F>
 std::vector<double> on_root(const DSparseTensor& a, const char* op, std::size_t count, F&& f) {

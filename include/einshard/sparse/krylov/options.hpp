@@ -72,8 +72,9 @@ enum class Precision {
   working,  ///< the matrix's dtype throughout
   /// float64 (complex128) matrices: iterative refinement around Krylov solves in float32
   /// (complex64), with the true residual b − A x in float64 between rounds (krylov/refinement.hpp).
-  /// The matrix keeps a float32 copy of its values (kept while they are unchanged); AMG and custom
-  /// preconditioners run in float64 on converted vectors, the others are made for the copy.
+  /// The matrix keeps a float32 copy of its values (kept while they are unchanged); hypre's AMG and
+  /// custom preconditioners run in float64 on converted vectors, the others (smoothed aggregation's
+  /// hierarchy and V-cycle included) are made for the copy.
   mixed,
   /// float64 (complex128) matrices: the iterations' products read the float32 (complex64) copy of
   /// the values into float64 vectors and sums; everything else, the preconditioner included, is

@@ -34,6 +34,7 @@
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/preconditioner/cache.hpp"
 #include "einshard/sparse/preconditioner/factory.hpp"
+#include "einshard/sparse/preconditioner/smoothed_aggregation.hpp"
 #if EINSHARD_DEFINE_SPARSE  // the autograd record of a solve, used by the members defined below
 #include "einshard/sparse/krylov/solve_autograd.hpp"
 #endif
@@ -285,6 +286,8 @@ EINSHARD_INLINE std::unique_ptr<PreconditionerOp> SolvePipeline::make_preconditi
         rows, A.m_, A.n_,
         [exchange = A.scratch_.exchange()](const at::Tensor& owned) { return exchange->ghosts_of(owned); },
         options.preconditioner_options.amg, A.layout_->owned());
+  if (options.preconditioner == Preconditioner::smoothed_aggregation)
+    return std::make_unique<SmoothedAggregationOp>(A, options.preconditioner_options.amg);
   return detail::make_preconditioner(
       options.preconditioner, rows, [&A](const at::Tensor& x, at::Tensor& y) { A.apply(x, y, {}); },
       options.preconditioner_options);

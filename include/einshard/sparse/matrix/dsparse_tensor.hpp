@@ -285,6 +285,11 @@ class DSparseTensor final : public detail::Operator, public detail::SolveMembers
   [[nodiscard]] DSparseTensor adjoint() const;
   [[nodiscard]] bool is_symmetric(double atol = 1e-8, double rtol = 1e-5) const;
   [[nodiscard]] bool is_hermitian(double atol = 1e-8, double rtol = 1e-5) const;
+  /// The rows of x this rank's stored columns read from other ranks, in the halo's order
+  /// (`halo().ghosts`), for an owned vector or (owned, k) block in the domain's partition: one
+  /// halo exchange, collective. What a product with ghost rows of its own needs (a multigrid
+  /// setup's sparse products).
+  [[nodiscard]] at::Tensor ghosts_of(const at::Tensor& x) const;
   /// A X for a block X whose owned slice is (n_local, m): one halo exchange for the whole block,
   /// each stored entry read once for all m columns (LOBPCG's and the probes' products).
   [[nodiscard]] at::Tensor apply_block(const at::Tensor& x) const;
@@ -523,6 +528,10 @@ EINSHARD_INLINE double DSparseTensor::norm(std::string_view ord) const {
   const auto sums = with_values(a).sum(ord == "1" ? 0 : 1).local();
   const double m = sums.numel() ? sums.max().item<double>() : 0.0;
   return comm::all_reduce_value(m, comm::Reduction::max, layout_->comm());
+}
+
+EINSHARD_INLINE at::Tensor DSparseTensor::ghosts_of(const at::Tensor& x) const {
+  return scratch_.exchange()->ghosts_of(x.contiguous());
 }
 
 EINSHARD_INLINE at::Tensor DSparseTensor::apply_block(const at::Tensor& x) const {

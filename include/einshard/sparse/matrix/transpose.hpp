@@ -2,14 +2,19 @@
 /// @file
 /// Structural queries of a `DSparseTensor` that stay distributed: the transpose and the conjugate
 /// transpose with the same row partition (each stored entry travels once, to the owner of its
-/// column: one all-to-all, no all-gather), and symmetry tests by assembling A - A^T the same way.
+/// column: one all-to-all, no all-gather), symmetry tests by assembling A - A^T the same way, and
+/// the one gather of the whole matrix as a dense tensor (`full_tensor`, and the small coarsest
+/// level of a multigrid hierarchy).
 
 #include <ATen/ATen.h>
 #include <mpi.h>
 
 #include <array>
+#include <cstdint>
+#include <vector>
 #include <string>
 
+#include "einshard/comm/collectives.hpp"
 #include "einshard/comm/reduce.hpp"
 #include "einshard/comm/check.hpp"
 #include "einshard/config.hpp"
@@ -21,6 +26,8 @@ namespace einshard::sparse {
 namespace detail {
 /// This rank's stored entries in global indices (the values as stored, differentiable).
 CooEntries global_entries(const DSparseTensor& a);
+/// The dense matrix on `root` (every rank when root < 0); an undefined tensor elsewhere.
+at::Tensor gather_dense(const DSparseTensor& a, int root);
 }  // namespace detail
 
 // Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp).
@@ -37,6 +44,24 @@ EINSHARD_INLINE CooEntries global_entries(const DSparseTensor& a) {
   // square matrix without its own column partition).
   const auto local_to_global = at::cat({a.domain_layout()->owned(), a.halo().ghosts});
   return {v, owned.index_select(0, r.cpu()), local_to_global.index_select(0, c.cpu())};
+}
+
+EINSHARD_INLINE at::Tensor gather_dense(const DSparseTensor& a, int root) {
+  const auto t = global_entries(a);
+  const auto& layout = *a.layout();
+  const MPI_Comm comm = layout.comm();
+  const auto values = t.values.detach().contiguous();
+  const auto index = (t.rows * a.cols() + t.cols).to(values.device()).contiguous();  // row-major position
+  const bool here = root < 0 || layout.rank() == root;
+  std::vector<std::int64_t> counts;
+  if (root < 0) counts = comm::all_gather_values(std::array<std::int64_t, 1>{values.numel()}, comm);
+  const auto gather = [&](const at::Tensor& x) {
+    return root < 0 ? comm::all_gather(x, 0, counts, comm) : comm::gather_to_root(x, root, comm);
+  };
+  const auto all_values = gather(values);
+  const auto all_index = gather(index);
+  if (!here) return {};
+  return at::zeros({a.rows() * a.cols()}, values.options()).index_put_({all_index}, all_values, true).view({a.rows(), a.cols()});
 }
 
 /// max |a_ij - op(a_ji)| <= atol + rtol max |a_ij| over the whole matrix, where op conjugates

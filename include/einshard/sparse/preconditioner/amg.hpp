@@ -39,6 +39,7 @@
 #include "einshard/comm/check.hpp"
 #include "einshard/comm/exchange.hpp"
 #include "einshard/error.hpp"
+#include "einshard/sparse/preconditioner/aggregation.hpp"
 #include "einshard/sparse/preconditioner/amg_options.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
@@ -125,23 +126,6 @@ inline constexpr std::pair<int, int> hypre_relax_types(AmgSmoother s) {
 inline double mean_row_entries(const LocalRows& rows, std::int64_t global_rows) {
   const auto nnz = comm::all_reduce_value(static_cast<std::int64_t>(rows.a.nnz()), comm::Reduction::sum, rows.comm);
   return global_rows > 0 ? static_cast<double>(nnz) / static_cast<double>(global_rows) : 0.0;
-}
-
-/// Where a rank's owned rows break nodes: empty when every node it holds (rows functions·k …
-/// functions·k + functions − 1 of the matrix, node k) is whole and in consecutive owned rows, as
-/// nodal coarsening reads them; else the first owned row that breaks one. `owned`: the owned rows'
-/// global indices, ascending.
-inline std::string broken_node(const at::Tensor& owned, int functions) {
-  const auto n = owned.numel();
-  const auto* g = owned.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto first = i - i % functions;  // the owned row that should hold this node's unknown 0
-    if (g[first] % functions == 0 && g[i] == g[first] + i % functions && first + functions <= n) continue;
-    return "owned row " + std::to_string(i) + " (global row " + std::to_string(g[i]) + ", unknown " +
-           std::to_string(g[i] % functions) + " of node " + std::to_string(g[i] / functions) +
-           ") is not in a whole node of " + std::to_string(functions) + " consecutive owned rows";
-  }
-  return {};
 }
 
 /// The faults of options (resolved: every field set) and matrix found before any hypre call, so
@@ -486,7 +470,7 @@ class AmgOp final : public PreconditionerOp {
       HYPRE_BoomerAMGSetAggP12MaxElmts(solver_, *o.max_elements);
       HYPRE_BoomerAMGSetAggPMaxElmts(solver_, *o.max_elements);
     }
-    const auto [down, up] = hypre_relax_types(o.smoother);
+    const auto [down, up] = hypre_relax_types(*o.smoother);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, down, 1);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, up, 2);
     HYPRE_BoomerAMGSetCycleRelaxType(solver_, 9, 3);  // Gaussian elimination on the coarsest level

@@ -69,13 +69,18 @@ enum class AmgCycle { v, w };
 inline constexpr double amg_row_entries_3d = 6.0;
 
 /// BoomerAMG's options; every field maps to one HYPRE_BoomerAMGSet* call (docs/sparse.md). The
-/// optional ones, when unset, are chosen from the matrix (`resolved`).
+/// optional ones, when unset, are chosen from the matrix (`resolved`). `Preconditioner::
+/// smoothed_aggregation` reads `strong_threshold` (its own default 0.05), `smoother`, `sweeps`,
+/// `max_levels`, `cycles`, `functions` and `near_null_space` (with any `functions`: aggregates are
+/// always of whole nodes), and ignores the rest.
 struct AmgOptions {
   std::optional<AmgCoarsening> coarsening;        ///< falgout (2-D) or hmis (3-D)
   std::optional<AmgInterpolation> interpolation;  ///< classical (2-D) or extended_i (3-D)
   std::optional<double> strong_threshold;  ///< a_ij is strong when -a_ij ≥ θ max_k(-a_ik); 0.25 (2-D, nodal), 0.5 (3-D)
   std::optional<int> max_elements;         ///< interpolation entries kept per row, 0: all (2-D), 4 (3-D)
-  AmgSmoother smoother = AmgSmoother::l1_gauss_seidel;
+  /// l1_gauss_seidel (BoomerAMG); chebyshev (smoothed aggregation, which offers chebyshev and
+  /// l1_jacobi only: a Gauss–Seidel sweep is sequential, the polynomial runs on any device)
+  std::optional<AmgSmoother> smoother;
   int sweeps = 1;                  ///< smoother sweeps before and after each coarse correction
   AmgCycle cycle = AmgCycle::v;
   int max_levels = 25;             ///< hypre's default
@@ -103,7 +108,8 @@ struct AmgOptions {
   bool nodal = false;
   /// (owned rows, m), this rank's rows of m vectors the interpolation should reproduce, the
   /// near-null space of the operator: for elasticity its rigid body modes
-  /// (`rigid_body_modes`, rigid_body_modes.hpp). Undefined: none. Needs `nodal`. hypre fits the
+  /// (`rigid_body_modes`, rigid_body_modes.hpp). Undefined: none (smoothed aggregation: the
+  /// constants of each unknown). With `Preconditioner::amg` it needs `nodal`. hypre fits the
   /// interpolation to them (its interp-vector variant 3, Baker, Kolev and Yang 2010); a mode that
   /// is constant on each unknown (a translation) is one the unknown-wise interpolation already
   /// reproduces, so it is left out of the fit.
@@ -133,6 +139,7 @@ struct AmgOptions {
     o.interpolation = interpolation.value_or(wide ? AmgInterpolation::extended_i : AmgInterpolation::classical);
     o.strong_threshold = strong_threshold.value_or(wide && !nodal ? 0.5 : 0.25);
     o.max_elements = max_elements.value_or(wide ? 4 : 0);
+    o.smoother = smoother.value_or(AmgSmoother::l1_gauss_seidel);
     // A fitted near-null space needs an aggressive level whatever the width (amg.hpp's check).
     o.aggressive_levels = aggressive_levels.value_or(wide || near_null_space.defined() ? 1 : 0);
     return o;

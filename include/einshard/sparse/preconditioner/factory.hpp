@@ -40,10 +40,11 @@ inline std::unique_ptr<PreconditionerOp> make_preconditioner(Preconditioner kind
       return std::make_unique<SsorOp>(rows, opts.ssor_omega);
     case Preconditioner::neumann: return std::make_unique<NeumannOp>(rows, matvec, opts);
     case Preconditioner::amg:
-      // Its hierarchy spans the ranks: it needs the global numbering of the halo columns, which
-      // only the distributed matrix knows (DSparseTensor::solve builds it, sparse/amg.hpp).
-      throw Error("make_preconditioner: expected a kind built from a rank's local rows, found amg (its "
-                  "hierarchy spans the ranks: DSparseTensor::solve builds it from the distributed matrix)");
+    case Preconditioner::smoothed_aggregation:
+      // Their hierarchies span the ranks: they need the global numbering of the halo columns,
+      // which only the distributed matrix knows (DSparseTensor::solve builds them).
+      throw Error("make_preconditioner: expected a kind built from a rank's local rows, found " + to_string(kind) +
+                  " (its hierarchy spans the ranks: DSparseTensor::solve builds it from the distributed matrix)");
   }
   throw Error("make_preconditioner: expected a Preconditioner kind, found " + std::to_string(static_cast<int>(kind)));
 }

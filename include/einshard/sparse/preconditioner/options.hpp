@@ -21,10 +21,13 @@ using PreconditionerFn = std::function<DVector(const DVector& r)>;
 /// Which preconditioner a solver applies. `block_jacobi` is a per-rank ILU(0), or IC(0) with
 /// `PreconditionerOptions::ic0`. `amg` is hypre's BoomerAMG over the whole matrix
 /// (`PreconditionerOptions::amg`; float64 only; an `Error` naming hypre in a build without it).
-/// `ssor` is per-rank symmetric SOR of the owned block (`ssor_omega`); `neumann` a truncated
+/// `smoothed_aggregation` is einshard's own AMG (smoothed_aggregation.hpp): the same
+/// `PreconditionerOptions::amg` fields that describe the problem (`functions`, `near_null_space`,
+/// `strong_threshold`, `smoother`, `sweeps`, `max_levels`, `cycles`), any real dtype and device,
+/// and a float32 cycle for a float32 matrix. `ssor` is per-rank symmetric SOR of the owned block (`ssor_omega`); `neumann` a truncated
 /// Neumann series of `neumann_degree` terms (torch-sla's "polynomial", also accepted by
 /// `preconditioner_from_string`).
-enum class Preconditioner { none, jacobi, l1_jacobi, block_jacobi, chebyshev, amg, ssor, neumann };
+enum class Preconditioner { none, jacobi, l1_jacobi, block_jacobi, chebyshev, amg, ssor, neumann, smoothed_aggregation };
 
 inline std::string to_string(Preconditioner kind) {
   switch (kind) {
@@ -36,6 +39,7 @@ inline std::string to_string(Preconditioner kind) {
     case Preconditioner::amg: return "amg";
     case Preconditioner::ssor: return "ssor";
     case Preconditioner::neumann: return "neumann";
+    case Preconditioner::smoothed_aggregation: return "smoothed_aggregation";
   }
   return "unknown";
 }
@@ -45,13 +49,13 @@ inline std::string to_string(Preconditioner kind) {
 inline Preconditioner preconditioner_from_string(const std::string& name) {
   for (const auto kind : {Preconditioner::none, Preconditioner::jacobi, Preconditioner::l1_jacobi,
                           Preconditioner::block_jacobi, Preconditioner::chebyshev, Preconditioner::amg,
-                          Preconditioner::ssor, Preconditioner::neumann})
+                          Preconditioner::ssor, Preconditioner::neumann, Preconditioner::smoothed_aggregation})
     if (name == to_string(kind)) return kind;
   if (name == "jacobi_l1") return Preconditioner::l1_jacobi;
   if (name == "polynomial") return Preconditioner::neumann;
   if (name == "pyamg") return Preconditioner::amg;
   throw Error("preconditioner_from_string: expected none, jacobi, l1_jacobi, block_jacobi, chebyshev, amg, "
-              "ssor or neumann (or polynomial, jacobi_l1, pyamg), found \"" + name + "\"");
+              "ssor, neumann or smoothed_aggregation (or polynomial, jacobi_l1, pyamg), found \"" + name + "\"");
 }
 
 /// Settings of the preconditioners that have any.
@@ -76,7 +80,7 @@ struct PreconditionerOptions {
   int chebyshev_degree = 3;           ///< degree of q: distributed matvecs per application (≥ 1)
   double chebyshev_lower = 1.0 / 30;  ///< lower bound as a fraction of λ_max, in (0, 1.1)
   int eig_iterations = 10;            ///< Lanczos steps of the λ_max estimate (≥ 1)
-  AmgOptions amg{};                   ///< amg: BoomerAMG's settings (sparse/amg_options.hpp)
+  AmgOptions amg{};                   ///< amg, smoothed_aggregation: the multigrid's settings (amg_options.hpp)
   double ssor_omega = 1.0;            ///< ssor: the relaxation factor ω, in (0, 2)
   int neumann_degree = 2;             ///< neumann: terms of the series (≥ 1; d − 1 matvecs per application)
   bool neumann_jacobi = true;         ///< neumann: scale by D⁻¹ (a nonzero diagonal needed) before τ

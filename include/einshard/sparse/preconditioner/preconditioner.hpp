@@ -115,7 +115,7 @@ void agreed_setup(MPI_Comm comm, F&& local) {
 /// The preconditioners that run on any device: through the generic kernels (kernels.hpp), and amg
 /// with its V-cycle on the host (amg.hpp).
 inline constexpr const char* device_preconditioners =
-    "none, jacobi, l1_jacobi, chebyshev, neumann or amg (its V-cycle on the host)";
+    "none, jacobi, l1_jacobi, chebyshev, neumann, smoothed_aggregation or amg (its V-cycle on the host)";
 
 /// Throws unless the rows are on the CPU: `who` runs on the host only (`why`). The device kind,
 /// which every rank agreed on at assembly, is named without its index, so every rank throws the

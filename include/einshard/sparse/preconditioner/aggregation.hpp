@@ -1,0 +1,231 @@
+#pragma once
+/// @file
+/// The rank-local planning of smoothed aggregation (smoothed_aggregation.hpp), with no
+/// communication: the strength graph of a rank's nodes, their aggregates, and the tentative
+/// interpolation that reproduces a near-null space on each aggregate exactly.
+///
+/// Aggregates never cross ranks (uncoupled aggregation, as PETSc's GAMG and ML do by default):
+/// every coarse unknown then belongs to the rank that owns its fine rows, so the tentative
+/// interpolation needs no message, and only the smoothed interpolation's products communicate.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "einshard/sparse/matrix/csr.hpp"
+
+namespace einshard::sparse::detail {
+
+/// Where a rank's owned rows break nodes: empty when every node it holds (rows functions·k …
+/// functions·k + functions − 1 of the matrix, node k) is whole and in consecutive owned rows, as
+/// nodal coarsening and aggregation read them; else the first owned row that breaks one. `owned`:
+/// the owned rows' global indices, ascending.
+inline std::string broken_node(const at::Tensor& owned, int functions) {
+  const auto n = owned.numel();
+  const auto* g = owned.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto first = i - i % functions;  // the owned row that should hold this node's unknown 0
+    if (g[first] % functions == 0 && g[i] == g[first] + i % functions && first + functions <= n) continue;
+    return "owned row " + std::to_string(i) + " (global row " + std::to_string(g[i]) + ", unknown " +
+           std::to_string(g[i] % functions) + " of node " + std::to_string(g[i] / functions) +
+           ") is not in a whole node of " + std::to_string(functions) + " consecutive owned rows";
+  }
+  return {};
+}
+
+/// A graph over a rank's nodes in CSR form, without self loops.
+struct NodeGraph {
+  std::vector<std::int64_t> rowptr{0};
+  std::vector<std::int64_t> col;
+  [[nodiscard]] std::int64_t nodes() const { return static_cast<std::int64_t>(rowptr.size()) - 1; }
+};
+
+/// The strong connections among this rank's nodes (owned columns only: aggregates stay on the
+/// rank). Node I holds rows I·functions … I·functions + functions − 1 of `a` (its owned rows, local
+/// columns); s_IJ = ‖A_IJ‖_F, the Frobenius norm of the block, and I–J is strong when
+/// s_IJ ≥ θ √(s_II s_JJ) (the symmetric strength of Vaněk, Mandel and Brezina; θ = 0 keeps every
+/// stored block that is not zero). Nonsymmetric A: s_IJ and s_JI are both tested, so the graph is
+/// symmetric.
+inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions, double theta) {
+  const auto host = [](const at::Tensor& t, at::ScalarType s) { return t.to(at::kCPU, s).contiguous(); };
+  const auto rp_t = host(a.rowptr, at::kLong), col_t = host(a.col, at::kLong), val_t = host(a.values, at::kDouble);
+  const auto* rp = rp_t.data_ptr<std::int64_t>();
+  const auto* ci = col_t.data_ptr<std::int64_t>();
+  const auto* av = val_t.data_ptr<double>();
+  const std::int64_t nodes = n_owned / functions;
+  // Block norms², node by node: a dense scratch row indexed by J with the list of touched J.
+  std::vector<double> diag(static_cast<std::size_t>(nodes), 0.0), scratch(static_cast<std::size_t>(nodes), 0.0);
+  std::vector<std::int64_t> touched, pair_rowptr{0}, pair_col;
+  std::vector<double> pair_norm;
+  for (std::int64_t I = 0; I < nodes; ++I) {
+    touched.clear();
+    for (std::int64_t i = I * functions; i < (I + 1) * functions; ++i)
+      for (auto k = rp[i]; k < rp[i + 1]; ++k) {
+        if (ci[k] >= n_owned) continue;
+        const auto J = ci[k] / functions;
+        auto& s = scratch[static_cast<std::size_t>(J)];
+        if (s == 0.0) touched.push_back(J);
+        s += av[k] * av[k] + 1e-300;  // a stored zero still marks J as touched
+      }
+    for (const auto J : touched) {
+      auto& s = scratch[static_cast<std::size_t>(J)];
+      if (J == I) diag[static_cast<std::size_t>(I)] = s;
+      else {
+        pair_col.push_back(J);
+        pair_norm.push_back(s);
+      }
+      s = 0.0;
+    }
+    pair_rowptr.push_back(static_cast<std::int64_t>(pair_col.size()));
+  }
+  // Strong both ways: s_IJ² ≥ θ⁴ s_II s_JJ in squared norms, tested on each stored direction and
+  // symmetrized by adding the reverse edge.
+  const double t4 = theta * theta * theta * theta;
+  std::vector<std::vector<std::int64_t>> adjacent(static_cast<std::size_t>(nodes));
+  for (std::int64_t I = 0; I < nodes; ++I)
+    for (auto k = pair_rowptr[static_cast<std::size_t>(I)]; k < pair_rowptr[static_cast<std::size_t>(I) + 1]; ++k) {
+      const auto J = pair_col[static_cast<std::size_t>(k)];
+      const double s = pair_norm[static_cast<std::size_t>(k)];
+      if (s > 1e-280 && s * s >= t4 * diag[static_cast<std::size_t>(I)] * diag[static_cast<std::size_t>(J)]) {
+        adjacent[static_cast<std::size_t>(I)].push_back(J);
+        adjacent[static_cast<std::size_t>(J)].push_back(I);
+      }
+    }
+  NodeGraph g;
+  for (auto& list : adjacent) {
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+    g.col.insert(g.col.end(), list.begin(), list.end());
+    g.rowptr.push_back(static_cast<std::int64_t>(g.col.size()));
+  }
+  return g;
+}
+
+/// The aggregate of each node (−1: a node without strong neighbours, left out of the coarse space,
+/// as a Dirichlet row is: the smoother solves it alone) and how many aggregates there are.
+struct Aggregates {
+  std::vector<std::int64_t> of_node;
+  std::int64_t count = 0;
+};
+
+/// Greedy aggregation in three passes (Vaněk, Mandel and Brezina 1996): a node whose strong
+/// neighbours are all free roots an aggregate of itself and them; a node still free joins the
+/// aggregate of a neighbour; what is left roots aggregates of itself and its free neighbours.
+/// Deterministic: nodes in order.
+inline Aggregates aggregate(const NodeGraph& g) {
+  const auto n = g.nodes();
+  Aggregates out{std::vector<std::int64_t>(static_cast<std::size_t>(n), -1), 0};
+  auto& agg = out.of_node;
+  const auto neighbours = [&](std::int64_t i) {
+    return std::pair{g.col.begin() + g.rowptr[static_cast<std::size_t>(i)],
+                     g.col.begin() + g.rowptr[static_cast<std::size_t>(i) + 1]};
+  };
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto [b, e] = neighbours(i);
+    if (b == e || agg[static_cast<std::size_t>(i)] >= 0) continue;
+    if (std::any_of(b, e, [&](std::int64_t j) { return agg[static_cast<std::size_t>(j)] >= 0; })) continue;
+    agg[static_cast<std::size_t>(i)] = out.count;
+    for (auto it = b; it != e; ++it) agg[static_cast<std::size_t>(*it)] = out.count;
+    ++out.count;
+  }
+  // Pass two reads the first pass's aggregates only, so a node does not join one that grew in it.
+  const auto first = agg;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (agg[static_cast<std::size_t>(i)] >= 0) continue;
+    const auto [b, e] = neighbours(i);
+    for (auto it = b; it != e; ++it)
+      if (first[static_cast<std::size_t>(*it)] >= 0) {
+        agg[static_cast<std::size_t>(i)] = first[static_cast<std::size_t>(*it)];
+        break;
+      }
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto [b, e] = neighbours(i);
+    if (b == e || agg[static_cast<std::size_t>(i)] >= 0) continue;
+    agg[static_cast<std::size_t>(i)] = out.count;
+    for (auto it = b; it != e; ++it)
+      if (agg[static_cast<std::size_t>(*it)] < 0) agg[static_cast<std::size_t>(*it)] = out.count;
+    ++out.count;
+  }
+  return out;
+}
+
+/// The tentative interpolation of one rank: for each aggregate, Q R = the rows of the near-null
+/// space B on its unknowns (thin QR, modified Gram–Schmidt twice), T = Q on those rows and the
+/// coarse near-null space R, so that T B_c = B on every aggregated row. A column of B that the
+/// aggregate cannot tell from the ones before it (fewer unknowns than columns, or dependent rows)
+/// is a zero column of T: its coarse unknown is `dead` and the Galerkin operator gets a 1 on its
+/// diagonal so that the coarse matrix stays nonsingular.
+struct Tentative {
+  at::Tensor rows, cols, values;  ///< T in COO: local fine row, local coarse column (aggregate·m + j)
+  at::Tensor coarse_null_space;   ///< (aggregates·m, m): R of each aggregate, row-major by aggregate
+  std::vector<std::int64_t> dead; ///< local coarse columns of T that are zero
+};
+
+inline Tentative tentative(const Aggregates& aggregates, int functions, const at::Tensor& null_space) {
+  const auto b_t = null_space.to(at::kCPU, at::kDouble).contiguous();
+  const auto m = b_t.size(1);
+  const auto* b = b_t.data_ptr<double>();
+  const auto nodes = static_cast<std::int64_t>(aggregates.of_node.size());
+  // The unknowns of each aggregate, in row order.
+  std::vector<std::vector<std::int64_t>> members(static_cast<std::size_t>(aggregates.count));
+  for (std::int64_t I = 0; I < nodes; ++I)
+    if (const auto a = aggregates.of_node[static_cast<std::size_t>(I)]; a >= 0)
+      for (int f = 0; f < functions; ++f) members[static_cast<std::size_t>(a)].push_back(I * functions + f);
+  std::vector<std::int64_t> rows, cols;
+  std::vector<double> values;
+  auto coarse = at::zeros({aggregates.count * m, m}, at::kDouble);
+  auto* r = coarse.data_ptr<double>();
+  Tentative out;
+  std::vector<double> q;
+  for (std::int64_t a = 0; a < aggregates.count; ++a) {
+    const auto& rowsof = members[static_cast<std::size_t>(a)];
+    const auto s = static_cast<std::int64_t>(rowsof.size());
+    q.assign(static_cast<std::size_t>(s * m), 0.0);  // column-major s × m
+    for (std::int64_t j = 0; j < m; ++j) {
+      double* v = q.data() + j * s;
+      double norm0 = 0;
+      for (std::int64_t i = 0; i < s; ++i) {
+        v[i] = b[rowsof[static_cast<std::size_t>(i)] * m + j];
+        norm0 += v[i] * v[i];
+      }
+      double* rj = r + (a * m) * m + j;  // column j of this aggregate's R, stride m
+      for (int pass = 0; pass < 2; ++pass)
+        for (std::int64_t k = 0; k < j; ++k) {
+          const double* u = q.data() + k * s;
+          double d = 0;
+          for (std::int64_t i = 0; i < s; ++i) d += u[i] * v[i];
+          for (std::int64_t i = 0; i < s; ++i) v[i] -= d * u[i];
+          rj[k * m] += d;
+        }
+      double norm = 0;
+      for (std::int64_t i = 0; i < s; ++i) norm += v[i] * v[i];
+      norm = std::sqrt(norm);
+      if (!(norm > 1e-10 * std::sqrt(norm0)) || norm == 0) {
+        std::fill(v, v + s, 0.0);
+        out.dead.push_back(a * m + j);
+        continue;
+      }
+      rj[j * m] = norm;
+      for (std::int64_t i = 0; i < s; ++i) {
+        v[i] /= norm;
+        rows.push_back(rowsof[static_cast<std::size_t>(i)]);
+        cols.push_back(a * m + j);
+        values.push_back(v[i]);
+      }
+    }
+  }
+  const auto n = static_cast<std::int64_t>(values.size());
+  out.rows = at::tensor(rows, at::kLong).view({n});
+  out.cols = at::tensor(cols, at::kLong).view({n});
+  out.values = at::tensor(values, at::kDouble).view({n});
+  out.coarse_null_space = coarse;
+  return out;
+}
+
+}  // namespace einshard::sparse::detail

@@ -1,0 +1,422 @@
+#pragma once
+/// @file
+/// `Preconditioner::smoothed_aggregation`: einshard's own algebraic multigrid, smoothed aggregation
+/// (Vaněk, Mandel and Brezina 1996) with a near-null space, as PETSc's GAMG and PyAMG build it,
+/// on any dtype and device that the matrix has.
+///
+/// Setup, level by level, on a float64 host copy: the rank's nodes are aggregated (aggregation.hpp,
+/// no messages), the tentative interpolation T fits the near-null space on each aggregate, and is
+/// smoothed by one damped Jacobi step, P = (I − ω D⁻¹A) T with ω = 4 / (3 λ_max(D⁻¹A)); the coarse
+/// operator is the Galerkin product Pᵀ A P. The sparse products need no ghost rows of P: each is
+/// a transposed product Mᵀ Y of two matrices with the same rows, whose rank-local partial sums
+/// travel to the owners of their rows and are summed there (`from_local`), so Pᵀ A P = (Aᵀ P)ᵀ P
+/// holds for a nonsymmetric A too. The coarsest level (at most `coarsest_rows` rows) is solved
+/// exactly by a dense pseudo-inverse every rank holds.
+///
+/// The cycle runs in the matrix's dtype on its device: `smoother` sweeps of a Chebyshev polynomial
+/// of degree 2 in D⁻¹A on [0.1 λ, 1.1 λ] (GAMG's default smoother), or of l1-Jacobi, before and
+/// after each coarse correction. Pre- and post-smoothing are the same polynomial, so the V-cycle
+/// is symmetric for symmetric A and CG may use it. A float32 matrix (the single-precision copy of
+/// `Precision::single`) cycles in float32: the hierarchy that hypre keeps in float64.
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "einshard/comm/collectives.hpp"
+#include "einshard/comm/reduce.hpp"
+#include "einshard/error.hpp"
+#include "einshard/sparse/matrix/dsparse_tensor.hpp"
+#include "einshard/sparse/matrix/transpose.hpp"
+#include "einshard/sparse/preconditioner/aggregation.hpp"
+#include "einshard/sparse/preconditioner/amg_options.hpp"
+#include "einshard/sparse/preconditioner/chebyshev.hpp"
+#include "einshard/sparse/preconditioner/jacobi.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
+
+namespace einshard::sparse::detail {
+
+/// The default strength threshold θ of the aggregation (aggregation.hpp's `strong_graph`). GAMG and
+/// PyAMG keep every connection (θ = 0); 0.05 drops the weakest couplings of a slender body (a
+/// cantilever beam's 26 iterations become 20) and of 3-D Poisson (16 → 13), at a few per cent
+/// more operator complexity (docs/sparse.md).
+inline constexpr double sa_strong_threshold = 0.05;
+/// The largest coarsest level that is solved by a dense pseudo-inverse on every rank.
+inline constexpr std::int64_t coarsest_rows = 600;
+/// The same for a hierarchy that cannot coarsen further (max_levels reached, aggregation stalled):
+/// beyond it the setup is an Error rather than a dense matrix the size of the problem.
+inline constexpr std::int64_t coarsest_rows_limit = 6000;
+
+/// Rows of a sparse matrix with a `DSparseTensor`'s row partition, in COO: the local row (in the
+/// owned order), the global column, the value (float64, host).
+struct LocalRowsCoo {
+  at::Tensor rows, cols, values;
+};
+
+inline LocalRowsCoo local_rows_coo(const DSparseTensor& a) {
+  const auto [v, r, c] = csr_to_coo(a.local());
+  const auto local_to_global = at::cat({a.domain_layout()->owned(), a.halo().ghosts});
+  return {r.cpu(), local_to_global.index_select(0, c.cpu()), v.detach().to(at::kCPU, at::kDouble)};
+}
+
+/// Sparse rows grouped contiguously by row (a counting sort of COO entries).
+struct HostRows {
+  std::vector<std::int64_t> ptr, col;
+  std::vector<double> val;
+
+  template <class Key, class Col, class Val>
+  HostRows(std::int64_t rows, std::int64_t count, Key key, Col col_of, Val val_of)
+      : ptr(static_cast<std::size_t>(rows) + 1, 0), col(static_cast<std::size_t>(count)), val(static_cast<std::size_t>(count)) {
+    for (std::int64_t e = 0; e < count; ++e) ++ptr[static_cast<std::size_t>(key(e)) + 1];
+    for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) ptr[r + 1] += ptr[r];
+    auto next = ptr;
+    for (std::int64_t e = 0; e < count; ++e) {
+      const auto slot = static_cast<std::size_t>(next[static_cast<std::size_t>(key(e))]++);
+      col[slot] = col_of(e);
+      val[slot] = val_of(e);
+    }
+  }
+  HostRows(std::vector<std::int64_t> p, std::vector<std::int64_t> c, std::vector<double> v)
+      : ptr(std::move(p)), col(std::move(c)), val(std::move(v)) {}
+  [[nodiscard]] std::int64_t rows() const { return static_cast<std::int64_t>(ptr.size()) - 1; }
+};
+
+/// L R row by row (Gustavson), R's columns in [0, r_cols): a dense accumulator over them, the work
+/// the product's multiplications. COO out, row by row.
+inline LocalRowsCoo host_product(const HostRows& l, const HostRows& r, std::int64_t r_cols) {
+  // The row's sums and the row that last touched each column side by side: one cache line per
+  // column read.
+  struct Slot {
+    double sum;
+    std::int64_t row;
+  };
+  std::vector<Slot> slots(static_cast<std::size_t>(r_cols), Slot{0.0, -1});
+  std::vector<std::int64_t> touched, out_rows, out_cols;
+  std::vector<double> out_values;
+  const auto* lp = l.ptr.data();
+  const auto* lc = l.col.data();
+  const auto* lv = l.val.data();
+  const auto* rp = r.ptr.data();
+  const auto* rc = r.col.data();
+  const auto* rv = r.val.data();
+  auto* slot = slots.data();
+  for (std::int64_t i = 0; i < l.rows(); ++i) {
+    touched.clear();
+    for (auto q = lp[i]; q < lp[i + 1]; ++q) {
+      const auto k = lc[q];
+      const double x = lv[q];
+      for (auto w = rp[k]; w < rp[k + 1]; ++w) {
+        auto& s = slot[rc[w]];
+        if (s.row != i) {
+          s.row = i;
+          s.sum = 0.0;
+          touched.push_back(rc[w]);
+        }
+        s.sum += x * rv[w];
+      }
+    }
+    for (const auto c : touched) {
+      out_rows.push_back(i);
+      out_cols.push_back(c);
+      out_values.push_back(slot[c].sum);
+    }
+  }
+  const auto n = static_cast<std::int64_t>(out_values.size());
+  return {at::tensor(out_rows, at::kLong).view({n}), at::tensor(out_cols, at::kLong).view({n}),
+          at::tensor(out_values, at::kDouble).view({n})};
+}
+
+inline HostRows host_rows(std::int64_t rows, const LocalRowsCoo& y) {
+  const auto r = y.rows.contiguous(), c = y.cols.contiguous(), v = y.values.contiguous();
+  const auto* rp = r.data_ptr<std::int64_t>();
+  const auto* cp = c.data_ptr<std::int64_t>();
+  const auto* vp = v.data_ptr<double>();
+  return {rows, v.numel(), [rp](std::int64_t e) { return rp[e]; }, [cp](std::int64_t e) { return cp[e]; },
+          [vp](std::int64_t e) { return vp[e]; }};
+}
+
+inline HostRows host_rows(const DSparseTensor& m, bool transposed) {
+  const auto& a = m.local();
+  if (!transposed) {
+    const auto vec = [](const at::Tensor& t, auto type) {
+      using T = decltype(type);
+      const auto h = t.to(at::kCPU, c10::CppTypeToScalarType<T>::value).contiguous();
+      return std::vector<T>(h.template data_ptr<T>(), h.template data_ptr<T>() + h.numel());
+    };
+    return {vec(a.rowptr, std::int64_t{}), vec(a.col, std::int64_t{}), vec(a.values.detach(), double{})};
+  }
+  const auto [v, r, c] = csr_to_coo(a);
+  return host_rows(a.cols, LocalRowsCoo{c.cpu(), r.cpu(), v.detach().to(at::kCPU, at::kDouble)});
+}
+
+/// A Y for Y with A's rows (local rows, global columns < `y_cols`): Y's rows that A's ghost
+/// columns read come by one halo exchange of Y's rows padded to the widest (column and value
+/// pairs as float64, exact below 2⁵³), then the product is local. Collective.
+inline LocalRowsCoo product(const DSparseTensor& a, const LocalRowsCoo& y, std::int64_t y_cols) {
+  const auto n_owned = a.layout()->local_size();
+  const auto owned_rows = host_rows(n_owned, y);
+  std::int64_t width = 0;
+  for (std::int64_t i = 0; i < n_owned; ++i)
+    width = std::max(width, owned_rows.ptr[static_cast<std::size_t>(i) + 1] - owned_rows.ptr[static_cast<std::size_t>(i)]);
+  width = comm::all_reduce_value(width, comm::Reduction::max, a.layout()->comm());
+  auto packed = at::full({n_owned, 2 * std::max<std::int64_t>(width, 1)}, -1.0, at::kDouble);
+  auto* pk = packed.data_ptr<double>();
+  for (std::int64_t i = 0; i < n_owned; ++i)
+    for (auto q = owned_rows.ptr[static_cast<std::size_t>(i)]; q < owned_rows.ptr[static_cast<std::size_t>(i) + 1]; ++q) {
+      const auto slot = q - owned_rows.ptr[static_cast<std::size_t>(i)];
+      pk[i * packed.size(1) + 2 * slot] = static_cast<double>(owned_rows.col[static_cast<std::size_t>(q)]);
+      pk[i * packed.size(1) + 2 * slot + 1] = owned_rows.val[static_cast<std::size_t>(q)];
+    }
+  const auto ghosts = a.ghosts_of(packed.to(a.values().device())).to(at::kCPU, at::kDouble).contiguous();
+  // Y's rows in A's local column order: the owned ones, then the ghosts that arrived.
+  auto extended = owned_rows;
+  const auto* g = ghosts.data_ptr<double>();
+  for (std::int64_t h = 0; h < ghosts.size(0); ++h) {
+    for (std::int64_t slot = 0; slot < ghosts.size(1) / 2; ++slot) {
+      const double c = g[h * ghosts.size(1) + 2 * slot];
+      if (c < 0) break;
+      extended.col.push_back(static_cast<std::int64_t>(c));
+      extended.val.push_back(g[h * ghosts.size(1) + 2 * slot + 1]);
+    }
+    extended.ptr.push_back(static_cast<std::int64_t>(extended.col.size()));
+  }
+  return host_product(host_rows(a, false), extended, y_cols);
+}
+
+/// Mᵀ Y in global COO, for Y with `m`'s rows: each rank multiplies its own rows (Mᵀ's columns),
+/// and the partial sums are what `from_local` routes to the owners of Mᵀ's rows (M's columns) and
+/// sums. Local; `y_cols`: Y's global column count.
+inline CooEntries transposed_product(const DSparseTensor& m, const LocalRowsCoo& y, std::int64_t y_cols) {
+  const auto out = host_product(host_rows(m, true), host_rows(m.layout()->local_size(), y), y_cols);
+  const auto local_to_global = at::cat({m.domain_layout()->owned(), m.halo().ghosts});
+  return {out.values, local_to_global.index_select(0, out.rows), out.cols};
+}
+
+/// The V-cycle of a smoothed-aggregation hierarchy (file comment). Collective construction and
+/// application over the matrix's communicator; faults are the same Error on every rank.
+class SmoothedAggregationOp final : public PreconditionerOp {
+ public:
+  SmoothedAggregationOp(const DSparseTensor& a, const AmgOptions& options) : cycles_(options.cycles) {
+    const auto comm = a.layout()->comm();
+    const auto smoother = options.smoother.value_or(AmgSmoother::chebyshev);
+    agreed_setup(comm, [&] { check(a, options, smoother); });
+    const auto work = a.values().options().requires_grad(false);
+    const double theta = options.strong_threshold.value_or(sa_strong_threshold);
+    auto host = a.to(at::kDouble).to(at::Device(at::kCPU));
+    int functions = options.functions;
+    auto null_space = options.near_null_space.defined() ? options.near_null_space.to(at::kDouble)
+                                                        : unknown_constants(a.layout()->local_size(), functions);
+    const double nnz0 = static_cast<double>(std::max<std::int64_t>(a.global_nnz(), 1));
+    complexity_ = 1.0;
+    bool first = true;
+    for (;;) {
+      Level level{first ? a : host.to(work.dtype().toScalarType()).to(work.device())};
+      first = false;
+      const bool last_allowed = static_cast<int>(levels_.size()) + 1 >= options.max_levels;
+      if (host.rows() <= coarsest_rows || last_allowed) {
+        levels_.push_back(std::move(level));
+        break;
+      }
+      const auto n_owned = host.layout()->local_size();
+      const auto aggregates = aggregate(strong_graph(host.local(), n_owned, functions, theta));
+      const auto t = tentative(aggregates, functions, null_space);
+      const auto m = t.coarse_null_space.size(1);
+      const std::int64_t mine = aggregates.count * m;
+      const auto counts = comm::all_gather_values(std::span<const std::int64_t>(&mine, 1), comm);
+      std::int64_t offset = 0, coarse = 0;
+      for (std::size_t r = 0; r < counts.size(); ++r) {
+        if (static_cast<int>(r) < host.layout()->rank()) offset += counts[r];
+        coarse += counts[r];
+      }
+      if (coarse == 0 || coarse >= host.rows()) {  // nothing to aggregate, or no coarsening: stop here
+        levels_.push_back(std::move(level));
+        break;
+      }
+      level.build_smoother(smoother, options.sweeps);
+      const double omega = 4.0 / (3.0 * level.lambda_max);
+      const auto coarse_owned = at::arange(offset, offset + mine, at::kLong);
+      const auto& owned = host.layout()->owned();
+      const LocalRowsCoo tentative_rows{t.rows, t.cols + offset, t.values};
+      const auto a_t = product(host, tentative_rows, coarse);
+      const auto scale = inverse_diagonal(LocalRows{host.local(), n_owned, comm}, "smoothed_aggregation")
+                             .to(at::kCPU, at::kDouble).index_select(0, a_t.rows) * (-omega);
+      const auto p = DSparseTensor::from_local(at::cat({t.values, a_t.values * scale}),
+                                               owned.index_select(0, at::cat({t.rows, a_t.rows})),
+                                               at::cat({tentative_rows.cols, a_t.cols}), {host.rows(), coarse},
+                                               host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
+      const auto p_rows = local_rows_coo(p);
+      const auto ap = product(host, p_rows, coarse);
+      auto galerkin = transposed_product(p, ap, coarse);
+      // A coarse unknown whose column of T is zero has an empty row and column: a 1 on its
+      // diagonal keeps the coarse matrix nonsingular, and P's zero column never reads it.
+      const auto dead = at::tensor(t.dead, at::kLong).view({static_cast<std::int64_t>(t.dead.size())}) + offset;
+      auto next = DSparseTensor::from_local(at::cat({galerkin.values, at::ones({dead.numel()}, at::kDouble)}),
+                                            at::cat({galerkin.rows, dead}), at::cat({galerkin.cols, dead}),
+                                            {coarse, coarse}, host.mesh(), {.owned_rows = coarse_owned});
+      level.p = p.to(work.dtype().toScalarType()).to(work.device());
+      levels_.push_back(std::move(level));
+      complexity_ += static_cast<double>(next.global_nnz()) / nnz0;
+      host = std::move(next);
+      functions = static_cast<int>(m);
+      null_space = t.coarse_null_space;
+    }
+    build_coarsest(host, work);
+  }
+
+  void apply(const at::Tensor& r, at::Tensor& z) const override {
+    cycle(0, r, z);
+    if (cycles_ == 1) return;
+    // Further cycles correct z from its residual, in buffers of their own: the cycle uses the
+    // finest level's.
+    auto residual = at::empty_like(z), correction = at::empty_like(z);
+    for (int c = 1; c < cycles_; ++c) {
+      levels_[0].a.apply(z, residual, {});
+      residual.neg_().add_(r);
+      cycle(0, residual, correction);
+      z.add_(correction);
+    }
+  }
+  [[nodiscard]] std::string name() const override { return "smoothed_aggregation"; }
+  [[nodiscard]] std::pair<int, double> hierarchy() const override {
+    return {static_cast<int>(levels_.size()), complexity_};
+  }
+
+ private:
+  struct Level {
+    explicit Level(DSparseTensor matrix) : a(std::move(matrix)) {
+      const auto n = a.layout()->local_size();
+      const auto o = a.values().options().requires_grad(false);
+      b = at::zeros({n}, o);
+      x = at::zeros({n}, o);
+      res = at::empty({n}, o);
+      tmp = at::empty({n}, o);
+    }
+    void build_smoother(AmgSmoother kind, int sweeps_) {
+      const LocalRows rows{a.local(), a.layout()->local_size(), a.layout()->comm()};
+      PreconditionerOptions o;
+      o.chebyshev_degree = 2 * sweeps_;
+      o.chebyshev_lower = 0.1;
+      auto cheb = std::make_unique<ChebyshevOp>(rows, [m = a](const at::Tensor& v, at::Tensor& y) { m.apply(v, y, {}); }, o);
+      lambda_max = cheb->lambda_max();
+      if (kind == AmgSmoother::chebyshev) {
+        smoother = std::move(cheb);
+        sweeps = 1;
+      } else {
+        smoother = std::make_unique<DiagonalOp>(inverse_l1_norms(rows), "l1_jacobi", rows.comm);
+        sweeps = sweeps_;
+      }
+    }
+    /// x = S b from x = 0 (`zero`), else x += S (b − A x), `sweeps` times.
+    void smooth(const at::Tensor& rhs, at::Tensor& out, bool zero) const {
+      for (int s = 0; s < sweeps; ++s) {
+        if (zero && s == 0) {
+          smoother->apply(rhs, out);
+          continue;
+        }
+        a.apply(out, res, {});
+        res.neg_().add_(rhs);
+        smoother->apply(res, tmp);
+        out.add_(tmp);
+      }
+    }
+    DSparseTensor a;
+    std::optional<DSparseTensor> p;  // to the next level; none on the coarsest
+    std::unique_ptr<PreconditionerOp> smoother;
+    int sweeps = 1;
+    double lambda_max = 1.0;
+    mutable at::Tensor b, x, res, tmp;
+  };
+
+  static at::Tensor unknown_constants(std::int64_t n, int functions) {
+    auto z = at::zeros({n, functions}, at::kDouble);
+    for (int f = 0; f < functions; ++f) z.slice(0, f, n, functions).select(1, f).fill_(1.0);
+    return z;
+  }
+
+  static void check(const DSparseTensor& a, const AmgOptions& o, AmgSmoother smoother) {
+    const std::string who = "smoothed_aggregation preconditioner setup: ";
+    if (a.rows() != a.cols())
+      throw Error(who + "expected a square matrix, found " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()));
+    if (a.dtype() != at::kDouble && a.dtype() != at::kFloat)
+      throw Error(who + "expected float32 or float64 values, found " + c10::toString(a.dtype()));
+    if (smoother != AmgSmoother::chebyshev && smoother != AmgSmoother::l1_jacobi)
+      throw Error(who + "expected the chebyshev or l1_jacobi smoother (hypre's Gauss–Seidel smoothers belong to "
+                  "Preconditioner::amg), found another AmgSmoother");
+    const double theta = o.strong_threshold.value_or(sa_strong_threshold);
+    if (!(theta >= 0 && theta < 1) || o.sweeps < 1 || o.max_levels < 1 || o.cycles < 1)
+      throw Error(who + "expected 0 ≤ strong_threshold < 1, sweeps ≥ 1, max_levels ≥ 1 and cycles ≥ 1, found " +
+                  std::to_string(theta) + ", " + std::to_string(o.sweeps) + ", " + std::to_string(o.max_levels) +
+                  " and " + std::to_string(o.cycles));
+    if (o.functions < 1 || a.rows() % o.functions != 0)
+      throw Error(who + "expected functions ≥ 1 dividing the matrix's rows, found functions = " +
+                  std::to_string(o.functions) + " with " + std::to_string(a.rows()) + " rows");
+    if (o.functions > 1)
+      if (auto broken = broken_node(a.layout()->owned(), o.functions); !broken.empty())
+        throw Error(who + "expected every rank to own whole nodes of " + std::to_string(o.functions) +
+                    " rows (PartitionOptions{.functions}), found " + broken);
+    if (const auto& z = o.near_null_space; z.defined() &&
+        (z.dim() != 2 || z.size(0) != a.layout()->local_size() || z.size(1) < 1 || !at::isFloatingType(z.scalar_type())))
+      throw Error(who + "expected near_null_space of shape (owned rows, m) = (" +
+                  std::to_string(a.layout()->local_size()) + ", m ≥ 1), real floating point, found shape " +
+                  c10::str(z.sizes()) + ", " + c10::toString(z.scalar_type()));
+    nonzero_diagonal(LocalRows{a.local(), a.layout()->local_size(), a.layout()->comm()}, "smoothed_aggregation");
+  }
+
+  /// The dense pseudo-inverse of the coarsest matrix, its rows in rank order, on every rank.
+  void build_coarsest(const DSparseTensor& host, const at::TensorOptions& work) {
+    const auto comm = host.layout()->comm();
+    const auto rows = host.rows();
+    if (rows > coarsest_rows_limit)
+      throw Error("smoothed_aggregation preconditioner setup: expected a coarsest level of at most " +
+                  std::to_string(coarsest_rows_limit) + " rows, found " + std::to_string(rows) +
+                  " (max_levels too small, or nodes without strong connections: lower strong_threshold)");
+    const std::int64_t mine = host.layout()->local_size();
+    coarse_counts_ = comm::all_gather_values(std::span<const std::int64_t>(&mine, 1), comm);
+    const auto order = comm::all_gather(host.layout()->owned(), 0, coarse_counts_, comm);
+    const auto dense = gather_dense(host, -1).index_select(0, order).index_select(1, order);
+    coarse_inverse_ = at::linalg_pinv(dense).to(work.dtype()).to(work.device());
+    coarse_offset_ = 0;
+    for (int r = 0; r < host.layout()->rank(); ++r) coarse_offset_ += coarse_counts_[static_cast<std::size_t>(r)];
+  }
+
+  void coarse_solve(const at::Tensor& b, at::Tensor& x) const {
+    const auto comm = levels_.back().a.layout()->comm();
+    const auto all = comm::all_gather(b.cpu(), 0, coarse_counts_, comm).to(coarse_inverse_.device());
+    x.copy_(at::mv(coarse_inverse_, all).narrow(0, coarse_offset_, b.size(0)));
+  }
+
+  void cycle(std::size_t l, const at::Tensor& b, at::Tensor& x) const {
+    const auto& level = levels_[l];
+    if (l + 1 == levels_.size()) {
+      coarse_solve(b, x);
+      return;
+    }
+    auto& next = levels_[l + 1];
+    level.smooth(b, x, /*zero=*/true);
+    level.a.apply(x, level.res, {});
+    level.res.neg_().add_(b);
+    level.p->apply_adjoint(level.res, next.b);
+    cycle(l + 1, next.b, next.x);
+    level.p->apply(next.x, level.tmp, {});
+    x.add_(level.tmp);
+    level.smooth(b, x, /*zero=*/false);
+  }
+
+  std::vector<Level> levels_;
+  at::Tensor coarse_inverse_;
+  std::vector<std::int64_t> coarse_counts_;
+  std::int64_t coarse_offset_ = 0;
+  double complexity_ = 1.0;
+  int cycles_ = 1;
+};
+
+}  // namespace einshard::sparse::detail
