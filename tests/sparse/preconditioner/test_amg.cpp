@@ -93,13 +93,13 @@ TEST_CASE("AMG's defaults follow the matrix, and the options a caller sets win",
   // The rule itself: ≤ 6 stored entries per row on average (a 5-point stencil) or more.
   const auto two_d = sp::AmgOptions{}.resolved(4.99), three_d = sp::AmgOptions{}.resolved(6.94);
   CHECK(two_d == sp::AmgOptions{.coarsening = C::falgout, .interpolation = I::classical, .strong_threshold = 0.25,
-                                .max_elements = 0, .aggressive_levels = 0});
+                                .max_elements = 0, .smoother = sp::AmgSmoother::l1_gauss_seidel, .aggressive_levels = 0});
   CHECK(three_d == sp::AmgOptions{.coarsening = C::hmis, .interpolation = I::extended_i, .strong_threshold = 0.5,
-                                  .max_elements = 4, .aggressive_levels = 1});
+                                  .max_elements = 4, .smoother = sp::AmgSmoother::l1_gauss_seidel, .aggressive_levels = 1});
   // Nodal coarsening (a system): θ = 0.25 at any width; the other fields as for a scalar matrix.
   const auto nodal = sp::AmgOptions{.functions = 3, .nodal = true}.resolved(41.3);
   CHECK(nodal == sp::AmgOptions{.coarsening = C::hmis, .interpolation = I::extended_i, .strong_threshold = 0.25,
-                                .max_elements = 4, .aggressive_levels = 1, .functions = 3, .nodal = true});
+                                .max_elements = 4, .smoother = sp::AmgSmoother::l1_gauss_seidel, .aggressive_levels = 1, .functions = 3, .nodal = true});
   CHECK(sp::AmgOptions{.functions = 3}.resolved(41.3).strong_threshold == 0.5);
   // A near-null space keeps one aggressive level even on a narrow matrix (its fit needs it).
   const sp::AmgOptions fitted{.functions = 2, .nodal = true, .near_null_space = at::zeros({4, 1}, at::kDouble)};

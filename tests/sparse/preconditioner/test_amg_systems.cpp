@@ -137,6 +137,27 @@ std::pair<at::Tensor, sp::DSparseTensor> share_of(const Elasticity& e, const es:
                                                e.coo.cols.masked_select(mine), {n, n}, mesh, {.owned_rows = rows})};
 }
 
+/// A beam (bending, where scalar AMG is slow) assembled element by element: each rank adds its
+/// share of the elements with from_local and owns the rows of owned_nodes; a right-hand side, the
+/// dense solution and this rank's rigid body modes.
+struct AssembledBeam {
+  sp::DSparseTensor D;
+  at::Tensor b, ref, modes;
+};
+
+AssembledBeam assembled_beam(const es::Mesh& mesh, const es::testing::World& w) {
+  const std::vector<std::int64_t> box{25, 6, 6};
+  const auto whole = elasticity(box, true, 0, 1, true);
+  const auto mine = elasticity(box, true, w.rank, w.size, true);  // this rank's elements
+  const auto n = whole.coo.n;
+  const auto nodes = owned_nodes(n / 3, w);
+  const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
+  auto b = es::testing::random_vector(n, 17);
+  auto ref = at::linalg_solve(es::testing::dense(whole.coo), b);
+  return {sp::DSparseTensor::from_local(mine.coo.values, mine.coo.rows, mine.coo.cols, {n, n}, mesh, {.owned_rows = rows}),
+          b, ref, sp::rigid_body_modes(whole.coords.index({nodes}), 3)};
+}
+
 }  // namespace
 
 TEST_CASE("rigid_body_modes: translations and rotations about the origin, node by node", "[sparse][amg][systems]") {
@@ -179,17 +200,9 @@ TEST_CASE("Systems AMG on elasticity assembled element by element: the dense sol
           "iterations", "[sparse][amg][systems]") {
   const auto w = es::testing::world();
   const es::Mesh mesh(w.comm, {w.size}, {"x"});
-  const std::vector<std::int64_t> box{25, 6, 6};  // a beam: bending, where scalar AMG is slow
-  const auto whole = elasticity(box, true, 0, 1, true);
-  const auto mine = elasticity(box, true, w.rank, w.size, true);  // this rank's elements
-  const auto n = whole.coo.n;
-  const auto nodes = owned_nodes(n / 3, w);
-  const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
-  const auto D = sp::DSparseTensor::from_local(mine.coo.values, mine.coo.rows, mine.coo.cols, {n, n}, mesh,
-                                               {.owned_rows = rows});
-  const auto b = es::testing::random_vector(n, 17);
-  const auto ref = at::linalg_solve(es::testing::dense(whole.coo), b);
-  const auto modes = sp::rigid_body_modes(whole.coords.index({nodes}), 3);
+  const auto beam = assembled_beam(mesh, w);
+  const auto& D = beam.D;
+  const auto &b = beam.b, &ref = beam.ref, &modes = beam.modes;
 
   const auto solve = [&](const sp::AmgOptions& amg) {
     sp::SolveOptions o{.preconditioner = sp::Preconditioner::amg, .rtol = 1e-10, .maxiter = 1000};
@@ -356,17 +369,9 @@ TEST_CASE("Smoothed aggregation with the rigid body modes on elasticity assemble
           "solution, at most a third of scalar AMG's iterations", "[sparse][smoothed_aggregation][systems]") {
   const auto w = es::testing::world();
   const es::Mesh mesh(w.comm, {w.size}, {"x"});
-  const std::vector<std::int64_t> box{25, 6, 6};
-  const auto whole = elasticity(box, true, 0, 1, true);
-  const auto mine = elasticity(box, true, w.rank, w.size, true);
-  const auto n = whole.coo.n;
-  const auto nodes = owned_nodes(n / 3, w);
-  const auto rows = (nodes.unsqueeze(1) * 3 + at::arange(3, at::kLong)).reshape({-1});
-  const auto D = sp::DSparseTensor::from_local(mine.coo.values, mine.coo.rows, mine.coo.cols, {n, n}, mesh,
-                                               {.owned_rows = rows});
-  const auto b = es::testing::random_vector(n, 17);
-  const auto ref = at::linalg_solve(es::testing::dense(whole.coo), b);
-  const auto modes = sp::rigid_body_modes(whole.coords.index({nodes}), 3);
+  const auto beam = assembled_beam(mesh, w);
+  const auto& D = beam.D;
+  const auto &b = beam.b, &ref = beam.ref, &modes = beam.modes;
   const auto solve = [&](sp::Preconditioner kind, const sp::AmgOptions& amg) {
     sp::SolveOptions o{.preconditioner = kind, .rtol = 1e-10, .maxiter = 1000};
     o.preconditioner_options.amg = amg;

@@ -42,11 +42,14 @@ inline std::string broken_node(const at::Tensor& owned, int functions) {
 struct NodeGraph {
   std::vector<std::int64_t> rowptr{0};
   std::vector<std::int64_t> col;
+  /// Per node, the halo column (local index ≥ the owned rows) of its largest coupling to another
+  /// rank's unknowns, −1 for none: where a node without neighbours on its rank is aggregated.
+  std::vector<std::int64_t> remote;
   [[nodiscard]] std::int64_t nodes() const { return static_cast<std::int64_t>(rowptr.size()) - 1; }
 };
 
-/// The strong connections among this rank's nodes (owned columns only: aggregates stay on the
-/// rank). Node I holds rows I·functions … I·functions + functions − 1 of `a` (its owned rows, local
+/// The strong connections among this rank's nodes (owned columns only: aggregates are rooted on
+/// one rank), and each node's largest coupling to other ranks (`remote`). Node I holds rows I·functions … I·functions + functions − 1 of `a` (its owned rows, local
 /// columns); s_IJ = ‖A_IJ‖_F, the Frobenius norm of the block, and I–J is strong when
 /// s_IJ ≥ θ √(s_II s_JJ) (the symmetric strength of Vaněk, Mandel and Brezina; θ = 0 keeps every
 /// stored block that is not zero). Nonsymmetric A: s_IJ and s_JI are both tested, so the graph is
@@ -62,11 +65,20 @@ inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions,
   std::vector<double> diag(static_cast<std::size_t>(nodes), 0.0), scratch(static_cast<std::size_t>(nodes), 0.0);
   std::vector<std::int64_t> touched, pair_rowptr{0}, pair_col;
   std::vector<double> pair_norm;
+  NodeGraph g;
+  g.remote.assign(static_cast<std::size_t>(nodes), -1);
+  std::vector<std::pair<std::int64_t, double>> halo;  // this node's halo columns and their |a|²
   for (std::int64_t I = 0; I < nodes; ++I) {
     touched.clear();
+    halo.clear();
     for (std::int64_t i = I * functions; i < (I + 1) * functions; ++i)
       for (auto k = rp[i]; k < rp[i + 1]; ++k) {
-        if (ci[k] >= n_owned) continue;
+        if (ci[k] >= n_owned) {
+          auto it = std::find_if(halo.begin(), halo.end(), [&](const auto& h) { return h.first == ci[k]; });
+          if (it == halo.end()) halo.emplace_back(ci[k], av[k] * av[k]);
+          else it->second += av[k] * av[k];
+          continue;
+        }
         const auto J = ci[k] / functions;
         auto& s = scratch[static_cast<std::size_t>(J)];
         if (s == 0.0) touched.push_back(J);
@@ -82,6 +94,12 @@ inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions,
       s = 0.0;
     }
     pair_rowptr.push_back(static_cast<std::int64_t>(pair_col.size()));
+    double largest = 0;
+    for (const auto& [c, v] : halo)
+      if (v > largest) {
+        largest = v;
+        g.remote[static_cast<std::size_t>(I)] = c;
+      }
   }
   // Strong both ways: s_IJ² ≥ θ⁴ s_II s_JJ in squared norms, tested on each stored direction and
   // symmetrized by adding the reverse edge.
@@ -96,7 +114,6 @@ inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions,
         adjacent[static_cast<std::size_t>(J)].push_back(I);
       }
     }
-  NodeGraph g;
   for (auto& list : adjacent) {
     std::sort(list.begin(), list.end());
     list.erase(std::unique(list.begin(), list.end()), list.end());
@@ -113,11 +130,28 @@ struct Aggregates {
   std::int64_t count = 0;
 };
 
+/// The third pass of `aggregate`: each node still free with a neighbour, unless `away` (it joins
+/// another rank's aggregate), roots an aggregate of itself and its free neighbours.
+inline void root_leftovers(const NodeGraph& g, Aggregates& out, const std::vector<char>& away) {
+  auto& agg = out.of_node;
+  for (std::int64_t i = 0; i < g.nodes(); ++i) {
+    const auto b = g.col.begin() + g.rowptr[static_cast<std::size_t>(i)];
+    const auto e = g.col.begin() + g.rowptr[static_cast<std::size_t>(i) + 1];
+    if (b == e || agg[static_cast<std::size_t>(i)] >= 0 || away[static_cast<std::size_t>(i)]) continue;
+    agg[static_cast<std::size_t>(i)] = out.count;
+    for (auto it = b; it != e; ++it)
+      if (agg[static_cast<std::size_t>(*it)] < 0 && !away[static_cast<std::size_t>(*it)])
+        agg[static_cast<std::size_t>(*it)] = out.count;
+    ++out.count;
+  }
+}
+
 /// Greedy aggregation in three passes (Vaněk, Mandel and Brezina 1996): a node whose strong
 /// neighbours are all free roots an aggregate of itself and them; a node still free joins the
 /// aggregate of a neighbour; what is left roots aggregates of itself and its free neighbours.
-/// Deterministic: nodes in order.
-inline Aggregates aggregate(const NodeGraph& g) {
+/// Deterministic: nodes in order. `leftovers` false stops after the second pass: the distributed
+/// setup runs the third (`root_leftovers`) once it knows which nodes join other ranks' aggregates.
+inline Aggregates aggregate(const NodeGraph& g, bool leftovers = true) {
   const auto n = g.nodes();
   Aggregates out{std::vector<std::int64_t>(static_cast<std::size_t>(n), -1), 0};
   auto& agg = out.of_node;
@@ -144,54 +178,46 @@ inline Aggregates aggregate(const NodeGraph& g) {
         break;
       }
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto [b, e] = neighbours(i);
-    if (b == e || agg[static_cast<std::size_t>(i)] >= 0) continue;
-    agg[static_cast<std::size_t>(i)] = out.count;
-    for (auto it = b; it != e; ++it)
-      if (agg[static_cast<std::size_t>(*it)] < 0) agg[static_cast<std::size_t>(*it)] = out.count;
-    ++out.count;
-  }
+  if (leftovers) root_leftovers(g, out, std::vector<char>(static_cast<std::size_t>(n), 0));
   return out;
 }
 
-/// The tentative interpolation of one rank: for each aggregate, Q R = the rows of the near-null
-/// space B on its unknowns (thin QR, modified Gram–Schmidt twice), T = Q on those rows and the
-/// coarse near-null space R, so that T B_c = B on every aggregated row. A column of B that the
-/// aggregate cannot tell from the ones before it (fewer unknowns than columns, or dependent rows)
-/// is a zero column of T: its coarse unknown is `dead` and the Galerkin operator gets a 1 on its
-/// diagonal so that the coarse matrix stays nonsingular.
+/// The tentative interpolation of one rank's aggregates: for each aggregate, Q R = the rows of the
+/// near-null space B on its unknowns (thin QR, modified Gram–Schmidt twice), T = Q on those rows
+/// and the coarse near-null space R, so that T B_c = B on every aggregated row. A column of B that
+/// the aggregate cannot tell from the ones before it (fewer unknowns than columns, or dependent
+/// rows) is a zero column of T: its coarse unknown is `dead` and the Galerkin operator gets a 1 on
+/// its diagonal so that the coarse matrix stays nonsingular.
 struct Tentative {
-  at::Tensor rows, cols, values;  ///< T in COO: local fine row, local coarse column (aggregate·m + j)
+  at::Tensor rows, cols, values;  ///< T in COO: a member's label, local coarse column (aggregate·m + j)
   at::Tensor coarse_null_space;   ///< (aggregates·m, m): R of each aggregate, row-major by aggregate
   std::vector<std::int64_t> dead; ///< local coarse columns of T that are zero
 };
 
-inline Tentative tentative(const Aggregates& aggregates, int functions, const at::Tensor& null_space) {
-  const auto b_t = null_space.to(at::kCPU, at::kDouble).contiguous();
-  const auto m = b_t.size(1);
-  const auto* b = b_t.data_ptr<double>();
-  const auto nodes = static_cast<std::int64_t>(aggregates.of_node.size());
-  // The unknowns of each aggregate, in row order.
-  std::vector<std::vector<std::int64_t>> members(static_cast<std::size_t>(aggregates.count));
-  for (std::int64_t I = 0; I < nodes; ++I)
-    if (const auto a = aggregates.of_node[static_cast<std::size_t>(I)]; a >= 0)
-      for (int f = 0; f < functions; ++f) members[static_cast<std::size_t>(a)].push_back(I * functions + f);
+/// One unknown of an aggregate: a label for its row of T (a global or a local row number) and its
+/// row of B (m values).
+struct Member {
+  std::int64_t label;
+  const double* b;
+};
+
+inline Tentative tentative(const std::vector<std::vector<Member>>& members, std::int64_t m) {
+  const auto aggregates = static_cast<std::int64_t>(members.size());
   std::vector<std::int64_t> rows, cols;
   std::vector<double> values;
-  auto coarse = at::zeros({aggregates.count * m, m}, at::kDouble);
+  auto coarse = at::zeros({aggregates * m, m}, at::kDouble);
   auto* r = coarse.data_ptr<double>();
   Tentative out;
   std::vector<double> q;
-  for (std::int64_t a = 0; a < aggregates.count; ++a) {
-    const auto& rowsof = members[static_cast<std::size_t>(a)];
-    const auto s = static_cast<std::int64_t>(rowsof.size());
+  for (std::int64_t a = 0; a < aggregates; ++a) {
+    const auto& of = members[static_cast<std::size_t>(a)];
+    const auto s = static_cast<std::int64_t>(of.size());
     q.assign(static_cast<std::size_t>(s * m), 0.0);  // column-major s × m
     for (std::int64_t j = 0; j < m; ++j) {
       double* v = q.data() + j * s;
       double norm0 = 0;
       for (std::int64_t i = 0; i < s; ++i) {
-        v[i] = b[rowsof[static_cast<std::size_t>(i)] * m + j];
+        v[i] = of[static_cast<std::size_t>(i)].b[j];
         norm0 += v[i] * v[i];
       }
       double* rj = r + (a * m) * m + j;  // column j of this aggregate's R, stride m
@@ -214,7 +240,7 @@ inline Tentative tentative(const Aggregates& aggregates, int functions, const at
       rj[j * m] = norm;
       for (std::int64_t i = 0; i < s; ++i) {
         v[i] /= norm;
-        rows.push_back(rowsof[static_cast<std::size_t>(i)]);
+        rows.push_back(of[static_cast<std::size_t>(i)].label);
         cols.push_back(a * m + j);
         values.push_back(v[i]);
       }
@@ -226,6 +252,21 @@ inline Tentative tentative(const Aggregates& aggregates, int functions, const at
   out.values = at::tensor(values, at::kDouble).view({n});
   out.coarse_null_space = coarse;
   return out;
+}
+
+/// The members of each aggregate of a rank's nodes, labelled by local row, in row order; `b`:
+/// (rows, m), contiguous float64, outliving the result.
+inline std::vector<std::vector<Member>> members_of(const Aggregates& aggregates, int functions, const at::Tensor& b) {
+  const auto m = b.size(1);
+  const auto* bp = b.data_ptr<double>();
+  std::vector<std::vector<Member>> members(static_cast<std::size_t>(aggregates.count));
+  for (std::size_t I = 0; I < aggregates.of_node.size(); ++I)
+    if (const auto a = aggregates.of_node[I]; a >= 0)
+      for (int f = 0; f < functions; ++f) {
+        const auto row = static_cast<std::int64_t>(I) * functions + f;
+        members[static_cast<std::size_t>(a)].push_back({row, bp + row * m});
+      }
+  return members;
 }
 
 }  // namespace einshard::sparse::detail

@@ -7,17 +7,17 @@
 /// Setup, level by level, on a float64 host copy: the rank's nodes are aggregated (aggregation.hpp,
 /// no messages), the tentative interpolation T fits the near-null space on each aggregate, and is
 /// smoothed by one damped Jacobi step, P = (I − ω D⁻¹A) T with ω = 4 / (3 λ_max(D⁻¹A)); the coarse
-/// operator is the Galerkin product Pᵀ A P. The sparse products need no ghost rows of P: each is
-/// a transposed product Mᵀ Y of two matrices with the same rows, whose rank-local partial sums
-/// travel to the owners of their rows and are summed there (`from_local`), so Pᵀ A P = (Aᵀ P)ᵀ P
-/// holds for a nonsymmetric A too. The coarsest level (at most `coarsest_rows` rows) is solved
-/// exactly by a dense pseudo-inverse every rank holds.
+/// operator is the Galerkin product Pᵀ (A P), right for a nonsymmetric A too. Both sparse products
+/// are Gustavson's, row by row on each rank: A Y reads the ghost rows of Y through one halo
+/// exchange of Y's rows padded to the widest, and Pᵀ (A P)'s rank-local partial sums travel to the
+/// owners of their coarse rows and are summed there (`from_local`). The coarsest level (at most
+/// `coarsest_rows` rows) is solved exactly by a dense pseudo-inverse every rank holds.
 ///
 /// The cycle runs in the matrix's dtype on its device: `smoother` sweeps of a Chebyshev polynomial
 /// of degree 2 in D⁻¹A on [0.1 λ, 1.1 λ] (GAMG's default smoother), or of l1-Jacobi, before and
 /// after each coarse correction. Pre- and post-smoothing are the same polynomial, so the V-cycle
 /// is symmetric for symmetric A and CG may use it. A float32 matrix (the single-precision copy of
-/// `Precision::single`) cycles in float32: the hierarchy that hypre keeps in float64.
+/// `Precision::mixed`) cycles in float32, where hypre keeps its hierarchy in float64.
 
 #include <ATen/ATen.h>
 #include <mpi.h>
@@ -201,6 +201,100 @@ inline CooEntries transposed_product(const DSparseTensor& m, const LocalRowsCoo&
   return {out.values, local_to_global.index_select(0, out.rows), out.cols};
 }
 
+/// This rank's aggregates and their members (labelled by global row). Aggregates are rooted on one
+/// rank, but a node whose strong neighbours on its rank are all taken, or that has none there (a
+/// part of the partition cut off from it), joins the aggregate of its strongest off-rank neighbour
+/// when that neighbour's rank aggregated it in the first two passes, so that it still gets a
+/// coarse correction and roots no aggregate of its own. One halo exchange of each row's aggregate
+/// as (rank, index), then the joining rows and their near-null space rows go to the aggregate's
+/// owner through `from_local` (column m of each row a marker, so that a row of zeros still
+/// arrives). `storage` holds the arrived rows of B. Collective.
+struct AggregatesAcross {
+  std::vector<std::vector<Member>> members;
+  std::int64_t first = 0, total = 0;  ///< this rank's first aggregate's global index; all ranks' count
+};
+
+inline AggregatesAcross aggregate_across(const DSparseTensor& a, const NodeGraph& graph, int functions,
+                                         const at::Tensor& b, std::vector<double>& storage) {
+  const auto n_owned = a.layout()->local_size();
+  const auto m = b.size(1);
+  const auto comm = a.layout()->comm();
+  const auto owned = a.layout()->owned().contiguous();
+  const auto* global = owned.data_ptr<std::int64_t>();
+  auto aggregates = aggregate(graph, /*leftovers=*/false);
+  constexpr double rank_unit = 4294967296.0;  // 2³²: (rank, index) in one float64, exact below 2⁵³
+  auto ids = at::full({n_owned}, -1.0, at::kDouble);
+  auto* id = ids.data_ptr<double>();
+  for (std::int64_t row = 0; row < n_owned; ++row)
+    if (const auto agg = aggregates.of_node[static_cast<std::size_t>(row / functions)]; agg >= 0)
+      id[row] = a.layout()->rank() * rank_unit + static_cast<double>(agg);
+  const auto ghost_ids = a.ghosts_of(ids.to(a.values().device())).to(at::kCPU, at::kDouble).contiguous();
+  const auto* gid = ghost_ids.data_ptr<double>();
+  std::vector<char> away(aggregates.of_node.size(), 0);
+  for (std::size_t node = 0; node < away.size(); ++node) {
+    const auto halo = graph.remote[node];
+    away[node] = aggregates.of_node[node] < 0 && halo >= 0 && gid[halo - n_owned] >= 0;
+  }
+  root_leftovers(graph, aggregates, away);
+  const auto counts = comm::all_gather_values(std::span<const std::int64_t>(&aggregates.count, 1), comm);
+  std::vector<std::int64_t> first_of(counts.size() + 1, 0);
+  for (std::size_t r = 0; r < counts.size(); ++r) first_of[r + 1] = first_of[r] + counts[r];
+  AggregatesAcross out{members_of(aggregates, functions, b), first_of[static_cast<std::size_t>(a.layout()->rank())],
+                       first_of.back()};
+  for (auto& of : out.members)
+    for (auto& x : of) x.label = global[x.label];
+  const auto* bp = b.data_ptr<double>();
+  std::vector<std::int64_t> rows, cols;
+  std::vector<double> values;
+  for (std::size_t node = 0; node < away.size(); ++node) {
+    if (!away[node]) continue;
+    const double code = gid[graph.remote[node] - n_owned];
+    const auto owner = static_cast<std::size_t>(code / rank_unit);
+    const auto target = (first_of[owner] + static_cast<std::int64_t>(code - static_cast<double>(owner) * rank_unit)) * m;
+    for (int f = 0; f < functions; ++f) {
+      const auto row = static_cast<std::int64_t>(node) * functions + f;
+      for (std::int64_t q = 0; q <= m; ++q) {
+        rows.push_back(target);
+        cols.push_back(global[row] * (m + 1) + q);
+        values.push_back(q < m ? bp[row * m + q] : 1.0);
+      }
+    }
+  }
+  const auto count = static_cast<std::int64_t>(values.size());
+  const auto joined = DSparseTensor::from_local(
+      at::tensor(values, at::kDouble).view({count}), at::tensor(rows, at::kLong).view({count}),
+      at::tensor(cols, at::kLong).view({count}), {out.total * m, a.rows() * (m + 1)}, a.mesh(),
+      {.owned_rows = at::arange(out.first * m, (out.first + aggregates.count) * m, at::kLong)});
+  const auto arrived = local_rows_coo(joined);
+  // Entries by (aggregate, row, q): one member per arrived row, its B row from the entries.
+  const auto n = arrived.values.numel();
+  const auto* ar = arrived.rows.data_ptr<std::int64_t>();
+  const auto* ac = arrived.cols.data_ptr<std::int64_t>();
+  const auto* av = arrived.values.data_ptr<double>();
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  for (std::int64_t e = 0; e < n; ++e) order[static_cast<std::size_t>(e)] = e;
+  std::sort(order.begin(), order.end(), [&](std::int64_t x, std::int64_t y) {
+    return ar[x] != ar[y] ? ar[x] < ar[y] : ac[x] < ac[y];
+  });
+  std::vector<std::pair<std::int64_t, std::int64_t>> rows_of;  // (local aggregate, global row)
+  for (std::int64_t e = 0; e < n; ++e) {
+    const auto k = order[static_cast<std::size_t>(e)];
+    const std::pair<std::int64_t, std::int64_t> key{ar[k] / m, ac[k] / (m + 1)};
+    if (rows_of.empty() || rows_of.back() != key) rows_of.push_back(key);
+  }
+  storage.assign(rows_of.size() * static_cast<std::size_t>(m), 0.0);
+  std::size_t at_row = 0;
+  for (std::int64_t e = 0; e < n; ++e) {
+    const auto k = order[static_cast<std::size_t>(e)];
+    while (rows_of[at_row] != std::pair<std::int64_t, std::int64_t>{ar[k] / m, ac[k] / (m + 1)}) ++at_row;
+    if (const auto q = ac[k] % (m + 1); q < m) storage[at_row * static_cast<std::size_t>(m) + static_cast<std::size_t>(q)] = av[k];
+  }
+  for (std::size_t r = 0; r < rows_of.size(); ++r)
+    out.members[static_cast<std::size_t>(rows_of[r].first)].push_back(
+        {rows_of[r].second, storage.data() + r * static_cast<std::size_t>(m)});
+  return out;
+}
+
 /// The V-cycle of a smoothed-aggregation hierarchy (file comment). Collective construction and
 /// application over the matrix's communicator; faults are the same Error on every rank.
 class SmoothedAggregationOp final : public PreconditionerOp {
@@ -209,6 +303,13 @@ class SmoothedAggregationOp final : public PreconditionerOp {
     const auto comm = a.layout()->comm();
     const auto smoother = options.smoother.value_or(AmgSmoother::chebyshev);
     agreed_setup(comm, [&] { check(a, options, smoother); });
+    if (options.near_null_space.defined()) {
+      std::array<std::int64_t, 2> columns{options.near_null_space.size(1), -options.near_null_space.size(1)};
+      comm::all_reduce_values(std::span<std::int64_t>(columns), comm::Reduction::min, comm);
+      if (columns[0] != -columns[1])
+        throw Error("smoothed_aggregation preconditioner setup: expected a near_null_space with the same number of "
+                    "columns on every rank, found " + std::to_string(columns[0]) + " to " + std::to_string(-columns[1]));
+    }
     const auto work = a.values().options().requires_grad(false);
     const double theta = options.strong_threshold.value_or(sa_strong_threshold);
     auto host = a.to(at::kDouble).to(at::Device(at::kCPU));
@@ -227,16 +328,13 @@ class SmoothedAggregationOp final : public PreconditionerOp {
         break;
       }
       const auto n_owned = host.layout()->local_size();
-      const auto aggregates = aggregate(strong_graph(host.local(), n_owned, functions, theta));
-      const auto t = tentative(aggregates, functions, null_space);
-      const auto m = t.coarse_null_space.size(1);
-      const std::int64_t mine = aggregates.count * m;
-      const auto counts = comm::all_gather_values(std::span<const std::int64_t>(&mine, 1), comm);
-      std::int64_t offset = 0, coarse = 0;
-      for (std::size_t r = 0; r < counts.size(); ++r) {
-        if (static_cast<int>(r) < host.layout()->rank()) offset += counts[r];
-        coarse += counts[r];
-      }
+      const auto b = null_space.to(at::kCPU, at::kDouble).contiguous();
+      const auto m = b.size(1);
+      std::vector<double> joined_b;
+      const auto across = aggregate_across(host, strong_graph(host.local(), n_owned, functions, theta), functions, b,
+                                           joined_b);
+      const std::int64_t mine = static_cast<std::int64_t>(across.members.size()) * m;
+      const std::int64_t offset = across.first * m, coarse = across.total * m;
       if (coarse == 0 || coarse >= host.rows()) {  // nothing to aggregate, or no coarsening: stop here
         levels_.push_back(std::move(level));
         break;
@@ -245,12 +343,16 @@ class SmoothedAggregationOp final : public PreconditionerOp {
       const double omega = 4.0 / (3.0 * level.lambda_max);
       const auto coarse_owned = at::arange(offset, offset + mine, at::kLong);
       const auto& owned = host.layout()->owned();
-      const LocalRowsCoo tentative_rows{t.rows, t.cols + offset, t.values};
+      const auto t = tentative(across.members, m);
+      // T's rows, some of them fitted on another rank, travel to their owners.
+      const auto t_matrix = DSparseTensor::from_local(t.values, t.rows, t.cols + offset, {host.rows(), coarse},
+                                                      host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
+      const auto tentative_rows = local_rows_coo(t_matrix);
       const auto a_t = product(host, tentative_rows, coarse);
       const auto scale = inverse_diagonal(LocalRows{host.local(), n_owned, comm}, "smoothed_aggregation")
                              .to(at::kCPU, at::kDouble).index_select(0, a_t.rows) * (-omega);
-      const auto p = DSparseTensor::from_local(at::cat({t.values, a_t.values * scale}),
-                                               owned.index_select(0, at::cat({t.rows, a_t.rows})),
+      const auto p = DSparseTensor::from_local(at::cat({tentative_rows.values, a_t.values * scale}),
+                                               owned.index_select(0, at::cat({tentative_rows.rows, a_t.rows})),
                                                at::cat({tentative_rows.cols, a_t.cols}), {host.rows(), coarse},
                                                host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
       const auto p_rows = local_rows_coo(p);
