@@ -145,7 +145,8 @@ struct AssembledBeam {
   at::Tensor b, ref, modes;
 };
 
-AssembledBeam assembled_beam(const es::Mesh& mesh, const es::testing::World& w) {
+AssembledBeam assembled_beam(const es::testing::World& w) {
+  const es::Mesh mesh(w.comm, {w.size}, {"x"});
   const std::vector<std::int64_t> box{25, 6, 6};
   const auto whole = elasticity(box, true, 0, 1, true);
   const auto mine = elasticity(box, true, w.rank, w.size, true);  // this rank's elements
@@ -199,8 +200,7 @@ TEST_CASE("rigid_body_modes: translations and rotations about the origin, node b
 TEST_CASE("Systems AMG on elasticity assembled element by element: the dense solution, half of scalar AMG's "
           "iterations", "[sparse][amg][systems]") {
   const auto w = es::testing::world();
-  const es::Mesh mesh(w.comm, {w.size}, {"x"});
-  const auto beam = assembled_beam(mesh, w);
+  const auto beam = assembled_beam(w);
   const auto& D = beam.D;
   const auto &b = beam.b, &ref = beam.ref, &modes = beam.modes;
 
@@ -367,26 +367,22 @@ TEST_CASE("Systems AMG on any row partition: each row's unknown from its global 
 
 TEST_CASE("Smoothed aggregation with the rigid body modes on elasticity assembled element by element: the dense "
           "solution, at most a third of scalar AMG's iterations", "[sparse][smoothed_aggregation][systems]") {
-  const auto w = es::testing::world();
-  const es::Mesh mesh(w.comm, {w.size}, {"x"});
-  const auto beam = assembled_beam(mesh, w);
-  const auto& D = beam.D;
-  const auto &b = beam.b, &ref = beam.ref, &modes = beam.modes;
+  const auto beam = assembled_beam(es::testing::world());
   const auto solve = [&](sp::Preconditioner kind, const sp::AmgOptions& amg) {
     sp::SolveOptions o{.preconditioner = kind, .rtol = 1e-10, .maxiter = 1000};
     o.preconditioner_options.amg = amg;
-    const auto s = D.solve(D.scatter(b), o);
+    const auto s = beam.D.solve(beam.D.scatter(beam.b), o);
     INFO(sp::to_string(kind) << ", functions " << amg.functions << ", near-null vectors "
                              << (amg.near_null_space.defined() ? amg.near_null_space.size(1) : 0) << ": "
                              << sp::to_string(s.info.reason) << " after " << s.info.iterations << " iterations, levels "
                              << s.info.levels << ", complexity " << s.info.operator_complexity);
     CHECK(s.info.converged);
-    CHECK(es::testing::relative_error(s.x.full_tensor(), ref) < 1e-7);
+    CHECK(es::testing::relative_error(s.x.full_tensor(), beam.ref) < 1e-7);
     return s.info.iterations;
   };
   const auto scalar = solve(sp::Preconditioner::smoothed_aggregation, {});
   const auto by_unknown = solve(sp::Preconditioner::smoothed_aggregation, {.functions = 3});
-  const auto systems = solve(sp::Preconditioner::smoothed_aggregation, {.functions = 3, .near_null_space = modes});
+  const auto systems = solve(sp::Preconditioner::smoothed_aggregation, {.functions = 3, .near_null_space = beam.modes});
   CAPTURE(scalar, by_unknown, systems);
   // The translations alone (by unknown) interpolate no rotation; the six modes do. Measured at 1-4
   // ranks: 82 / 49-50 / 16, hypre's scalar AMG 102-116; at 8 ranks (aggregates of fewer rows
