@@ -21,6 +21,8 @@
 
 #include "test_support.hpp"
 
+namespace test_model {
+
 namespace es = einshard;
 
 namespace {
@@ -563,3 +565,5 @@ TEST_CASE("policies in calls: scope, default, call option; last_candidates", "[m
   // Peak bytes alone rank like the memory mode's leading term.
   CHECK(by_weights.front().compute == by_option.front().compute);
 }
+
+}  // namespace test_model

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+namespace test_backend {
+
 namespace es = einshard;
 namespace comm = einshard::comm;
 namespace et = einshard::testing;
@@ -201,3 +203,5 @@ TEST_CASE("agreement: one device kind per call and across ranks, the same error 
       },
       "meta");
 }
+
+}  // namespace test_backend

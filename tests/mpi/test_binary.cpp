@@ -50,6 +50,8 @@
 #include <vector>
 #include "plan_steps.hpp"
 
+namespace test_binary {
+
 namespace es = einshard;
 
 namespace {
@@ -774,3 +776,5 @@ TEST_CASE("binary: explain is collective and matches the run", "[mpi][binary]") 
   CHECK(out.size(0) == xs[static_cast<std::size_t>(w.rank)]);
   CHECK(p.steps.front().operand == 0);
 }
+
+}  // namespace test_binary

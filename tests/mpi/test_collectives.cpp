@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+namespace test_collectives {
+
 namespace es = einshard;
 namespace comm = einshard::comm;
 
@@ -377,3 +379,5 @@ TEST_CASE("collectives: all_gather_values", "[mpi][collectives]") {
   }
   CHECK(comm::all_gather_values(std::vector<std::int64_t>{}, MPI_COMM_WORLD).empty());
 }
+
+}  // namespace test_collectives

@@ -16,6 +16,8 @@
 #include <limits>
 #include <string>
 
+namespace test_contraction_faults {
+
 namespace es = einshard;
 namespace et = einshard::testing;
 
@@ -265,3 +267,5 @@ TEST_CASE("replay: a repeated repartition checks its operands in one small all-r
     CHECK(at::allclose(ag.grad(), a, 0, 0));
   }
 }
+
+}  // namespace test_contraction_faults

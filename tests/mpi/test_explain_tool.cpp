@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+namespace test_explain_tool {
+
 namespace es = einshard;
 
 namespace {
@@ -138,3 +140,5 @@ TEST_CASE("einshard-explain's engine refuses what it cannot plan, with the plann
   CHECK(p.element == 2);
   CHECK(p.policy == es::Policy::memory);
 }
+
+}  // namespace test_explain_tool

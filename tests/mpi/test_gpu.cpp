@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+namespace test_gpu {
+
 namespace es = einshard;
 namespace comm = einshard::comm;
 namespace et = einshard::testing;
@@ -396,3 +398,5 @@ TEST_CASE("gpu: a sparse matrix with CUDA values on one rank and CPU values on a
   }
   CHECK_THAT(what, Catch::Contains("ranks pass values on different kinds of device"));
 }
+
+}  // namespace test_gpu

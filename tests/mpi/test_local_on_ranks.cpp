@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+namespace test_local_on_ranks {
+
 namespace es = einshard;
 
 namespace {
@@ -227,3 +229,5 @@ TEST_CASE("local on ranks: attention scores with factored heads", "[mpi][local]"
         [B](const Tensors& t) { return t[0].permute({0, 2, 1, 3}).reshape({B, 3, 8}); });
   }
 }
+
+}  // namespace test_local_on_ranks

@@ -12,6 +12,8 @@
 #include "einshard/mesh.hpp"
 #include "test_support.hpp"
 
+namespace test_mesh {
+
 namespace es = einshard;
 
 namespace {
@@ -136,3 +138,5 @@ TEST_CASE("mesh: malformed meshes and groups raise the same error on every rank"
   // Nothing above left a collective half-done: the world still agrees.
   CHECK(group_sum(MPI_COMM_WORLD, 1) == w.size);
 }
+
+}  // namespace test_mesh

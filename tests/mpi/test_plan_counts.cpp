@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_plan_counts {
+
 namespace es = einshard;
 namespace et = einshard::testing;
 namespace sc = einshard_scale;
@@ -384,3 +386,5 @@ TEST_CASE("plan counts: a prepared window, roll or convolution makes no collecti
         static_cast<std::int64_t>(steps_named(convolved.plan, "identity_forward_allreduce_backward").size()));
   CHECK(convolved.backward.sends == neighbours);
 }
+
+}  // namespace test_plan_counts

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+namespace test_random_notation {
+
 namespace es = einshard;
 namespace rt = einshard::testing::random;
 
@@ -317,3 +319,5 @@ TEST_CASE("random contractions: values and gradients equal one process", "[mpi][
   }
   tally.require_enough();
 }
+
+}  // namespace test_random_notation

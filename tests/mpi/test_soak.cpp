@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+namespace test_soak {
+
 namespace es = einshard;
 namespace et = einshard::testing;
 namespace rt = einshard::testing::random;
@@ -72,3 +74,5 @@ TEST_CASE("soak: meshes made and dropped free their communicators", "[soak]") {
   CHECK(wrong == 0);
   CHECK(end - half < et::soak_growth_limit());
 }
+
+}  // namespace test_soak

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+namespace test_sparse_exchange {
+
 namespace comm = einshard::comm;
 
 namespace {
@@ -131,3 +133,5 @@ TEST_CASE("gather_values: every rank's values on the root, nothing elsewhere", "
     }
   }
 }
+
+}  // namespace test_sparse_exchange

@@ -32,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_unary {
+
 namespace es = einshard;
 
 namespace {
@@ -964,3 +966,5 @@ TEST_CASE("unary: a call on a new mesh never runs a plan made for a freed one", 
     CHECK(at::equal(y, X));
   }
 }
+
+}  // namespace test_unary

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_watchdog {
+
 TEST_CASE("watchdog: rank 0 waits for a message that never comes", "[.watchdog]") {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -15,3 +17,5 @@ TEST_CASE("watchdog: rank 0 waits for a message that never comes", "[.watchdog]"
   }
   SUCCEED("not reached on rank 0");
 }
+
+}  // namespace test_watchdog

@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_fft_distributed {
+
 namespace es = einshard;
 
 namespace {
@@ -694,3 +696,5 @@ TEST_CASE("einfft distributed: bad output tensors and real-transform inputs rais
       },
       "differs from field 1");
 }
+
+}  // namespace test_fft_distributed

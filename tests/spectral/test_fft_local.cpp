@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_fft_local {
+
 namespace es = einshard;
 
 namespace {
@@ -261,3 +263,5 @@ TEST_CASE("einfft local: FFTW's routes, planner efforts and wisdom", "[spectral]
   }
   std::remove(path.c_str());
 }
+
+}  // namespace test_fft_local

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+namespace test_fft_plan {
+
 namespace es = einshard;
 namespace plan = einshard::plan;
 
@@ -153,3 +155,5 @@ TEST_CASE("factored 1-D FFT: six-step schedules move every element once per tran
   CHECK(s.sends[0].box.size == std::vector<std::int64_t>{4});
   CHECK((plan::clip(to, 0, 5) == std::vector<plan::Range>{{0, 4}, {4, 5}}));
 }
+
+}  // namespace test_fft_plan

@@ -8,9 +8,6 @@
 
 #include "stencil_support.hpp"
 
-using namespace stencil_test;
-namespace plan = einshard::plan;
-
 namespace einshard::plan {  // for Catch's messages
 inline std::ostream& operator<<(std::ostream& os, const Interval& i) {
   return os << '[' << i.begin << ", " << i.end << ')';
@@ -20,6 +17,11 @@ inline std::ostream& operator<<(std::ostream& os, const Piece& p) {
             << p.length << '}';
 }
 }  // namespace einshard::plan
+
+namespace test_halo {
+
+using namespace stencil_test;
+namespace plan = einshard::plan;
 
 namespace {
 
@@ -267,3 +269,5 @@ TEST_CASE("prepared einhalo: another tensor raises on its rank and on the ranks 
   check_prepared_faults(mesh, faulted_ranks(mesh, L.groups, faulty_rank()), [&](const at::Tensor& t) { return halo(t); }, x,
                         expected, {x.narrow(1, 0, x.size(1) - 1), x.to(at::kFloat), x.unsqueeze(0)});
 }
+
+}  // namespace test_halo

@@ -6,6 +6,8 @@
 
 #include "stencil_support.hpp"
 
+namespace test_plan {
+
 using namespace stencil_test;
 
 namespace {
@@ -332,3 +334,5 @@ TEST_CASE("stencil plans: one written notation, families expanded differently, p
     CHECK(at::equal(y, es::einhalo(expanded, x, halos, {.mesh = mesh})));
   }
 }
+
+}  // namespace test_plan

@@ -5,6 +5,8 @@
 
 #include "stencil_support.hpp"
 
+namespace test_roll {
+
 using namespace stencil_test;
 
 namespace {
@@ -134,3 +136,5 @@ TEST_CASE("einroll and einhalo: non-contiguous shards, integer dtypes", "[stenci
   const auto [o, s] = sh.range(0, 10, mesh, mesh.rank());
   CHECK(at::equal(h, rows(X, 0, o - 3, o + s + 12, es::Boundary::constant, -1.0).t()));
 }
+
+}  // namespace test_roll

@@ -8,6 +8,8 @@
 #include <functional>
 #include <optional>
 
+namespace test_window_conv {
+
 using namespace stencil_test;
 
 namespace {
@@ -368,3 +370,5 @@ TEST_CASE("prepared einwindow and einconv: their plans; another tensor or weight
                          {"weight", with(x, Wt.unsqueeze(0))}},
                         expected);
 }
+
+}  // namespace test_window_conv

@@ -22,6 +22,8 @@
 
 #include "plan_steps.hpp"
 
+namespace test_agreement_summary {
+
 namespace es = einshard;
 namespace ex = einshard::exec;
 
@@ -203,3 +205,5 @@ TEST_CASE("agreement summary: one rank that differs makes every rank all-gather"
   const auto wide = split_table(line, 11, {1, 1, 1, 1, 1, 1, 1, 1, 2}, unsharded);
   CHECK_FALSE(agree_in_one_process("... a -> ... a", line, wide).has_value());
 }
+
+}  // namespace test_agreement_summary

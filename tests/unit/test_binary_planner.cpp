@@ -21,6 +21,8 @@
 #include "einshard/plan/step.hpp"
 #include "plan_steps.hpp"
 
+namespace test_binary_planner {
+
 namespace es = einshard;
 namespace plan = einshard::plan;
 
@@ -322,3 +324,5 @@ TEST_CASE("binary planner: a compound output partial equals the list of its dime
   CHECK(tagged(q.chosen) == Names{EINSUM});
   CHECK(layouts("a k // (sp,dp), k b -> a b", mesh24).x == layouts("a k // dp-sp, k b -> a b", mesh24).x);
 }
+
+}  // namespace test_binary_planner

@@ -9,6 +9,8 @@
 
 #include "einshard/notation/families.hpp"
 
+namespace test_families {
+
 namespace nt = einshard::notation;
 
 namespace {
@@ -93,3 +95,5 @@ TEST_CASE("families: size errors", "[families][errors]") {
                     Catch::Contains("'p' is not a family"));
   CHECK_THROWS_AS(nt::expand_sizes(SizeMap{{"p", {{2, 2}}}}, families), einshard::Error);
 }
+
+}  // namespace test_families

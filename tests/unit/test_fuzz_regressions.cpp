@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+namespace test_fuzz_regressions {
+
 namespace es = einshard;
 
 TEST_CASE("fuzz: a NUL in a run-time notation keeps the whole message and the caret",
@@ -36,3 +38,5 @@ TEST_CASE("fuzz: a NUL in a run-time notation keeps the whole message and the ca
   const std::string what = e.what();
   CHECK(what == "invalid einshard notation: unexpected character '\\x00' (column 2)\n  a?b -> a\n   ^");
 }
+
+}  // namespace test_fuzz_regressions

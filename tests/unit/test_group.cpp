@@ -8,6 +8,8 @@
 
 #include "einshard/mesh_shape.hpp"
 
+namespace test_group {
+
 namespace es = einshard;
 
 namespace {
@@ -67,3 +69,5 @@ TEST_CASE("group: text that names no group says what was written", "[group][erro
   CHECK_THROWS_AS(mesh.group("xx"), es::Error);
   CHECK_THROWS_WITH(mesh.size("xx"), Catch::Contains("unknown mesh dimension 'xx'"));
 }
+
+}  // namespace test_group

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+namespace test_local_einshard {
+
 namespace es = einshard;
 
 namespace {
@@ -1001,3 +1003,5 @@ TEST_CASE("local einshard: random expressions equal at::einsum", "[local][random
   REQUIRE(checked == 300);
   CHECK(grouped > 30);  // the generator does exercise factored groups
 }
+
+}  // namespace test_local_einshard

@@ -18,6 +18,8 @@
 #include <tuple>
 #include <vector>
 
+namespace test_parameter_state {
+
 namespace es = einshard;
 
 namespace {
@@ -353,3 +355,7 @@ TEST_CASE("a [param] operand's plan: the partial over dimensions it is replicate
     CHECK(steps.size() == p.chosen.y_steps.size());
   }
 }
+
+#undef REQUIRE_ERROR
+
+}  // namespace test_parameter_state

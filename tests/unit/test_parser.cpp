@@ -10,6 +10,8 @@
 
 #include "einshard/notation.hpp"
 
+namespace test_parser {
+
 namespace es = einshard;
 namespace nt = einshard::notation;
 
@@ -238,3 +240,5 @@ TEST_CASE("NotationError quotes the expression with a caret", "[parser][errors]"
   CHECK(e.expression() == "a b c");
   CHECK(dynamic_cast<const es::Error*>(&e) != nullptr);  // one hierarchy
 }
+
+}  // namespace test_parser

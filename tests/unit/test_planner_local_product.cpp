@@ -12,6 +12,8 @@
 
 #include "einshard/exec/local.hpp"
 
+namespace test_planner_local_product {
+
 namespace exec = einshard::exec;
 
 namespace {
@@ -59,3 +61,5 @@ TEST_CASE("planner local product: matrix-product equations run as at::matmul, eq
     CHECK(at::allclose(gg[1], gw[1], 1e-12, 1e-12));
   }
 }
+
+}  // namespace test_planner_local_product

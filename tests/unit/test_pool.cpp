@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace test_pool {
+
 namespace comm = einshard::comm;
 
 TEST_CASE("block pool: a freed large block serves the next request of its size", "[pool]") {
@@ -43,3 +45,5 @@ TEST_CASE("block pool: a freed large block serves the next request of its size",
   CHECK(pool.held() == 0);
   pool.set_capacity(saved);
 }
+
+}  // namespace test_pool

@@ -8,6 +8,8 @@
 
 #include "einshard/shapes.hpp"
 
+namespace test_shapes {
+
 namespace es = einshard;
 using S = std::vector<std::int64_t>;
 
@@ -78,3 +80,5 @@ TEST_CASE("shapes: missing and malformed metadata", "[shapes][errors]") {
   const es::Shapes negative(S{3, -1});
   CHECK_THROWS_WITH(negative.resolve("sp", "a", 2), Catch::Contains("negative"));
 }
+
+}  // namespace test_shapes

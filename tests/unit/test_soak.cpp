@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+namespace test_soak {
+
 namespace es = einshard;
 namespace et = einshard::testing;
 
@@ -62,3 +64,5 @@ TEST_CASE("threads: local calls from several threads at once agree with torch", 
   for (auto& th : threads) th.join();
   CHECK(wrong == 0);
 }
+
+}  // namespace test_soak

@@ -26,6 +26,8 @@
 
 #include "plan_steps.hpp"
 
+namespace test_unary_planner {
+
 namespace es = einshard;
 namespace plan = einshard::plan;
 
@@ -466,3 +468,5 @@ TEST_CASE("redistribute schedule: a layout change to itself is all local copies"
     CHECK(s.in_shape == s.out_shape);
   }
 }
+
+}  // namespace test_unary_planner

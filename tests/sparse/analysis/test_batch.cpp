@@ -14,6 +14,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_batch {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -330,3 +332,5 @@ TEST_CASE("solve_batch is differentiable: gradients in the values and the right-
     CHECK(rel(sum_over_ranks(values.grad()), vd.grad()) < 1e-8);
   }
 }
+
+}  // namespace test_batch

@@ -10,6 +10,8 @@
 
 #include "operations_support.hpp"
 
+namespace test_components {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using es::testing::Coo;
@@ -159,3 +161,5 @@ TEST_CASE("connected_components: the seed's own cases (paths, isolated nodes, bl
   // Blocks {0, 1} and {2, 3, 4} with their diagonals: the one holding node 0 is component 0.
   both(from_edges(5, {0, 0, 1, 1, 2, 2, 3, 3, 4, 4}, {0, 1, 0, 1, 2, 3, 2, 4, 3, 4}), 2);
 }
+
+}  // namespace test_components

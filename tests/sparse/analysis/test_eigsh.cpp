@@ -9,6 +9,8 @@
 
 #include "operations_support.hpp"
 
+namespace test_eigsh {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using es::testing::Coo;
@@ -216,3 +218,5 @@ TEST_CASE("eigsh: the seed's own cases (dense SPD M M^T + n I for k = 1, 4, 8; a
   const auto R = at::matmul(B, V) - V * e.eigenvalues.detach().unsqueeze(0);
   CHECK((R.norm(2, {0}) / e.eigenvalues.detach().abs().clamp_min(1e-10)).max().item<double>() < 10 * tol);
 }
+
+}  // namespace test_eigsh

@@ -10,6 +10,8 @@
 
 #include "operations_support.hpp"
 
+namespace test_nonlinear {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using es::testing::Coo;
@@ -242,3 +244,5 @@ TEST_CASE("nonlinear_solve: the seed's own forward cases (Bratu-type, a non-symm
     }
   }
 }
+
+}  // namespace test_nonlinear

@@ -23,6 +23,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_matrix_market {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using sp::MatrixMarketField;
@@ -315,3 +317,5 @@ TEST_CASE("read_matrix_market(path, mesh): bad files are the same error on every
   CHECK_THAT(m, Catch::Contains("cannot open the file"));
   CHECK(same_everywhere(m));
 }
+
+}  // namespace test_matrix_market

@@ -16,6 +16,8 @@
 
 #include "operations_support.hpp"
 
+namespace test_save_load {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using es::testing::Coo;
@@ -384,3 +386,5 @@ TEST_CASE("save / load: partition files of different saves raise the same error 
   CHECK(!e.empty());
   CHECK(es::testing::agrees_on_every_rank(e));
 }
+
+}  // namespace test_save_load

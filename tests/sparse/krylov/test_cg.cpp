@@ -19,6 +19,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_cg {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -451,3 +453,5 @@ TEST_CASE("block solves in column groups: the whole block's iterates, column by 
                                                      MPI_COMM_WORLD);
   CHECK_THAT(message, Catch::Contains(".block_columns must be 0") && Catch::Contains("got -1"));
 }
+
+}  // namespace test_cg

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+namespace test_faults {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 namespace et = einshard::testing;
@@ -206,3 +208,5 @@ TEST_CASE("faults on one rank end LSQR, LSMR and block solves the same way on ev
     }
   }
 }
+
+}  // namespace test_faults

@@ -16,6 +16,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_gmres_bicgstab {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -181,3 +183,5 @@ TEST_CASE("FGMRES: a fixed preconditioner as GMRES, an inner solve as preconditi
   CHECK(calls == f.info.iterations);
   CHECK(rel(f.x.full_tensor(), ref) < 1e-8);
 }
+
+}  // namespace test_gmres_bicgstab

@@ -19,6 +19,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_least_squares {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -480,3 +482,5 @@ TEST_CASE("least-squares gradients: lsqr / lsmr with damp, rectangular solve, sq
     CHECK(std::abs(fd - directional) < 1e-5 * std::max(1.0, std::abs(directional)));
   }
 }
+
+}  // namespace test_least_squares

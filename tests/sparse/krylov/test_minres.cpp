@@ -11,6 +11,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_minres {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -52,3 +54,5 @@ TEST_CASE("MINRES solves a symmetric indefinite system, where CG breaks down", "
   CHECK_FALSE(s.info.converged);
   CHECK(s.info.reason == sp::StopReason::breakdown);
 }
+
+}  // namespace test_minres

@@ -15,6 +15,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_mixed_precision {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -283,3 +285,5 @@ TEST_CASE("mixed precision: what it refuses, the same error on every rank",
              Catch::Contains("one right-hand side at a time"));
   CHECK_THAT(error([&] { (void)op.solve(b, values); }), Catch::Contains("precision single_values"));
 }
+
+}  // namespace test_mixed_precision

@@ -16,6 +16,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_operator {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -168,3 +170,5 @@ TEST_CASE("LinearOperator: bad input raises the same error on every rank", "[spa
                                                         Catch::Contains("(30, 60)"));
   CHECK_THROWS_AS(sp::LinearOperator(D.layout(), sp::ProductFn()), es::Error);
 }
+
+}  // namespace test_operator

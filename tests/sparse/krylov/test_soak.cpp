@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+namespace test_soak {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 namespace et = einshard::testing;
@@ -45,3 +47,5 @@ TEST_CASE("soak: solves on new matrices keep memory bounded", "[sparse][soak]") 
   CHECK(wrong == 0);
   CHECK(end - half < et::soak_growth_limit());
 }
+
+}  // namespace test_soak

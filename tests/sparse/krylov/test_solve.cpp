@@ -22,6 +22,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_solve {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 namespace rt = einshard::testing::random;
@@ -866,3 +868,5 @@ TEST_CASE("A periodic stencil's singular solve with the constants as its null sp
     CHECK(s.info.rhs_null_space_norm == Approx(std::abs(b.sum().item<double>()) / std::sqrt(static_cast<double>(n))).epsilon(1e-10));
   }
 }
+
+}  // namespace test_solve

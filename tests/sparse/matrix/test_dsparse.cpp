@@ -17,6 +17,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_dsparse {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using einshard::testing::Coo;
@@ -548,3 +550,5 @@ TEST_CASE("A product whose sends are gathered from scattered rows equals the den
     CHECK(max_abs(y - ref) < tol * (1 + max_abs(ref)));
   }
 }
+
+}  // namespace test_dsparse

@@ -23,6 +23,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_kernels {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -666,3 +668,5 @@ TEST_CASE("tensors on another device: the same error on every rank", "[sparse][k
                           Catch::Contains("jacobi, l1_jacobi, chebyshev, neumann, smoothed_aggregation or amg"));
   }
 }
+
+}  // namespace test_kernels

@@ -9,6 +9,8 @@
 
 #include "operations_support.hpp"
 
+namespace test_matrix_queries {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using es::testing::Coo;
@@ -142,3 +144,5 @@ TEST_CASE("logdet: stochastic Lanczos quadrature, rank-invariant, near the exact
   const auto bad = es::testing::error_of([&] { (void)on_one_process(coo).logdet({.probes = 0}); });
   CHECK(bad.find("logdet: expected probes >= 1") != std::string::npos);
 }
+
+}  // namespace test_matrix_queries

@@ -13,6 +13,8 @@
 
 #include "einshard/sparse/matrix/partition.hpp"
 
+namespace test_partition {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using M = sp::PartitionMethod;
@@ -309,3 +311,5 @@ TEST_CASE("partition in whole nodes: every method partitions the nodes, a node's
                     Catch::Contains("coords of the rows") && Catch::Contains("of the nodes (63, d)"));
   CHECK_THROWS_WITH(sp::partition_ids(rows, cols, n, 2, {M::rcb, {}, f}), Catch::Contains("expected coordinates"));
 }
+
+}  // namespace test_partition

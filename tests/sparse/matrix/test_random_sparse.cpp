@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+namespace test_random_sparse {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 namespace rt = einshard::testing::random;
@@ -65,3 +67,5 @@ TEST_CASE("random sparse matrices: products and transposed products equal the de
   }
   CHECK(ran > 0);
 }
+
+}  // namespace test_random_sparse

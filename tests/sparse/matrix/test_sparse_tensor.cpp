@@ -13,6 +13,8 @@
 
 #include "einshard/sparse.hpp"
 
+namespace test_sparse_tensor {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -366,3 +368,5 @@ TEST_CASE("SparseTensor: diagonal and symmetry", "[sparse][unit]") {
   CHECK(z.is_hermitian());
   CHECK_FALSE(z.is_symmetric());
 }
+
+}  // namespace test_sparse_tensor

@@ -18,6 +18,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_amg {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -482,3 +484,5 @@ TEST_CASE("Without hypre, the amg preconditioner names the missing library on ev
 }
 
 #endif
+
+}  // namespace test_amg

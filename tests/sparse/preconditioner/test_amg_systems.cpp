@@ -20,6 +20,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_amg_systems {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -395,3 +397,5 @@ TEST_CASE("Smoothed aggregation with the rigid body modes on elasticity assemble
   CHECK(3 * systems <= hypre_scalar);
 #endif
 }
+
+}  // namespace test_amg_systems

@@ -11,6 +11,8 @@
 
 #include "einshard/sparse/preconditioner/ilu.hpp"
 
+namespace test_ilu {
+
 namespace sp = einshard::sparse;
 
 namespace {
@@ -236,3 +238,5 @@ TEST_CASE("zero and non-positive pivots are reported with their row", "[sparse][
   CHECK(sp::detail::factor_ilu0(to_csr(e, e != 0), f) == -1);
   CHECK_THROWS_AS(sp::detail::factor_ilu0(to_csr(a.to(at::kComplexDouble), a != 0), f), einshard::Error);
 }
+
+}  // namespace test_ilu

@@ -28,6 +28,8 @@
 #include "collective_error.hpp"
 #include "test_support.hpp"
 
+namespace test_preconditioner {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 using sp::Preconditioner;
@@ -706,3 +708,5 @@ TEST_CASE("preconditioner_from_string: every kind's name and torch-sla's spellin
   CHECK(sp::preconditioner_from_string("pyamg") == Preconditioner::amg);
   CHECK_THROWS_WITH(sp::preconditioner_from_string("sor"), Catch::Contains("found \"sor\""));
 }
+
+}  // namespace test_preconditioner

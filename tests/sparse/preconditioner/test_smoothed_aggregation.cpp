@@ -20,6 +20,8 @@
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 
+namespace test_smoothed_aggregation {
+
 namespace es = einshard;
 namespace sp = einshard::sparse;
 
@@ -288,3 +290,5 @@ TEST_CASE("smoothed aggregation on a scattered partition: nodes cut off on their
   CHECK(es::testing::relative_error(s.x.full_tensor(), ref) < 1e-8);
   CHECK(s.info.iterations <= 30);  // measured: 10, 10, 10, 15, 24 at 1, 2, 3, 4, 8 ranks
 }
+
+}  // namespace test_smoothed_aggregation
