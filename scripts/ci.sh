@@ -4,12 +4,11 @@
 # CI machine and why this order):
 #   1. the README's test command, scripts/run-tests.sh: the dev preset, the whole suite (on a clean
 #      clone build/dev is configured with -g1 first, see readme_tests);
-#   2. scripts/sanitize.sh: ASan + UBSan (+ LeakSanitizer) build of every suite, the unit suite and
-#      the MPI suites at 3 ranks, failing on any report; at the same time scripts/fuzz.sh: every
-#      libFuzzer target for EINSHARD_CI_FUZZ_SECONDS (default 10) each
-#      (EINSHARD_CI_FUZZ_ALONGSIDE=0 runs it afterwards instead);
-#   3. the clang 14 build of the unit suite with -Wall -Wextra -Werror, run (EINSHARD_CI_CLANG=0
-#      skips it).
+#   2. scripts/sanitize.sh: the second compiler, clang 14 with -Wall -Wextra -Werror, building every
+#      suite with ASan + UBSan (+ LeakSanitizer), the unit suite and the MPI suites run at 3 ranks,
+#      failing on any report; at the same time scripts/fuzz.sh: every libFuzzer target for
+#      EINSHARD_CI_FUZZ_SECONDS (default 10) each (EINSHARD_CI_FUZZ_ALONGSIDE=0 runs it afterwards
+#      instead).
 # Stops at the first failing step. Runs from any directory.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,12 +24,6 @@ step() {
   echo "==== ci: ${name}"
   "$@"
   summary+=("$(printf '%-40s %4d s' "${name}" $((SECONDS - start)))")
-}
-
-clang_unit() {
-  cmake --preset clang > build/clang.configure.log 2>&1 || { cat build/clang.configure.log; return 1; }
-  cmake --build --preset clang -j "${EINSHARD_JOBS}" --target einshard_unit_tests
-  ctest --preset clang -R '^unit$'
 }
 
 # The fuzzers need no LibTorch and one core each, one after the other: beside the sanitizer build
@@ -77,10 +70,7 @@ readme_tests() {
 }
 
 step "README test command (run-tests.sh)" readme_tests
-step "ASan+UBSan, fuzzers alongside" sanitize_and_fuzz
-if [[ "${EINSHARD_CI_CLANG:-1}" != 0 ]]; then
-  step "clang 14 unit suite (-Werror)" clang_unit
-fi
+step "clang 14 ASan+UBSan, fuzzers alongside" sanitize_and_fuzz
 
 echo "==== ci: all steps passed"
 printf '%s\n' "${summary[@]}"

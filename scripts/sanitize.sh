@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
-# The AddressSanitizer + UndefinedBehaviorSanitizer run: configures the `asan` preset (build/asan),
-# builds the chosen test executables and runs their tests, the MPI suites at 3 ranks; any ASan,
-# UBSan or LeakSanitizer report fails the test (the preset's ASAN_OPTIONS abort_on_error=1 and
+# The AddressSanitizer + UndefinedBehaviorSanitizer run: configures the `asan` preset (build/asan:
+# clang 14, warnings as errors), builds the chosen test executables and runs their tests, the MPI
+# suites at 3 ranks; any ASan, UBSan or LeakSanitizer report fails the test (the preset's ASAN_OPTIONS abort_on_error=1 and
 # detect_leaks=1, UBSAN_OPTIONS halt_on_error=1; LSan's suppressions, tests/sanitizers/lsan.supp,
 # name Open MPI's PMIx client only), and so the script.
 #
