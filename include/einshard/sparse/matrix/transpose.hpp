@@ -24,6 +24,9 @@
 namespace einshard::sparse {
 
 namespace detail {
+/// The global column of each of A's local columns: the domain's owned entries, then the ghosts (the
+/// rows' partition for a square matrix without a column partition of its own).
+at::Tensor local_to_global_columns(const DSparseTensor& a);
 /// This rank's stored entries in global indices (the values as stored, differentiable).
 CooEntries global_entries(const DSparseTensor& a);
 /// The dense matrix on `root` (every rank when root < 0); an undefined tensor elsewhere.
@@ -35,15 +38,15 @@ at::Tensor gather_dense(const DSparseTensor& a, int root);
 #if EINSHARD_DEFINE_SPARSE
 namespace detail {
 
+EINSHARD_INLINE at::Tensor local_to_global_columns(const DSparseTensor& a) {
+  return at::cat({a.domain_layout()->owned(), a.halo().ghosts});
+}
+
 /// This rank's stored entries in global indices (the values as stored, differentiable, on their
 /// device; the indices on the host, where assembly and the layouts live).
 EINSHARD_INLINE CooEntries global_entries(const DSparseTensor& a) {
   const auto [v, r, c] = csr_to_coo(a.local());
-  const auto& owned = a.layout()->owned();
-  // Local columns are the domain's owned entries, then the ghosts (the rows' partition only for a
-  // square matrix without its own column partition).
-  const auto local_to_global = at::cat({a.domain_layout()->owned(), a.halo().ghosts});
-  return {v, owned.index_select(0, r.cpu()), local_to_global.index_select(0, c.cpu())};
+  return {v, a.layout()->owned().index_select(0, r.cpu()), local_to_global_columns(a).index_select(0, c.cpu())};
 }
 
 EINSHARD_INLINE at::Tensor gather_dense(const DSparseTensor& a, int root) {

@@ -64,8 +64,7 @@ struct LocalRowsCoo {
 
 inline LocalRowsCoo local_rows_coo(const DSparseTensor& a) {
   const auto [v, r, c] = csr_to_coo(a.local());
-  const auto local_to_global = at::cat({a.domain_layout()->owned(), a.halo().ghosts});
-  return {r.cpu(), local_to_global.index_select(0, c.cpu()), v.detach().to(at::kCPU, at::kDouble)};
+  return {r.cpu(), local_to_global_columns(a).index_select(0, c.cpu()), v.detach().to(at::kCPU, at::kDouble)};
 }
 
 /// Sparse rows grouped contiguously by row (a counting sort of COO entries).
@@ -197,8 +196,7 @@ inline LocalRowsCoo product(const DSparseTensor& a, const LocalRowsCoo& y, std::
 /// sums. Local; `y_cols`: Y's global column count.
 inline CooEntries transposed_product(const DSparseTensor& m, const LocalRowsCoo& y, std::int64_t y_cols) {
   const auto out = host_product(host_rows(m, true), host_rows(m.layout()->local_size(), y), y_cols);
-  const auto local_to_global = at::cat({m.domain_layout()->owned(), m.halo().ghosts});
-  return {out.values, local_to_global.index_select(0, out.rows), out.cols};
+  return {out.values, local_to_global_columns(m).index_select(0, out.rows), out.cols};
 }
 
 /// This rank's aggregates and their members (labelled by global row). Aggregates are rooted on one
