@@ -158,8 +158,8 @@ AssembledBeam assembled_beam(const es::testing::World& w) {
   auto b = es::testing::random_vector(n, 17);
   // The dense solve once, on rank 0, sent to the others: eight ranks sharing two cores would each
   // spend a second on it.
-  auto ref = w.rank == 0 ? at::linalg_solve(es::testing::dense(whole.coo), b) : at::empty({n}, at::kDouble);
-  MPI_Bcast(ref.data_ptr<double>(), static_cast<int>(n), MPI_DOUBLE, 0, w.comm);
+  const auto ref = es::comm::broadcast(
+      w.rank == 0 ? at::linalg_solve(es::testing::dense(whole.coo), b) : at::empty({n}, at::kDouble), 0, w.comm);
   return {sp::DSparseTensor::from_local(mine.coo.values, mine.coo.rows, mine.coo.cols, {n, n}, mesh, {.owned_rows = rows}),
           b, ref, sp::rigid_body_modes(whole.coords.index({nodes}), 3)};
 }
