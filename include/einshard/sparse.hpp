@@ -22,7 +22,6 @@
 #include "einshard/sparse/matrix/stencil.hpp"
 #include "einshard/sparse/matrix/stencil_operator.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
-#include "einshard/sparse/preconditioner/factory.hpp"
 #include "einshard/sparse/preconditioner/rigid_body_modes.hpp"
 #include "einshard/sparse/io/matrix_market.hpp"
 #include "einshard/sparse/io/save_load.hpp"

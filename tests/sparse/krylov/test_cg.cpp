@@ -15,6 +15,7 @@
 #include "collective_error.hpp"
 #include "einshard/shapes.hpp"
 #include "einshard/sparse.hpp"
+#include "einshard/sparse/krylov/column_groups.hpp"
 #include "operations_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"

@@ -19,6 +19,9 @@
 
 #include "collective_error.hpp"
 #include "einshard/sparse.hpp"
+#include "einshard/sparse/krylov/common.hpp"
+#include "einshard/sparse/krylov/gram_schmidt.hpp"
+#include "einshard/sparse/preconditioner/factory.hpp"
 #include "operations_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"

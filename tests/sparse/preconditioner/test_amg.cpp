@@ -14,6 +14,8 @@
 
 #include "collective_error.hpp"
 #include "einshard/sparse.hpp"
+#include "einshard/sparse/preconditioner/amg.hpp"
+#include "einshard/sparse/preconditioner/factory.hpp"
 #include "operations_support.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"

@@ -17,6 +17,7 @@
 
 #include "collective_error.hpp"
 #include "einshard/sparse.hpp"
+#include "einshard/sparse/preconditioner/amg.hpp"
 #include "sparse_problems.hpp"
 #include "test_support.hpp"
 

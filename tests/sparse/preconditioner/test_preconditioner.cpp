@@ -25,6 +25,7 @@
 #include "einshard/comm/collectives.hpp"
 #include "einshard/shapes.hpp"
 #include "einshard/sparse.hpp"
+#include "einshard/sparse/preconditioner/factory.hpp"
 #include "collective_error.hpp"
 #include "test_support.hpp"
 

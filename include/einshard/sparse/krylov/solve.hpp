@@ -24,37 +24,28 @@
 #include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/krylov/least_squares.hpp"
-#include "einshard/sparse/krylov/methods.hpp"
 #include "einshard/sparse/krylov/options.hpp"
-#include "einshard/sparse/krylov/refinement.hpp"
 #include "einshard/sparse/matrix/assembly.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/linear_operator.hpp"
 #include "einshard/sparse/matrix/stencil_operator.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
+#include "einshard/sparse/preconditioner/preconditioner.hpp"
+// The methods, the preconditioners and the autograd record of a solve: only the definitions below
+// use them, so a translation unit of a compiled program (config.hpp) does not parse them.
+#if EINSHARD_DEFINE_SPARSE
+#include "einshard/sparse/krylov/methods.hpp"
+#include "einshard/sparse/krylov/refinement.hpp"
+#include "einshard/sparse/krylov/solve_autograd.hpp"
 #include "einshard/sparse/preconditioner/cache.hpp"
 #include "einshard/sparse/preconditioner/factory.hpp"
 #include "einshard/sparse/preconditioner/smoothed_aggregation.hpp"
-#if EINSHARD_DEFINE_SPARSE  // the autograd record of a solve, used by the members defined below
-#include "einshard/sparse/krylov/solve_autograd.hpp"
 #endif
 
 namespace einshard::sparse {
 namespace detail {
 
 struct AdjointSolver;  // solve_autograd.hpp: the backward of a solve
-
-/// Methods for A x = b need a square operator whose domain is partitioned as its range. `noun`
-/// names the operator ("matrix"), `partitions` says how the partitions came to differ.
-inline void check_square_system(const Operator& A, Method method, const std::string& what, const char* noun,
-                                 const char* partitions) {
-  const auto m = A.layout()->global_size(), n = A.domain_layout()->global_size();
-  if (m != n)
-    throw Error(what + ": " + to_string(method) + " needs a square " + noun + ", got shape (" + std::to_string(m) +
-                ", " + std::to_string(n) + "); use lsqr or lsmr for least squares");
-  if (A.domain_layout() != A.layout() && !A.domain_layout()->same_as(*A.layout()))
-    throw Error(what + ": " + to_string(method) + " needs " + partitions);
-}
 
 /// The solve's preconditioner and what making it cost (the setup part of `SolveInfo`).
 struct PreparedPreconditioner {
@@ -147,9 +138,44 @@ struct SolvePipeline {
                                              Method method);
 };
 
+template <class Op, class Options, class LsOptions>
+SolveResult SolveMembers<Op, Options, LsOptions>::solve(const DVector& b, const Options& options) const {
+  return SolvePipeline::solve(static_cast<const Op&>(*this), b, options);
+}
+template <class Op, class Options, class LsOptions>
+LeastSquaresResult SolveMembers<Op, Options, LsOptions>::lsqr(const DVector& b, const LsOptions& options) const {
+  return SolvePipeline::least_squares(static_cast<const Op&>(*this), b, options, Method::lsqr);
+}
+template <class Op, class Options, class LsOptions>
+LeastSquaresResult SolveMembers<Op, Options, LsOptions>::lsmr(const DVector& b, const LsOptions& options) const {
+  return SolvePipeline::least_squares(static_cast<const Op&>(*this), b, options, Method::lsmr);
+}
+
+}  // namespace detail
+
+// The pipeline's steps. Header-only: defined here, inline. Compiled (the CMake target's default):
+// defined once in the library einshard_compiled (src/sparse.cpp), so a translation unit that calls
+// them neither parses nor generates the Krylov methods, the preconditioners and their autograd
+// nodes. See config.hpp.
+#if EINSHARD_DEFINE_SPARSE
+
+namespace detail {
+
+/// Methods for A x = b need a square operator whose domain is partitioned as its range. `noun`
+/// names the operator ("matrix"), `partitions` says how the partitions came to differ.
+EINSHARD_INLINE void check_square_system(const Operator& A, Method method, const std::string& what,
+                                         const char* noun, const char* partitions) {
+  const auto m = A.layout()->global_size(), n = A.domain_layout()->global_size();
+  if (m != n)
+    throw Error(what + ": " + to_string(method) + " needs a square " + noun + ", got shape (" + std::to_string(m) +
+                ", " + std::to_string(n) + "); use lsqr or lsmr for least squares");
+  if (A.domain_layout() != A.layout() && !A.domain_layout()->same_as(*A.layout()))
+    throw Error(what + ": " + to_string(method) + " needs " + partitions);
+}
+
 // ---- any operator ----------------------------------------------------------------------------------
 
-inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& b, const SolveOptions& options) {
+EINSHARD_INLINE SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& b, const SolveOptions& options) {
   const auto what = std::string("LinearOperator::solve");
   const bool least_squares = is_least_squares(options.method);
   if (least_squares) A.require_adjoint(what);
@@ -169,7 +195,7 @@ inline SolveResult SolvePipeline::solve(const LinearOperator& A, const DVector& 
   return run_method(A, bl, m.get(), options);
 }
 
-inline SolveResult SolvePipeline::solve(const StencilOperator& A, const DVector& b, const SolveOptions& options) {
+EINSHARD_INLINE SolveResult SolvePipeline::solve(const StencilOperator& A, const DVector& b, const SolveOptions& options) {
   const auto what = std::string("StencilOperator::solve");
   if (is_least_squares(options.method))
     throw Error(what + ": " + to_string(options.method) +
@@ -204,7 +230,7 @@ inline SolveResult SolvePipeline::solve(const StencilOperator& A, const DVector&
   return result;
 }
 
-inline LeastSquaresResult SolvePipeline::least_squares(const StencilOperator& A, const DVector& /*b*/,
+EINSHARD_INLINE LeastSquaresResult SolvePipeline::least_squares(const StencilOperator& A, const DVector& /*b*/,
                                                        const LeastSquaresOptions& /*options*/, Method method) {
   (void)A;  // the same Error on every rank: nothing to agree on
   throw Error(std::string("StencilOperator::") + to_string(method) +
@@ -242,33 +268,11 @@ LeastSquaresResult SolvePipeline::least_squares_of(const Op& A, const DVector& b
   }
 }
 
-inline LeastSquaresResult SolvePipeline::least_squares(const LinearOperator& A, const DVector& b,
+EINSHARD_INLINE LeastSquaresResult SolvePipeline::least_squares(const LinearOperator& A, const DVector& b,
                                                        const LeastSquaresOptions& options, Method method) {
   return least_squares_of(A, b, options, method);
 }
 
-template <class Op, class Options, class LsOptions>
-SolveResult SolveMembers<Op, Options, LsOptions>::solve(const DVector& b, const Options& options) const {
-  return SolvePipeline::solve(static_cast<const Op&>(*this), b, options);
-}
-template <class Op, class Options, class LsOptions>
-LeastSquaresResult SolveMembers<Op, Options, LsOptions>::lsqr(const DVector& b, const LsOptions& options) const {
-  return SolvePipeline::least_squares(static_cast<const Op&>(*this), b, options, Method::lsqr);
-}
-template <class Op, class Options, class LsOptions>
-LeastSquaresResult SolveMembers<Op, Options, LsOptions>::lsmr(const DVector& b, const LsOptions& options) const {
-  return SolvePipeline::least_squares(static_cast<const Op&>(*this), b, options, Method::lsmr);
-}
-
-}  // namespace detail
-
-// ---- a distributed matrix ---------------------------------------------------------------------------
-// Header-only: defined here, inline. Compiled (the CMake target's default): defined once in the
-// library einshard_compiled (src/sparse.cpp), so a translation unit that calls them neither generates
-// the Krylov methods and preconditioners nor their autograd nodes. See config.hpp.
-#if EINSHARD_DEFINE_SPARSE
-
-namespace detail {
 
 EINSHARD_INLINE SolveCaches& SolvePipeline::caches(const DSparseTensor& A) {
   auto& c = A.solve_caches_;

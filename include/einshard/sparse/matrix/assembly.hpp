@@ -32,7 +32,18 @@ namespace detail {
 
 /// Entries a rank holds for rows it does not own travel to their owners (two sparse exchanges with
 /// those owners only, and only when some rank holds such entries).
-inline CooEntries send_to_owners(const RowLayout& layout, CooEntries t) {
+CooEntries send_to_owners(const RowLayout& layout, CooEntries t);
+
+/// Global shape, dtype and the values' device type must be the same on every rank: a fault
+/// string, empty when they agree.
+std::string disagreement(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype,
+                         c10::DeviceType device);
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp),
+// so a translation unit that only calls them neither parses nor instantiates their kernels.
+#if EINSHARD_DEFINE_SPARSE
+
+EINSHARD_INLINE CooEntries send_to_owners(const RowLayout& layout, CooEntries t) {
   const auto mine = layout.is_owned(t.rows);
   if (!comm::any_rank(!mine.all().item<bool>(), layout.comm())) return t;
   const auto away = (~mine).nonzero().flatten();
@@ -75,10 +86,8 @@ inline CooEntries send_to_owners(const RowLayout& layout, CooEntries t) {
           at::cat({t.cols.index_select(0, kept), at::tensor(c, at::kLong).view({n})})};
 }
 
-/// Global shape, dtype and the values' device type must be the same on every rank: a fault
-/// string, empty when they agree.
-inline std::string disagreement(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype,
-                                c10::DeviceType device) {
+EINSHARD_INLINE std::string disagreement(MPI_Comm comm, std::array<std::int64_t, 2> shape, at::ScalarType dtype,
+                                         c10::DeviceType device) {
   const auto d = static_cast<std::int64_t>(dtype), e = static_cast<std::int64_t>(device);
   std::array<std::int64_t, 8> v{shape[0], -shape[0], shape[1], -shape[1], d, -d, e, -e};
   comm::all_reduce_values(std::span<std::int64_t>(v), comm::Reduction::max, comm);
@@ -87,6 +96,8 @@ inline std::string disagreement(MPI_Comm comm, std::array<std::int64_t, 2> shape
   if (v[6] != -v[7]) return "DSparseTensor::from_local: ranks pass values on different kinds of device";
   return {};
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace detail
 

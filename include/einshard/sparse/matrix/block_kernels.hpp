@@ -197,53 +197,9 @@ void spmm_window(const View& m, const SpmmWindow<V>& s, KernelIsa isa) {
 /// windows, so the matrix streams from memory once for all k columns, and each row of X and Y is
 /// read or written whole. (A loop over a run-time number of columns kept its sums in memory: at
 /// k = 2 the block product took longer than two single ones.)
-inline void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& x,
-                      const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt = {},
-                      double* dots = nullptr) {
-  const std::int64_t k = x.size(1);
-  const auto isa = kernel_isa();
-  dispatch_view(a, [&](auto m) {
-    using V = typename decltype(m)::value_type;
-    const auto* __restrict xv = x.data_ptr<V>();
-    const V* __restrict gv = boundary.numel() > 0 ? g.data_ptr<V>() : nullptr;
-    auto* __restrict yv = y.data_ptr<V>();
-    const V* wv = wt.defined() ? wt.data_ptr<V>() : nullptr;
-    const auto* b = boundary.data_ptr<std::int64_t>();
-    const auto nb = boundary.numel();
-    SpmmWindow<V> s{xv, gv, yv, wv, dots, k, 0, owned, b, nb, boundary_phase, 0, a.rows, 0, nb};
-    // One window (k = 1, 2, 4, 8, 16) runs over every row at once; several go tile by tile.
-    const bool tiled = (k & (k - 1)) != 0 || k > 16;
-    const std::int64_t tile = tiled ? 128 : std::max<std::int64_t>(a.rows, nb);
-    const auto run_windows = [&] {
-      for (s.j0 = 0; s.j0 < k;) {
-        const auto left = k - s.j0;
-        const int width = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-        switch (width) {
-          case 16: spmm_window<16>(m, s, isa); break;
-          case 8: spmm_window<8>(m, s, isa); break;
-          case 4: spmm_window<4>(m, s, isa); break;
-          case 2: spmm_window<2>(m, s, isa); break;
-          default: spmm_window<1>(m, s, isa);
-        }
-        s.j0 += width;
-      }
-    };
-    if (!boundary_phase) {
-      for (std::int64_t r0 = 0; r0 < a.rows; r0 += tile) {
-        s.row0 = r0;
-        s.row1 = std::min(r0 + tile, a.rows);
-        s.q0 = std::lower_bound(b, b + nb, r0) - b;
-        run_windows();
-      }
-    } else {
-      for (std::int64_t q0 = 0; q0 < nb; q0 += tile) {
-        s.q0 = q0;
-        s.q1 = std::min(q0 + tile, nb);
-        run_windows();
-      }
-    }
-  });
-}
+void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& x,
+               const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt = {},
+               double* dots = nullptr);
 
 // The block kernels below go once over the rows with a row's k values (contiguous) inner: the
 // accumulators are per column, so the inner loop vectorizes without reassociating a sum, and
@@ -510,7 +466,87 @@ struct BlockCgcgRows {
 };
 
 /// Re <a_j, b_j> of every column j of two (n, k) blocks, in one pass.
-inline std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b) {
+std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b);
+
+
+/// Block CG's residual update in one pass: r_j −= α_j q_j. Returns {Re<r_j, d .* r_j>...,
+/// ‖r_j‖²...} (d: (n,) diagonal preconditioner; the identity when undefined). x's update waits for
+/// `block_cg_direction`, which reads p anyway, and z = d .* r is not stored: the direction pass
+/// forms it again where it is needed (each saves a block's read or write per step). With a general
+/// preconditioner the caller forms z and its dots afterwards.
+std::vector<double> block_cg_update(at::Tensor& r, const at::Tensor& q, const std::vector<double>& alpha,
+                                    const at::Tensor& d);
+
+
+/// The rest of a block CG step in one pass: x_j += α_j p_j (the step `block_cg_update` made on r),
+/// then p_j = d .* z_j + β_j p_j for the active columns (d undefined: the identity) and p_j = 0 for
+/// a stopped one.
+void block_cg_direction(at::Tensor& x, at::Tensor& p, const at::Tensor& z, const at::Tensor& d,
+                        const std::vector<double>& alpha, const std::vector<double>& beta,
+                        const std::vector<char>& active);
+
+
+/// Block Chronopoulos–Gear step in one pass, per column j: p = u + β p; s = w + β s; x += α p;
+/// r −= α s; then u = d .* r (d: a diagonal M), u = r (`identity`), or u untouched (a general M,
+/// applied by the caller). Returns {Re<r_j, u_j>..., ‖r_j‖²...} (the first k zero for a general M).
+/// A stopped column has α = β = 0: x and r stay as they are.
+std::vector<double> block_cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s, at::Tensor& u,
+                                      const at::Tensor& w, const std::vector<double>& alpha,
+                                      const std::vector<double>& beta, const at::Tensor& d, bool identity);
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp),
+// so a translation unit that only calls them neither parses nor instantiates their kernels.
+#if EINSHARD_DEFINE_SPARSE
+
+EINSHARD_INLINE void spmm_halo(const Csr& a, const at::Tensor& boundary, std::int64_t owned, const at::Tensor& x,
+                               const at::Tensor& g, at::Tensor& y, bool boundary_phase, const at::Tensor& wt,
+                               double* dots) {
+  const std::int64_t k = x.size(1);
+  const auto isa = kernel_isa();
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
+    const auto* __restrict xv = x.data_ptr<V>();
+    const V* __restrict gv = boundary.numel() > 0 ? g.data_ptr<V>() : nullptr;
+    auto* __restrict yv = y.data_ptr<V>();
+    const V* wv = wt.defined() ? wt.data_ptr<V>() : nullptr;
+    const auto* b = boundary.data_ptr<std::int64_t>();
+    const auto nb = boundary.numel();
+    SpmmWindow<V> s{xv, gv, yv, wv, dots, k, 0, owned, b, nb, boundary_phase, 0, a.rows, 0, nb};
+    // One window (k = 1, 2, 4, 8, 16) runs over every row at once; several go tile by tile.
+    const bool tiled = (k & (k - 1)) != 0 || k > 16;
+    const std::int64_t tile = tiled ? 128 : std::max<std::int64_t>(a.rows, nb);
+    const auto run_windows = [&] {
+      for (s.j0 = 0; s.j0 < k;) {
+        const auto left = k - s.j0;
+        const int width = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        switch (width) {
+          case 16: spmm_window<16>(m, s, isa); break;
+          case 8: spmm_window<8>(m, s, isa); break;
+          case 4: spmm_window<4>(m, s, isa); break;
+          case 2: spmm_window<2>(m, s, isa); break;
+          default: spmm_window<1>(m, s, isa);
+        }
+        s.j0 += width;
+      }
+    };
+    if (!boundary_phase) {
+      for (std::int64_t r0 = 0; r0 < a.rows; r0 += tile) {
+        s.row0 = r0;
+        s.row1 = std::min(r0 + tile, a.rows);
+        s.q0 = std::lower_bound(b, b + nb, r0) - b;
+        run_windows();
+      }
+    } else {
+      for (std::int64_t q0 = 0; q0 < nb; q0 += tile) {
+        s.q0 = q0;
+        s.q1 = std::min(q0 + tile, nb);
+        run_windows();
+      }
+    }
+  });
+}
+
+EINSHARD_INLINE std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b) {
   if (uses_generic(a)) return generic_block_dots(a, b);
   const auto n = a.size(0), k = a.size(1);
   std::vector<double> out(static_cast<std::size_t>(k), 0.0);
@@ -523,14 +559,8 @@ inline std::vector<double> block_dots(const at::Tensor& a, const at::Tensor& b) 
   return out;
 }
 
-
-/// Block CG's residual update in one pass: r_j −= α_j q_j. Returns {Re<r_j, d .* r_j>...,
-/// ‖r_j‖²...} (d: (n,) diagonal preconditioner; the identity when undefined). x's update waits for
-/// `block_cg_direction`, which reads p anyway, and z = d .* r is not stored: the direction pass
-/// forms it again where it is needed (each saves a block's read or write per step). With a general
-/// preconditioner the caller forms z and its dots afterwards.
-inline std::vector<double> block_cg_update(at::Tensor& r, const at::Tensor& q, const std::vector<double>& alpha,
-                                           const at::Tensor& d) {
+EINSHARD_INLINE std::vector<double> block_cg_update(at::Tensor& r, const at::Tensor& q, const std::vector<double>& alpha,
+                                                    const at::Tensor& d) {
   if (uses_generic(r)) return generic_block_cg_update(r, q, alpha, d);
   const auto n = r.size(0), k = r.size(1);
   std::vector<double> out(static_cast<std::size_t>(2 * k), 0.0);
@@ -545,13 +575,9 @@ inline std::vector<double> block_cg_update(at::Tensor& r, const at::Tensor& q, c
   return out;
 }
 
-
-/// The rest of a block CG step in one pass: x_j += α_j p_j (the step `block_cg_update` made on r),
-/// then p_j = d .* z_j + β_j p_j for the active columns (d undefined: the identity) and p_j = 0 for
-/// a stopped one.
-inline void block_cg_direction(at::Tensor& x, at::Tensor& p, const at::Tensor& z, const at::Tensor& d,
-                               const std::vector<double>& alpha, const std::vector<double>& beta,
-                               const std::vector<char>& active) {
+EINSHARD_INLINE void block_cg_direction(at::Tensor& x, at::Tensor& p, const at::Tensor& z, const at::Tensor& d,
+                                        const std::vector<double>& alpha, const std::vector<double>& beta,
+                                        const std::vector<char>& active) {
   if (uses_generic(p)) return generic_block_cg_direction(x, p, z, d, alpha, beta, active);
   const auto n = p.size(0), k = p.size(1);
   AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES(p.scalar_type(), "einshard::sparse::block_cg_direction", [&] {
@@ -570,14 +596,9 @@ inline void block_cg_direction(at::Tensor& x, at::Tensor& p, const at::Tensor& z
   });
 }
 
-
-/// Block Chronopoulos–Gear step in one pass, per column j: p = u + β p; s = w + β s; x += α p;
-/// r −= α s; then u = d .* r (d: a diagonal M), u = r (`identity`), or u untouched (a general M,
-/// applied by the caller). Returns {Re<r_j, u_j>..., ‖r_j‖²...} (the first k zero for a general M).
-/// A stopped column has α = β = 0: x and r stay as they are.
-inline std::vector<double> block_cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s, at::Tensor& u,
-                                             const at::Tensor& w, const std::vector<double>& alpha,
-                                             const std::vector<double>& beta, const at::Tensor& d, bool identity) {
+EINSHARD_INLINE std::vector<double> block_cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s, at::Tensor& u,
+                                                      const at::Tensor& w, const std::vector<double>& alpha,
+                                                      const std::vector<double>& beta, const at::Tensor& d, bool identity) {
   if (uses_generic(x)) return generic_block_cgcg_update(x, r, p, s, u, w, alpha, beta, d, identity);
   const auto n = x.size(0), k = x.size(1);
   std::vector<double> out(static_cast<std::size_t>(2 * k), 0.0);
@@ -597,5 +618,7 @@ inline std::vector<double> block_cgcg_update(at::Tensor& x, at::Tensor& r, at::T
   });
   return out;
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse::detail

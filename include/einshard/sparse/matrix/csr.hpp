@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/diagonal_runs.hpp"
 #include "einshard/sparse/matrix/isa.hpp"
@@ -41,41 +42,8 @@ inline at::ScalarType index_type_for(std::int64_t cols) {
 
 /// COO triples to CSR: sorted by (row, column), duplicates summed (assembly adds the element
 /// contributions of shared nodes). `row` in [0, rows), `col` in [0, cols) — checked.
-inline Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
-                      std::int64_t rows, std::int64_t cols) {
-  if (values.dim() != 1 || row.dim() != 1 || col.dim() != 1 || values.numel() != row.numel() ||
-      values.numel() != col.numel())
-    throw Error("SparseTensor: expected 1-D values, row and col of one length, found lengths " +
-                std::to_string(values.numel()) + ", " + std::to_string(row.numel()) + " and " +
-                std::to_string(col.numel()));
-  auto r = row.to(at::kLong).contiguous();
-  auto c = col.to(at::kLong).contiguous();
-  if (r.numel() > 0) {
-    const auto rmin = r.min().item<std::int64_t>(), rmax = r.max().item<std::int64_t>();
-    const auto cmin = c.min().item<std::int64_t>(), cmax = c.max().item<std::int64_t>();
-    if (rmin < 0 || rmax >= rows)
-      throw Error("SparseTensor: expected row indices in [0, " + std::to_string(rows) +
-                  "), found " + std::to_string(rmin < 0 ? rmin : rmax));
-    if (cmin < 0 || cmax >= cols)
-      throw Error("SparseTensor: expected column indices in [0, " + std::to_string(cols) +
-                  "), found " + std::to_string(cmin < 0 ? cmin : cmax));
-  }
-  // One sort on the linear key orders by (row, col); unique_consecutive finds the duplicates.
-  const auto key = r * cols + c;
-  const auto [sorted, perm] = key.sort();
-  const auto [ukey, inverse, counts] = at::unique_consecutive(sorted, /*return_inverse=*/true);
-  auto v = at::zeros({ukey.numel()}, values.options());
-  v.index_add_(0, inverse, values.index_select(0, perm));
-  const auto urow = at::div(ukey, cols, "floor");
-  Csr out;
-  out.rows = rows;
-  out.cols = cols;
-  out.col = (ukey - urow * cols).to(index_type_for(cols));
-  out.values = v;
-  out.rowptr = at::zeros({rows + 1}, r.options());
-  if (rows > 0) out.rowptr.slice(0, 1).copy_(at::bincount(urow, {}, rows).cumsum(0));
-  return out;
-}
+Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
+               std::int64_t rows, std::int64_t cols);
 
 /// `a` with 32-bit row pointers when its entry count fits (4 bytes less per row for every product:
 /// about 5 % of a 5-point matrix's traffic). Only the `dispatch_view` kernels accept such a Csr.
@@ -85,11 +53,7 @@ inline Csr compact_rowptr(Csr a) {
 }
 
 /// CSR back to COO (row, col as int64; values shared).
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_to_coo(const Csr& a) {
-  const auto counts = a.rowptr.slice(0, 1) - a.rowptr.slice(0, 0, a.rows);
-  const auto row = at::repeat_interleave(at::arange(a.rows, counts.options()), counts, {}, a.nnz());
-  return {a.values, row, a.col.to(at::kLong)};
-}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_to_coo(const Csr& a);
 
 template <class F>
 void dispatch_csr(const Csr& a, F&& f) {
@@ -187,31 +151,11 @@ void dispatch_vector(const at::Tensor& x, F&& f) {
 
 /// y[i] = alpha * sum_j A[i, j] x[j] + beta * y[i] for rows i in [begin, end). `y` may be a row
 /// block of the result, indexed from `begin`. beta == 0 overwrites (NaN in y does not leak).
-inline void spmv_rows(const Csr& a, const at::Tensor& x, at::Tensor& y, std::int64_t begin,
-                      std::int64_t end, double alpha = 1.0, double beta = 0.0) {
-  dispatch_view(a, [&](auto m) {
-    using V = typename decltype(m)::value_type;
-    const auto* __restrict xv = x.data_ptr<V>();
-    auto* __restrict yv = y.data_ptr<V>();
-    const V al = static_cast<V>(alpha), be = static_cast<V>(beta);
-    const bool plain = alpha == 1.0 && beta == 0.0;
-    for (std::int64_t i = begin; i < end; ++i) {
-      const V s = row_times(m, i, xv);
-      yv[i] = plain ? s : (beta == 0.0 ? al * s : al * s + be * yv[i]);
-    }
-  });
-}
+void spmv_rows(const Csr& a, const at::Tensor& x, at::Tensor& y, std::int64_t begin,
+               std::int64_t end, double alpha = 1.0, double beta = 0.0);
 
 /// y = A x for all rows (y allocated when undefined).
-inline at::Tensor spmv(const Csr& a, const at::Tensor& x) {
-  if (x.dim() != 1 || x.numel() != a.cols)
-    throw Error("matvec: expected a vector of length " + std::to_string(a.cols) +
-                ", found shape " + std::string(c10::str(x.sizes())));
-  const auto xc = x.to(a.dtype()).contiguous();
-  auto y = at::empty({a.rows}, a.values.options());
-  spmv_rows(a, xc, y, 0, a.rows);
-  return y;
-}
+at::Tensor spmv(const Csr& a, const at::Tensor& x);
 
 template <class V>
 std::complex<double> widen(const V& v) {
@@ -236,50 +180,14 @@ EINSHARD_KERNEL_INLINE V conj_if_complex(const V& v) {
 
 /// y = A x over all rows, fused with the partial inner product <w, y> (w conjugated) when `w` is
 /// defined: a Krylov method gets the product and its dot in one pass over y.
-inline std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tensor& y,
-                                     const at::Tensor& w) {
-  std::complex<double> dot{};
-  dispatch_view(a, [&](auto m) {
-    using V = typename decltype(m)::value_type;
-    const auto* __restrict xv = x.data_ptr<V>();
-    auto* __restrict yv = y.data_ptr<V>();
-    if (!w.defined()) {
-      for (std::int64_t i = 0; i < a.rows; ++i) {
-        V s{};
-        for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) s += m.av[k] * xv[m.ci[k]];
-        yv[i] = s;
-      }
-      return;
-    }
-    const auto* __restrict wv = w.data_ptr<V>();
-    accumulator_t<V> acc{};
-    for (std::int64_t i = 0; i < a.rows; ++i) {
-      const V s = row_times(m, i, xv);
-      yv[i] = s;
-      acc += static_cast<accumulator_t<V>>(conj_if_complex(wv[i]) * s);
-    }
-    dot = widen(acc);
-  });
-  return dot;
-}
+std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tensor& y,
+                              const at::Tensor& w);
 
 /// The rows of a rank's local CSR `a` (columns [0, owned) its own, then the ghost slots) that store
 /// a ghost column: those whose last stored column is >= owned, since each row is sorted (and so
 /// holds its owned columns first, then its ghosts). A halo product computes every other row while
 /// the exchange runs, then these; O(rows), reading one column per row.
-inline at::Tensor boundary_rows(const Csr& a, std::int64_t owned) {
-  std::vector<std::int64_t> out;
-  if (a.cols <= owned) return at::empty({0}, at::kLong);  // no ghost slots (one rank)
-  const auto rowptr = a.rowptr.to(at::kLong).contiguous();
-  const auto* rp = rowptr.data_ptr<std::int64_t>();
-  dispatch_csr(a, [&](auto, auto i0) {
-    using I = decltype(i0);
-    const auto* ci = a.col.data_ptr<I>();
-    for (std::int64_t i = 0; i < a.rows; ++i)
-      if (rp[i + 1] > rp[i] && static_cast<std::int64_t>(ci[rp[i + 1] - 1]) >= owned) out.push_back(i);
-  });
-  return at::tensor(out, at::kLong).view({static_cast<std::int64_t>(out.size())});
-}
+at::Tensor boundary_rows(const Csr& a, std::int64_t owned);
 
 /// f(begin, end) for each run of rows of [0, rows) between the ascending rows b[0..nb) (the
 /// interior rows of a halo product, in order).
@@ -293,11 +201,7 @@ inline void interior_runs(std::int64_t rows, const std::int64_t* b, std::int64_t
 
 /// The positions k in `boundary` whose row stores an owned column too (starts[k] past the row's
 /// first entry).
-inline at::Tensor mixed_rows(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts) {
-  const auto rowptr = a.rowptr.to(at::kLong).contiguous();
-  const auto first = rowptr.index_select(0, boundary);
-  return (starts > first).nonzero().flatten().contiguous();
-}
+at::Tensor mixed_rows(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts);
 
 /// f(k, begin, end) for each run of consecutive rows [begin, end) among the ascending rows
 /// b[0..nb), k the position of `begin` in b: the boundary rows of a product then need no b[k]
@@ -324,15 +228,7 @@ inline std::int64_t first_ghost(const View& m, std::int64_t i, std::int64_t owne
 /// first_ghost of each row of `boundary`, found once at assembly: the single-vector halo products
 /// split each boundary row there without scanning its columns again (their rows are short, so
 /// the scan costs as much as the row).
-inline at::Tensor ghost_starts(const Csr& a, const at::Tensor& boundary, std::int64_t owned) {
-  auto out = at::empty({boundary.numel()}, at::kLong);
-  auto* o = out.data_ptr<std::int64_t>();
-  const auto* b = boundary.data_ptr<std::int64_t>();
-  dispatch_view(a, [&](auto m) {
-    for (std::int64_t k = 0; k < boundary.numel(); ++k) o[k] = first_ghost(m, b[k], owned);
-  });
-  return out;
-}
+at::Tensor ghost_starts(const Csr& a, const at::Tensor& boundary, std::int64_t owned);
 
 /// put(acc, i, (A x)[i]) for the rows [begin, end), taken in pairs with the even row's term on
 /// acc0 and the odd one's on acc1: one running sum would cost an addition's latency per row. A
@@ -362,10 +258,126 @@ EINSHARD_KERNEL_NOINLINE void rows_in_pairs(const View& m, std::int64_t begin, s
 /// y = A [x; g] + *update * y instead (y's old values read), returning the partial ‖y‖² (w unused).
 /// `runs` (active: float32 or float64 values on the CPU): interior rows taken by diagonals
 /// (diagonal_runs.hpp), except with `update`.
-inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
-                                      std::int64_t owned, const at::Tensor& x, const at::Tensor& g, at::Tensor& y,
-                                      const at::Tensor& w, bool boundary_phase, const double* update = nullptr,
-                                      const DiagonalRuns* runs = nullptr) {
+std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
+                               std::int64_t owned, const at::Tensor& x, const at::Tensor& g, at::Tensor& y,
+                               const at::Tensor& w, bool boundary_phase, const double* update = nullptr,
+                               const DiagonalRuns* runs = nullptr);
+
+/// The transpose of spmv_halo's product, in the same two halves: `ghost_phase` true: g[j] +=
+/// A[i, owned + j] y[i] over the boundary rows (what goes back to the ghosts' owners: run it
+/// first; g is zeroed here); false: x = the owned columns' part of Aᵀ y over all rows (x is
+/// zeroed here). Aᴴ when `conjugate`. `starts` as spmv_halo's; `mixed`: the positions in
+/// `boundary` of the rows that also store owned columns (mixed_rows), the only boundary rows the
+/// owned half visits: where most rows are all ghosts (a rectangular matrix whose row and column
+/// partitions do not line up), walking the others would cost as much as the product (PETSc skips
+/// them by its compressed rows).
+void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
+                         const at::Tensor& mixed, std::int64_t owned, const at::Tensor& y, at::Tensor& x,
+                         at::Tensor& g, bool ghost_phase, bool conjugate = false);
+
+/// x += A^T y (A^H y when `conjugate`) over rows [begin, end): scatter each row into the columns.
+void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
+                        std::int64_t begin, std::int64_t end, bool conjugate = false);
+
+/// x = A^T y (A^H y when `conjugate`).
+at::Tensor spmv_transpose(const Csr& a, const at::Tensor& y, bool conjugate = false);
+
+/// The diagonal (duplicates were summed at assembly); zero where a row stores none.
+at::Tensor diagonal(const Csr& a, std::int64_t col_offset = 0);
+
+/// The transpose as a CSR.
+Csr transpose(const Csr& a);
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp),
+// so a translation unit that only calls them neither parses nor instantiates their kernels.
+#if EINSHARD_DEFINE_SPARSE
+
+EINSHARD_INLINE void spmv_rows(const Csr& a, const at::Tensor& x, at::Tensor& y, std::int64_t begin,
+                               std::int64_t end, double alpha, double beta) {
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
+    const auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict yv = y.data_ptr<V>();
+    const V al = static_cast<V>(alpha), be = static_cast<V>(beta);
+    const bool plain = alpha == 1.0 && beta == 0.0;
+    for (std::int64_t i = begin; i < end; ++i) {
+      const V s = row_times(m, i, xv);
+      yv[i] = plain ? s : (beta == 0.0 ? al * s : al * s + be * yv[i]);
+    }
+  });
+}
+
+EINSHARD_INLINE at::Tensor spmv(const Csr& a, const at::Tensor& x) {
+  if (x.dim() != 1 || x.numel() != a.cols)
+    throw Error("matvec: expected a vector of length " + std::to_string(a.cols) +
+                ", found shape " + std::string(c10::str(x.sizes())));
+  const auto xc = x.to(a.dtype()).contiguous();
+  auto y = at::empty({a.rows}, a.values.options());
+  spmv_rows(a, xc, y, 0, a.rows);
+  return y;
+}
+
+EINSHARD_INLINE std::complex<double> spmv_dot(const Csr& a, const at::Tensor& x, at::Tensor& y,
+                                              const at::Tensor& w) {
+  std::complex<double> dot{};
+  dispatch_view(a, [&](auto m) {
+    using V = typename decltype(m)::value_type;
+    const auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict yv = y.data_ptr<V>();
+    if (!w.defined()) {
+      for (std::int64_t i = 0; i < a.rows; ++i) {
+        V s{};
+        for (std::int64_t k = m.rp[i]; k < m.rp[i + 1]; ++k) s += m.av[k] * xv[m.ci[k]];
+        yv[i] = s;
+      }
+      return;
+    }
+    const auto* __restrict wv = w.data_ptr<V>();
+    accumulator_t<V> acc{};
+    for (std::int64_t i = 0; i < a.rows; ++i) {
+      const V s = row_times(m, i, xv);
+      yv[i] = s;
+      acc += static_cast<accumulator_t<V>>(conj_if_complex(wv[i]) * s);
+    }
+    dot = widen(acc);
+  });
+  return dot;
+}
+
+EINSHARD_INLINE at::Tensor boundary_rows(const Csr& a, std::int64_t owned) {
+  std::vector<std::int64_t> out;
+  if (a.cols <= owned) return at::empty({0}, at::kLong);  // no ghost slots (one rank)
+  const auto rowptr = a.rowptr.to(at::kLong).contiguous();
+  const auto* rp = rowptr.data_ptr<std::int64_t>();
+  dispatch_csr(a, [&](auto, auto i0) {
+    using I = decltype(i0);
+    const auto* ci = a.col.data_ptr<I>();
+    for (std::int64_t i = 0; i < a.rows; ++i)
+      if (rp[i + 1] > rp[i] && static_cast<std::int64_t>(ci[rp[i + 1] - 1]) >= owned) out.push_back(i);
+  });
+  return at::tensor(out, at::kLong).view({static_cast<std::int64_t>(out.size())});
+}
+
+EINSHARD_INLINE at::Tensor mixed_rows(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts) {
+  const auto rowptr = a.rowptr.to(at::kLong).contiguous();
+  const auto first = rowptr.index_select(0, boundary);
+  return (starts > first).nonzero().flatten().contiguous();
+}
+
+EINSHARD_INLINE at::Tensor ghost_starts(const Csr& a, const at::Tensor& boundary, std::int64_t owned) {
+  auto out = at::empty({boundary.numel()}, at::kLong);
+  auto* o = out.data_ptr<std::int64_t>();
+  const auto* b = boundary.data_ptr<std::int64_t>();
+  dispatch_view(a, [&](auto m) {
+    for (std::int64_t k = 0; k < boundary.numel(); ++k) o[k] = first_ghost(m, b[k], owned);
+  });
+  return out;
+}
+
+EINSHARD_INLINE std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
+                                               std::int64_t owned, const at::Tensor& x, const at::Tensor& g, at::Tensor& y,
+                                               const at::Tensor& w, bool boundary_phase, const double* update,
+                                               const DiagonalRuns* runs) {
   std::complex<double> dot{};
   dispatch_view(a, [&](auto m) {
     dispatch_vector<typename decltype(m)::value_type>(x, [&](auto x0) {
@@ -439,17 +451,9 @@ inline std::complex<double> spmv_halo(const Csr& a, const at::Tensor& boundary, 
   return dot;
 }
 
-/// The transpose of spmv_halo's product, in the same two halves: `ghost_phase` true: g[j] +=
-/// A[i, owned + j] y[i] over the boundary rows (what goes back to the ghosts' owners: run it
-/// first; g is zeroed here); false: x = the owned columns' part of Aᵀ y over all rows (x is
-/// zeroed here). Aᴴ when `conjugate`. `starts` as spmv_halo's; `mixed`: the positions in
-/// `boundary` of the rows that also store owned columns (mixed_rows), the only boundary rows the
-/// owned half visits: where most rows are all ghosts (a rectangular matrix whose row and column
-/// partitions do not line up), walking the others would cost as much as the product (PETSc skips
-/// them by its compressed rows).
-inline void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
-                                const at::Tensor& mixed, std::int64_t owned, const at::Tensor& y, at::Tensor& x,
-                                at::Tensor& g, bool ghost_phase, bool conjugate = false) {
+EINSHARD_INLINE void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, const at::Tensor& starts,
+                                         const at::Tensor& mixed, std::int64_t owned, const at::Tensor& y, at::Tensor& x,
+                                         at::Tensor& g, bool ghost_phase, bool conjugate) {
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
     const auto* __restrict yv = y.data_ptr<V>();
@@ -487,9 +491,8 @@ inline void spmv_transpose_halo(const Csr& a, const at::Tensor& boundary, const 
   });
 }
 
-/// x += A^T y (A^H y when `conjugate`) over rows [begin, end): scatter each row into the columns.
-inline void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
-                               std::int64_t begin, std::int64_t end, bool conjugate = false) {
+EINSHARD_INLINE void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
+                                        std::int64_t begin, std::int64_t end, bool conjugate) {
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
     const auto* yv = y.data_ptr<V>();
@@ -503,8 +506,7 @@ inline void spmv_transpose_add(const Csr& a, const at::Tensor& y, at::Tensor& x,
   });
 }
 
-/// x = A^T y (A^H y when `conjugate`).
-inline at::Tensor spmv_transpose(const Csr& a, const at::Tensor& y, bool conjugate = false) {
+EINSHARD_INLINE at::Tensor spmv_transpose(const Csr& a, const at::Tensor& y, bool conjugate) {
   if (y.dim() != 1 || y.numel() != a.rows)
     throw Error("rmatvec: expected a vector of length " + std::to_string(a.rows) +
                 ", found shape " + std::string(c10::str(y.sizes())));
@@ -514,8 +516,7 @@ inline at::Tensor spmv_transpose(const Csr& a, const at::Tensor& y, bool conjuga
   return x;
 }
 
-/// The diagonal (duplicates were summed at assembly); zero where a row stores none.
-inline at::Tensor diagonal(const Csr& a, std::int64_t col_offset = 0) {
+EINSHARD_INLINE at::Tensor diagonal(const Csr& a, std::int64_t col_offset) {
   auto d = at::zeros({a.rows}, a.values.options());
   dispatch_view(a, [&](auto m) {
     using V = typename decltype(m)::value_type;
@@ -527,11 +528,54 @@ inline at::Tensor diagonal(const Csr& a, std::int64_t col_offset = 0) {
   return d;
 }
 
-/// The transpose as a CSR.
-inline Csr transpose(const Csr& a) {
+EINSHARD_INLINE Csr transpose(const Csr& a) {
   const auto [values, row, col] = csr_to_coo(a);
   return coo_to_csr(values, col, row, a.cols, a.rows);
 }
+
+EINSHARD_INLINE Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
+                               std::int64_t rows, std::int64_t cols) {
+  if (values.dim() != 1 || row.dim() != 1 || col.dim() != 1 || values.numel() != row.numel() ||
+      values.numel() != col.numel())
+    throw Error("SparseTensor: expected 1-D values, row and col of one length, found lengths " +
+                std::to_string(values.numel()) + ", " + std::to_string(row.numel()) + " and " +
+                std::to_string(col.numel()));
+  auto r = row.to(at::kLong).contiguous();
+  auto c = col.to(at::kLong).contiguous();
+  if (r.numel() > 0) {
+    const auto rmin = r.min().item<std::int64_t>(), rmax = r.max().item<std::int64_t>();
+    const auto cmin = c.min().item<std::int64_t>(), cmax = c.max().item<std::int64_t>();
+    if (rmin < 0 || rmax >= rows)
+      throw Error("SparseTensor: expected row indices in [0, " + std::to_string(rows) +
+                  "), found " + std::to_string(rmin < 0 ? rmin : rmax));
+    if (cmin < 0 || cmax >= cols)
+      throw Error("SparseTensor: expected column indices in [0, " + std::to_string(cols) +
+                  "), found " + std::to_string(cmin < 0 ? cmin : cmax));
+  }
+  // One sort on the linear key orders by (row, col); unique_consecutive finds the duplicates.
+  const auto key = r * cols + c;
+  const auto [sorted, perm] = key.sort();
+  const auto [ukey, inverse, counts] = at::unique_consecutive(sorted, /*return_inverse=*/true);
+  auto v = at::zeros({ukey.numel()}, values.options());
+  v.index_add_(0, inverse, values.index_select(0, perm));
+  const auto urow = at::div(ukey, cols, "floor");
+  Csr out;
+  out.rows = rows;
+  out.cols = cols;
+  out.col = (ukey - urow * cols).to(index_type_for(cols));
+  out.values = v;
+  out.rowptr = at::zeros({rows + 1}, r.options());
+  if (rows > 0) out.rowptr.slice(0, 1).copy_(at::bincount(urow, {}, rows).cumsum(0));
+  return out;
+}
+
+EINSHARD_INLINE std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_to_coo(const Csr& a) {
+  const auto counts = a.rowptr.slice(0, 1) - a.rowptr.slice(0, 0, a.rows);
+  const auto row = at::repeat_interleave(at::arange(a.rows, counts.options()), counts, {}, a.nnz());
+  return {a.values, row, a.col.to(at::kLong)};
+}
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace detail
 }  // namespace einshard::sparse

@@ -47,68 +47,12 @@ inline constexpr std::int64_t kMaxDiagonalPoints = 32;
 /// The runs among the `rows` rows of a CSR (`rowptr`, `col`) that store no ghost column
 /// (`boundary`: the ascending rows that do; they need the halo and stay with the CSR loops).
 /// Structure only; fill_diagonal_runs writes the values. O(nnz), once per matrix structure.
-inline DiagonalRuns find_diagonal_runs(const at::Tensor& rowptr_in, const at::Tensor& col, std::int64_t rows,
-                                       const at::Tensor& boundary) {
-  DiagonalRuns out;
-  const auto rowptr = rowptr_in.to(at::kLong).contiguous();
-  const auto* rp = rowptr.data_ptr<std::int64_t>();
-  const auto* b = boundary.data_ptr<std::int64_t>();
-  const auto nb = boundary.numel();
-  std::vector<std::int64_t> pattern, current;
-  AT_DISPATCH_INDEX_TYPES(col.scalar_type(), "einshard::sparse::diagonal_runs", [&] {
-    const auto* ci = col.data_ptr<index_t>();
-    std::int64_t start = 0, k = 0, at = 0;
-    const auto close = [&](std::int64_t end) {
-      if (!current.empty() && end - start >= kMinDiagonalRun) {
-        const auto points = static_cast<std::int64_t>(current.size());
-        out.runs.push_back({start, end, static_cast<std::int64_t>(out.offsets.size()), points, at});
-        out.offsets.insert(out.offsets.end(), current.begin(), current.end());
-        at += points * ((end - start + kRunBlock - 1) / kRunBlock * kRunBlock);
-      }
-      current.clear();
-    };
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const bool interior = k == nb || b[k] != i;
-      if (!interior) ++k;
-      const auto len = rp[i + 1] - rp[i];
-      pattern.clear();
-      if (interior && len > 0 && len <= kMaxDiagonalPoints)
-        for (auto e = rp[i]; e < rp[i + 1]; ++e) pattern.push_back(static_cast<std::int64_t>(ci[e]) - i);
-      if (pattern.empty() || pattern != current) {
-        close(i);
-        current = pattern;
-        start = i;
-      }
-    }
-    close(rows);
-  });
-  return out;
-}
+DiagonalRuns find_diagonal_runs(const at::Tensor& rowptr_in, const at::Tensor& col, std::int64_t rows,
+                                const at::Tensor& boundary);
 
 /// Writes `runs.values` from the CSR's (`rowptr`, `values`; after every change of the values), or
 /// leaves it undefined where the run product does not apply.
-inline void fill_diagonal_runs(DiagonalRuns& runs, const at::Tensor& rowptr_in, const at::Tensor& csr_values) {
-  runs.values = at::Tensor();
-  const auto t = csr_values.scalar_type();
-  if (runs.runs.empty() || !csr_values.device().is_cpu() || (t != at::kFloat && t != at::kDouble)) return;
-  const auto& last = runs.runs.back();
-  const auto last_rows = (last.end - last.begin + kRunBlock - 1) / kRunBlock * kRunBlock;
-  auto values = at::zeros({last.at + last.points * last_rows}, csr_values.options());
-  const auto rowptr = rowptr_in.to(at::kLong).contiguous();
-  const auto* rp = rowptr.data_ptr<std::int64_t>();
-  const auto av_t = csr_values.contiguous();
-  AT_DISPATCH_FLOATING_TYPES(csr_values.scalar_type(), "einshard::sparse::diagonal_runs", [&] {
-    const auto* av = av_t.data_ptr<scalar_t>();
-    auto* out = values.data_ptr<scalar_t>();
-    for (const auto& r : runs.runs) {
-      const auto rows = r.end - r.begin;
-      for (std::int64_t j = 0; j < rows; ++j)
-        for (std::int64_t k = 0; k < r.points; ++k)
-          out[r.at + j / kRunBlock * kRunBlock * r.points + k * kRunBlock + j % kRunBlock] = av[rp[r.begin + j] + k];
-    }
-  });
-  runs.values = values;
-}
+void fill_diagonal_runs(DiagonalRuns& runs, const at::Tensor& rowptr_in, const at::Tensor& csr_values);
 
 /// Where a line's coefficient c_k(j) of point k and row j is: c[k] for every j (`constant`: a
 /// stencil's constants), c[k * stride + j] (`strided`: one array per point), or a DiagonalRuns
@@ -238,5 +182,72 @@ double diagonal_run_product(const DiagonalRuns& runs, const DiagonalRuns::Run& r
     default: return offset_line<0, Coefficients::blocked>(c, 0, off, points, rows, x + r.begin, y + r.begin, wr);
   }
 }
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp),
+// so a translation unit that only calls them neither parses nor instantiates their kernels.
+#if EINSHARD_DEFINE_SPARSE
+
+EINSHARD_INLINE DiagonalRuns find_diagonal_runs(const at::Tensor& rowptr_in, const at::Tensor& col, std::int64_t rows,
+                                                const at::Tensor& boundary) {
+  DiagonalRuns out;
+  const auto rowptr = rowptr_in.to(at::kLong).contiguous();
+  const auto* rp = rowptr.data_ptr<std::int64_t>();
+  const auto* b = boundary.data_ptr<std::int64_t>();
+  const auto nb = boundary.numel();
+  std::vector<std::int64_t> pattern, current;
+  AT_DISPATCH_INDEX_TYPES(col.scalar_type(), "einshard::sparse::diagonal_runs", [&] {
+    const auto* ci = col.data_ptr<index_t>();
+    std::int64_t start = 0, k = 0, at = 0;
+    const auto close = [&](std::int64_t end) {
+      if (!current.empty() && end - start >= kMinDiagonalRun) {
+        const auto points = static_cast<std::int64_t>(current.size());
+        out.runs.push_back({start, end, static_cast<std::int64_t>(out.offsets.size()), points, at});
+        out.offsets.insert(out.offsets.end(), current.begin(), current.end());
+        at += points * ((end - start + kRunBlock - 1) / kRunBlock * kRunBlock);
+      }
+      current.clear();
+    };
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const bool interior = k == nb || b[k] != i;
+      if (!interior) ++k;
+      const auto len = rp[i + 1] - rp[i];
+      pattern.clear();
+      if (interior && len > 0 && len <= kMaxDiagonalPoints)
+        for (auto e = rp[i]; e < rp[i + 1]; ++e) pattern.push_back(static_cast<std::int64_t>(ci[e]) - i);
+      if (pattern.empty() || pattern != current) {
+        close(i);
+        current = pattern;
+        start = i;
+      }
+    }
+    close(rows);
+  });
+  return out;
+}
+
+EINSHARD_INLINE void fill_diagonal_runs(DiagonalRuns& runs, const at::Tensor& rowptr_in, const at::Tensor& csr_values) {
+  runs.values = at::Tensor();
+  const auto t = csr_values.scalar_type();
+  if (runs.runs.empty() || !csr_values.device().is_cpu() || (t != at::kFloat && t != at::kDouble)) return;
+  const auto& last = runs.runs.back();
+  const auto last_rows = (last.end - last.begin + kRunBlock - 1) / kRunBlock * kRunBlock;
+  auto values = at::zeros({last.at + last.points * last_rows}, csr_values.options());
+  const auto rowptr = rowptr_in.to(at::kLong).contiguous();
+  const auto* rp = rowptr.data_ptr<std::int64_t>();
+  const auto av_t = csr_values.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(csr_values.scalar_type(), "einshard::sparse::diagonal_runs", [&] {
+    const auto* av = av_t.data_ptr<scalar_t>();
+    auto* out = values.data_ptr<scalar_t>();
+    for (const auto& r : runs.runs) {
+      const auto rows = r.end - r.begin;
+      for (std::int64_t j = 0; j < rows; ++j)
+        for (std::int64_t k = 0; k < r.points; ++k)
+          out[r.at + j / kRunBlock * kRunBlock * r.points + k * kRunBlock + j % kRunBlock] = av[rp[r.begin + j] + k];
+    }
+  });
+  runs.values = values;
+}
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse::detail

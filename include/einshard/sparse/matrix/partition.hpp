@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "einshard/config.hpp"
 #include "einshard/error.hpp"
 
 #if defined(EINSHARD_HAS_METIS) && EINSHARD_HAS_METIS
@@ -56,21 +57,53 @@ namespace detail {
 
 /// Contiguous ids for an ordering: the vertex at position p of `order` goes to part
 /// p * parts / n, so part sizes differ by at most one.
-inline at::Tensor chunk_ids(const at::Tensor& order, std::int64_t n, int parts) {
+at::Tensor chunk_ids(const at::Tensor& order, std::int64_t n, int parts);
+
+at::Tensor simple_ids(std::int64_t n, int parts);
+
+/// The coordinates as a contiguous (n, d) float64 CPU tensor, checked.
+at::Tensor checked_coords(const PartitionOptions& options, std::int64_t n,
+                          const char* method);
+
+/// Index of the axis of largest range (max - min) of the rows `idx` of `c`; the first on ties.
+std::int64_t longest_axis(const double* c, std::int64_t d, const std::int64_t* idx,
+                          std::int64_t m);
+
+/// Stable sort of the vertices `idx` by their coordinate on `axis`.
+void sort_along(const double* c, std::int64_t d, std::int64_t axis, std::int64_t* first,
+                std::int64_t* last);
+
+at::Tensor rcb_ids(const at::Tensor& coords, int parts);
+
+at::Tensor slicing_ids(const at::Tensor& coords, int parts);
+
+/// Skilling's Hilbert index (AIP Conf. Proc. 707, 2004) of one point with `dims` axes of `bits`
+/// bits each: "axes to transpose", then the transposed bits interleaved, most significant first.
+std::uint64_t hilbert_index(std::array<std::uint32_t, 3> x, int dims, int bits);
+
+at::Tensor hilbert_ids(const at::Tensor& coords, int parts);
+
+at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::int64_t n,
+                     int parts);
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp),
+// so a translation unit that only calls them neither parses nor instantiates their kernels.
+#if EINSHARD_DEFINE_SPARSE
+
+EINSHARD_INLINE at::Tensor chunk_ids(const at::Tensor& order, std::int64_t n, int parts) {
   auto ids = at::empty({n}, at::kLong);
   if (n == 0) return ids;
   ids.index_put_({order}, at::div(at::arange(n, at::kLong) * parts, n, "floor"));
   return ids;
 }
 
-inline at::Tensor simple_ids(std::int64_t n, int parts) {
+EINSHARD_INLINE at::Tensor simple_ids(std::int64_t n, int parts) {
   const std::int64_t chunk = std::max<std::int64_t>(1, (n + parts - 1) / parts);
   return at::div(at::arange(n, at::kLong), chunk, "floor").clamp_max(parts - 1);
 }
 
-/// The coordinates as a contiguous (n, d) float64 CPU tensor, checked.
-inline at::Tensor checked_coords(const PartitionOptions& options, std::int64_t n,
-                                 const char* method) {
+EINSHARD_INLINE at::Tensor checked_coords(const PartitionOptions& options, std::int64_t n,
+                                          const char* method) {
   if (!options.coords || !options.coords->defined())
     throw Error(std::string("partition (method ") + method +
                 "): expected coordinates (PartitionOptions::coords, shape (n, d)), found none");
@@ -85,9 +118,8 @@ inline at::Tensor checked_coords(const PartitionOptions& options, std::int64_t n
   return c.to(at::kCPU, at::kDouble).contiguous();
 }
 
-/// Index of the axis of largest range (max - min) of the rows `idx` of `c`; the first on ties.
-inline std::int64_t longest_axis(const double* c, std::int64_t d, const std::int64_t* idx,
-                                 std::int64_t m) {
+EINSHARD_INLINE std::int64_t longest_axis(const double* c, std::int64_t d, const std::int64_t* idx,
+                                          std::int64_t m) {
   std::int64_t best = 0;
   double best_range = -1.0;
   for (std::int64_t a = 0; a < d; ++a) {
@@ -104,15 +136,14 @@ inline std::int64_t longest_axis(const double* c, std::int64_t d, const std::int
   return best;
 }
 
-/// Stable sort of the vertices `idx` by their coordinate on `axis`.
-inline void sort_along(const double* c, std::int64_t d, std::int64_t axis, std::int64_t* first,
-                       std::int64_t* last) {
+EINSHARD_INLINE void sort_along(const double* c, std::int64_t d, std::int64_t axis, std::int64_t* first,
+                                std::int64_t* last) {
   std::stable_sort(first, last, [&](std::int64_t i, std::int64_t j) {
     return c[i * d + axis] < c[j * d + axis];
   });
 }
 
-inline at::Tensor rcb_ids(const at::Tensor& coords, int parts) {
+EINSHARD_INLINE at::Tensor rcb_ids(const at::Tensor& coords, int parts) {
   const std::int64_t n = coords.size(0), d = coords.size(1);
   const double* c = coords.data_ptr<double>();
   std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
@@ -142,7 +173,7 @@ inline at::Tensor rcb_ids(const at::Tensor& coords, int parts) {
   return ids;
 }
 
-inline at::Tensor slicing_ids(const at::Tensor& coords, int parts) {
+EINSHARD_INLINE at::Tensor slicing_ids(const at::Tensor& coords, int parts) {
   const std::int64_t n = coords.size(0), d = coords.size(1);
   std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
@@ -153,9 +184,7 @@ inline at::Tensor slicing_ids(const at::Tensor& coords, int parts) {
   return chunk_ids(at::tensor(idx, at::kLong), n, parts);
 }
 
-/// Skilling's Hilbert index (AIP Conf. Proc. 707, 2004) of one point with `dims` axes of `bits`
-/// bits each: "axes to transpose", then the transposed bits interleaved, most significant first.
-inline std::uint64_t hilbert_index(std::array<std::uint32_t, 3> x, int dims, int bits) {
+EINSHARD_INLINE std::uint64_t hilbert_index(std::array<std::uint32_t, 3> x, int dims, int bits) {
   const std::uint32_t top = 1u << (bits - 1);
   for (std::uint32_t q = top; q > 1; q >>= 1) {  // inverse undo
     const std::uint32_t p = q - 1;
@@ -180,7 +209,7 @@ inline std::uint64_t hilbert_index(std::array<std::uint32_t, 3> x, int dims, int
   return h;
 }
 
-inline at::Tensor hilbert_ids(const at::Tensor& coords, int parts) {
+EINSHARD_INLINE at::Tensor hilbert_ids(const at::Tensor& coords, int parts) {
   constexpr int bits = 16;
   const std::int64_t n = coords.size(0), d = coords.size(1);
   if (d != 2 && d != 3)
@@ -205,8 +234,8 @@ inline at::Tensor hilbert_ids(const at::Tensor& coords, int parts) {
   return chunk_ids(std::get<1>(key.sort(/*stable=*/true, 0, false)), n, parts);
 }
 
-inline at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::int64_t n,
-                            int parts) {
+EINSHARD_INLINE at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::int64_t n,
+                                     int parts) {
 #if defined(EINSHARD_HAS_METIS) && EINSHARD_HAS_METIS
   if (parts == 1) return at::zeros({n}, at::kLong);
   // At most one vertex per part (METIS refuses more parts than vertices).
@@ -275,13 +304,19 @@ inline at::Tensor metis_ids(const at::Tensor& row, const at::Tensor& col, std::i
 #endif
 }
 
+#endif  // EINSHARD_DEFINE_SPARSE
+
 }  // namespace detail
 
 /// The part in [0, parts) of each of the n vertices (rows) of the matrix whose pattern is the COO
 /// (row, col): an int64 (n,) CPU tensor, the same on every process given the same input. `row` and
 /// `col` are read by metis only (they may be empty otherwise).
-inline at::Tensor partition_ids(const at::Tensor& row, const at::Tensor& col, std::int64_t n,
-                                int parts, const PartitionOptions& options = {}) {
+at::Tensor partition_ids(const at::Tensor& row, const at::Tensor& col, std::int64_t n,
+                         int parts, const PartitionOptions& options = {});
+
+#if EINSHARD_DEFINE_SPARSE  // defined as the functions above are
+EINSHARD_INLINE at::Tensor partition_ids(const at::Tensor& row, const at::Tensor& col, std::int64_t n,
+                                         int parts, const PartitionOptions& options) {
   if (parts < 1)
     throw Error("partition_ids: expected at least 1 part, found " + std::to_string(parts));
   if (n < 0) throw Error("partition_ids: expected n >= 0, found " + std::to_string(n));
@@ -335,5 +370,7 @@ inline at::Tensor partition_ids(const at::Tensor& row, const at::Tensor& col, st
   throw Error("partition_ids: expected a known partition method, found method " +
               std::to_string(static_cast<int>(options.method)));
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse

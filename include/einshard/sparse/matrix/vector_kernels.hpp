@@ -94,67 +94,9 @@ __attribute__((target("avx2,fma"))) void cg_update_avx2(V* x, V* r, const V* p, 
 
 /// x += alpha p; r -= alpha q; then z = d .* r when `d` is defined (a diagonal preconditioner;
 /// z may be undefined otherwise). Returns {<r, z or r>, <r, r>} of the updated r.
-inline std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p,
-                                                     const at::Tensor& q, double alpha, const at::Tensor& d,
-                                                     at::Tensor& z) {
-  if (uses_generic(x)) return generic_cg_update(x, r, p, q, alpha, d, z);
-  std::array<std::complex<double>, 2> out{};
-  dispatch_values(x.scalar_type(), [&](auto v0) {
-    using V = decltype(v0);
-    const auto n = x.numel();
-    auto* __restrict xv = x.data_ptr<V>();
-    auto* __restrict rv = r.data_ptr<V>();
-    const auto* __restrict pv = p.data_ptr<V>();
-    const auto* __restrict qv = q.data_ptr<V>();
-    const V a = static_cast<V>(alpha);
-#if EINSHARD_KERNEL_LANES
-    if constexpr (std::is_floating_point_v<V>) {
-      const auto* dv = d.defined() ? d.data_ptr<V>() : nullptr;
-      auto* zv = d.defined() ? z.data_ptr<V>() : nullptr;
-      double sums[2];
-      const bool avx2 = kernel_isa() == KernelIsa::avx2;
-      const auto run = [&](auto diagonal) {
-        constexpr bool D = decltype(diagonal)::value;
-#if EINSHARD_KERNELS_X86
-        if (avx2) return cg_update_avx2<D>(xv, rv, pv, qv, a, dv, zv, n, sums);
-#endif
-        cg_update_portable<D>(xv, rv, pv, qv, a, dv, zv, n, sums);
-      };
-      if (dv)
-        run(std::true_type{});
-      else
-        run(std::false_type{});
-      out = {std::complex<double>(sums[0], 0.0), std::complex<double>(sums[1], 0.0)};
-      return;
-    }
-#endif
-    using A = accumulator_t<V>;
-    A rz{}, rr{};
-    if (d.defined()) {
-      const auto* __restrict dv = d.data_ptr<V>();
-      auto* __restrict zv = z.data_ptr<V>();
-      for (std::int64_t i = 0; i < n; ++i) {
-        xv[i] += a * pv[i];
-        const V ri = rv[i] - a * qv[i];
-        rv[i] = ri;
-        const V zi = dv[i] * ri;
-        zv[i] = zi;
-        rz += static_cast<A>(conj_if_complex(ri) * zi);
-        rr += static_cast<A>(conj_if_complex(ri) * ri);
-      }
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) {
-        xv[i] += a * pv[i];
-        const V ri = rv[i] - a * qv[i];
-        rv[i] = ri;
-        rr += static_cast<A>(conj_if_complex(ri) * ri);
-      }
-      rz = rr;
-    }
-    out = {widen(rz), widen(rr)};
-  });
-  return out;
-}
+std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p,
+                                              const at::Tensor& q, double alpha, const at::Tensor& d,
+                                              at::Tensor& z);
 
 #if EINSHARD_KERNEL_LANES
 /// What one_reduction_step does with u (Chronopoulos–Gear) or m (pipelined) besides the updates.
@@ -355,21 +297,15 @@ std::array<std::complex<double>, 3> one_reduction_step(at::Tensor& x, at::Tensor
 }
 
 /// Chronopoulos–Gear step (see `one_reduction_step`): {<r, u>, <r, r>}.
-inline std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s,
-                                                       at::Tensor& u, at::Tensor& w, double alpha, double beta,
-                                                       const at::Tensor& d, bool identity) {
-  const auto o = one_reduction_step<false>(x, r, u, w, p, s, nullptr, nullptr, nullptr, nullptr, alpha, beta, d,
-                                           identity);
-  return {o[0], o[1]};
-}
+std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s,
+                                                at::Tensor& u, at::Tensor& w, double alpha, double beta,
+                                                const at::Tensor& d, bool identity);
 
 /// Pipelined CG step (Ghysels–Vanroose; see `one_reduction_step`): {<r, u>, <w, u>, <r, r>}.
-inline std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tensor& r, at::Tensor& u, at::Tensor& w,
-                                                         at::Tensor& z, at::Tensor& q, at::Tensor& s, at::Tensor& p,
-                                                         at::Tensor& m, const at::Tensor& n, double alpha, double beta,
-                                                         const at::Tensor& d, bool identity) {
-  return one_reduction_step<true>(x, r, u, w, p, s, &z, &q, &m, &n, alpha, beta, d, identity);
-}
+std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tensor& r, at::Tensor& u, at::Tensor& w,
+                                                  at::Tensor& z, at::Tensor& q, at::Tensor& s, at::Tensor& p,
+                                                  at::Tensor& m, const at::Tensor& n, double alpha, double beta,
+                                                  const at::Tensor& d, bool identity);
 
 /// One pass over n entries of 1-D vectors: `make(V{})` returns the body f(i, acc) for entry i,
 /// accumulating ND dots into acc[0..ND) (V-typed); the dots come back as complex<double>. Four
@@ -398,7 +334,94 @@ std::array<std::complex<double>, ND> vector_pass(at::ScalarType t, std::int64_t 
 }
 
 /// y = a x + c y in one pass, returning this rank's ‖y‖² of the result (a, c real).
-inline double axpby_norm(double a, const at::Tensor& x, double c, at::Tensor& y) {
+double axpby_norm(double a, const at::Tensor& x, double c, at::Tensor& y);
+
+/// <a, b> (a conjugated) of this rank's slices. BLAS's dot (torch's vdot): a plain loop's
+/// floating-point reduction does not vectorize without reassociation and ran 5x slower.
+std::complex<double> local_dot(const at::Tensor& a, const at::Tensor& b);
+
+// Header-only: defined here, inline. Compiled: defined once in einshard_compiled (src/sparse.cpp),
+// so a translation unit that only calls them neither parses nor instantiates their kernels.
+#if EINSHARD_DEFINE_SPARSE
+
+EINSHARD_INLINE std::array<std::complex<double>, 2> cg_update(at::Tensor& x, at::Tensor& r, const at::Tensor& p,
+                                                              const at::Tensor& q, double alpha, const at::Tensor& d,
+                                                              at::Tensor& z) {
+  if (uses_generic(x)) return generic_cg_update(x, r, p, q, alpha, d, z);
+  std::array<std::complex<double>, 2> out{};
+  dispatch_values(x.scalar_type(), [&](auto v0) {
+    using V = decltype(v0);
+    const auto n = x.numel();
+    auto* __restrict xv = x.data_ptr<V>();
+    auto* __restrict rv = r.data_ptr<V>();
+    const auto* __restrict pv = p.data_ptr<V>();
+    const auto* __restrict qv = q.data_ptr<V>();
+    const V a = static_cast<V>(alpha);
+#if EINSHARD_KERNEL_LANES
+    if constexpr (std::is_floating_point_v<V>) {
+      const auto* dv = d.defined() ? d.data_ptr<V>() : nullptr;
+      auto* zv = d.defined() ? z.data_ptr<V>() : nullptr;
+      double sums[2];
+      const bool avx2 = kernel_isa() == KernelIsa::avx2;
+      const auto run = [&](auto diagonal) {
+        constexpr bool D = decltype(diagonal)::value;
+#if EINSHARD_KERNELS_X86
+        if (avx2) return cg_update_avx2<D>(xv, rv, pv, qv, a, dv, zv, n, sums);
+#endif
+        cg_update_portable<D>(xv, rv, pv, qv, a, dv, zv, n, sums);
+      };
+      if (dv)
+        run(std::true_type{});
+      else
+        run(std::false_type{});
+      out = {std::complex<double>(sums[0], 0.0), std::complex<double>(sums[1], 0.0)};
+      return;
+    }
+#endif
+    using A = accumulator_t<V>;
+    A rz{}, rr{};
+    if (d.defined()) {
+      const auto* __restrict dv = d.data_ptr<V>();
+      auto* __restrict zv = z.data_ptr<V>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        xv[i] += a * pv[i];
+        const V ri = rv[i] - a * qv[i];
+        rv[i] = ri;
+        const V zi = dv[i] * ri;
+        zv[i] = zi;
+        rz += static_cast<A>(conj_if_complex(ri) * zi);
+        rr += static_cast<A>(conj_if_complex(ri) * ri);
+      }
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        xv[i] += a * pv[i];
+        const V ri = rv[i] - a * qv[i];
+        rv[i] = ri;
+        rr += static_cast<A>(conj_if_complex(ri) * ri);
+      }
+      rz = rr;
+    }
+    out = {widen(rz), widen(rr)};
+  });
+  return out;
+}
+
+EINSHARD_INLINE std::array<std::complex<double>, 2> cgcg_update(at::Tensor& x, at::Tensor& r, at::Tensor& p, at::Tensor& s,
+                                                                at::Tensor& u, at::Tensor& w, double alpha, double beta,
+                                                                const at::Tensor& d, bool identity) {
+  const auto o = one_reduction_step<false>(x, r, u, w, p, s, nullptr, nullptr, nullptr, nullptr, alpha, beta, d,
+                                           identity);
+  return {o[0], o[1]};
+}
+
+EINSHARD_INLINE std::array<std::complex<double>, 3> pipecg_update(at::Tensor& x, at::Tensor& r, at::Tensor& u, at::Tensor& w,
+                                                                  at::Tensor& z, at::Tensor& q, at::Tensor& s, at::Tensor& p,
+                                                                  at::Tensor& m, const at::Tensor& n, double alpha, double beta,
+                                                                  const at::Tensor& d, bool identity) {
+  return one_reduction_step<true>(x, r, u, w, p, s, &z, &q, &m, &n, alpha, beta, d, identity);
+}
+
+EINSHARD_INLINE double axpby_norm(double a, const at::Tensor& x, double c, at::Tensor& y) {
   if (uses_generic(y)) return generic_axpby_norm(a, x, c, y);
   return vector_pass<1>(y.scalar_type(), y.numel(), [&](auto v0) {
            using V = decltype(v0);
@@ -414,13 +437,13 @@ inline double axpby_norm(double a, const at::Tensor& x, double c, at::Tensor& y)
       .real();
 }
 
-/// <a, b> (a conjugated) of this rank's slices. BLAS's dot (torch's vdot): a plain loop's
-/// floating-point reduction does not vectorize without reassociation and ran 5x slower.
-inline std::complex<double> local_dot(const at::Tensor& a, const at::Tensor& b) {
+EINSHARD_INLINE std::complex<double> local_dot(const at::Tensor& a, const at::Tensor& b) {
   const auto d = at::vdot(a, b);
   if (!d.is_complex()) return {d.item<double>(), 0.0};
   const auto c = d.item<c10::complex<double>>();
   return {c.real(), c.imag()};
 }
+
+#endif  // EINSHARD_DEFINE_SPARSE
 
 }  // namespace einshard::sparse::detail
