@@ -98,6 +98,51 @@ TEST_CASE("kernels_for names the generic kernels under EINSHARD_SPARSE_KERNELS=g
   CHECK(sp::kernels_for(at::empty({3}, at::TensorOptions().device(at::kMeta))) == "generic");
 }
 
+TEST_CASE("COO to CSR: in order, shuffled with duplicates and long rows, the dense sum and its gradient",
+          "[sparse][kernels][unit]") {
+  const std::int64_t rows = 9, cols = 70;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  // Row 2 holds 150 entries on 70 columns (sorted with std::sort), the others a few (insertion
+  // sort); row 5 none; many duplicates everywhere.
+  const auto r = at::cat({at::randint(0, 5, {40}, gen, at::kLong), at::full({150}, 2, at::kLong),
+                          at::randint(6, rows, {30}, gen, at::kLong)});
+  const auto c = at::randint(0, cols, {r.numel()}, gen, at::kLong);
+  const auto perm = at::randperm(r.numel(), gen, at::kLong);
+  const auto row = r.index_select(0, perm), col = c.index_select(0, perm);
+  for (auto dtype : {at::kDouble, at::kComplexDouble}) {
+    CAPTURE(c10::toString(dtype));
+    auto values = at::randn({row.numel()}, gen, dtype).requires_grad_(true);
+    const auto dense = at::zeros({rows, cols}, dtype).index_put_({row, col}, values, /*accumulate=*/true);
+    const auto a = sp::detail::coo_to_csr(values, row, col, rows, cols);
+    CHECK(gap(dense_of(a), dense.detach()) < 1e-12);
+    // Each row's columns strictly increasing: sorted and summed.
+    const auto rp = a.rowptr.to(at::kLong), cl = a.col.to(at::kLong);
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (auto k = rp[i].item<std::int64_t>() + 1; k < rp[i + 1].item<std::int64_t>(); ++k)
+        CHECK(cl[k].item<std::int64_t>() > cl[k - 1].item<std::int64_t>());
+    CHECK(a.nnz() == dense.detach().ne(0).sum().item<std::int64_t>());
+    // The gradient reaches every entry, duplicates included: d(sum w * A) / d values = w[row, col].
+    const auto w = at::randn({rows, cols}, gen, at::kDouble).to(dtype);
+    const auto [av, ar, ac] = sp::detail::csr_to_coo(a);
+    at::real(av * w.index({ar, ac})).sum().backward();
+    const auto g = values.grad().clone();
+    values.mutable_grad().zero_();
+    at::real(dense * w).sum().backward();
+    CHECK(gap(g, values.grad()) < 1e-12);
+    // Entries already in CSR order pass through as they are.
+    const auto b = sp::detail::coo_to_csr(av.detach(), ar, ac, rows, cols);
+    CHECK(gap(b.values, av.detach()) == 0.0);
+    CHECK(b.col.to(at::kLong).equal(cl));
+    CHECK(b.rowptr.to(at::kLong).equal(rp));
+  }
+  CHECK_THROWS_WITH(sp::detail::coo_to_csr(at::ones({2}, at::kDouble), at::tensor({0, 9}, at::kLong),
+                                           at::tensor({0, 1}, at::kLong), rows, cols),
+                    "SparseTensor: expected row indices in [0, 9), found 9");
+  CHECK_THROWS_WITH(sp::detail::coo_to_csr(at::ones({2}, at::kDouble), at::tensor({0, 1}, at::kLong),
+                                           at::tensor({-1, 1}, at::kLong), rows, cols),
+                    "SparseTensor: expected column indices in [0, 70), found -1");
+}
+
 TEST_CASE("generic CSR kernels equal the native ones and a dense product", "[sparse][kernels][unit]") {
   for (auto dtype : {at::kDouble, at::kFloat, at::kComplexDouble}) {
     CAPTURE(c10::toString(dtype));
