@@ -42,6 +42,8 @@ APT_PACKAGES=(
   clang-14=1:14.0.6-12
   libclang-rt-14-dev=1:14.0.6-12
   libsimgrid-dev=3.32-2+b2
+  jq=1.6-2.1+deb12u1
+  time=1.9-0.2
   pkg-config
   ninja-build
   cmake
