@@ -374,15 +374,14 @@ class SmoothedAggregationOp final : public PreconditionerOp {
 
   void apply(const at::Tensor& r, at::Tensor& z) const override {
     cycle(0, r, z);
-    if (cycles_ == 1) return;
-    // Further cycles correct z from its residual, in buffers of their own: the cycle uses the
-    // finest level's.
-    auto residual = at::empty_like(z), correction = at::empty_like(z);
+    // Further cycles correct z from its residual, held in the finest level's b and x: the first
+    // cycle reads the caller's r and z there, so nothing else uses them.
+    const auto& fine = levels_[0];
     for (int c = 1; c < cycles_; ++c) {
-      levels_[0].a.apply(z, residual, {});
-      residual.neg_().add_(r);
-      cycle(0, residual, correction);
-      z.add_(correction);
+      fine.a.apply(z, fine.b, {});
+      fine.b.neg_().add_(r);
+      cycle(0, fine.b, fine.x);
+      z.add_(fine.x);
     }
   }
   [[nodiscard]] std::string name() const override { return "smoothed_aggregation"; }
