@@ -40,6 +40,14 @@ inline at::ScalarType index_type_for(std::int64_t cols) {
   return cols <= std::numeric_limits<std::int32_t>::max() ? at::kInt : at::kLong;
 }
 
+/// A 1-D CPU tensor that takes a vector's storage over instead of copying it.
+template <class T>
+at::Tensor to_tensor(std::vector<T>&& v) {
+  auto* held = new std::vector<T>(std::move(v));
+  return at::from_blob(held->data(), {static_cast<std::int64_t>(held->size())}, [held](void*) { delete held; },
+                       at::TensorOptions(c10::CppTypeToScalarType<T>::value));
+}
+
 /// COO triples to CSR: sorted by (row, column), duplicates summed (assembly adds the element
 /// contributions of shared nodes). `row` in [0, rows), `col` in [0, cols) — checked.
 Csr coo_to_csr(const at::Tensor& values, const at::Tensor& row, const at::Tensor& col,
@@ -590,11 +598,15 @@ EINSHARD_INLINE Csr coo_to_csr_host(const at::Tensor& values, const at::Tensor& 
   const auto* ci = c.data_ptr<std::int64_t>();
   std::int64_t rmin = std::numeric_limits<std::int64_t>::max(), rmax = std::numeric_limits<std::int64_t>::min();
   std::int64_t cmin = rmin, cmax = rmax;
-  bool in_order = true;  // (row, col) strictly increasing: CSR order already, no duplicates
+  bool in_order = true;       // (row, col) strictly increasing: CSR order already, no duplicates
+  bool rows_in_order = true;  // rows nondecreasing: already grouped by row
+  for (std::int64_t k = 1; k < n; ++k) {
+    rows_in_order = rows_in_order && ri[k] >= ri[k - 1];
+    in_order = in_order && (ri[k] > ri[k - 1] || (ri[k] == ri[k - 1] && ci[k] > ci[k - 1]));
+  }
   for (std::int64_t k = 0; k < n; ++k) {
     rmin = std::min(rmin, ri[k]), rmax = std::max(rmax, ri[k]);
     cmin = std::min(cmin, ci[k]), cmax = std::max(cmax, ci[k]);
-    if (k > 0 && in_order) in_order = ri[k] > ri[k - 1] || (ri[k] == ri[k - 1] && ci[k] > ci[k - 1]);
   }
   if (n > 0) check_coo_bounds(rmin, rmax, cmin, cmax, rows, cols);
   Csr out;
@@ -609,22 +621,25 @@ EINSHARD_INLINE Csr coo_to_csr_host(const at::Tensor& values, const at::Tensor& 
     out.values = values.clone(at::MemoryFormat::Contiguous);
     return out;
   }
-  // Each entry to its row (a counting pass, stable), each row's entries ordered by column (rows
-  // are short: insertion sort; long ones std::sort), then equal columns summed into one entry.
+  // Each entry to its row (a counting pass, stable; none when the rows are in order already, as a
+  // product's are), each row's entries ordered by column (rows are short: insertion sort; long
+  // ones std::sort), then equal columns summed into one entry.
   std::vector<std::int64_t> start(static_cast<std::size_t>(rows) + 1, 0);
   for (std::int64_t k = 0; k < n; ++k) ++start[static_cast<std::size_t>(ri[k]) + 1];
   for (std::int64_t i = 0; i < rows; ++i) start[i + 1] += start[i];
-  auto perm = at::empty({n}, at::kLong);
-  auto* pm = perm.data_ptr<std::int64_t>();
-  {
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  if (rows_in_order) {
+    for (std::int64_t k = 0; k < n; ++k) perm[static_cast<std::size_t>(k)] = k;
+  } else {
     std::vector<std::int64_t> next(start.begin(), start.end() - 1);
-    for (std::int64_t k = 0; k < n; ++k) pm[next[ri[k]]++] = k;
+    for (std::int64_t k = 0; k < n; ++k) perm[static_cast<std::size_t>(next[ri[k]]++)] = k;
   }
+  auto* pm = perm.data();
   const auto by_column = [ci](std::int64_t a, std::int64_t b) { return ci[a] < ci[b] || (ci[a] == ci[b] && a < b); };
-  auto inverse = at::empty({n}, at::kLong);
-  auto* inv = inverse.data_ptr<std::int64_t>();
-  std::vector<std::int64_t> ucol;
-  ucol.reserve(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> inverse(static_cast<std::size_t>(n));
+  auto ucol = at::empty({n}, at::kLong);
+  auto* uc = ucol.data_ptr<std::int64_t>();
+  std::int64_t u = 0;
   for (std::int64_t i = 0; i < rows; ++i) {
     std::int64_t* first = pm + start[i];
     std::int64_t* last = pm + start[i + 1];
@@ -636,17 +651,30 @@ EINSHARD_INLINE Csr coo_to_csr_host(const at::Tensor& values, const at::Tensor& 
     }
     for (std::int64_t* p = first; p < last; ++p) {
       if (p == first || ci[*p] != ci[p[-1]]) {
-        ucol.push_back(ci[*p]);
+        uc[u++] = ci[*p];
         ++rp[i + 1];
       }
-      inv[p - pm] = static_cast<std::int64_t>(ucol.size()) - 1;
+      inverse[static_cast<std::size_t>(p - pm)] = u - 1;
     }
   }
   for (std::int64_t i = 0; i < rows; ++i) rp[i + 1] += rp[i];
-  const auto device = values.device();
-  out.col = at::tensor(ucol, at::kLong).to(index_type_for(cols));
-  out.values = at::zeros({static_cast<std::int64_t>(ucol.size())}, values.options());
-  out.values.index_add_(0, inverse.to(device), values.index_select(0, perm.to(device)));
+  out.col = ucol.narrow(0, 0, u).to(index_type_for(cols));
+  if (out.col.data_ptr() == ucol.data_ptr() && u < n) out.col = out.col.clone();
+  if (values.requires_grad() || !values.device().is_cpu()) {  // gradients flow through index_add_
+    // The tensors own the indices: autograd keeps them for the backward pass.
+    const auto device = values.device();
+    out.values = at::zeros({u}, values.options());
+    out.values.index_add_(0, to_tensor(std::move(inverse)).to(device),
+                          values.index_select(0, to_tensor(std::move(perm)).to(device)));
+    return out;
+  }
+  const auto v = values.contiguous();
+  out.values = at::zeros({u}, v.options());
+  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES_AND2(at::kHalf, at::kBFloat16, v.scalar_type(), "coo_to_csr", [&] {
+    const auto* in = v.data_ptr<scalar_t>();
+    auto* sum = out.values.data_ptr<scalar_t>();
+    for (std::int64_t p = 0; p < n; ++p) sum[inverse[static_cast<std::size_t>(p)]] += in[pm[p]];
+  });
   return out;
 }
 

@@ -549,18 +549,37 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
               detail::CooEntries t)
     : mesh_(std::move(mesh)), layout_(std::move(layout)), domain_(std::move(domain)),
       m_(layout_->global_size()), n_(domain_->global_size()) {
+  // Each entry's column to a local one in one pass on the host: an owned column to its position
+  // (arithmetic for one range, else a binary search in the sorted owned rows), a ghost to its slot
+  // once the plan has ordered the ghosts. Whole-tensor masks and sorts cost several times more
+  // (assembly of a million rows).
   const auto n_owned = domain_->local_size();
-  const auto owned_col = domain_->is_owned(t.cols);
-  const auto ghosts = std::get<0>(at::_unique(t.cols.masked_select(~owned_col), /*sorted=*/true));
-  plan_ = HaloPlan::build(domain_, ghosts);
+  const auto cols = t.cols.to(at::kCPU, at::kLong).contiguous();
+  const auto* c = cols.data_ptr<std::int64_t>();
+  const auto n = cols.numel();
+  const auto* ow = domain_->owned().data_ptr<std::int64_t>();
+  const bool range = domain_->contiguous();
+  const std::int64_t first = n_owned > 0 ? ow[0] : 0;
+  auto local_col = at::empty({n}, at::kLong);
+  auto* lc = local_col.data_ptr<std::int64_t>();
+  std::vector<std::int64_t> ghost_ids;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto pos = range ? c[k] - first : std::lower_bound(ow, ow + n_owned, c[k]) - ow;
+    const bool mine = pos >= 0 && pos < n_owned && (range || ow[pos] == c[k]);
+    lc[k] = mine ? pos : -1;
+    if (!mine) ghost_ids.push_back(c[k]);
+  }
+  std::sort(ghost_ids.begin(), ghost_ids.end());
+  ghost_ids.erase(std::unique(ghost_ids.begin(), ghost_ids.end()), ghost_ids.end());
+  plan_ = HaloPlan::build(domain_, detail::to_tensor(std::move(ghost_ids)));
   scratch_ = detail::HaloScratch(plan_);
   // Global ghost index -> ghost slot (the plan orders ghosts by owner, then index).
-  const auto [sorted_ghosts, slot_of_sorted] = plan_->ghosts.sort();
-  auto local_col = at::empty_like(t.cols);
-  local_col.masked_scatter_(owned_col, domain_->local_index(t.cols.masked_select(owned_col)));
-  local_col.masked_scatter_(~owned_col, slot_of_sorted.index_select(
-                                            0, at::searchsorted(sorted_ghosts, t.cols.masked_select(~owned_col))) +
-                                            n_owned);
+  const auto [sorted_t, slot_t] = plan_->ghosts.to(at::kLong).sort();
+  const auto* sorted_ghosts = sorted_t.data_ptr<std::int64_t>();
+  const auto* slot_of_sorted = slot_t.data_ptr<std::int64_t>();
+  const auto ghost_count = sorted_t.numel();
+  for (std::int64_t k = 0; k < n; ++k)
+    if (lc[k] < 0) lc[k] = slot_of_sorted[std::lower_bound(sorted_ghosts, sorted_ghosts + ghost_count, c[k]) - sorted_ghosts] + n_owned;
   local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, layout_->local_size(),
                               plan_->local_size());
   split_blocks();

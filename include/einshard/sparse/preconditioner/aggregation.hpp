@@ -60,66 +60,88 @@ inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions,
   const auto* rp = rp_t.data_ptr<std::int64_t>();
   const auto* ci = col_t.data_ptr<std::int64_t>();
   const auto* av = val_t.data_ptr<double>();
-  const std::int64_t nodes = n_owned / functions;
-  // Block norms², node by node: a dense scratch row indexed by J with the list of touched J.
-  std::vector<double> diag(static_cast<std::size_t>(nodes), 0.0), scratch(static_cast<std::size_t>(nodes), 0.0);
-  std::vector<std::int64_t> touched, pair_rowptr{0}, pair_col;
-  std::vector<double> pair_norm;
+  const auto nodes = static_cast<std::size_t>(n_owned / functions);
+  const auto rows_of = [&](std::size_t I) {
+    return std::pair{static_cast<std::int64_t>(I) * functions, static_cast<std::int64_t>(I + 1) * functions};
+  };
+  // A 64-bit division costs tens of cycles, more than the rest of an entry's work: none for
+  // scalar problems.
+  const auto node_of = [functions](std::int64_t c) {
+    return static_cast<std::size_t>(functions == 1 ? c : c / functions);
+  };
   NodeGraph g;
-  g.remote.assign(static_cast<std::size_t>(nodes), -1);
-  std::vector<std::pair<std::int64_t, double>> halo;  // this node's halo columns and their |a|²
-  for (std::int64_t I = 0; I < nodes; ++I) {
-    touched.clear();
+  g.remote.assign(nodes, -1);
+  // The diagonal blocks' norms², and each node's largest halo coupling (a halo column's |a|² summed
+  // over the node's rows).
+  std::vector<double> diag(nodes, 0.0);
+  std::vector<std::pair<std::int64_t, double>> halo;
+  for (std::size_t I = 0; I < nodes; ++I) {
     halo.clear();
-    for (std::int64_t i = I * functions; i < (I + 1) * functions; ++i)
+    for (auto [i, end] = rows_of(I); i < end; ++i)
       for (auto k = rp[i]; k < rp[i + 1]; ++k) {
-        if (ci[k] >= n_owned) {
-          auto it = std::find_if(halo.begin(), halo.end(), [&](const auto& h) { return h.first == ci[k]; });
-          if (it == halo.end()) halo.emplace_back(ci[k], av[k] * av[k]);
-          else it->second += av[k] * av[k];
+        if (ci[k] < n_owned) {
+          if (node_of(ci[k]) == I) diag[I] += av[k] * av[k];
           continue;
         }
-        const auto J = ci[k] / functions;
-        auto& s = scratch[static_cast<std::size_t>(J)];
-        if (s == 0.0) touched.push_back(J);
-        s += av[k] * av[k] + 1e-300;  // a stored zero still marks J as touched
+        auto it = std::find_if(halo.begin(), halo.end(), [&](const auto& h) { return h.first == ci[k]; });
+        if (it == halo.end()) halo.emplace_back(ci[k], av[k] * av[k]);
+        else it->second += av[k] * av[k];
       }
-    for (const auto J : touched) {
-      auto& s = scratch[static_cast<std::size_t>(J)];
-      if (J == I) diag[static_cast<std::size_t>(I)] = s;
-      else {
-        pair_col.push_back(J);
-        pair_norm.push_back(s);
-      }
-      s = 0.0;
-    }
-    pair_rowptr.push_back(static_cast<std::int64_t>(pair_col.size()));
     double largest = 0;
     for (const auto& [c, v] : halo)
       if (v > largest) {
         largest = v;
-        g.remote[static_cast<std::size_t>(I)] = c;
+        g.remote[I] = c;
       }
   }
   // Strong both ways: s_IJ² ≥ θ⁴ s_II s_JJ in squared norms, tested on each stored direction and
-  // symmetrized by adding the reverse edge.
+  // symmetrized by adding the reverse edge. Two passes over the rows (count, then place) into one
+  // array, each node's list then sorted and its repeats (an edge stored both ways) dropped in
+  // place: the memory a graph of a million nodes touches for the first time, not the arithmetic,
+  // is this function's cost.
   const double t4 = theta * theta * theta * theta;
-  std::vector<std::vector<std::int64_t>> adjacent(static_cast<std::size_t>(nodes));
-  for (std::int64_t I = 0; I < nodes; ++I)
-    for (auto k = pair_rowptr[static_cast<std::size_t>(I)]; k < pair_rowptr[static_cast<std::size_t>(I) + 1]; ++k) {
-      const auto J = pair_col[static_cast<std::size_t>(k)];
-      const double s = pair_norm[static_cast<std::size_t>(k)];
-      if (s > 1e-280 && s * s >= t4 * diag[static_cast<std::size_t>(I)] * diag[static_cast<std::size_t>(J)]) {
-        adjacent[static_cast<std::size_t>(I)].push_back(J);
-        adjacent[static_cast<std::size_t>(J)].push_back(I);
+  std::vector<double> scratch(nodes, 0.0);  // block norms² of node I's row, indexed by J
+  std::vector<std::size_t> touched;
+  const auto each_strong = [&](auto&& edge) {
+    for (std::size_t I = 0; I < nodes; ++I) {
+      touched.clear();
+      for (auto [i, end] = rows_of(I); i < end; ++i)
+        for (auto k = rp[i]; k < rp[i + 1]; ++k) {
+          if (ci[k] >= n_owned) continue;
+          const auto J = node_of(ci[k]);
+          if (J == I) continue;
+          if (scratch[J] == 0.0) touched.push_back(J);
+          scratch[J] += av[k] * av[k] + 1e-300;  // a stored zero still marks J as touched
+        }
+      for (const auto J : touched) {
+        const double s = scratch[J];
+        scratch[J] = 0.0;
+        if (s > 1e-280 && s * s >= t4 * diag[I] * diag[J]) edge(I, J);
       }
     }
-  for (auto& list : adjacent) {
-    std::sort(list.begin(), list.end());
-    list.erase(std::unique(list.begin(), list.end()), list.end());
-    g.col.insert(g.col.end(), list.begin(), list.end());
-    g.rowptr.push_back(static_cast<std::int64_t>(g.col.size()));
+  };
+  std::vector<std::int64_t> start(nodes + 1, 0);
+  each_strong([&](std::size_t I, std::size_t J) {
+    ++start[I + 1];
+    ++start[J + 1];
+  });
+  for (std::size_t I = 0; I < nodes; ++I) start[I + 1] += start[I];
+  g.col.resize(static_cast<std::size_t>(start[nodes]));
+  each_strong([&](std::size_t I, std::size_t J) {  // start[I] runs ahead as node I's cursor
+    g.col[static_cast<std::size_t>(start[I]++)] = static_cast<std::int64_t>(J);
+    g.col[static_cast<std::size_t>(start[J]++)] = static_cast<std::int64_t>(I);
+  });
+  g.rowptr.assign(nodes + 1, 0);
+  std::size_t kept = 0, from = 0;  // kept ≤ from: the compacted lists trail the placed ones
+  for (std::size_t I = 0; I < nodes; ++I) {
+    const auto end = static_cast<std::size_t>(start[I]);
+    std::sort(g.col.begin() + static_cast<std::ptrdiff_t>(from), g.col.begin() + static_cast<std::ptrdiff_t>(end));
+    const auto first = kept;
+    for (; from < end; ++from)
+      if (kept == first || g.col[kept - 1] != g.col[from]) g.col[kept++] = g.col[from];
+    g.rowptr[I + 1] = static_cast<std::int64_t>(kept);
   }
+  g.col.resize(kept);
   return g;
 }
 
@@ -246,10 +268,9 @@ inline Tentative tentative(const std::vector<std::vector<Member>>& members, std:
       }
     }
   }
-  const auto n = static_cast<std::int64_t>(values.size());
-  out.rows = at::tensor(rows, at::kLong).view({n});
-  out.cols = at::tensor(cols, at::kLong).view({n});
-  out.values = at::tensor(values, at::kDouble).view({n});
+  out.rows = to_tensor(std::move(rows));
+  out.cols = to_tensor(std::move(cols));
+  out.values = to_tensor(std::move(values));
   out.coarse_null_space = coarse;
   return out;
 }

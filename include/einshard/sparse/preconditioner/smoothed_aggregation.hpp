@@ -129,9 +129,7 @@ inline LocalRowsCoo host_product(const HostRows& l, const HostRows& r, std::int6
       out_values.push_back(slot[c].sum);
     }
   }
-  const auto n = static_cast<std::int64_t>(out_values.size());
-  return {at::tensor(out_rows, at::kLong).view({n}), at::tensor(out_cols, at::kLong).view({n}),
-          at::tensor(out_values, at::kDouble).view({n})};
+  return {to_tensor(std::move(out_rows)), to_tensor(std::move(out_cols)), to_tensor(std::move(out_values))};
 }
 
 inline HostRows host_rows(std::int64_t rows, const LocalRowsCoo& y) {
@@ -157,12 +155,13 @@ inline HostRows host_rows(const DSparseTensor& m, bool transposed) {
   return host_rows(a.cols, LocalRowsCoo{c.cpu(), r.cpu(), v.detach().to(at::kCPU, at::kDouble)});
 }
 
-/// A Y for Y with A's rows (local rows, global columns < `y_cols`): Y's rows that A's ghost
-/// columns read come by one halo exchange of Y's rows padded to the widest (column and value
-/// pairs as float64, exact below 2⁵³), then the product is local. Collective.
-inline LocalRowsCoo product(const DSparseTensor& a, const LocalRowsCoo& y, std::int64_t y_cols) {
+/// A Y for Y with A's rows (local rows, global columns < `y_cols`); `a_rows`: A's local rows
+/// (`host_rows(a, false)`). Y's rows that A's ghost columns read come by one halo exchange of Y's
+/// rows padded to the widest (column and value pairs as float64, exact below 2⁵³), then the
+/// product is local. Collective.
+inline LocalRowsCoo product(const DSparseTensor& a, const HostRows& a_rows, const LocalRowsCoo& y, std::int64_t y_cols) {
   const auto n_owned = a.layout()->local_size();
-  const auto owned_rows = host_rows(n_owned, y);
+  auto owned_rows = host_rows(n_owned, y);
   std::int64_t width = 0;
   for (std::int64_t i = 0; i < n_owned; ++i)
     width = std::max(width, owned_rows.ptr[static_cast<std::size_t>(i) + 1] - owned_rows.ptr[static_cast<std::size_t>(i)]);
@@ -177,7 +176,7 @@ inline LocalRowsCoo product(const DSparseTensor& a, const LocalRowsCoo& y, std::
     }
   const auto ghosts = a.ghosts_of(packed.to(a.values().device())).to(at::kCPU, at::kDouble).contiguous();
   // Y's rows in A's local column order: the owned ones, then the ghosts that arrived.
-  auto extended = owned_rows;
+  auto& extended = owned_rows;
   const auto* g = ghosts.data_ptr<double>();
   for (std::int64_t h = 0; h < ghosts.size(0); ++h) {
     for (std::int64_t slot = 0; slot < ghosts.size(1) / 2; ++slot) {
@@ -188,7 +187,7 @@ inline LocalRowsCoo product(const DSparseTensor& a, const LocalRowsCoo& y, std::
     }
     extended.ptr.push_back(static_cast<std::int64_t>(extended.col.size()));
   }
-  return host_product(host_rows(a, false), extended, y_cols);
+  return host_product(a_rows, extended, y_cols);
 }
 
 /// Mᵀ Y in global COO, for Y with `m`'s rows: each rank multiplies its own rows (Mᵀ's columns),
@@ -346,7 +345,8 @@ class SmoothedAggregationOp final : public PreconditionerOp {
       const auto t_matrix = DSparseTensor::from_local(t.values, t.rows, t.cols + offset, {host.rows(), coarse},
                                                       host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
       const auto tentative_rows = local_rows_coo(t_matrix);
-      const auto a_t = product(host, tentative_rows, coarse);
+      const auto a_rows = host_rows(host, false);
+      const auto a_t = product(host, a_rows, tentative_rows, coarse);
       const auto scale = inverse_diagonal(LocalRows{host.local(), n_owned, comm}, "smoothed_aggregation")
                              .to(at::kCPU, at::kDouble).index_select(0, a_t.rows) * (-omega);
       const auto p = DSparseTensor::from_local(at::cat({tentative_rows.values, a_t.values * scale}),
@@ -354,7 +354,7 @@ class SmoothedAggregationOp final : public PreconditionerOp {
                                                at::cat({tentative_rows.cols, a_t.cols}), {host.rows(), coarse},
                                                host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
       const auto p_rows = local_rows_coo(p);
-      const auto ap = product(host, p_rows, coarse);
+      const auto ap = product(host, a_rows, p_rows, coarse);
       auto galerkin = transposed_product(p, ap, coarse);
       // A coarse unknown whose column of T is zero has an empty row and column: a 1 on its
       // diagonal keeps the coarse matrix nonsingular, and P's zero column never reads it.
