@@ -135,6 +135,26 @@ TEST_CASE("COO to CSR: in order, shuffled with duplicates and long rows, the den
     CHECK(b.col.to(at::kLong).equal(cl));
     CHECK(b.rowptr.to(at::kLong).equal(rp));
   }
+  // Rows in order, columns within a row shuffled with duplicates (a product's output): no
+  // counting pass; summed in a typed loop without gradients, by index_add_ with them.
+  const auto [grouped, order] = row.sort(/*stable=*/std::optional<bool>(true), /*dim=*/0);
+  const auto grouped_col = col.index_select(0, order);
+  for (auto dtype : {at::kFloat, at::kComplexDouble, at::kDouble}) {
+    for (bool grad : {false, true}) {
+      if (grad && dtype != at::kDouble) continue;
+      CAPTURE(c10::toString(dtype), grad);
+      auto values = at::randn({row.numel()}, gen, dtype).requires_grad_(grad);
+      const auto dense = at::zeros({rows, cols}, dtype).index_put_({grouped, grouped_col}, values.detach(), true);
+      const auto a = sp::detail::coo_to_csr(values, grouped, grouped_col, rows, cols);
+      CHECK(gap(dense_of(a).detach(), dense) < (dtype == at::kFloat ? 1e-5 : 1e-12));
+      CHECK(a.nnz() == dense.ne(0).sum().item<std::int64_t>());
+      CHECK(a.values.requires_grad() == grad);
+      if (grad) {  // d(sum A) / d values = 1 for every entry, duplicates included
+        a.values.sum().backward();
+        CHECK(gap(values.grad(), at::ones_like(values)) == 0.0);
+      }
+    }
+  }
   CHECK_THROWS_WITH(sp::detail::coo_to_csr(at::ones({2}, at::kDouble), at::tensor({0, 9}, at::kLong),
                                            at::tensor({0, 1}, at::kLong), rows, cols),
                     "SparseTensor: expected row indices in [0, 9), found 9");

@@ -54,21 +54,14 @@ struct NodeGraph {
 /// s_IJ ≥ θ √(s_II s_JJ) (the symmetric strength of Vaněk, Mandel and Brezina; θ = 0 keeps every
 /// stored block that is not zero). Nonsymmetric A: s_IJ and s_JI are both tested, so the graph is
 /// symmetric.
-inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions, double theta) {
-  const auto host = [](const at::Tensor& t, at::ScalarType s) { return t.to(at::kCPU, s).contiguous(); };
-  const auto rp_t = host(a.rowptr, at::kLong), col_t = host(a.col, at::kLong), val_t = host(a.values, at::kDouble);
-  const auto* rp = rp_t.data_ptr<std::int64_t>();
-  const auto* ci = col_t.data_ptr<std::int64_t>();
-  const auto* av = val_t.data_ptr<double>();
+template <class Index>
+NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const double* av, std::int64_t n_owned, int functions,
+                       double theta) {
   const auto nodes = static_cast<std::size_t>(n_owned / functions);
   const auto rows_of = [&](std::size_t I) {
     return std::pair{static_cast<std::int64_t>(I) * functions, static_cast<std::int64_t>(I + 1) * functions};
   };
-  // A 64-bit division costs tens of cycles, more than the rest of an entry's work: none for
-  // scalar problems.
-  const auto node_of = [functions](std::int64_t c) {
-    return static_cast<std::size_t>(functions == 1 ? c : c / functions);
-  };
+  const auto node_of = [functions](std::int64_t c) { return static_cast<std::size_t>(c / functions); };
   NodeGraph g;
   g.remote.assign(nodes, -1);
   // The diagonal blocks' norms², and each node's largest halo coupling (a halo column's |a|² summed
@@ -143,6 +136,19 @@ inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions,
   }
   g.col.resize(kept);
   return g;
+}
+
+inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions, double theta) {
+  // The column indices in their own width: a copy widened to 64 bits would be one more array of
+  // the matrix's size touched for the first time.
+  const auto host = [](const at::Tensor& t, at::ScalarType s) { return t.to(at::kCPU, s).contiguous(); };
+  const auto rp = host(a.rowptr, at::kLong), av = host(a.values, at::kDouble);
+  const auto ci = a.col.scalar_type() == at::kInt ? host(a.col, at::kInt) : host(a.col, at::kLong);
+  if (ci.scalar_type() == at::kInt)
+    return strong_graph(rp.data_ptr<std::int64_t>(), ci.data_ptr<std::int32_t>(), av.data_ptr<double>(), n_owned,
+                        functions, theta);
+  return strong_graph(rp.data_ptr<std::int64_t>(), ci.data_ptr<std::int64_t>(), av.data_ptr<double>(), n_owned,
+                      functions, theta);
 }
 
 /// The aggregate of each node (−1: a node without strong neighbours, left out of the coarse space,
