@@ -551,8 +551,7 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
       m_(layout_->global_size()), n_(domain_->global_size()) {
   // Each entry's column to a local one in one pass on the host: an owned column to its position
   // (arithmetic for one range, else a binary search in the sorted owned rows), a ghost to its slot
-  // once the plan has ordered the ghosts. Whole-tensor masks and sorts cost several times more
-  // (assembly of a million rows).
+  // once the plan has ordered the ghosts; no whole-tensor masks over every entry.
   const auto n_owned = domain_->local_size();
   const auto cols = t.cols.to(at::kCPU, at::kLong).contiguous();
   const auto* c = cols.data_ptr<std::int64_t>();
@@ -579,7 +578,9 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
   const auto* slot_of_sorted = slot_t.data_ptr<std::int64_t>();
   const auto ghost_count = sorted_t.numel();
   for (std::int64_t k = 0; k < n; ++k)
-    if (lc[k] < 0) lc[k] = slot_of_sorted[std::lower_bound(sorted_ghosts, sorted_ghosts + ghost_count, c[k]) - sorted_ghosts] + n_owned;
+    if (lc[k] < 0)
+      lc[k] = slot_of_sorted[std::lower_bound(sorted_ghosts, sorted_ghosts + ghost_count, c[k]) - sorted_ghosts] +
+              n_owned;
   local_ = detail::coo_to_csr(t.values, layout_->local_index(t.rows), local_col, layout_->local_size(),
                               plan_->local_size());
   split_blocks();

@@ -174,8 +174,7 @@ inline LocalRowsCoo product(const DSparseTensor& a, const HostRows& a_rows, cons
     width = std::max(width, owned_rows.ptr[static_cast<std::size_t>(i) + 1] - owned_rows.ptr[static_cast<std::size_t>(i)]);
   width = comm::all_reduce_value(width, comm::Reduction::max, a.layout()->comm());
   // Only the rows a neighbour reads are filled: the rest of the block is never written, so its
-  // pages are never faulted in (at one rank, none is), which on a million rows is most of the
-  // product's time.
+  // pages are never faulted in (at one rank none is filled).
   const auto stride = 2 * std::max<std::int64_t>(width, 1);
   auto packed = at::empty({n_owned, stride}, at::kDouble);
   auto* pk = packed.data_ptr<double>();
