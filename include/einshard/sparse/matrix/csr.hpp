@@ -600,13 +600,12 @@ EINSHARD_INLINE Csr coo_to_csr_host(const at::Tensor& values, const at::Tensor& 
   std::int64_t cmin = rmin, cmax = rmax;
   bool in_order = true;       // (row, col) strictly increasing: CSR order already, no duplicates
   bool rows_in_order = true;  // rows nondecreasing: already grouped by row
-  for (std::int64_t k = 1; k < n; ++k) {
-    rows_in_order = rows_in_order && ri[k] >= ri[k - 1];
-    in_order = in_order && (ri[k] > ri[k - 1] || (ri[k] == ri[k - 1] && ci[k] > ci[k - 1]));
-  }
   for (std::int64_t k = 0; k < n; ++k) {
     rmin = std::min(rmin, ri[k]), rmax = std::max(rmax, ri[k]);
     cmin = std::min(cmin, ci[k]), cmax = std::max(cmax, ci[k]);
+    if (k == 0) continue;
+    rows_in_order = rows_in_order && ri[k] >= ri[k - 1];
+    in_order = in_order && (ri[k] > ri[k - 1] || (ri[k] == ri[k - 1] && ci[k] > ci[k - 1]));
   }
   if (n > 0) check_coo_bounds(rmin, rmax, cmin, cmax, rows, cols);
   Csr out;
@@ -658,8 +657,7 @@ EINSHARD_INLINE Csr coo_to_csr_host(const at::Tensor& values, const at::Tensor& 
     }
   }
   for (std::int64_t i = 0; i < rows; ++i) rp[i + 1] += rp[i];
-  out.col = ucol.narrow(0, 0, u).to(index_type_for(cols));
-  if (out.col.data_ptr() == ucol.data_ptr() && u < n) out.col = out.col.clone();
+  out.col = ucol.narrow(0, 0, u).to(index_type_for(cols), /*non_blocking=*/false, /*copy=*/u < n);
   if (values.requires_grad() || !values.device().is_cpu()) {  // gradients flow through index_add_
     // The tensors own the indices: autograd keeps them for the backward pass.
     const auto device = values.device();

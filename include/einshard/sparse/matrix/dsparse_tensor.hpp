@@ -549,25 +549,18 @@ EINSHARD_INLINE DSparseTensor::DSparseTensor(Mesh mesh, std::shared_ptr<const Ro
               detail::CooEntries t)
     : mesh_(std::move(mesh)), layout_(std::move(layout)), domain_(std::move(domain)),
       m_(layout_->global_size()), n_(domain_->global_size()) {
-  // Each entry's column to a local one in one pass on the host: an owned column to its position
-  // (arithmetic for one range, else a binary search in the sorted owned rows), a ghost to its slot
-  // once the plan has ordered the ghosts; no whole-tensor masks over every entry.
+  // Each entry's column to a local one in host passes: an owned column to its position, a ghost
+  // to its slot once the plan has ordered the ghosts; no whole-tensor masks over every entry.
   const auto n_owned = domain_->local_size();
   const auto cols = t.cols.to(at::kCPU, at::kLong).contiguous();
   const auto* c = cols.data_ptr<std::int64_t>();
   const auto n = cols.numel();
-  const auto* ow = domain_->owned().data_ptr<std::int64_t>();
-  const bool range = domain_->contiguous();
-  const std::int64_t first = n_owned > 0 ? ow[0] : 0;
   auto local_col = at::empty({n}, at::kLong);
   auto* lc = local_col.data_ptr<std::int64_t>();
+  domain_->positions({c, static_cast<std::size_t>(n)}, lc);
   std::vector<std::int64_t> ghost_ids;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const auto pos = range ? c[k] - first : std::lower_bound(ow, ow + n_owned, c[k]) - ow;
-    const bool mine = pos >= 0 && pos < n_owned && (range || ow[pos] == c[k]);
-    lc[k] = mine ? pos : -1;
-    if (!mine) ghost_ids.push_back(c[k]);
-  }
+  for (std::int64_t k = 0; k < n; ++k)
+    if (lc[k] < 0) ghost_ids.push_back(c[k]);
   std::sort(ghost_ids.begin(), ghost_ids.end());
   ghost_ids.erase(std::unique(ghost_ids.begin(), ghost_ids.end()), ghost_ids.end());
   plan_ = HaloPlan::build(domain_, detail::to_tensor(std::move(ghost_ids)));

@@ -121,6 +121,18 @@ class RowLayout {
     if (contiguous_ && owned_.numel() > 0) return global.to(at::kLong) - owned_[0].item<std::int64_t>();
     return at::searchsorted(owned_, global.to(at::kLong));
   }
+  /// `local_index` and `is_owned` in one host pass: `out[k]` the local position of global row
+  /// `global[k]`, −1 where this rank does not own it (assembly maps every stored entry with it).
+  void positions(std::span<const std::int64_t> global, std::int64_t* out) const {
+    const auto n = owned_.numel();
+    const auto* ow = owned_.data_ptr<std::int64_t>();
+    const std::int64_t first = n > 0 ? ow[0] : 0;
+    for (std::size_t k = 0; k < global.size(); ++k) {
+      const auto g = global[k];
+      const auto pos = contiguous_ ? g - first : std::lower_bound(ow, ow + n, g) - ow;
+      out[k] = pos >= 0 && pos < n && (contiguous_ || ow[pos] == g) ? pos : -1;
+    }
+  }
   [[nodiscard]] at::Tensor is_owned(const at::Tensor& global) const {
     if (owned_.numel() == 0) return at::zeros(global.sizes(), at::kBool);
     const auto g = global.to(at::kLong);

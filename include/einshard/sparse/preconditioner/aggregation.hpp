@@ -143,12 +143,12 @@ inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions,
   // the matrix's size touched for the first time.
   const auto host = [](const at::Tensor& t, at::ScalarType s) { return t.to(at::kCPU, s).contiguous(); };
   const auto rp = host(a.rowptr, at::kLong), av = host(a.values, at::kDouble);
-  const auto ci = a.col.scalar_type() == at::kInt ? host(a.col, at::kInt) : host(a.col, at::kLong);
-  if (ci.scalar_type() == at::kInt)
-    return strong_graph(rp.data_ptr<std::int64_t>(), ci.data_ptr<std::int32_t>(), av.data_ptr<double>(), n_owned,
-                        functions, theta);
-  return strong_graph(rp.data_ptr<std::int64_t>(), ci.data_ptr<std::int64_t>(), av.data_ptr<double>(), n_owned,
-                      functions, theta);
+  const bool narrow = a.col.scalar_type() == at::kInt;
+  const auto ci = host(a.col, narrow ? at::kInt : at::kLong);
+  const auto graph = [&](const auto* columns) {
+    return strong_graph(rp.data_ptr<std::int64_t>(), columns, av.data_ptr<double>(), n_owned, functions, theta);
+  };
+  return narrow ? graph(ci.data_ptr<std::int32_t>()) : graph(ci.data_ptr<std::int64_t>());
 }
 
 /// The aggregate of each node (−1: a node without strong neighbours, left out of the coarse space,
