@@ -67,11 +67,12 @@ inline LocalRowsCoo local_rows_coo(const DSparseTensor& a) {
   return {r.cpu(), local_to_global_columns(a).index_select(0, c.cpu()), v.detach().to(at::kCPU, at::kDouble)};
 }
 
-/// Sparse rows grouped contiguously by row (a counting sort of COO entries).
+/// Sparse rows on the host, in CSR: `ptr` delimits each row's columns and values.
 struct HostRows {
   std::vector<std::int64_t> ptr, col;
   std::vector<double> val;
 
+  /// From entries in any order (a counting sort by `key`).
   template <class Key, class Col, class Val>
   HostRows(std::int64_t rows, std::int64_t count, Key key, Col col_of, Val val_of)
       : ptr(static_cast<std::size_t>(rows) + 1, 0), col(static_cast<std::size_t>(count)), val(static_cast<std::size_t>(count)) {
@@ -87,11 +88,21 @@ struct HostRows {
   HostRows(std::vector<std::int64_t> p, std::vector<std::int64_t> c, std::vector<double> v)
       : ptr(std::move(p)), col(std::move(c)), val(std::move(v)) {}
   [[nodiscard]] std::int64_t rows() const { return static_cast<std::int64_t>(ptr.size()) - 1; }
+
+  /// The entries in COO for `from_local`, row i labelled `label[i]`; the rows are left empty.
+  [[nodiscard]] CooEntries take_entries(const std::int64_t* label) {
+    std::vector<std::int64_t> row(col.size());
+    for (std::size_t i = 0; i + 1 < ptr.size(); ++i)
+      std::fill(row.begin() + ptr[i], row.begin() + ptr[i + 1], label[i]);
+    CooEntries out{to_tensor(std::move(val)), to_tensor(std::move(row)), to_tensor(std::move(col))};
+    ptr.assign(1, 0);
+    return out;
+  }
 };
 
 /// L R row by row (Gustavson), R's columns in [0, r_cols): a dense accumulator over them, the work
-/// the product's multiplications. COO out, row by row.
-inline LocalRowsCoo host_product(const HostRows& l, const HostRows& r, std::int64_t r_cols) {
+/// the product's multiplications.
+inline HostRows host_product(const HostRows& l, const HostRows& r, std::int64_t r_cols) {
   // The row's sums and the row that last touched each column side by side: one cache line per
   // column read.
   struct Slot {
@@ -99,7 +110,7 @@ inline LocalRowsCoo host_product(const HostRows& l, const HostRows& r, std::int6
     std::int64_t row;
   };
   std::vector<Slot> slots(static_cast<std::size_t>(r_cols), Slot{0.0, -1});
-  std::vector<std::int64_t> touched, out_rows, out_cols;
+  std::vector<std::int64_t> out_ptr(static_cast<std::size_t>(l.rows()) + 1, 0), out_cols;
   std::vector<double> out_values;
   const auto* lp = l.ptr.data();
   const auto* lc = l.col.data();
@@ -111,12 +122,11 @@ inline LocalRowsCoo host_product(const HostRows& l, const HostRows& r, std::int6
   // never move while they grow (and pages past the true count are never faulted in).
   std::size_t bound = 0;
   for (std::size_t q = 0; q < l.col.size(); ++q) bound += static_cast<std::size_t>(rp[lc[q] + 1] - rp[lc[q]]);
-  out_rows.reserve(bound);
   out_cols.reserve(bound);
   out_values.reserve(bound);
   auto* slot = slots.data();
   for (std::int64_t i = 0; i < l.rows(); ++i) {
-    touched.clear();
+    const auto first = out_cols.size();
     for (auto q = lp[i]; q < lp[i + 1]; ++q) {
       const auto k = lc[q];
       const double x = lv[q];
@@ -125,30 +135,20 @@ inline LocalRowsCoo host_product(const HostRows& l, const HostRows& r, std::int6
         if (s.row != i) {
           s.row = i;
           s.sum = 0.0;
-          touched.push_back(rc[w]);
+          out_cols.push_back(rc[w]);
         }
         s.sum += x * rv[w];
       }
     }
-    for (const auto c : touched) {
-      out_rows.push_back(i);
-      out_cols.push_back(c);
-      out_values.push_back(slot[c].sum);
-    }
+    for (auto e = first; e < out_cols.size(); ++e) out_values.push_back(slot[out_cols[e]].sum);
+    out_ptr[static_cast<std::size_t>(i) + 1] = static_cast<std::int64_t>(out_cols.size());
   }
-  return {to_tensor(std::move(out_rows)), to_tensor(std::move(out_cols)), to_tensor(std::move(out_values))};
+  return {std::move(out_ptr), std::move(out_cols), std::move(out_values)};
 }
 
-inline HostRows host_rows(std::int64_t rows, const LocalRowsCoo& y) {
-  const auto r = y.rows.contiguous(), c = y.cols.contiguous(), v = y.values.contiguous();
-  const auto* rp = r.data_ptr<std::int64_t>();
-  const auto* cp = c.data_ptr<std::int64_t>();
-  const auto* vp = v.data_ptr<double>();
-  return {rows, v.numel(), [rp](std::int64_t e) { return rp[e]; }, [cp](std::int64_t e) { return cp[e]; },
-          [vp](std::int64_t e) { return vp[e]; }};
-}
-
-inline HostRows host_rows(const DSparseTensor& m, bool transposed) {
+/// A matrix's local rows (in the owned order), as stored or transposed (then its local columns'
+/// rows), float64; `global`: columns as global indices rather than local ones.
+inline HostRows host_rows(const DSparseTensor& m, bool transposed, bool global = false) {
   const auto& a = m.local();
   if (!transposed) {
     const auto vec = [](const at::Tensor& t, auto type) {
@@ -156,22 +156,33 @@ inline HostRows host_rows(const DSparseTensor& m, bool transposed) {
       const auto h = t.to(at::kCPU, c10::CppTypeToScalarType<T>::value).contiguous();
       return std::vector<T>(h.template data_ptr<T>(), h.template data_ptr<T>() + h.numel());
     };
-    return {vec(a.rowptr, std::int64_t{}), vec(a.col, std::int64_t{}), vec(a.values.detach(), double{})};
+    HostRows out{vec(a.rowptr, std::int64_t{}), vec(a.col, std::int64_t{}), vec(a.values.detach(), double{})};
+    if (global) {
+      const auto g = local_to_global_columns(m).contiguous();
+      const auto* gp = g.data_ptr<std::int64_t>();
+      for (auto& c : out.col) c = gp[c];
+    }
+    return out;
   }
   const auto [v, r, c] = csr_to_coo(a);
-  return host_rows(a.cols, LocalRowsCoo{c.cpu(), r.cpu(), v.detach().to(at::kCPU, at::kDouble)});
+  const auto rows = r.to(at::kCPU, at::kLong).contiguous(), cols = c.to(at::kCPU, at::kLong).contiguous();
+  const auto vals = v.detach().to(at::kCPU, at::kDouble).contiguous();
+  const auto* rp = rows.data_ptr<std::int64_t>();
+  const auto* cp = cols.data_ptr<std::int64_t>();
+  const auto* vp = vals.data_ptr<double>();
+  return {a.cols, vals.numel(), [cp](std::int64_t e) { return cp[e]; }, [rp](std::int64_t e) { return rp[e]; },
+          [vp](std::int64_t e) { return vp[e]; }};
 }
 
-/// A Y for Y with A's rows (local rows, global columns < `y_cols`); `a_rows`: A's local rows
-/// (`host_rows(a, false)`). Y's rows that A's ghost columns read come by one halo exchange of Y's
-/// rows padded to the widest (column and value pairs as float64, exact below 2⁵³), then the
-/// product is local. Collective.
-inline LocalRowsCoo product(const DSparseTensor& a, const HostRows& a_rows, const LocalRowsCoo& y, std::int64_t y_cols) {
+/// A Y for Y with A's rows (`y`: Y's owned rows, global columns < `y_cols`); `a_rows`: A's local
+/// rows (`host_rows(a, false)`), or any matrix with A's local columns. Y's rows that A's ghost
+/// columns read come by one halo exchange of Y's rows padded to the widest (column and value pairs
+/// as float64, exact below 2⁵³), then the product is local. Collective.
+inline HostRows product(const DSparseTensor& a, const HostRows& a_rows, HostRows y, std::int64_t y_cols) {
   const auto n_owned = a.layout()->local_size();
-  auto owned_rows = host_rows(n_owned, y);
   std::int64_t width = 0;
   for (std::int64_t i = 0; i < n_owned; ++i)
-    width = std::max(width, owned_rows.ptr[static_cast<std::size_t>(i) + 1] - owned_rows.ptr[static_cast<std::size_t>(i)]);
+    width = std::max(width, y.ptr[static_cast<std::size_t>(i) + 1] - y.ptr[static_cast<std::size_t>(i)]);
   width = comm::all_reduce_value(width, comm::Reduction::max, a.layout()->comm());
   // Only the rows a neighbour reads are filled: the rest of the block is never written, so its
   // pages are never faulted in (at one rank none is filled).
@@ -180,35 +191,42 @@ inline LocalRowsCoo product(const DSparseTensor& a, const HostRows& a_rows, cons
   auto* pk = packed.data_ptr<double>();
   const auto send = a.halo().send_rows.to(at::kLong).contiguous();
   for (const auto i : std::span(send.data_ptr<std::int64_t>(), static_cast<std::size_t>(send.numel()))) {
-    const auto b = owned_rows.ptr[static_cast<std::size_t>(i)], e = owned_rows.ptr[static_cast<std::size_t>(i) + 1];
+    const auto b = y.ptr[static_cast<std::size_t>(i)], e = y.ptr[static_cast<std::size_t>(i) + 1];
     std::fill(pk + i * stride, pk + (i + 1) * stride, -1.0);
     for (auto q = b; q < e; ++q) {
-      pk[i * stride + 2 * (q - b)] = static_cast<double>(owned_rows.col[static_cast<std::size_t>(q)]);
-      pk[i * stride + 2 * (q - b) + 1] = owned_rows.val[static_cast<std::size_t>(q)];
+      pk[i * stride + 2 * (q - b)] = static_cast<double>(y.col[static_cast<std::size_t>(q)]);
+      pk[i * stride + 2 * (q - b) + 1] = y.val[static_cast<std::size_t>(q)];
     }
   }
   const auto ghosts = a.ghosts_of(packed.to(a.values().device())).to(at::kCPU, at::kDouble).contiguous();
   // Y's rows in A's local column order: the owned ones, then the ghosts that arrived.
-  auto& extended = owned_rows;
   const auto* g = ghosts.data_ptr<double>();
   for (std::int64_t h = 0; h < ghosts.size(0); ++h) {
     for (std::int64_t slot = 0; slot < ghosts.size(1) / 2; ++slot) {
       const double c = g[h * ghosts.size(1) + 2 * slot];
       if (c < 0) break;
-      extended.col.push_back(static_cast<std::int64_t>(c));
-      extended.val.push_back(g[h * ghosts.size(1) + 2 * slot + 1]);
+      y.col.push_back(static_cast<std::int64_t>(c));
+      y.val.push_back(g[h * ghosts.size(1) + 2 * slot + 1]);
     }
-    extended.ptr.push_back(static_cast<std::int64_t>(extended.col.size()));
+    y.ptr.push_back(static_cast<std::int64_t>(y.col.size()));
   }
-  return host_product(a_rows, extended, y_cols);
+  return host_product(a_rows, y, y_cols);
 }
 
-/// Mᵀ Y in global COO, for Y with `m`'s rows: each rank multiplies its own rows (Mᵀ's columns),
-/// and the partial sums are what `from_local` routes to the owners of Mᵀ's rows (M's columns) and
-/// sums. Local; `y_cols`: Y's global column count.
-inline CooEntries transposed_product(const DSparseTensor& m, const LocalRowsCoo& y, std::int64_t y_cols) {
-  const auto out = host_product(host_rows(m, true), host_rows(m.layout()->local_size(), y), y_cols);
-  return {out.values, local_to_global_columns(m).index_select(0, out.rows), out.cols};
+/// The rows of the damped Jacobi step I − ω D⁻¹ A that smooths the tentative interpolation, from
+/// A's local rows: P = (I − ω D⁻¹ A) T is then one product, its rows in order and each column
+/// once, where T + (−ω D⁻¹)(A T) would be two sets of entries summed by an assembly.
+inline HostRows jacobi_step_rows(HostRows rows, const at::Tensor& inverse_diagonal, double omega) {
+  const auto inv = inverse_diagonal.to(at::kCPU, at::kDouble).contiguous();
+  const auto* d = inv.data_ptr<double>();
+  for (std::int64_t i = 0; i < rows.rows(); ++i) {
+    const double s = -omega * d[i];
+    for (auto q = rows.ptr[static_cast<std::size_t>(i)]; q < rows.ptr[static_cast<std::size_t>(i) + 1]; ++q) {
+      auto& v = rows.val[static_cast<std::size_t>(q)];
+      v = rows.col[static_cast<std::size_t>(q)] == i ? 1.0 + s * v : s * v;
+    }
+  }
+  return rows;
 }
 
 /// This rank's aggregates and their members (labelled by global row). Aggregates are rooted on one
@@ -357,18 +375,19 @@ class SmoothedAggregationOp final : public PreconditionerOp {
       // T's rows, some of them fitted on another rank, travel to their owners.
       const auto t_matrix = DSparseTensor::from_local(t.values, t.rows, t.cols + offset, {host.rows(), coarse},
                                                       host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
-      const auto tentative_rows = local_rows_coo(t_matrix);
       const auto a_rows = host_rows(host, false);
-      const auto a_t = product(host, a_rows, tentative_rows, coarse);
-      const auto scale = inverse_diagonal(LocalRows{host.local(), n_owned, comm}, "smoothed_aggregation")
-                             .to(at::kCPU, at::kDouble).index_select(0, a_t.rows) * (-omega);
-      const auto p = DSparseTensor::from_local(at::cat({tentative_rows.values, a_t.values * scale}),
-                                               owned.index_select(0, at::cat({tentative_rows.rows, a_t.rows})),
-                                               at::cat({tentative_rows.cols, a_t.cols}), {host.rows(), coarse},
-                                               host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
-      const auto p_rows = local_rows_coo(p);
+      const auto inverse = inverse_diagonal(LocalRows{host.local(), n_owned, comm}, "smoothed_aggregation");
+      auto p_rows = product(host, jacobi_step_rows(a_rows, inverse, omega), host_rows(t_matrix, false, true), coarse);
       const auto ap = product(host, a_rows, p_rows, coarse);
-      auto galerkin = transposed_product(p, ap, coarse);
+      const auto owned_ids = owned.contiguous();
+      const auto p_entries = p_rows.take_entries(owned_ids.data_ptr<std::int64_t>());
+      const auto p = DSparseTensor::from_local(p_entries.values, p_entries.rows, p_entries.cols, {host.rows(), coarse},
+                                               host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
+      // Pᵀ (A P): each rank multiplies its own rows (Pᵀ's columns); `from_local` routes the partial
+      // sums to the owners of Pᵀ's rows and sums them there.
+      auto galerkin_rows = host_product(host_rows(p, true), ap, coarse);
+      const auto p_columns = local_to_global_columns(p).contiguous();
+      const auto galerkin = galerkin_rows.take_entries(p_columns.data_ptr<std::int64_t>());
       // A coarse unknown whose column of T is zero has an empty row and column: a 1 on its
       // diagonal keeps the coarse matrix nonsingular, and P's zero column never reads it.
       const auto dead = at::tensor(t.dead, at::kLong).view({static_cast<std::int64_t>(t.dead.size())}) + offset;
