@@ -85,6 +85,21 @@ TEST_CASE("aggregation: every node with a strong neighbour in one aggregate, who
   const auto aniso = host_csr(es::testing::anisotropic2d(6, 6, 0.01));
   const auto strong = d::strong_graph(aniso, 36, 1, 0.25);
   CHECK(strong.col.size() == 2 * 5 * 6);
+  // A nonsymmetric matrix: an edge strong from one end only (row 0 stores column 3, row 3 not
+  // column 0; row 1's coupling to 2 is weak, 2's to 1 strong) is an edge of both nodes' lists,
+  // each list sorted, once; the float32 copy of the values gives the same graph.
+  {
+    const std::vector<std::int64_t> r{0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3};
+    const std::vector<std::int64_t> c{0, 3, 1, 1, 2, 0, 2, 1, 3, 3, 2};
+    const std::vector<double> v{4, -2, -1, 4, -1e-6, -1, 4, -1, -1, 4, -1};
+    for (const auto dtype : {at::kDouble, at::kFloat}) {
+      const es::testing::Coo one_way{at::tensor(v, at::kDouble).to(dtype), at::tensor(r, at::kLong),
+                                     at::tensor(c, at::kLong), 4};
+      const auto g = d::strong_graph(host_csr(one_way), 4, 1, 0.25);
+      CHECK(g.rowptr == std::vector<std::int64_t>{0, 2, 4, 6, 8});
+      CHECK(g.col == std::vector<std::int64_t>{1, 3, 0, 2, 1, 3, 0, 2});
+    }
+  }
   // A row with nothing but its diagonal (a Dirichlet row) is left out of every aggregate.
   auto coo = es::testing::poisson2d(4, 4);
   const auto off_row_5 = (coo.rows == 5) != (coo.cols == 5);

@@ -151,6 +151,30 @@ void dispatch_view(const Csr& a, F&& f) {
   });
 }
 
+/// f(view) of a float32 or float64 Csr on the host, int64 row pointers, its columns and values in
+/// their own widths: the passes of a multigrid setup over a matrix's rows read it as stored, with
+/// no widened copy of the matrix's size. Other dtypes are an Error.
+template <class F>
+void dispatch_real_view(const Csr& a, F&& f) {
+  const auto rp = a.rowptr.to(at::kCPU, at::kLong).contiguous();
+  const auto with_values = [&](auto v0) {
+    using V = decltype(v0);
+    const auto* av = a.values.data_ptr<V>();
+    if (a.col.scalar_type() == at::kInt)
+      f(CsrView<V, std::int32_t>{a.rows, rp.data_ptr<std::int64_t>(), a.col.data_ptr<std::int32_t>(), av});
+    else
+      f(CsrView<V, std::int64_t>{a.rows, rp.data_ptr<std::int64_t>(), a.col.data_ptr<std::int64_t>(), av});
+  };
+  if (!a.values.device().is_cpu()) throw Error("dispatch_real_view: expected a matrix on the host");
+  if (a.values.scalar_type() == at::kFloat)
+    with_values(float{});
+  else if (a.values.scalar_type() == at::kDouble)
+    with_values(double{});
+  else
+    throw Error(std::string("dispatch_real_view: expected float32 or float64 values, found ") +
+                c10::toString(a.values.scalar_type()));
+}
+
 /// f(X{}) with X the element type of the vectors a matrix of values V multiplies: V, or V's double-
 /// precision type when `x` holds it. The second is the float32 copy of a float64 matrix applied to
 /// float64 vectors (`Precision::single_values`): each stored entry streams 4 bytes of value instead

@@ -54,9 +54,10 @@ struct NodeGraph {
 /// s_IJ ≥ θ √(s_II s_JJ) (the symmetric strength of Vaněk, Mandel and Brezina; θ = 0 keeps every
 /// stored block that is not zero). Nonsymmetric A: s_IJ and s_JI are both tested, so the graph is
 /// symmetric.
-template <class Index>
-NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const double* av, std::int64_t n_owned, int functions,
+template <class Index, class Value>
+NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const Value* av, std::int64_t n_owned, int functions,
                        double theta) {
+  const auto square = [av](std::int64_t k) { return static_cast<double>(av[k]) * static_cast<double>(av[k]); };
   const auto nodes = static_cast<std::size_t>(n_owned / functions);
   const auto rows_of = [&](std::size_t I) {
     return std::pair{static_cast<std::int64_t>(I) * functions, static_cast<std::int64_t>(I + 1) * functions};
@@ -73,12 +74,12 @@ NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const double* av
     for (auto [i, end] = rows_of(I); i < end; ++i)
       for (auto k = rp[i]; k < rp[i + 1]; ++k) {
         if (ci[k] < n_owned) {
-          if (node_of(ci[k]) == I) diag[I] += av[k] * av[k];
+          if (node_of(ci[k]) == I) diag[I] += square(k);
           continue;
         }
         auto it = std::find_if(halo.begin(), halo.end(), [&](const auto& h) { return h.first == ci[k]; });
-        if (it == halo.end()) halo.emplace_back(ci[k], av[k] * av[k]);
-        else it->second += av[k] * av[k];
+        if (it == halo.end()) halo.emplace_back(ci[k], square(k));
+        else it->second += square(k);
       }
     double largest = 0;
     for (const auto& [c, v] : halo)
@@ -87,43 +88,69 @@ NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const double* av
         g.remote[I] = c;
       }
   }
-  // Strong both ways: s_IJ² ≥ θ⁴ s_II s_JJ in squared norms, tested on each stored direction and
-  // symmetrized by adding the reverse edge. Two passes over the rows (count, then place) into one
-  // array, each node's list then sorted and its repeats (an edge stored both ways) dropped in
-  // place: the memory a graph of a million nodes touches for the first time, not the arithmetic,
-  // is this function's cost.
+  // Strong both ways: s_IJ² ≥ θ⁴ s_II s_JJ in squared norms, tested on each stored direction, and
+  // the graph symmetrized. One pass over the rows writes each node's strong neighbours (sorted);
+  // when every edge is found from both ends (A symmetric in pattern and in the norms) that is the
+  // graph, otherwise the reverse edges are added and repeats dropped. The memory a graph of a
+  // million nodes touches for the first time, not the arithmetic, is this function's cost.
   const double t4 = theta * theta * theta * theta;
   std::vector<double> scratch(nodes, 0.0);  // block norms² of node I's row, indexed by J
   std::vector<std::size_t> touched;
-  const auto each_strong = [&](auto&& edge) {
-    for (std::size_t I = 0; I < nodes; ++I) {
-      touched.clear();
-      for (auto [i, end] = rows_of(I); i < end; ++i)
-        for (auto k = rp[i]; k < rp[i + 1]; ++k) {
-          if (ci[k] >= n_owned) continue;
-          const auto J = node_of(ci[k]);
-          if (J == I) continue;
-          if (scratch[J] == 0.0) touched.push_back(J);
-          scratch[J] += av[k] * av[k] + 1e-300;  // a stored zero still marks J as touched
-        }
-      for (const auto J : touched) {
-        const double s = scratch[J];
-        scratch[J] = 0.0;
-        if (s > 1e-280 && s * s >= t4 * diag[I] * diag[J]) edge(I, J);
+  std::vector<std::int64_t> fwd_ptr(nodes + 1, 0), fwd;
+  fwd.reserve(static_cast<std::size_t>(rp[n_owned / functions * functions]));  // reserved, not touched
+  for (std::size_t I = 0; I < nodes; ++I) {
+    touched.clear();
+    for (auto [i, end] = rows_of(I); i < end; ++i)
+      for (auto k = rp[i]; k < rp[i + 1]; ++k) {
+        if (ci[k] >= n_owned) continue;
+        const auto J = node_of(ci[k]);
+        if (J == I) continue;
+        if (scratch[J] == 0.0) touched.push_back(J);
+        scratch[J] += square(k) + 1e-300;  // a stored zero still marks J as touched
       }
+    const auto first = fwd.size();
+    for (const auto J : touched) {
+      const double sum = scratch[J];
+      scratch[J] = 0.0;
+      if (sum > 1e-280 && sum * sum >= t4 * diag[I] * diag[J]) fwd.push_back(static_cast<std::int64_t>(J));
     }
+    const auto b = fwd.begin() + static_cast<std::ptrdiff_t>(first);
+    if (fwd.end() - b > 32) {
+      std::sort(b, fwd.end());
+    } else {
+      for (auto p = b + 1; p < fwd.end(); ++p)
+        for (auto q = p; q > b && q[0] < q[-1]; --q) std::iter_swap(q, q - 1);
+    }
+    fwd_ptr[I + 1] = static_cast<std::int64_t>(fwd.size());
+  }
+  const auto has_edge = [&](std::size_t I, std::int64_t J) {
+    return std::binary_search(fwd.begin() + fwd_ptr[I], fwd.begin() + fwd_ptr[I + 1], J);
   };
+  bool symmetric = true;
+  for (std::size_t I = 0; I < nodes && symmetric; ++I)
+    for (auto q = fwd_ptr[I]; q < fwd_ptr[I + 1] && symmetric; ++q)
+      symmetric = has_edge(static_cast<std::size_t>(fwd[static_cast<std::size_t>(q)]), static_cast<std::int64_t>(I));
+  if (symmetric) {
+    g.rowptr = std::move(fwd_ptr);
+    g.col = std::move(fwd);
+    return g;
+  }
+  // The union with the reverse edges: each node's list its own edges, then the edges that name
+  // it, sorted and compacted in place.
   std::vector<std::int64_t> start(nodes + 1, 0);
-  each_strong([&](std::size_t I, std::size_t J) {
-    ++start[I + 1];
-    ++start[J + 1];
-  });
+  for (std::size_t I = 0; I < nodes; ++I)
+    for (auto q = fwd_ptr[I]; q < fwd_ptr[I + 1]; ++q) {
+      ++start[I + 1];
+      ++start[static_cast<std::size_t>(fwd[static_cast<std::size_t>(q)]) + 1];
+    }
   for (std::size_t I = 0; I < nodes; ++I) start[I + 1] += start[I];
   g.col.resize(static_cast<std::size_t>(start[nodes]));
-  each_strong([&](std::size_t I, std::size_t J) {  // start[I] runs ahead as node I's cursor
-    g.col[static_cast<std::size_t>(start[I]++)] = static_cast<std::int64_t>(J);
-    g.col[static_cast<std::size_t>(start[J]++)] = static_cast<std::int64_t>(I);
-  });
+  for (std::size_t I = 0; I < nodes; ++I)  // start[I] runs ahead as node I's cursor
+    for (auto q = fwd_ptr[I]; q < fwd_ptr[I + 1]; ++q) {
+      const auto J = static_cast<std::size_t>(fwd[static_cast<std::size_t>(q)]);
+      g.col[static_cast<std::size_t>(start[I]++)] = static_cast<std::int64_t>(J);
+      g.col[static_cast<std::size_t>(start[J]++)] = static_cast<std::int64_t>(I);
+    }
   g.rowptr.assign(nodes + 1, 0);
   std::size_t kept = 0, from = 0;  // kept ≤ from: the compacted lists trail the placed ones
   for (std::size_t I = 0; I < nodes; ++I) {
@@ -139,16 +166,11 @@ NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const double* av
 }
 
 inline NodeGraph strong_graph(const Csr& a, std::int64_t n_owned, int functions, double theta) {
-  // The column indices in their own width: a copy widened to 64 bits would be one more array of
-  // the matrix's size touched for the first time.
-  const auto host = [](const at::Tensor& t, at::ScalarType s) { return t.to(at::kCPU, s).contiguous(); };
-  const auto rp = host(a.rowptr, at::kLong), av = host(a.values, at::kDouble);
-  const bool narrow = a.col.scalar_type() == at::kInt;
-  const auto ci = host(a.col, narrow ? at::kInt : at::kLong);
-  const auto graph = [&](const auto* columns) {
-    return strong_graph(rp.data_ptr<std::int64_t>(), columns, av.data_ptr<double>(), n_owned, functions, theta);
-  };
-  return narrow ? graph(ci.data_ptr<std::int32_t>()) : graph(ci.data_ptr<std::int64_t>());
+  NodeGraph g;
+  // The indices and values in their own widths: a widened copy would be one more array of the
+  // matrix's size touched for the first time.
+  dispatch_real_view(a, [&](const auto& m) { g = strong_graph(m.rp, m.ci, m.av, n_owned, functions, theta); });
+  return g;
 }
 
 /// The aggregate of each node (−1: a node without strong neighbours, left out of the coarse space,

@@ -35,6 +35,7 @@
 #include "einshard/comm/collectives.hpp"
 #include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
+#include "einshard/sparse/matrix/assembly.hpp"
 #include "einshard/sparse/matrix/dsparse_tensor.hpp"
 #include "einshard/sparse/matrix/transpose.hpp"
 #include "einshard/sparse/preconditioner/aggregation.hpp"
@@ -101,8 +102,11 @@ struct HostRows {
 };
 
 /// L R row by row (Gustavson), R's columns in [0, r_cols): a dense accumulator over them, the work
-/// the product's multiplications.
-inline HostRows host_product(const HostRows& l, const HostRows& r, std::int64_t r_cols) {
+/// the product's multiplications; each row's columns in increasing order. L's rows are `lp`, `lc`
+/// (any index width) and `weight(i, q)`, the value of L's q-th stored entry, in row i.
+template <class Index, class Weight>
+HostRows host_product(std::int64_t l_rows, const std::int64_t* lp, const Index* lc, Weight weight, const HostRows& r,
+                      std::int64_t r_cols) {
   // The row's sums and the row that last touched each column side by side: one cache line per
   // column read.
   struct Slot {
@@ -110,26 +114,23 @@ inline HostRows host_product(const HostRows& l, const HostRows& r, std::int64_t 
     std::int64_t row;
   };
   std::vector<Slot> slots(static_cast<std::size_t>(r_cols), Slot{0.0, -1});
-  std::vector<std::int64_t> out_ptr(static_cast<std::size_t>(l.rows()) + 1, 0), out_cols;
+  std::vector<std::int64_t> out_ptr(static_cast<std::size_t>(l_rows) + 1, 0), out_cols;
   std::vector<double> out_values;
-  const auto* lp = l.ptr.data();
-  const auto* lc = l.col.data();
-  const auto* lv = l.val.data();
   const auto* rp = r.ptr.data();
   const auto* rc = r.col.data();
   const auto* rv = r.val.data();
   // Room for every multiplication's entry: an upper bound, reserved, not touched, so the outputs
   // never move while they grow (and pages past the true count are never faulted in).
   std::size_t bound = 0;
-  for (std::size_t q = 0; q < l.col.size(); ++q) bound += static_cast<std::size_t>(rp[lc[q] + 1] - rp[lc[q]]);
+  for (std::int64_t q = 0; q < lp[l_rows]; ++q) bound += static_cast<std::size_t>(rp[lc[q] + 1] - rp[lc[q]]);
   out_cols.reserve(bound);
   out_values.reserve(bound);
   auto* slot = slots.data();
-  for (std::int64_t i = 0; i < l.rows(); ++i) {
+  for (std::int64_t i = 0; i < l_rows; ++i) {
     const auto first = out_cols.size();
     for (auto q = lp[i]; q < lp[i + 1]; ++q) {
-      const auto k = lc[q];
-      const double x = lv[q];
+      const auto k = static_cast<std::int64_t>(lc[q]);
+      const double x = weight(i, q);
       for (auto w = rp[k]; w < rp[k + 1]; ++w) {
         auto& s = slot[rc[w]];
         if (s.row != i) {
@@ -140,45 +141,54 @@ inline HostRows host_product(const HostRows& l, const HostRows& r, std::int64_t 
         s.sum += x * rv[w];
       }
     }
+    // Columns in order: the assembly that takes these rows then finds CSR order already and
+    // neither sorts nor sums.
+    const auto row_begin = out_cols.begin() + static_cast<std::ptrdiff_t>(first);
+    if (out_cols.end() - row_begin > 32) {
+      std::sort(row_begin, out_cols.end());
+    } else {
+      for (auto p = row_begin + 1; p < out_cols.end(); ++p)
+        for (auto q = p; q > row_begin && q[0] < q[-1]; --q) std::iter_swap(q, q - 1);
+    }
     for (auto e = first; e < out_cols.size(); ++e) out_values.push_back(slot[out_cols[e]].sum);
     out_ptr[static_cast<std::size_t>(i) + 1] = static_cast<std::int64_t>(out_cols.size());
   }
   return {std::move(out_ptr), std::move(out_cols), std::move(out_values)};
 }
 
-/// A matrix's local rows (in the owned order), as stored or transposed (then its local columns'
-/// rows), float64; `global`: columns as global indices rather than local ones.
-inline HostRows host_rows(const DSparseTensor& m, bool transposed, bool global = false) {
-  const auto& a = m.local();
-  if (!transposed) {
-    const auto vec = [](const at::Tensor& t, auto type) {
-      using T = decltype(type);
-      const auto h = t.to(at::kCPU, c10::CppTypeToScalarType<T>::value).contiguous();
-      return std::vector<T>(h.template data_ptr<T>(), h.template data_ptr<T>() + h.numel());
-    };
-    HostRows out{vec(a.rowptr, std::int64_t{}), vec(a.col, std::int64_t{}), vec(a.values.detach(), double{})};
-    if (global) {
-      const auto g = local_to_global_columns(m).contiguous();
-      const auto* gp = g.data_ptr<std::int64_t>();
-      for (auto& c : out.col) c = gp[c];
-    }
-    return out;
-  }
-  const auto [v, r, c] = csr_to_coo(a);
-  const auto rows = r.to(at::kCPU, at::kLong).contiguous(), cols = c.to(at::kCPU, at::kLong).contiguous();
-  const auto vals = v.detach().to(at::kCPU, at::kDouble).contiguous();
-  const auto* rp = rows.data_ptr<std::int64_t>();
-  const auto* cp = cols.data_ptr<std::int64_t>();
-  const auto* vp = vals.data_ptr<double>();
-  return {a.cols, vals.numel(), [cp](std::int64_t e) { return cp[e]; }, [rp](std::int64_t e) { return rp[e]; },
-          [vp](std::int64_t e) { return vp[e]; }};
+inline HostRows host_product(const HostRows& l, const HostRows& r, std::int64_t r_cols) {
+  return host_product(l.rows(), l.ptr.data(), l.col.data(), [v = l.val.data()](std::int64_t, std::int64_t q) { return v[q]; },
+                      r, r_cols);
 }
 
-/// A Y for Y with A's rows (`y`: Y's owned rows, global columns < `y_cols`); `a_rows`: A's local
-/// rows (`host_rows(a, false)`), or any matrix with A's local columns. Y's rows that A's ghost
-/// columns read come by one halo exchange of Y's rows padded to the widest (column and value pairs
-/// as float64, exact below 2⁵³), then the product is local. Collective.
-inline HostRows product(const DSparseTensor& a, const HostRows& a_rows, HostRows y, std::int64_t y_cols) {
+/// A matrix's local rows transposed: each of its local columns (owned, then ghosts) as a row of
+/// the local rows that store it, float64.
+inline HostRows transposed_rows(const DSparseTensor& m) {
+  HostRows out{std::vector<std::int64_t>(static_cast<std::size_t>(m.local().cols) + 1, 0), {}, {}};
+  dispatch_real_view(m.local(), [&](const auto& v) {
+    const auto count = v.rp[v.rows];
+    for (std::int64_t q = 0; q < count; ++q) ++out.ptr[static_cast<std::size_t>(v.ci[q]) + 1];
+    for (std::size_t c = 0; c + 1 < out.ptr.size(); ++c) out.ptr[c + 1] += out.ptr[c];
+    out.col.resize(static_cast<std::size_t>(count));
+    out.val.resize(static_cast<std::size_t>(count));
+    auto next = out.ptr;
+    for (std::int64_t i = 0; i < v.rows; ++i)
+      for (auto q = v.rp[i]; q < v.rp[i + 1]; ++q) {
+        const auto slot = static_cast<std::size_t>(next[static_cast<std::size_t>(v.ci[q])]++);
+        out.col[slot] = i;
+        out.val[slot] = static_cast<double>(v.av[q]);
+      }
+  });
+  return out;
+}
+
+/// W Y for Y with A's rows (`y`: Y's owned rows, global columns < `y_cols`) and W with A's stored
+/// pattern, read from A's local rows on the host as they are stored: `weight(i, c, a)` is W's entry
+/// in row i at A's local column c, where A holds a (A itself: a). Y's rows that A's ghost columns
+/// read come by one halo exchange of Y's rows padded to the widest (column and value pairs as
+/// float64, exact below 2⁵³), then the product is local. Collective.
+template <class Weight>
+HostRows product(const DSparseTensor& a, Weight weight, HostRows y, std::int64_t y_cols) {
   const auto n_owned = a.layout()->local_size();
   std::int64_t width = 0;
   for (std::int64_t i = 0; i < n_owned; ++i)
@@ -210,23 +220,13 @@ inline HostRows product(const DSparseTensor& a, const HostRows& a_rows, HostRows
     }
     y.ptr.push_back(static_cast<std::int64_t>(y.col.size()));
   }
-  return host_product(a_rows, y, y_cols);
-}
-
-/// The rows of the damped Jacobi step I − ω D⁻¹ A that smooths the tentative interpolation, from
-/// A's local rows: P = (I − ω D⁻¹ A) T is then one product, its rows in order and each column
-/// once, where T + (−ω D⁻¹)(A T) would be two sets of entries summed by an assembly.
-inline HostRows jacobi_step_rows(HostRows rows, const at::Tensor& inverse_diagonal, double omega) {
-  const auto inv = inverse_diagonal.to(at::kCPU, at::kDouble).contiguous();
-  const auto* d = inv.data_ptr<double>();
-  for (std::int64_t i = 0; i < rows.rows(); ++i) {
-    const double s = -omega * d[i];
-    for (auto q = rows.ptr[static_cast<std::size_t>(i)]; q < rows.ptr[static_cast<std::size_t>(i) + 1]; ++q) {
-      auto& v = rows.val[static_cast<std::size_t>(q)];
-      v = rows.col[static_cast<std::size_t>(q)] == i ? 1.0 + s * v : s * v;
-    }
-  }
-  return rows;
+  HostRows out{{}, {}, {}};
+  dispatch_real_view(a.local(), [&](const auto& m) {
+    out = host_product(m.rows, m.rp, m.ci, [&](std::int64_t i, std::int64_t q) {
+      return weight(i, static_cast<std::int64_t>(m.ci[q]), static_cast<double>(m.av[q]));
+    }, y, y_cols);
+  });
+  return out;
 }
 
 /// This rank's aggregates and their members (labelled by global row). Aggregates are rooted on one
@@ -340,7 +340,9 @@ class SmoothedAggregationOp final : public PreconditionerOp {
     }
     const auto work = a.values().options().requires_grad(false);
     const double theta = options.strong_threshold.value_or(sa_strong_threshold);
-    auto host = a.to(at::kDouble).to(at::Device(at::kCPU));
+    // The setup reads the first level's rows as they are stored (float32 or float64) where they are
+    // on the host, and a float64 copy otherwise; every coarser level is float64 on the host.
+    auto host = a.values().device().is_cpu() ? a : a.to(at::kDouble).to(at::Device(at::kCPU));
     int functions = options.functions;
     auto null_space = options.near_null_space.defined() ? options.near_null_space.to(at::kDouble)
                                                         : unknown_constants(a.layout()->local_size(), functions);
@@ -373,19 +375,32 @@ class SmoothedAggregationOp final : public PreconditionerOp {
       const auto& owned = host.layout()->owned();
       const auto t = tentative(across.members, m);
       // T's rows, some of them fitted on another rank, travel to their owners.
-      const auto t_matrix = DSparseTensor::from_local(t.values, t.rows, t.cols + offset, {host.rows(), coarse},
-                                                      host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
-      const auto a_rows = host_rows(host, false);
-      const auto inverse = inverse_diagonal(LocalRows{host.local(), n_owned, comm}, "smoothed_aggregation");
-      auto p_rows = product(host, jacobi_step_rows(a_rows, inverse, omega), host_rows(t_matrix, false, true), coarse);
-      const auto ap = product(host, a_rows, p_rows, coarse);
+      const auto t_arrived = send_to_owners(*host.layout(), {t.values, t.rows, t.cols + offset});
+      const auto t_local = host.layout()->local_index(t_arrived.rows).contiguous();
+      const auto t_cols = t_arrived.cols.contiguous();
+      const auto t_values = t_arrived.values.to(at::kDouble).contiguous();
+      const auto* tl = t_local.data_ptr<std::int64_t>();
+      const auto* tc = t_cols.data_ptr<std::int64_t>();
+      const auto* tv = t_values.data_ptr<double>();
+      HostRows t_rows(n_owned, t_values.numel(), [tl](std::int64_t e) { return tl[e]; },
+                      [tc](std::int64_t e) { return tc[e]; }, [tv](std::int64_t e) { return tv[e]; });
+      // P = (I − ω D⁻¹ A) T in one product: its rows in order and each column once, where T + (−ω
+      // D⁻¹)(A T) would be two sets of entries summed by an assembly.
+      const auto inverse = inverse_diagonal(LocalRows{host.local(), n_owned, comm}, "smoothed_aggregation")
+                               .to(at::kCPU, at::kDouble).contiguous();
+      const auto* d = inverse.data_ptr<double>();
+      const auto jacobi_step = [d, omega](std::int64_t i, std::int64_t c, double v) {
+        return c == i ? 1.0 - omega * d[i] * v : -omega * d[i] * v;
+      };
+      auto p_rows = product(host, jacobi_step, std::move(t_rows), coarse);
+      const auto ap = product(host, [](std::int64_t, std::int64_t, double v) { return v; }, p_rows, coarse);
       const auto owned_ids = owned.contiguous();
       const auto p_entries = p_rows.take_entries(owned_ids.data_ptr<std::int64_t>());
       const auto p = DSparseTensor::from_local(p_entries.values, p_entries.rows, p_entries.cols, {host.rows(), coarse},
                                                host.mesh(), {.owned_rows = owned, .owned_cols = coarse_owned});
       // Pᵀ (A P): each rank multiplies its own rows (Pᵀ's columns); `from_local` routes the partial
       // sums to the owners of Pᵀ's rows and sums them there.
-      auto galerkin_rows = host_product(host_rows(p, true), ap, coarse);
+      auto galerkin_rows = host_product(transposed_rows(p), ap, coarse);
       const auto p_columns = local_to_global_columns(p).contiguous();
       const auto galerkin = galerkin_rows.take_entries(p_columns.data_ptr<std::int64_t>());
       // A coarse unknown whose column of T is zero has an empty row and column: a 1 on its
@@ -513,7 +528,7 @@ class SmoothedAggregationOp final : public PreconditionerOp {
     const std::int64_t mine = host.layout()->local_size();
     coarse_counts_ = comm::all_gather_values(std::span<const std::int64_t>(&mine, 1), comm);
     const auto order = comm::all_gather(host.layout()->owned(), 0, coarse_counts_, comm);
-    const auto dense = gather_dense(host, -1).index_select(0, order).index_select(1, order);
+    const auto dense = gather_dense(host, -1).to(at::kDouble).index_select(0, order).index_select(1, order);
     coarse_inverse_ = at::linalg_pinv(dense).to(work.dtype()).to(work.device());
     coarse_offset_ = 0;
     for (int r = 0; r < host.layout()->rank(); ++r) coarse_offset_ += coarse_counts_[static_cast<std::size_t>(r)];
