@@ -15,6 +15,8 @@
 #include "einshard/comm/reduce.hpp"
 #include "einshard/error.hpp"
 #include "einshard/sparse/matrix/csr.hpp"
+#include "einshard/sparse/matrix/kernels.hpp"
+#include "einshard/sparse/matrix/vector_kernels.hpp"
 #include "einshard/sparse/matrix/random.hpp"
 #include "einshard/sparse/preconditioner/jacobi.hpp"
 #include "einshard/sparse/preconditioner/preconditioner.hpp"
@@ -64,19 +66,31 @@ class ChebyshevOp final : public PreconditionerOp {
   }
 
   void apply(const at::Tensor& r, at::Tensor& z) const override {
-    const double theta = (hi_ + lo_) / 2, delta = (hi_ - lo_) / 2, sigma = theta / delta;
-    double rho = 1 / sigma;
-    res_.copy_(r);
-    at::mul_out(dir_, res_, inv_diag_).mul_(1 / theta);
-    z.copy_(dir_);
-    for (int k = 0; k < degree_; ++k) {
-      matvec_(dir_, tmp_);
-      res_.sub_(tmp_);
-      const double rho_next = 1 / (2 * sigma - rho);
-      dir_.mul_(rho_next * rho).addcmul_(res_, inv_diag_, 2 * rho_next / delta);
-      z.add_(dir_);
-      rho = rho_next;
+    const double theta = (hi_ + lo_) / 2;
+    if (!native(r, z)) {
+      at::mul_out(dir_, r, inv_diag_).mul_(1 / theta);
+      z.copy_(dir_);
+    } else {
+      vector_pass<0>(z.scalar_type(), z.numel(), [&](auto v0) {
+        using V = decltype(v0);
+        const auto* __restrict rp = r.data_ptr<V>();
+        const auto* __restrict dp = inv_diag_.data_ptr<V>();
+        auto* __restrict dir = dir_.data_ptr<V>();
+        auto* __restrict zp = z.data_ptr<V>();
+        const V c = static_cast<V>(1 / theta);
+        return [=](std::int64_t i, V*) { zp[i] = dir[i] = c * dp[i] * rp[i]; };
+      });
     }
+    steps(r, z);
+  }
+  /// x += q(D⁻¹A) D⁻¹ (b − A x): the polynomial applied to the residual of x, which it forms
+  /// itself, its terms added to x as they come (a multigrid level's smoothing after the coarse
+  /// correction: one pass per term, where a residual, a correction and a sum would be three).
+  void smooth(const at::Tensor& b, at::Tensor& x) const {
+    const double theta = (hi_ + lo_) / 2;
+    matvec_(x, tmp_);
+    step(b, x, 0.0, 1 / theta);
+    steps(res_, x);
   }
   [[nodiscard]] std::string name() const override { return "chebyshev(" + std::to_string(degree_) + ")"; }
   [[nodiscard]] double lambda_max() const { return lambda_max_; }
@@ -139,6 +153,53 @@ class ChebyshevOp final : public PreconditionerOp {
       if (k + 1 < m) tp[k * m + k + 1] = tp[(k + 1) * m + k] = std::sqrt(beta[ku]) / alpha[ku];
     }
     return at::linalg_eigvalsh(t).max().item<double>();
+  }
+
+  /// The fused loops' case: host vectors of the matrix's dtype (a PrecisionAdapter hands other
+  /// dtypes over converted, and ATen's ops take any).
+  bool native(const at::Tensor& r, const at::Tensor& z) const {
+    return !uses_generic(z) && z.scalar_type() == inv_diag_.scalar_type() && r.scalar_type() == z.scalar_type() &&
+           r.is_contiguous() && z.is_contiguous();
+  }
+  /// The polynomial's `degree_` terms after its first (in dir_), each added to z; `r`: the
+  /// residual the first term was made from.
+  void steps(const at::Tensor& r, at::Tensor& z) const {
+    const double theta = (hi_ + lo_) / 2, delta = (hi_ - lo_) / 2, sigma = theta / delta;
+    double rho = 1 / sigma;
+    for (int k = 0; k < degree_; ++k) {
+      matvec_(dir_, tmp_);
+      const double rho_next = 1 / (2 * sigma - rho);
+      step(k == 0 ? r : res_, z, rho_next * rho, 2 * rho_next / delta);
+      rho = rho_next;
+    }
+  }
+  /// res = r − tmp, dir = c_dir dir + c_res D⁻¹ res, z += dir, in one pass (dir not read when
+  /// c_dir is 0: the first term of `smooth`, whose dir_ holds the last call's).
+  void step(const at::Tensor& r, at::Tensor& z, double c_dir, double c_res) const {
+    if (!native(r, z)) {
+      at::sub_out(res_, r, tmp_);
+      (c_dir == 0 ? dir_.zero_() : dir_.mul_(c_dir)).addcmul_(res_, inv_diag_, c_res);
+      z.add_(dir_);
+      return;
+    }
+    vector_pass<0>(z.scalar_type(), z.numel(), [&](auto v0) {
+      using V = decltype(v0);
+      const auto* rp = r.data_ptr<V>();  // res_ itself after the first term
+      const auto* __restrict tp = tmp_.data_ptr<V>();
+      const auto* __restrict dp = inv_diag_.data_ptr<V>();
+      auto* __restrict res = res_.data_ptr<V>();
+      auto* __restrict dir = dir_.data_ptr<V>();
+      auto* __restrict zp = z.data_ptr<V>();
+      const V a = static_cast<V>(c_dir), c = static_cast<V>(c_res);
+      const bool fresh = c_dir == 0;
+      return [=](std::int64_t i, V*) {
+        const V ri = rp[i] - tp[i];
+        res[i] = ri;
+        const V di = (fresh ? V{} : a * dir[i]) + c * dp[i] * ri;
+        dir[i] = di;
+        zp[i] += di;
+      };
+    });
   }
 
   Matvec matvec_;

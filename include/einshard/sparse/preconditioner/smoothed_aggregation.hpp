@@ -454,6 +454,7 @@ class SmoothedAggregationOp final : public PreconditionerOp {
       auto cheb = std::make_unique<ChebyshevOp>(rows, [m = a](const at::Tensor& v, at::Tensor& y) { m.apply(v, y, {}); }, o);
       lambda_max = cheb->lambda_max();
       if (kind == AmgSmoother::chebyshev) {
+        chebyshev = cheb.get();
         smoother = std::move(cheb);
         sweeps = 1;
       } else {
@@ -468,6 +469,10 @@ class SmoothedAggregationOp final : public PreconditionerOp {
           smoother->apply(rhs, out);
           continue;
         }
+        if (chebyshev) {  // the residual and the sum inside its passes
+          chebyshev->smooth(rhs, out);
+          continue;
+        }
         a.apply(out, res, {});
         res.neg_().add_(rhs);
         smoother->apply(res, tmp);
@@ -477,6 +482,7 @@ class SmoothedAggregationOp final : public PreconditionerOp {
     DSparseTensor a;
     std::optional<DSparseTensor> p;  // to the next level; none on the coarsest
     std::unique_ptr<PreconditionerOp> smoother;
+    const ChebyshevOp* chebyshev = nullptr;  // the smoother, when it is the polynomial
     int sweeps = 1;
     double lambda_max = 1.0;
     mutable at::Tensor b, x, res, tmp;
@@ -549,11 +555,10 @@ class SmoothedAggregationOp final : public PreconditionerOp {
     auto& next = levels_[l + 1];
     level.smooth(b, x, /*zero=*/true);
     level.a.apply(x, level.res, {});
-    level.res.neg_().add_(b);
+    at::sub_out(level.res, b, level.res);
     level.p->apply_adjoint(level.res, next.b);
     cycle(l + 1, next.b, next.x);
-    level.p->apply(next.x, level.tmp, {});
-    x.add_(level.tmp);
+    level.p->apply_update(next.x, x, 1.0, level.tmp);  // x += P x_coarse in the product's pass
     level.smooth(b, x, /*zero=*/false);
   }
 
