@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
 #include <complex>
 #include <cstdint>
 #include <limits>
@@ -66,6 +67,17 @@ Csr coo_to_csr_host(const at::Tensor& values, const at::Tensor& r, const at::Ten
 inline Csr compact_rowptr(Csr a) {
   if (a.nnz() <= std::numeric_limits<std::int32_t>::max()) a.rowptr = a.rowptr.to(at::kInt);
   return a;
+}
+
+/// Sorts one row's entries in place: rows are short (insertion sort), long ones std::sort.
+template <class It, class Less = std::less<>>
+void sort_row(It first, It last, Less less = {}) {
+  if (last - first > 32) {
+    std::sort(first, last, less);
+    return;
+  }
+  for (auto p = first + 1; p < last; ++p)
+    for (auto q = p; q > first && less(q[0], q[-1]); --q) std::iter_swap(q, q - 1);
 }
 
 /// CSR back to COO (row, col as int64; values shared).
@@ -666,12 +678,7 @@ EINSHARD_INLINE Csr coo_to_csr_host(const at::Tensor& values, const at::Tensor& 
   for (std::int64_t i = 0; i < rows; ++i) {
     std::int64_t* first = pm + start[i];
     std::int64_t* last = pm + start[i + 1];
-    if (last - first > 32) {
-      std::sort(first, last, by_column);
-    } else {
-      for (std::int64_t* p = first + 1; p < last; ++p)
-        for (std::int64_t* q = p; q > first && by_column(q[0], q[-1]); --q) std::iter_swap(q, q - 1);
-    }
+    sort_row(first, last, by_column);
     for (std::int64_t* p = first; p < last; ++p) {
       if (p == first || ci[*p] != ci[p[-1]]) {
         uc[u++] = ci[*p];

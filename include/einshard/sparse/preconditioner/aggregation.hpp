@@ -114,13 +114,7 @@ NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const Value* av,
       scratch[J] = 0.0;
       if (sum > 1e-280 && sum * sum >= t4 * diag[I] * diag[J]) fwd.push_back(static_cast<std::int64_t>(J));
     }
-    const auto b = fwd.begin() + static_cast<std::ptrdiff_t>(first);
-    if (fwd.end() - b > 32) {
-      std::sort(b, fwd.end());
-    } else {
-      for (auto p = b + 1; p < fwd.end(); ++p)
-        for (auto q = p; q > b && q[0] < q[-1]; --q) std::iter_swap(q, q - 1);
-    }
+    sort_row(fwd.begin() + static_cast<std::ptrdiff_t>(first), fwd.end());
     fwd_ptr[I + 1] = static_cast<std::int64_t>(fwd.size());
   }
   const auto has_edge = [&](std::size_t I, std::int64_t J) {

@@ -4,13 +4,14 @@
 /// (Vaněk, Mandel and Brezina 1996) with a near-null space, as PETSc's GAMG and PyAMG build it,
 /// on any dtype and device that the matrix has.
 ///
-/// Setup, level by level, on a float64 host copy: the rank's nodes are aggregated (aggregation.hpp,
-/// no messages), the tentative interpolation T fits the near-null space on each aggregate, and is
-/// smoothed by one damped Jacobi step, P = (I − ω D⁻¹A) T with ω = 4 / (3 λ_max(D⁻¹A)); the coarse
-/// operator is the Galerkin product Pᵀ (A P), right for a nonsymmetric A too. Both sparse products
-/// are Gustavson's, row by row on each rank: A Y reads the ghost rows of Y through one halo
-/// exchange of Y's rows padded to the widest, and Pᵀ (A P)'s rank-local partial sums travel to the
-/// owners of their coarse rows and are summed there (`from_local`). The coarsest level (at most
+/// Setup, level by level on the host (the first level's rows as stored, the coarser ones float64):
+/// the rank's nodes are aggregated (aggregation.hpp, no messages), the tentative interpolation T
+/// fits the near-null space on each aggregate, and is smoothed by one damped Jacobi step, P = (I −
+/// ω D⁻¹A) T with ω = 4 / (3 λ_max(D⁻¹A)); the coarse operator is the Galerkin product Pᵀ (A P),
+/// right for a nonsymmetric A too. The sparse products are Gustavson's, row by row on each rank,
+/// in host CSR: W Y (W = A or I − ω D⁻¹A) reads the ghost rows of Y through one halo exchange of
+/// Y's rows padded to the widest, and Pᵀ (A P)'s rank-local partial sums travel to the owners of
+/// their coarse rows and are summed there (`from_local`). The coarsest level (at most
 /// `coarsest_rows` rows) is solved exactly by a dense pseudo-inverse every rank holds.
 ///
 /// The cycle runs in the matrix's dtype on its device: `smoother` sweeps of a Chebyshev polynomial
@@ -143,13 +144,7 @@ HostRows host_product(std::int64_t l_rows, const std::int64_t* lp, const Index* 
     }
     // Columns in order: the assembly that takes these rows then finds CSR order already and
     // neither sorts nor sums.
-    const auto row_begin = out_cols.begin() + static_cast<std::ptrdiff_t>(first);
-    if (out_cols.end() - row_begin > 32) {
-      std::sort(row_begin, out_cols.end());
-    } else {
-      for (auto p = row_begin + 1; p < out_cols.end(); ++p)
-        for (auto q = p; q > row_begin && q[0] < q[-1]; --q) std::iter_swap(q, q - 1);
-    }
+    sort_row(out_cols.begin() + static_cast<std::ptrdiff_t>(first), out_cols.end());
     for (auto e = first; e < out_cols.size(); ++e) out_values.push_back(slot[out_cols[e]].sum);
     out_ptr[static_cast<std::size_t>(i) + 1] = static_cast<std::int64_t>(out_cols.size());
   }
