@@ -149,7 +149,7 @@ NodeGraph strong_graph(const std::int64_t* rp, const Index* ci, const Value* av,
   std::size_t kept = 0, from = 0;  // kept ≤ from: the compacted lists trail the placed ones
   for (std::size_t I = 0; I < nodes; ++I) {
     const auto end = static_cast<std::size_t>(start[I]);
-    std::sort(g.col.begin() + static_cast<std::ptrdiff_t>(from), g.col.begin() + static_cast<std::ptrdiff_t>(end));
+    sort_row(g.col.begin() + static_cast<std::ptrdiff_t>(from), g.col.begin() + static_cast<std::ptrdiff_t>(end));
     const auto first = kept;
     for (; from < end; ++from)
       if (kept == first || g.col[kept - 1] != g.col[from]) g.col[kept++] = g.col[from];

@@ -58,6 +58,8 @@ class ChebyshevOp final : public PreconditionerOp {
     lambda_max_ = estimate_lambda_max(rows, opts.eig_iterations);
     lo_ = opts.chebyshev_lower * lambda_max_;
     hi_ = 1.1 * lambda_max_;
+    theta_ = (hi_ + lo_) / 2;
+    delta_ = (hi_ - lo_) / 2;
     const auto n = rows.n_owned;
     const auto o = rows.a.values.options();
     res_ = at::empty({n}, o);
@@ -66,9 +68,8 @@ class ChebyshevOp final : public PreconditionerOp {
   }
 
   void apply(const at::Tensor& r, at::Tensor& z) const override {
-    const double theta = (hi_ + lo_) / 2;
     if (!native(r, z)) {
-      at::mul_out(dir_, r, inv_diag_).mul_(1 / theta);
+      at::mul_out(dir_, r, inv_diag_).mul_(1 / theta_);
       z.copy_(dir_);
     } else {
       vector_pass<0>(z.scalar_type(), z.numel(), [&](auto v0) {
@@ -77,7 +78,7 @@ class ChebyshevOp final : public PreconditionerOp {
         const auto* __restrict dp = inv_diag_.data_ptr<V>();
         auto* __restrict dir = dir_.data_ptr<V>();
         auto* __restrict zp = z.data_ptr<V>();
-        const V c = static_cast<V>(1 / theta);
+        const V c = static_cast<V>(1 / theta_);
         return [=](std::int64_t i, V*) { zp[i] = dir[i] = c * dp[i] * rp[i]; };
       });
     }
@@ -87,9 +88,8 @@ class ChebyshevOp final : public PreconditionerOp {
   /// itself, its terms added to x as they come (a multigrid level's smoothing after the coarse
   /// correction: one pass per term, where a residual, a correction and a sum would be three).
   void smooth(const at::Tensor& b, at::Tensor& x) const {
-    const double theta = (hi_ + lo_) / 2;
     matvec_(x, tmp_);
-    step(b, x, 0.0, 1 / theta);
+    step(b, x, 0.0, 1 / theta_);
     steps(res_, x);
   }
   [[nodiscard]] std::string name() const override { return "chebyshev(" + std::to_string(degree_) + ")"; }
@@ -164,12 +164,12 @@ class ChebyshevOp final : public PreconditionerOp {
   /// The polynomial's `degree_` terms after its first (in dir_), each added to z; `r`: the
   /// residual the first term was made from.
   void steps(const at::Tensor& r, at::Tensor& z) const {
-    const double theta = (hi_ + lo_) / 2, delta = (hi_ - lo_) / 2, sigma = theta / delta;
+    const double sigma = theta_ / delta_;
     double rho = 1 / sigma;
     for (int k = 0; k < degree_; ++k) {
       matvec_(dir_, tmp_);
       const double rho_next = 1 / (2 * sigma - rho);
-      step(k == 0 ? r : res_, z, rho_next * rho, 2 * rho_next / delta);
+      step(k == 0 ? r : res_, z, rho_next * rho, 2 * rho_next / delta_);
       rho = rho_next;
     }
   }
@@ -206,6 +206,7 @@ class ChebyshevOp final : public PreconditionerOp {
   int degree_;
   at::Tensor inv_diag_;
   double lambda_max_ = 1, lo_ = 0, hi_ = 1;
+  double theta_ = 0.5, delta_ = 0.5;  // the interval's centre and half-width
   mutable at::Tensor res_, dir_, tmp_;
 };
 
